@@ -1,0 +1,185 @@
+// Package engine is flywheel's pure-Go transformer engine: it loads Hugging
+// Face model folders (config.json + safetensors) of the Llama family (Llama,
+// Mistral, Qwen2, Qwen3), runs the forward pass with a KV cache over batches
+// of sequences, applies LoRA adapters unmerged, and samples tokens.
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// RopeScaling is the `rope_scaling` block of config.json. Only the "llama3"
+// type (Llama-3.1/3.2) changes the frequencies; "default"/absent is plain RoPE.
+type RopeScaling struct {
+	RopeType                      string  `json:"rope_type"`
+	Type                          string  `json:"type"` // older spelling of rope_type
+	Factor                        float64 `json:"factor"`
+	LowFreqFactor                 float64 `json:"low_freq_factor"`
+	HighFreqFactor                float64 `json:"high_freq_factor"`
+	OriginalMaxPositionEmbeddings int     `json:"original_max_position_embeddings"`
+}
+
+// Config is the subset of a Hugging Face config.json that the engine needs,
+// normalised across architectures.
+type Config struct {
+	Architecture          string // e.g. "LlamaForCausalLM"
+	ModelType             string // e.g. "llama", "qwen2", "qwen3", "mistral"
+	HiddenSize            int
+	IntermediateSize      int
+	NumLayers             int
+	NumHeads              int
+	NumKVHeads            int
+	HeadDim               int
+	VocabSize             int
+	MaxPositionEmbeddings int
+	RMSNormEps            float64
+	RopeTheta             float64
+	RopeScaling           *RopeScaling
+	TieWordEmbeddings     bool
+	AttentionBias         bool // q/k/v projections carry biases (Qwen2 always)
+	QKNorm                bool // per-head RMSNorm of q and k before RoPE (Qwen3)
+	BOSTokenID            int  // -1 when absent
+	EOSTokenIDs           []int
+	TorchDtype            string
+}
+
+// Supported architectures.
+const (
+	ArchLlama   = "LlamaForCausalLM"
+	ArchQwen2   = "Qwen2ForCausalLM"
+	ArchQwen3   = "Qwen3ForCausalLM"
+	ArchMistral = "MistralForCausalLM"
+)
+
+type rawConfig struct {
+	Architectures         []string        `json:"architectures"`
+	ModelType             string          `json:"model_type"`
+	HiddenSize            int             `json:"hidden_size"`
+	IntermediateSize      int             `json:"intermediate_size"`
+	NumHiddenLayers       int             `json:"num_hidden_layers"`
+	NumAttentionHeads     int             `json:"num_attention_heads"`
+	NumKeyValueHeads      int             `json:"num_key_value_heads"`
+	HeadDim               int             `json:"head_dim"`
+	VocabSize             int             `json:"vocab_size"`
+	MaxPositionEmbeddings int             `json:"max_position_embeddings"`
+	RMSNormEps            float64         `json:"rms_norm_eps"`
+	RopeTheta             float64         `json:"rope_theta"`
+	RopeScaling           *RopeScaling    `json:"rope_scaling"`
+	TieWordEmbeddings     *bool           `json:"tie_word_embeddings"`
+	AttentionBias         *bool           `json:"attention_bias"`
+	BOSTokenID            json.RawMessage `json:"bos_token_id"`
+	EOSTokenID            json.RawMessage `json:"eos_token_id"`
+	TorchDtype            string          `json:"torch_dtype"`
+	HiddenAct             string          `json:"hidden_act"`
+}
+
+// ReadConfig reads and validates dir/config.json.
+func ReadConfig(dir string) (*Config, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("engine: read config: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig parses config.json bytes.
+func ParseConfig(data []byte) (*Config, error) {
+	var r rawConfig
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if len(r.Architectures) == 0 {
+		return nil, fmt.Errorf("no architectures listed")
+	}
+	c := &Config{
+		Architecture:          r.Architectures[0],
+		ModelType:             r.ModelType,
+		HiddenSize:            r.HiddenSize,
+		IntermediateSize:      r.IntermediateSize,
+		NumLayers:             r.NumHiddenLayers,
+		NumHeads:              r.NumAttentionHeads,
+		NumKVHeads:            r.NumKeyValueHeads,
+		HeadDim:               r.HeadDim,
+		VocabSize:             r.VocabSize,
+		MaxPositionEmbeddings: r.MaxPositionEmbeddings,
+		RMSNormEps:            r.RMSNormEps,
+		RopeTheta:             r.RopeTheta,
+		RopeScaling:           r.RopeScaling,
+		TorchDtype:            r.TorchDtype,
+		BOSTokenID:            -1,
+	}
+	switch c.Architecture {
+	case ArchLlama, ArchMistral:
+	case ArchQwen2:
+		c.AttentionBias = true
+	case ArchQwen3:
+		c.QKNorm = true
+	default:
+		return nil, fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
+	}
+	if r.AttentionBias != nil {
+		c.AttentionBias = *r.AttentionBias
+	}
+	if r.HiddenAct != "" && r.HiddenAct != "silu" {
+		return nil, fmt.Errorf("unsupported hidden_act %q (only silu)", r.HiddenAct)
+	}
+	if c.NumKVHeads == 0 {
+		c.NumKVHeads = c.NumHeads
+	}
+	if c.RMSNormEps == 0 {
+		c.RMSNormEps = 1e-6
+	}
+	if c.RopeTheta == 0 {
+		c.RopeTheta = 10000
+	}
+	if r.TieWordEmbeddings != nil {
+		c.TieWordEmbeddings = *r.TieWordEmbeddings
+	}
+	switch {
+	case c.HiddenSize <= 0:
+		return nil, fmt.Errorf("hidden_size must be positive")
+	case c.NumHeads <= 0 || c.NumLayers <= 0 || c.IntermediateSize <= 0 || c.VocabSize <= 0:
+		return nil, fmt.Errorf("num_attention_heads, num_hidden_layers, intermediate_size and vocab_size must be positive")
+	case c.NumHeads%c.NumKVHeads != 0:
+		return nil, fmt.Errorf("num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
+	}
+	if c.HeadDim == 0 {
+		if c.HiddenSize%c.NumHeads != 0 {
+			return nil, fmt.Errorf("hidden_size %d is not a multiple of num_attention_heads %d", c.HiddenSize, c.NumHeads)
+		}
+		c.HeadDim = c.HiddenSize / c.NumHeads
+	}
+	if c.HeadDim%2 != 0 {
+		return nil, fmt.Errorf("head_dim %d must be even for RoPE", c.HeadDim)
+	}
+	if c.MaxPositionEmbeddings <= 0 {
+		c.MaxPositionEmbeddings = 2048
+	}
+	if len(r.BOSTokenID) > 0 && string(r.BOSTokenID) != "null" {
+		if err := json.Unmarshal(r.BOSTokenID, &c.BOSTokenID); err != nil {
+			return nil, fmt.Errorf("bos_token_id: %w", err)
+		}
+	}
+	if len(r.EOSTokenID) > 0 && string(r.EOSTokenID) != "null" {
+		var one int
+		if err := json.Unmarshal(r.EOSTokenID, &one); err == nil {
+			c.EOSTokenIDs = []int{one}
+		} else if err := json.Unmarshal(r.EOSTokenID, &c.EOSTokenIDs); err != nil {
+			return nil, fmt.Errorf("eos_token_id: want an integer or a list of integers")
+		}
+	}
+	return c, nil
+}
+
+// QDim is the width of the query projection output (NumHeads * HeadDim).
+func (c *Config) QDim() int { return c.NumHeads * c.HeadDim }
+
+// KVDim is the width of each of the key and value projection outputs.
+func (c *Config) KVDim() int { return c.NumKVHeads * c.HeadDim }

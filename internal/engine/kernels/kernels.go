@@ -1,0 +1,93 @@
+// Package kernels holds the dense float32 math the engine and trainer run on:
+// a BLAS-style Sgemm behind a small interface, so a pure-Go SIMD backend and
+// an OpenBLAS backend (when its shared library is present) are interchangeable.
+package kernels
+
+import (
+	"runtime"
+	"sync"
+)
+
+// Backend computes C = alpha·op(A)·op(B) + beta·C for row-major matrices,
+// where op(X) is X or Xᵀ. op(A) is m×k, op(B) is k×n, C is m×n; lda, ldb,
+// ldc are the row strides of A, B, C as stored.
+type Backend interface {
+	Name() string
+	Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+}
+
+var (
+	mu      sync.RWMutex
+	current Backend = Naive{}
+)
+
+// Default returns the backend in use.
+func Default() Backend {
+	mu.RLock()
+	defer mu.RUnlock()
+	return current
+}
+
+// SetDefault replaces the backend in use.
+func SetDefault(b Backend) {
+	mu.Lock()
+	current = b
+	mu.Unlock()
+}
+
+// Naive is the reference implementation: plain loops, rows split across
+// cores. It is the correctness baseline the fast backends are tested against.
+type Naive struct{}
+
+// Name implements Backend.
+func (Naive) Name() string { return "naive" }
+
+// Sgemm implements Backend.
+func (Naive) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	at := func(i, p int) float32 {
+		if transA {
+			return a[p*lda+i]
+		}
+		return a[i*lda+p]
+	}
+	bt := func(p, j int) float32 {
+		if transB {
+			return b[j*ldb+p]
+		}
+		return b[p*ldb+j]
+	}
+	parallelRows(m, func(i0, i1 int) {
+		for i := i0; i < i1; i++ {
+			for j := 0; j < n; j++ {
+				var s float32
+				for p := 0; p < k; p++ {
+					s += at(i, p) * bt(p, j)
+				}
+				if beta == 0 {
+					c[i*ldc+j] = alpha * s
+				} else {
+					c[i*ldc+j] = alpha*s + beta*c[i*ldc+j]
+				}
+			}
+		}
+	})
+}
+
+func parallelRows(m int, f func(i0, i1 int)) {
+	w := runtime.GOMAXPROCS(0)
+	if w > m {
+		w = m
+	}
+	if w <= 1 {
+		f(0, m)
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (m + w - 1) / w
+	for i0 := 0; i0 < m; i0 += chunk {
+		i1 := min(i0+chunk, m)
+		wg.Add(1)
+		go func() { defer wg.Done(); f(i0, i1) }()
+	}
+	wg.Wait()
+}

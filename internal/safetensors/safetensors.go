@@ -1,0 +1,274 @@
+// Package safetensors reads and writes the safetensors format: an 8-byte
+// little-endian header length, a JSON header mapping tensor names to
+// {dtype, shape, data_offsets}, then the raw tensor bytes.
+//
+// Files are memory-mapped for reading, so F32 tensors are used in place and
+// F16/BF16 tensors are converted once into float32 without an extra copy of
+// the file.
+package safetensors
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"unsafe"
+)
+
+// Tensor is one tensor of a file: its dtype, shape and raw little-endian bytes.
+type Tensor struct {
+	Name  string
+	DType string // "F32", "F16", "BF16", ...
+	Shape []int
+	Data  []byte // a view into the mapped file; valid until the File is closed
+}
+
+// NumElements returns the product of the shape.
+func (t *Tensor) NumElements() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Float32 returns the tensor as float32 values. An F32 tensor whose bytes are
+// 4-byte aligned is returned as a view of the mapping (no copy); F16 and BF16
+// are converted into a new slice.
+func (t *Tensor) Float32() ([]float32, error) {
+	n := t.NumElements()
+	switch t.DType {
+	case "F32":
+		if len(t.Data) != 4*n {
+			return nil, fmt.Errorf("safetensors: tensor %s: %d bytes for %d F32 values", t.Name, len(t.Data), n)
+		}
+		if n == 0 {
+			return []float32{}, nil
+		}
+		if uintptr(unsafe.Pointer(&t.Data[0]))%4 == 0 {
+			return unsafe.Slice((*float32)(unsafe.Pointer(&t.Data[0])), n), nil
+		}
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+		}
+		return out, nil
+	case "BF16":
+		if len(t.Data) != 2*n {
+			return nil, fmt.Errorf("safetensors: tensor %s: %d bytes for %d BF16 values", t.Name, len(t.Data), n)
+		}
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(t.Data[2*i:])) << 16)
+		}
+		return out, nil
+	case "F16":
+		if len(t.Data) != 2*n {
+			return nil, fmt.Errorf("safetensors: tensor %s: %d bytes for %d F16 values", t.Name, len(t.Data), n)
+		}
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = F16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("safetensors: tensor %s: unsupported dtype %s (want F32, F16 or BF16)", t.Name, t.DType)
+}
+
+// F16ToF32 converts an IEEE 754 half-precision value to float32.
+func F16ToF32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	mant := uint32(h) & 0x3ff
+	switch {
+	case exp == 0 && mant == 0:
+		return math.Float32frombits(sign)
+	case exp == 0: // subnormal
+		for mant&0x400 == 0 {
+			mant <<= 1
+			exp--
+		}
+		exp++
+		mant &= 0x3ff
+		return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0xff<<23 | mant<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
+}
+
+// File is an open, memory-mapped safetensors file.
+type File struct {
+	Path     string
+	Metadata map[string]string
+	tensors  map[string]*Tensor
+	names    []string
+	mapped   []byte
+}
+
+type headerEntry struct {
+	DType       string `json:"dtype"`
+	Shape       []int  `json:"shape"`
+	DataOffsets [2]int `json:"data_offsets"`
+}
+
+// Open memory-maps path and parses its header.
+func Open(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	size := st.Size()
+	if size < 8 {
+		return nil, fmt.Errorf("safetensors: %s: file too short (%d bytes)", path, size)
+	}
+	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("safetensors: mmap %s: %w", path, err)
+	}
+	sf, err := parse(path, data)
+	if err != nil {
+		_ = syscall.Munmap(data)
+		return nil, err
+	}
+	sf.mapped = data
+	return sf, nil
+}
+
+// Parse reads a safetensors file already in memory (no mapping).
+func Parse(data []byte) (*File, error) { return parse("<memory>", data) }
+
+func parse(path string, data []byte) (*File, error) {
+	if len(data) < 8 {
+		return nil, fmt.Errorf("safetensors: %s: file too short", path)
+	}
+	hlen := binary.LittleEndian.Uint64(data[:8])
+	if hlen > uint64(len(data)-8) || hlen > 100<<20 {
+		return nil, fmt.Errorf("safetensors: %s: header length %d exceeds file size %d", path, hlen, len(data))
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data[8:8+hlen], &raw); err != nil {
+		return nil, fmt.Errorf("safetensors: %s: bad header: %w", path, err)
+	}
+	body := data[8+hlen:]
+	sf := &File{Path: path, tensors: map[string]*Tensor{}}
+	for name, msg := range raw {
+		if name == "__metadata__" {
+			if err := json.Unmarshal(msg, &sf.Metadata); err != nil {
+				return nil, fmt.Errorf("safetensors: %s: bad __metadata__: %w", path, err)
+			}
+			continue
+		}
+		var e headerEntry
+		if err := json.Unmarshal(msg, &e); err != nil {
+			return nil, fmt.Errorf("safetensors: %s: tensor %s: bad header entry: %w", path, name, err)
+		}
+		lo, hi := e.DataOffsets[0], e.DataOffsets[1]
+		if lo < 0 || hi < lo || hi > len(body) {
+			return nil, fmt.Errorf("safetensors: %s: tensor %s: data offsets [%d,%d] outside data of %d bytes", path, name, lo, hi, len(body))
+		}
+		sf.tensors[name] = &Tensor{Name: name, DType: e.DType, Shape: e.Shape, Data: body[lo:hi:hi]}
+		sf.names = append(sf.names, name)
+	}
+	sort.Strings(sf.names)
+	return sf, nil
+}
+
+// Names returns the tensor names in sorted order.
+func (f *File) Names() []string { return f.names }
+
+// Tensor returns the named tensor, or nil.
+func (f *File) Tensor(name string) *Tensor { return f.tensors[name] }
+
+// Close unmaps the file. Tensor data and F32 views become invalid.
+func (f *File) Close() error {
+	if f.mapped == nil {
+		return nil
+	}
+	err := syscall.Munmap(f.mapped)
+	f.mapped = nil
+	return err
+}
+
+// WriteTensor is a float32 tensor to write.
+type WriteTensor struct {
+	Name  string
+	Shape []int
+	Data  []float32
+}
+
+// WriteFile writes tensors as F32 to path atomically: a temp file in the same
+// folder, fsync, then rename.
+func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) error {
+	sorted := append([]WriteTensor(nil), tensors...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	header := map[string]any{}
+	if len(metadata) > 0 {
+		header["__metadata__"] = metadata
+	}
+	off := 0
+	for _, t := range sorted {
+		n := 1
+		for _, d := range t.Shape {
+			n *= d
+		}
+		if n != len(t.Data) {
+			return fmt.Errorf("safetensors: tensor %s: shape %v has %d elements, data has %d", t.Name, t.Shape, n, len(t.Data))
+		}
+		shape := t.Shape
+		if shape == nil {
+			shape = []int{}
+		}
+		header[t.Name] = headerEntry{DType: "F32", Shape: shape, DataOffsets: [2]int{off, off + 4*n}}
+		off += 4 * n
+	}
+	hb, err := json.Marshal(header)
+	if err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	for len(hb)%8 != 0 { // pad so the data starts 8-byte aligned
+		hb = append(hb, ' ')
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	if err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	buf := make([]byte, 8, 8+len(hb))
+	binary.LittleEndian.PutUint64(buf, uint64(len(hb)))
+	buf = append(buf, hb...)
+	if _, err := tmp.Write(buf); err != nil {
+		tmp.Close()
+		return fmt.Errorf("safetensors: write %s: %w", path, err)
+	}
+	for _, t := range sorted {
+		if len(t.Data) == 0 {
+			continue
+		}
+		b := unsafe.Slice((*byte)(unsafe.Pointer(&t.Data[0])), 4*len(t.Data))
+		if _, err := tmp.Write(b); err != nil {
+			tmp.Close()
+			return fmt.Errorf("safetensors: write %s: %w", path, err)
+		}
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("safetensors: sync %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("safetensors: close %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("safetensors: rename into %s: %w", path, err)
+	}
+	return nil
+}
