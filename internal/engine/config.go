@@ -1,7 +1,3 @@
-// Package engine is flywheel's pure-Go transformer engine: it loads Hugging
-// Face model folders (config.json + safetensors) of the Llama family (Llama,
-// Mistral, Qwen2, Qwen3), runs the forward pass with a KV cache over batches
-// of sequences, applies LoRA adapters unmerged, and samples tokens.
 package engine
 
 import (
@@ -44,6 +40,9 @@ type Config struct {
 	BOSTokenID            int  // -1 when absent
 	EOSTokenIDs           []int
 	TorchDtype            string
+	// SlidingWindow > 0 limits attention to the last SlidingWindow positions
+	// (Mistral's sliding_window); 0 means full causal attention.
+	SlidingWindow int
 }
 
 // Supported architectures.
@@ -74,6 +73,9 @@ type rawConfig struct {
 	EOSTokenID            json.RawMessage `json:"eos_token_id"`
 	TorchDtype            string          `json:"torch_dtype"`
 	HiddenAct             string          `json:"hidden_act"`
+	SlidingWindow         *int            `json:"sliding_window"`
+	UseSlidingWindow      *bool           `json:"use_sliding_window"`
+	MLPBias               bool            `json:"mlp_bias"`
 }
 
 // ReadConfig reads and validates dir/config.json.
@@ -130,6 +132,9 @@ func ParseConfig(data []byte) (*Config, error) {
 	if r.HiddenAct != "" && r.HiddenAct != "silu" {
 		return nil, fmt.Errorf("unsupported hidden_act %q (only silu)", r.HiddenAct)
 	}
+	if r.MLPBias {
+		return nil, fmt.Errorf("unsupported mlp_bias: true")
+	}
 	if c.NumKVHeads == 0 {
 		c.NumKVHeads = c.NumHeads
 	}
@@ -158,6 +163,34 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if c.HeadDim%2 != 0 {
 		return nil, fmt.Errorf("head_dim %d must be even for RoPE", c.HeadDim)
+	}
+	if rs := c.RopeScaling; rs != nil {
+		if rs.RopeType == "" {
+			rs.RopeType = rs.Type
+		}
+		switch rs.RopeType {
+		case "", "default":
+		case "linear":
+			if !(rs.Factor > 0) {
+				return nil, fmt.Errorf("rope_scaling: linear needs a positive factor")
+			}
+		case "llama3":
+			if !(rs.Factor > 0) || !(rs.LowFreqFactor > 0) || !(rs.HighFreqFactor > rs.LowFreqFactor) || rs.OriginalMaxPositionEmbeddings <= 0 {
+				return nil, fmt.Errorf("rope_scaling: llama3 needs factor > 0, 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings")
+			}
+		default:
+			return nil, fmt.Errorf("unsupported rope_scaling type %q (supported: default, linear, llama3)", rs.RopeType)
+		}
+	}
+	switch c.Architecture {
+	case ArchMistral:
+		if r.SlidingWindow != nil && *r.SlidingWindow > 0 {
+			c.SlidingWindow = *r.SlidingWindow
+		}
+	case ArchQwen2, ArchQwen3:
+		if r.UseSlidingWindow != nil && *r.UseSlidingWindow {
+			return nil, fmt.Errorf("use_sliding_window is not supported")
+		}
 	}
 	if c.MaxPositionEmbeddings <= 0 {
 		c.MaxPositionEmbeddings = 2048

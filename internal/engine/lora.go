@@ -122,17 +122,20 @@ const (
 )
 
 type peftConfig struct {
-	BaseModel     string   `json:"base_model_name_or_path"`
-	PeftType      string   `json:"peft_type"`
-	TaskType      string   `json:"task_type"`
-	R             int      `json:"r"`
-	LoraAlpha     float64  `json:"lora_alpha"`
-	LoraDropout   float64  `json:"lora_dropout"`
-	TargetModules []string `json:"target_modules"`
-	Bias          string   `json:"bias"`
-	FanInFanOut   bool     `json:"fan_in_fan_out"`
-	InferenceMode bool     `json:"inference_mode"`
-	UseRSLoRA     bool     `json:"use_rslora"`
+	BaseModel     string          `json:"base_model_name_or_path"`
+	PeftType      string          `json:"peft_type"`
+	TaskType      string          `json:"task_type"`
+	R             int             `json:"r"`
+	LoraAlpha     float64         `json:"lora_alpha"`
+	LoraDropout   float64         `json:"lora_dropout"`
+	TargetModules json.RawMessage `json:"target_modules"`
+	Bias          string          `json:"bias"`
+	FanInFanOut   bool            `json:"fan_in_fan_out"`
+	InferenceMode bool            `json:"inference_mode"`
+	UseRSLoRA     bool            `json:"use_rslora"`
+	UseDoRA       bool            `json:"use_dora,omitempty"`
+	RankPattern   map[string]any  `json:"rank_pattern,omitempty"`
+	AlphaPattern  map[string]any  `json:"alpha_pattern,omitempty"`
 }
 
 // TensorName is the PEFT tensor name of a pair's A or B ("lora_A"/"lora_B").
@@ -158,8 +161,12 @@ func (a *Adapter) Save(dir string, baseModel string) error {
 	if err := safetensors.WriteFile(filepath.Join(dir, AdapterWeightsFile), ts, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("engine: save adapter: %w", err)
 	}
+	tm, err := json.Marshal(a.Config.TargetModules)
+	if err != nil {
+		return fmt.Errorf("engine: save adapter: %w", err)
+	}
 	pc := peftConfig{BaseModel: baseModel, PeftType: "LORA", TaskType: "CAUSAL_LM", R: a.Config.Rank,
-		LoraAlpha: a.Config.Alpha, TargetModules: a.Config.TargetModules, Bias: "none", InferenceMode: true}
+		LoraAlpha: a.Config.Alpha, TargetModules: tm, Bias: "none", InferenceMode: true}
 	data, err := json.MarshalIndent(pc, "", "  ")
 	if err != nil {
 		return fmt.Errorf("engine: save adapter: %w", err)
@@ -184,7 +191,27 @@ func LoadAdapter(dir string, cfg *Config) (*Adapter, error) {
 	if pc.UseRSLoRA {
 		return nil, fmt.Errorf("engine: load adapter: use_rslora is not supported")
 	}
-	lc := LoRAConfig{Rank: pc.R, Alpha: pc.LoraAlpha, TargetModules: pc.TargetModules}
+	if pc.UseDoRA {
+		return nil, fmt.Errorf("engine: load adapter: use_dora is not supported")
+	}
+	if len(pc.RankPattern) > 0 || len(pc.AlphaPattern) > 0 {
+		return nil, fmt.Errorf("engine: load adapter: rank_pattern/alpha_pattern are not supported")
+	}
+	if pc.Bias != "" && pc.Bias != "none" {
+		return nil, fmt.Errorf("engine: load adapter: bias %q is not supported (only \"none\")", pc.Bias)
+	}
+	var targets []string
+	if err := json.Unmarshal(pc.TargetModules, &targets); err != nil {
+		var one string
+		if json.Unmarshal(pc.TargetModules, &one) != nil {
+			return nil, fmt.Errorf("engine: load adapter: target_modules: want a list of module names")
+		}
+		if one != "all-linear" {
+			return nil, fmt.Errorf("engine: load adapter: target_modules %q: only a list of names or \"all-linear\" is supported", one)
+		}
+		targets = append([]string(nil), AllModules...)
+	}
+	lc := LoRAConfig{Rank: pc.R, Alpha: pc.LoraAlpha, TargetModules: targets}
 	if err := lc.Validate(); err != nil {
 		return nil, fmt.Errorf("engine: load adapter: %w", err)
 	}
@@ -229,7 +256,8 @@ func LoadAdapter(dir string, cfg *Config) (*Adapter, error) {
 	return a, nil
 }
 
-// WriteFileAtomic writes data to path through a temp file and a rename.
+// WriteFileAtomic writes data to path (mode 0644) through a temp file in
+// the same folder, fsync and a rename.
 func WriteFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
 	if err != nil {
@@ -237,6 +265,10 @@ func WriteFileAtomic(path string, data []byte) error {
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
 		tmp.Close()
 		return err
 	}

@@ -49,7 +49,7 @@ func (t *Tensor) Float32() ([]float32, error) {
 		if n == 0 {
 			return []float32{}, nil
 		}
-		if uintptr(unsafe.Pointer(&t.Data[0]))%4 == 0 {
+		if littleEndian && uintptr(unsafe.Pointer(&t.Data[0]))%4 == 0 {
 			return unsafe.Slice((*float32)(unsafe.Pointer(&t.Data[0])), n), nil
 		}
 		out := make([]float32, n)
@@ -100,6 +100,11 @@ func F16ToF32(h uint16) float32 {
 	}
 	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
 }
+
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 // File is an open, memory-mapped safetensors file.
 type File struct {
@@ -189,6 +194,26 @@ func (f *File) Names() []string { return f.names }
 // Tensor returns the named tensor, or nil.
 func (f *File) Tensor(name string) *Tensor { return f.tensors[name] }
 
+// DropPages tells the kernel that the mapped bytes of t are not needed any
+// more (after converting an F16/BF16 tensor), so they leave the process's
+// resident set; reading them again later faults them back in from the
+// file. It is a no-op for files parsed from memory.
+func (f *File) DropPages(t *Tensor) {
+	if f.mapped == nil || len(t.Data) == 0 {
+		return
+	}
+	base := uintptr(unsafe.Pointer(&f.mapped[0]))
+	lo := uintptr(unsafe.Pointer(&t.Data[0])) - base
+	hi := lo + uintptr(len(t.Data))
+	page := uintptr(os.Getpagesize())
+	lo = (lo + page - 1) &^ (page - 1) // only pages entirely inside t
+	hi &^= page - 1
+	if hi <= lo || hi > uintptr(len(f.mapped)) {
+		return
+	}
+	_ = syscall.Madvise(f.mapped[lo:hi], syscall.MADV_DONTNEED)
+}
+
 // Close unmaps the file. Tensor data and F32 views become invalid.
 func (f *File) Close() error {
 	if f.mapped == nil {
@@ -199,15 +224,75 @@ func (f *File) Close() error {
 	return err
 }
 
-// WriteTensor is a float32 tensor to write.
+// WriteTensor is a float32 tensor to write. DType selects the stored type:
+// "" or "F32" (default), "F16" or "BF16" (rounded to nearest even).
 type WriteTensor struct {
 	Name  string
 	Shape []int
 	Data  []float32
+	DType string
 }
 
-// WriteFile writes tensors as F32 to path atomically: a temp file in the same
-// folder, fsync, then rename.
+func (t *WriteTensor) dtype() string {
+	if t.DType == "" {
+		return "F32"
+	}
+	return t.DType
+}
+
+// F32ToBF16 rounds a float32 to bfloat16 (round to nearest even; NaN stays NaN).
+func F32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 { // NaN
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// F32ToF16 rounds a float32 to IEEE half precision (round to nearest even,
+// overflow to infinity, gradual underflow).
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int((b >> 23) & 0xff)
+	mant := b & 0x7fffff
+	if exp == 0xff { // Inf or NaN
+		if mant != 0 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 { // subnormal half (or zero)
+		if e < -10 {
+			return sign
+		}
+		m := mant | 0x800000
+		shift := uint32(14 - e)
+		half := m >> shift
+		rem := m & (1<<shift - 1)
+		mid := uint32(1) << (shift - 1)
+		if rem > mid || (rem == mid && half&1 == 1) {
+			half++
+		}
+		return sign | uint16(half)
+	}
+	half := uint32(e)<<10 | mant>>13
+	rem := mant & 0x1fff
+	if rem > 0x1000 || (rem == 0x1000 && half&1 == 1) {
+		half++ // may carry into the exponent, which is still correct (up to Inf)
+	}
+	return sign | uint16(half)
+}
+
+// WriteFile writes tensors to path atomically: a temp file in the same
+// folder, fsync, then rename. The file is world-readable (0644). The output
+// is deterministic: tensors sorted by name, header keys sorted, data
+// 8-byte aligned.
 func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) error {
 	sorted := append([]WriteTensor(nil), tensors...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
@@ -228,8 +313,16 @@ func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) e
 		if shape == nil {
 			shape = []int{}
 		}
-		header[t.Name] = headerEntry{DType: "F32", Shape: shape, DataOffsets: [2]int{off, off + 4*n}}
-		off += 4 * n
+		size := 4
+		switch t.dtype() {
+		case "F32":
+		case "F16", "BF16":
+			size = 2
+		default:
+			return fmt.Errorf("safetensors: tensor %s: cannot write dtype %s", t.Name, t.DType)
+		}
+		header[t.Name] = headerEntry{DType: t.dtype(), Shape: shape, DataOffsets: [2]int{off, off + size*n}}
+		off += size * n
 	}
 	hb, err := json.Marshal(header)
 	if err != nil {
@@ -250,15 +343,44 @@ func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) e
 		tmp.Close()
 		return fmt.Errorf("safetensors: write %s: %w", path, err)
 	}
+	var conv []byte
 	for _, t := range sorted {
 		if len(t.Data) == 0 {
 			continue
 		}
-		b := unsafe.Slice((*byte)(unsafe.Pointer(&t.Data[0])), 4*len(t.Data))
+		var b []byte
+		switch t.dtype() {
+		case "F32":
+			if littleEndian {
+				b = unsafe.Slice((*byte)(unsafe.Pointer(&t.Data[0])), 4*len(t.Data))
+			} else {
+				conv = conv[:0]
+				for _, v := range t.Data {
+					conv = binary.LittleEndian.AppendUint32(conv, math.Float32bits(v))
+				}
+				b = conv
+			}
+		case "F16", "BF16":
+			conv = conv[:0]
+			for _, v := range t.Data {
+				var h uint16
+				if t.dtype() == "F16" {
+					h = F32ToF16(v)
+				} else {
+					h = F32ToBF16(v)
+				}
+				conv = binary.LittleEndian.AppendUint16(conv, h)
+			}
+			b = conv
+		}
 		if _, err := tmp.Write(b); err != nil {
 			tmp.Close()
 			return fmt.Errorf("safetensors: write %s: %w", path, err)
 		}
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("safetensors: chmod %s: %w", path, err)
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()

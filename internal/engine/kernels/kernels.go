@@ -1,11 +1,23 @@
 // Package kernels holds the dense float32 math the engine and trainer run on:
 // a BLAS-style Sgemm behind a small interface, so a pure-Go SIMD backend and
 // an OpenBLAS backend (when its shared library is present) are interchangeable.
+//
+// Backends: Go (packed, cache-blocked GEMM with AVX-512/AVX2+FMA assembly
+// micro-kernels and pure-Go fallbacks, parallel over GOMAXPROCS, with
+// streaming paths for m <= 16 and GEMV shapes), OpenBLAS (cblas_sgemm loaded
+// at run time with purego, no cgo) and Naive (reference loops). Default()
+// is Auto() unless SetDefault was called: FLYWHEEL_KERNELS=go|openblas|naive,
+// else OpenBLAS when loadable, else Go.
+//
+// Vector helpers (Dot, Axpy, Scale, Add, Sum, MatVec, MatVecT, RMSNorm,
+// Softmax, LogSumExp, SiLU, SwiGLU, Exp) use the same assembly where it pays.
+// Everything is safe for concurrent use on disjoint outputs.
 package kernels
 
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Backend computes C = alpha·op(A)·op(B) + beta·C for row-major matrices,
@@ -17,22 +29,34 @@ type Backend interface {
 }
 
 var (
-	mu      sync.RWMutex
-	current Backend = Naive{}
+	current atomic.Pointer[backendBox]
+	autoMu  sync.Mutex
 )
 
-// Default returns the backend in use.
+type backendBox struct{ b Backend }
+
+// Default returns the backend in use. On first use, unless SetDefault was
+// called before, it is Auto(): FLYWHEEL_KERNELS if set, else OpenBLAS when
+// the library loads, else Go.
 func Default() Backend {
-	mu.RLock()
-	defer mu.RUnlock()
-	return current
+	if p := current.Load(); p != nil {
+		return p.b
+	}
+	autoMu.Lock()
+	defer autoMu.Unlock()
+	if p := current.Load(); p != nil {
+		return p.b
+	}
+	b := Auto()
+	current.Store(&backendBox{b})
+	return b
 }
 
 // SetDefault replaces the backend in use.
 func SetDefault(b Backend) {
-	mu.Lock()
-	current = b
-	mu.Unlock()
+	autoMu.Lock()
+	current.Store(&backendBox{b})
+	autoMu.Unlock()
 }
 
 // Naive is the reference implementation: plain loops, rows split across

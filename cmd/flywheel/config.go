@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"flywheel/internal/store"
+)
+
+// errUsage is returned after a flag set printed its own usage or error.
+var errUsage = errors.New("usage")
+
+// envOr returns the environment variable name, or def when unset.
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envInt64(name string, def int64) int64 {
+	if v, err := strconv.ParseInt(os.Getenv(name), 10, 64); err == nil {
+		return v
+	}
+	return def
+}
+
+// dataFlags are the storage flags every subcommand shares.
+type dataFlags struct {
+	dataDir  string
+	database string
+}
+
+func (d *dataFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.dataDir, "data-dir", envOr("FLYWHEEL_DATA_DIR", "./flywheel-data"), "data directory (env FLYWHEEL_DATA_DIR)")
+	fs.StringVar(&d.database, "database", envOr("FLYWHEEL_DATABASE_URL", ""), "database: an SQLite path (env FLYWHEEL_DATABASE_URL; default <data-dir>/flywheel.db)")
+}
+
+// open makes the data dir absolute and opens the store.
+func (d *dataFlags) open(ctx context.Context) (*store.SQLite, error) {
+	abs, err := filepath.Abs(d.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	d.dataDir = abs
+	if err := os.MkdirAll(d.dataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	dbURL := d.database
+	if dbURL == "" {
+		dbURL = filepath.Join(d.dataDir, "flywheel.db")
+	}
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	return st.(*store.SQLite), nil
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"flywheel/internal/httpx"
+	"flywheel/internal/store"
+)
+
+func (s *Server) registerFiles() {
+	s.mux.HandleFunc("POST /v1/files", s.h(s.uploadFile))
+	s.mux.HandleFunc("GET /v1/files/{file_id}", s.h(s.getFile))
+}
+
+func fileJSON(f store.File) map[string]any {
+	return map[string]any{
+		"id": f.ID, "object": "file", "bytes": f.Bytes, "created_at": f.CreatedAt.Unix(),
+		"filename": f.Filename, "purpose": f.Purpose, "status": "processed",
+	}
+}
+
+// maxLine is the longest JSONL line an SFT file may hold.
+const maxLine = 64 << 20
+
+// uploadFile stores an OpenAI Files-style multipart upload (fields "file"
+// and "purpose"). Files for fine-tuning are checked line by line:
+// {"messages": [...], "tools": [...]?}.
+func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct != "multipart/form-data" {
+		return httpx.Invalid("file", "invalid_request", "upload the file as multipart/form-data with fields \"file\" and \"purpose\"")
+	}
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return httpx.Invalid("file", "invalid_request", "malformed multipart body: %s", err.Error())
+	}
+	id := "file-" + strings.ReplaceAll(store.NewID(), "-", "")
+	dst := s.layout.FilePath(id)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	tmp := dst + ".part"
+	defer os.Remove(tmp)
+	purpose, filename := "", ""
+	var size int64 = -1
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return err
+			}
+			return httpx.Invalid("file", "invalid_request", "malformed multipart body: %s", err.Error())
+		}
+		switch part.FormName() {
+		case "purpose":
+			b, err := io.ReadAll(io.LimitReader(part, 256))
+			if err != nil {
+				return err
+			}
+			purpose = strings.TrimSpace(string(b))
+		case "file":
+			filename = part.FileName()
+			f, err := os.Create(tmp)
+			if err != nil {
+				return err
+			}
+			size, err = io.Copy(f, part)
+			if err == nil {
+				err = f.Sync()
+			}
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		}
+		part.Close()
+	}
+	if size < 0 {
+		return httpx.Invalid("file", "missing_field", "file is required")
+	}
+	if size == 0 {
+		return httpx.Invalid("file", "invalid_file", "file is empty")
+	}
+	if purpose == "" {
+		purpose = "fine-tune"
+	}
+	if purpose == "fine-tune" {
+		if err := checkJSONL(tmp); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return err
+	}
+	f := store.File{ID: id, UserID: principal(r).UserID, Filename: filename, Purpose: purpose, Bytes: size, Path: dst}
+	if err := s.st.CreateFile(r.Context(), f); err != nil {
+		os.Remove(dst)
+		return err
+	}
+	f, err = s.st.FileByID(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	httpx.WriteJSON(w, http.StatusOK, fileJSON(f))
+	return nil
+}
+
+// checkJSONL validates every non-blank line of an SFT data file.
+func checkJSONL(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	line, n := 0, 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		n++
+		if err := validateSFTLine(b, line); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return httpx.Invalid("file", "invalid_file", "line %d is longer than %d bytes", line+1, maxLine)
+		}
+		return err
+	}
+	if n == 0 {
+		return httpx.Invalid("file", "invalid_file", "file has no JSONL lines")
+	}
+	return nil
+}
+
+func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
+	f, err := s.st.FileByID(r.Context(), r.PathValue("file_id"))
+	if err != nil || f.UserID != principal(r).UserID {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		return httpx.NotFound("file %s not found", r.PathValue("file_id"))
+	}
+	httpx.WriteJSON(w, http.StatusOK, fileJSON(f))
+	return nil
+}

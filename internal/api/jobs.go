@@ -1,0 +1,242 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"flywheel/internal/httpx"
+	"flywheel/internal/jobs"
+	"flywheel/internal/store"
+)
+
+func (s *Server) registerJobs() {
+	s.mux.HandleFunc("POST /v1/preview/training-jobs", s.h(s.createRLJob))
+	s.mux.HandleFunc("POST /v1/preview/sft-training-jobs", s.h(s.createSFTJob))
+	s.mux.HandleFunc("GET /v1/preview/training-jobs/{job_id}", s.h(s.getJob))
+	s.mux.HandleFunc("GET /v1/preview/training-jobs/{job_id}/events", s.h(s.listEvents))
+	s.mux.HandleFunc("POST /v1/preview/training-jobs/{job_id}/cancel", s.h(s.cancelJob))
+}
+
+// readBody reads the whole request body into a buffer of exactly the
+// announced size when Content-Length is known (no growth copies for large
+// training payloads), handing each filled megabyte to sink as it arrives so
+// the body can be written to disk while it is still being read. The body
+// limit applies through http.MaxBytesReader.
+func readBody(r *http.Request, sink func([]byte)) ([]byte, error) {
+	if r.ContentLength <= 0 {
+		b, err := io.ReadAll(r.Body)
+		if err == nil && sink != nil {
+			sink(b)
+		}
+		return b, err
+	}
+	const flushEvery = 1 << 20
+	buf := make([]byte, r.ContentLength)
+	off, flushed := 0, 0
+	for off < len(buf) {
+		n, err := r.Body.Read(buf[off:min(off+flushEvery, len(buf))])
+		off += n
+		if sink != nil && (off-flushed >= flushEvery || off == len(buf)) {
+			sink(buf[flushed:off])
+			flushed = off
+		}
+		if err == io.EOF && off < len(buf) {
+			return nil, httpx.Invalid("", "invalid_json", "request body is shorter than its Content-Length")
+		}
+		if err != nil && err != io.EOF {
+			return nil, err
+		}
+	}
+	if sink != nil && flushed < off {
+		sink(buf[flushed:off])
+	}
+	return buf, nil
+}
+
+func jobJSON(j store.Job) map[string]any {
+	out := map[string]any{
+		"id": j.ID, "object": "training_job", "model_id": j.ModelID, "kind": j.Kind, "status": j.Status,
+		"created_at": store.FormatTime(j.CreatedAt), "training_start": timePtr(j.TrainingStart),
+		"training_end": timePtr(j.TrainingEnd), "error_message": nil, "from_step": j.FromStep, "to_step": j.ToStep,
+		"experimental_config": rawOrEmpty(j.ExperimentalConfig), "metrics": j.Metrics,
+	}
+	if j.ErrorMessage != "" {
+		out["error_message"] = j.ErrorMessage
+	}
+	if j.Kind == store.KindSFT {
+		out["config"] = rawOrEmpty(j.Config)
+		out["training_data_url"] = j.FileID
+	}
+	if j.Metrics == nil {
+		out["metrics"] = map[string]any{}
+	}
+	return out
+}
+
+func rawOrEmpty(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("{}")
+	}
+	return b
+}
+
+func timePtr(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return store.FormatTime(*t)
+}
+
+func (s *Server) createRLJob(w http.ResponseWriter, r *http.Request) error {
+	pending, err := s.q.Prepare()
+	if err != nil {
+		return err
+	}
+	defer pending.Discard() // a no-op once submitted
+	body, err := readBody(r, pending.Write)
+	if err != nil {
+		return err
+	}
+	req, err := validateRL(body)
+	if err != nil {
+		return err
+	}
+	m, err := s.visibleModel(r, req.ModelID, "model_id")
+	if err != nil {
+		return err
+	}
+	cfg, err := validateRLConfig(req.ExperimentalConfig, s.cfg.DefaultLR(m.BaseModel))
+	if err != nil {
+		return err
+	}
+	exp, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindRL, ExperimentalConfig: exp, CreatedBy: principal(r).UserID})
+	if err != nil {
+		return err
+	}
+	s.log.Info("training job queued", "job_id", j.ID, "model_id", m.ID, "kind", j.Kind,
+		"groups", req.Groups, "trajectories", req.Trajectories, "bytes", len(body))
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"id": j.ID, "status": j.Status})
+	return nil
+}
+
+func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
+	pending, err := s.q.Prepare()
+	if err != nil {
+		return err
+	}
+	defer pending.Discard()
+	body, err := readBody(r, pending.Write)
+	if err != nil {
+		return err
+	}
+	req, err := validateSFT(body)
+	if err != nil {
+		return err
+	}
+	m, err := s.visibleModel(r, req.ModelID, "model_id")
+	if err != nil {
+		return err
+	}
+	fileID := strings.TrimPrefix(req.FileID, "file://")
+	f, err := s.st.FileByID(r.Context(), fileID)
+	if err != nil || f.UserID != principal(r).UserID {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		return httpx.Invalid("training_data_url", "unknown_file", "training_data_url %q is not a file you uploaded (POST /v1/files)", req.FileID)
+	}
+	cfg, err := json.Marshal(req.Config)
+	if err != nil {
+		return err
+	}
+	exp, err := json.Marshal(req.ExperimentalConfig)
+	if err != nil {
+		return err
+	}
+	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindSFT, FileID: f.ID, Config: cfg,
+		ExperimentalConfig: exp, CreatedBy: principal(r).UserID})
+	if err != nil {
+		return err
+	}
+	s.log.Info("training job queued", "job_id", j.ID, "model_id", m.ID, "kind", j.Kind, "file_id", f.ID)
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"id": j.ID, "status": j.Status})
+	return nil
+}
+
+// visibleJob loads a job whose model the caller may see.
+func (s *Server) visibleJob(r *http.Request) (store.Job, error) {
+	id := r.PathValue("job_id")
+	j, err := s.st.JobByID(r.Context(), id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return j, httpx.NotFound("training job %s not found", id)
+		}
+		return j, err
+	}
+	m, err := s.st.ModelByID(r.Context(), j.ModelID)
+	if err != nil || !principal(r).Member(m.Entity) {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return j, err
+		}
+		return j, httpx.NotFound("training job %s not found", id)
+	}
+	return j, nil
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) error {
+	j, err := s.visibleJob(r)
+	if err != nil {
+		return err
+	}
+	httpx.WriteJSON(w, http.StatusOK, jobJSON(j))
+	return nil
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
+	j, err := s.visibleJob(r)
+	if err != nil {
+		return err
+	}
+	page, err := parsePage(r, false)
+	if err != nil {
+		return err
+	}
+	events, more, err := s.st.ListEvents(r.Context(), j.ID, page)
+	if err != nil {
+		return err
+	}
+	writeList(w, events, func(e store.Event) string { return e.ID }, func(e store.Event) any {
+		return map[string]any{"id": e.ID, "object": "training_job.event", "type": e.Type, "data": e.Data, "created_at": store.FormatTime(e.CreatedAt)}
+	}, more)
+	return nil
+}
+
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) error {
+	j, err := s.visibleJob(r)
+	if err != nil {
+		return err
+	}
+	if err := s.q.Cancel(r.Context(), j.ID); err != nil {
+		if errors.Is(err, jobs.ErrNotCancellable) {
+			cur, _ := s.st.JobByID(r.Context(), j.ID)
+			return &httpx.Error{Status: http.StatusConflict, Code: "job_not_cancellable",
+				Message: fmt.Sprintf("training job %s is already %s", j.ID, cur.Status)}
+		}
+		return err
+	}
+	j, err = s.st.JobByID(r.Context(), j.ID)
+	if err != nil {
+		return err
+	}
+	httpx.WriteJSON(w, http.StatusOK, jobJSON(j))
+	return nil
+}

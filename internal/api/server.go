@@ -1,0 +1,214 @@
+// Package api is flywheel's HTTP layer: it builds the root mux, mounts the
+// control-plane routes (models, checkpoints, training jobs, files, health)
+// and the routes of other packages (Registrars), and wraps everything in the
+// cross-cutting middleware: request ids, structured logs, panic recovery,
+// Prometheus metrics, body limits and authentication.
+//
+// Handlers only translate between the wire format of the contract
+// (docs: api.md) and the store and job queue.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"flywheel/internal/auth"
+	"flywheel/internal/httpx"
+	"flywheel/internal/jobs"
+	"flywheel/internal/store"
+)
+
+// Registrar mounts a package's routes on the root mux, with Go 1.22
+// patterns ("POST /call/read"). Routes are wrapped in the server's
+// middleware: by the time a handler runs under an authenticated prefix,
+// auth.FromContext holds the caller.
+type Registrar interface {
+	Register(mux *http.ServeMux)
+}
+
+// RegistrarFunc adapts a function to Registrar.
+type RegistrarFunc func(mux *http.ServeMux)
+
+// Register calls f(mux).
+func (f RegistrarFunc) Register(mux *http.ServeMux) { f(mux) }
+
+// Queue is the job queue as the handlers use it (implemented by
+// *jobs.Queue).
+type Queue interface {
+	// Prepare starts storing a job's request body while it is read and
+	// validated; the pending job is then submitted or discarded.
+	Prepare() (*jobs.Pending, error)
+	// Cancel cancels a queued or running job.
+	Cancel(ctx context.Context, id string) error
+}
+
+// DefaultMaxBodyBytes is the default request body limit (256 MiB).
+const DefaultMaxBodyBytes = 256 << 20
+
+// Config configures the HTTP server.
+type Config struct {
+	DataDir      string // absolute data dir (uploaded files, checkpoints)
+	ModelsDir    string // absolute models dir (base models)
+	MaxBodyBytes int64  // request body limit; default DefaultMaxBodyBytes
+	Version      string // reported by /v1/health
+	Logger       *slog.Logger
+	// Registry receives the server's metrics; a new registry (with Go and
+	// process collectors) when nil. It is served at /metrics.
+	Registry *prometheus.Registry
+	// NewAdapter writes the untrained step-0 adapter of a new model into
+	// dir. Nil means the engine's (WriteInitialAdapter).
+	NewAdapter func(baseModelDir, baseModel string, lora store.LoRA, seed uint64, dir string) error
+	// DefaultLoRA is the adapter shape used when a create request has no
+	// "lora"; nil means the engine's default.
+	DefaultLoRA func() store.LoRA
+	// DefaultLR returns the RL learning rate used when a job's
+	// experimental_config.learning_rate is null, for a base model; it fills
+	// the job record's experimental_config. Nil means DefaultLearningRate.
+	DefaultLR func(baseModel string) float64
+	// AuthCacheTTL is how long a resolved API key is cached; default 5s,
+	// negative disables the cache.
+	AuthCacheTTL time.Duration
+}
+
+// Server is the HTTP server's handler.
+type Server struct {
+	cfg     Config
+	st      store.Store
+	q       Queue
+	mux     *http.ServeMux
+	handler http.Handler
+	layout  store.Layout
+	log     *slog.Logger
+	metrics *metrics
+	auth    *authCache
+	started time.Time
+}
+
+// New builds the server over a store and a job queue, mounting the routes
+// of extra registrars beside its own.
+func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.NewAdapter == nil {
+		cfg.NewAdapter = WriteInitialAdapter
+	}
+	if cfg.DefaultLoRA == nil {
+		cfg.DefaultLoRA = DefaultLoRA
+	}
+	if cfg.DefaultLR == nil {
+		cfg.DefaultLR = func(string) float64 { return DefaultLearningRate }
+	}
+	if cfg.AuthCacheTTL == 0 {
+		cfg.AuthCacheTTL = 5 * time.Second
+	}
+	if abs, err := filepath.Abs(cfg.DataDir); err == nil {
+		cfg.DataDir = abs
+	}
+	if abs, err := filepath.Abs(cfg.ModelsDir); err == nil {
+		cfg.ModelsDir = abs
+	}
+	s := &Server{
+		cfg: cfg, st: st, q: q, mux: http.NewServeMux(),
+		layout: store.Layout{DataDir: cfg.DataDir}, log: cfg.Logger,
+		auth: newAuthCache(cfg.AuthCacheTTL), started: time.Now(),
+	}
+	s.metrics = newMetrics(cfg.Registry, st)
+	s.routes()
+	for _, r := range extra {
+		r.Register(s.mux)
+	}
+	s.handler = s.middleware(s.mux)
+	return s
+}
+
+// ServeHTTP serves a request through the middleware and the root mux.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Registry returns the Prometheus registry served at /metrics, so other
+// packages can add collectors.
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+
+func (s *Server) routes() {
+	s.registerHealth()
+	s.registerModels()
+	s.registerJobs()
+	s.registerFiles()
+	s.mux.Handle("GET /metrics", s.metrics.handler())
+	s.mux.HandleFunc("/", s.noRoute)
+}
+
+// noRoute answers requests no pattern matched: 405 (with Allow) when the
+// path exists for other methods, else 404, in the route group's envelope.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allowed []string
+	for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+		if m == r.Method {
+			continue
+		}
+		r2 := r.Clone(r.Context())
+		r2.Method = m
+		if _, pattern := s.mux.Handler(r2); pattern != "/" && pattern != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, r, &httpx.Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed",
+			Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", "))})
+		return
+	}
+	writeError(w, r, httpx.NotFound("no route for %s %s", r.Method, r.URL.Path))
+}
+
+// handlerFunc is a handler that returns its error; see (*Server).h.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// h adapts a handlerFunc: a returned error is written in the route group's
+// envelope. Store sentinels become 404/409; any other error that is not an
+// *httpx.Error is logged and answered as an opaque 500.
+func (s *Server) h(fn handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := fn(w, r)
+		if err == nil {
+			return
+		}
+		var he *httpx.Error
+		switch {
+		case errors.As(err, &he):
+		case errors.Is(err, store.ErrNotFound):
+			err = httpx.NotFound("not found")
+		case errors.Is(err, store.ErrConflict):
+			err = &httpx.Error{Status: http.StatusConflict, Message: "conflict", Code: "conflict"}
+		case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+			return // the client went away
+		default:
+			var mbe *http.MaxBytesError
+			if !errors.As(err, &mbe) {
+				s.log.Error("request failed", "request_id", RequestID(r.Context()), "route", r.Pattern, "err", err)
+			}
+		}
+		writeError(w, r, err)
+	}
+}
+
+// principal returns the authenticated caller (present on every
+// authenticated route).
+func principal(r *http.Request) *auth.Principal {
+	p, _ := auth.FromContext(r.Context())
+	if p == nil {
+		return &auth.Principal{}
+	}
+	return p
+}

@@ -1,0 +1,529 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"flywheel/internal/httpx"
+)
+
+// decodeGeneric decodes a small JSON body into generic values, numbers kept
+// as json.Number, so that validation can name the JSON path of a wrong-typed
+// field (array indices included). Large training payloads use the scanner.
+func decodeGeneric(data []byte) (map[string]any, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, httpx.Invalid("", "invalid_json", "request body is empty; expected a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, httpx.Invalid("", "invalid_json", "malformed JSON at byte %d: %s", se.Offset, se.Error())
+		}
+		return nil, httpx.Invalid("", "invalid_json", "malformed JSON: %s", err.Error())
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, httpx.Invalid("", "invalid_json", "malformed JSON: unexpected data after the JSON value")
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", typeName(v))
+	}
+	return m, nil
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number, float64:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return "a value"
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+func typeErr(path, want string, got any) error {
+	return httpx.Invalid(path, "invalid_type", "%s: expected %s, got %s", path, want, typeName(got))
+}
+
+func valueErr(path, format string, args ...any) error {
+	return httpx.Invalid(path, "invalid_value", path+": "+format, args...)
+}
+
+// fields reads typed values out of a generic object, reporting errors with
+// the object's path. A missing key and JSON null both read as absent.
+type fields struct {
+	m    map[string]any
+	path string
+}
+
+func (f fields) str(key string, required bool) (string, bool, error) {
+	v, ok := f.m[key]
+	p := join(f.path, key)
+	if !ok || v == nil {
+		if required {
+			return "", false, httpx.Invalid(p, "missing_field", "%s is required", p)
+		}
+		return "", false, nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", false, typeErr(p, "a string", v)
+	}
+	return s, true, nil
+}
+
+func (f fields) boolean(key string) (bool, bool, error) {
+	v, ok := f.m[key]
+	if !ok || v == nil {
+		return false, false, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, false, typeErr(join(f.path, key), "a boolean", v)
+	}
+	return b, true, nil
+}
+
+func (f fields) number(key string) (float64, bool, error) {
+	v, ok := f.m[key]
+	if !ok || v == nil {
+		return 0, false, nil
+	}
+	x, err := toNumber(join(f.path, key), v)
+	return x, err == nil, err
+}
+
+func toNumber(path string, v any) (float64, error) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, typeErr(path, "a number", v)
+	}
+	x, err := n.Float64()
+	if err != nil || math.IsInf(x, 0) || math.IsNaN(x) {
+		return 0, valueErr(path, "number %s is out of range; numbers must be finite", n)
+	}
+	return x, nil
+}
+
+func (f fields) object(key string) (map[string]any, bool, error) {
+	v, ok := f.m[key]
+	if !ok || v == nil {
+		return nil, false, nil
+	}
+	o, ok := v.(map[string]any)
+	if !ok {
+		return nil, false, typeErr(join(f.path, key), "an object", v)
+	}
+	return o, true, nil
+}
+
+func (f fields) array(key string, required bool) ([]any, bool, error) {
+	v, ok := f.m[key]
+	p := join(f.path, key)
+	if !ok || v == nil {
+		if required {
+			return nil, false, httpx.Invalid(p, "missing_field", "%s is required", p)
+		}
+		return nil, false, nil
+	}
+	a, ok := v.([]any)
+	if !ok {
+		return nil, false, typeErr(p, "an array", v)
+	}
+	return a, true, nil
+}
+
+// Importance-sampling levels of rl.md.
+var isLevels = map[string]bool{"token": true, "sequence": true, "average": true, "geometric_average": true}
+
+// DefaultLearningRate is the RL learning rate of rl.md for real models.
+const DefaultLearningRate = 5e-6
+
+// validateRLConfig validates experimental_config (rl.md) and returns it
+// with every known field's default filled in; unknown fields are kept.
+func validateRLConfig(raw []byte, defaultLR float64) (map[string]any, error) {
+	cfg := map[string]any{}
+	if len(raw) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&cfg); err != nil {
+			return nil, httpx.Invalid("experimental_config", "invalid_json", "experimental_config: %s", err.Error())
+		}
+	}
+	f := fields{m: cfg, path: "experimental_config"}
+	out := make(map[string]any, len(cfg)+11)
+	for k, v := range cfg {
+		out[k] = v
+	}
+	num := func(key string, def any, check func(float64) string) error {
+		x, ok, err := f.number(key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			out[key] = def
+			return nil
+		}
+		if check != nil {
+			if msg := check(x); msg != "" {
+				return valueErr(join(f.path, key), "%s", msg)
+			}
+		}
+		out[key] = x
+		return nil
+	}
+	boolean := func(key string, def bool) error {
+		b, ok, err := f.boolean(key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			b = def
+		}
+		out[key] = b
+		return nil
+	}
+	ppo, _, err := f.boolean("ppo")
+	if err != nil {
+		return nil, err
+	}
+	out["ppo"] = ppo
+	nonNeg := func(x float64) string {
+		if x < 0 {
+			return "must be >= 0"
+		}
+		return ""
+	}
+	if err := num("learning_rate", defaultLR, func(x float64) string {
+		if x <= 0 {
+			return "must be > 0"
+		}
+		return ""
+	}); err != nil {
+		return nil, err
+	}
+	for _, b := range []struct {
+		key string
+		def bool
+	}{{"scale_rewards", true}, {"precalculate_logprobs", false}, {"mask_prob_ratio", false}} {
+		if err := boolean(b.key, b.def); err != nil {
+			return nil, err
+		}
+	}
+	if err := num("advantage_balance", 0.0, func(x float64) string {
+		if x < -1 || x > 1 {
+			return "must be in [-1, 1]"
+		}
+		return ""
+	}); err != nil {
+		return nil, err
+	}
+	level, ok, err := f.str("importance_sampling_level", false)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		level = "token"
+	} else if !isLevels[level] {
+		return nil, valueErr("experimental_config.importance_sampling_level", "must be one of token, sequence, average, geometric_average; got %q", level)
+	}
+	out["importance_sampling_level"] = level
+	epsDef := 1.0
+	if ppo {
+		epsDef = 0.2
+	}
+	if err := num("epsilon", epsDef, nonNeg); err != nil {
+		return nil, err
+	}
+	epsHighDef := 4.0
+	if ppo {
+		epsHighDef = out["epsilon"].(float64)
+	}
+	if err := num("epsilon_high", epsHighDef, nonNeg); err != nil {
+		return nil, err
+	}
+	if err := num("max_negative_advantage_importance_sampling_weight", nil, func(x float64) string {
+		if x <= 0 {
+			return "must be > 0"
+		}
+		return ""
+	}); err != nil {
+		return nil, err
+	}
+	if err := num("x_k2_tau", nil, nil); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// sftRequest is a validated SFT training-job request.
+type sftRequest struct {
+	ModelID            string
+	FileID             string
+	Config             map[string]any // with defaults filled
+	ExperimentalConfig map[string]any
+}
+
+// validateSFT validates an SFT training-job request body.
+func validateSFT(data []byte) (sftRequest, error) {
+	var req sftRequest
+	m, err := decodeGeneric(data)
+	if err != nil {
+		return req, err
+	}
+	f := fields{m: m}
+	if req.ModelID, _, err = f.str("model_id", true); err != nil {
+		return req, err
+	}
+	if req.FileID, _, err = f.str("training_data_url", true); err != nil {
+		return req, err
+	}
+	if req.FileID == "" {
+		return req, valueErr("training_data_url", "must be the id of an uploaded file (file-...)")
+	}
+	cfg, _, err := f.object("config")
+	if err != nil {
+		return req, err
+	}
+	cf := fields{m: cfg, path: "config"}
+	out := map[string]any{}
+	for k, v := range cfg {
+		out[k] = v
+	}
+	switch v := cfg["batch_size"].(type) {
+	case nil:
+		out["batch_size"] = "auto"
+	case string:
+		if v != "auto" {
+			return req, valueErr("config.batch_size", "must be a positive integer or \"auto\"; got %q", v)
+		}
+	case json.Number:
+		n, err := strconv.Atoi(v.String())
+		if err != nil || n <= 0 {
+			return req, valueErr("config.batch_size", "must be a positive integer or \"auto\"; got %s", v)
+		}
+		out["batch_size"] = n
+	default:
+		return req, typeErr("config.batch_size", "an integer or \"auto\"", v)
+	}
+	switch v := cfg["learning_rate"].(type) {
+	case nil:
+		out["learning_rate"] = nil
+	case json.Number:
+		x, err := toNumber("config.learning_rate", v)
+		if err != nil {
+			return req, err
+		}
+		if x <= 0 {
+			return req, valueErr("config.learning_rate", "must be > 0")
+		}
+		out["learning_rate"] = x
+	case []any:
+		if len(v) == 0 {
+			return req, valueErr("config.learning_rate", "must not be an empty array")
+		}
+		lrs := make([]float64, len(v))
+		for i, e := range v {
+			x, err := toNumber(index("config.learning_rate", i), e)
+			if err != nil {
+				return req, err
+			}
+			if x <= 0 {
+				return req, valueErr(index("config.learning_rate", i), "must be > 0")
+			}
+			lrs[i] = x
+		}
+		out["learning_rate"] = lrs
+	default:
+		return req, typeErr("config.learning_rate", "a number or an array of numbers", v)
+	}
+	turns, ok, err := cf.str("assistant_turns", false)
+	if err != nil {
+		return req, err
+	}
+	if !ok {
+		turns = "all"
+	} else if turns != "all" && turns != "last" {
+		return req, valueErr("config.assistant_turns", "must be \"all\" or \"last\"; got %q", turns)
+	}
+	out["assistant_turns"] = turns
+	req.Config = out
+	exp, _, err := f.object("experimental_config")
+	if err != nil {
+		return req, err
+	}
+	if exp == nil {
+		exp = map[string]any{}
+	}
+	req.ExperimentalConfig = exp
+	return req, nil
+}
+
+// validateSFTLine checks one line of an SFT JSONL file:
+// {"messages": [...], "tools": [...]?}. line is 1-based.
+func validateSFTLine(data []byte, line int) error {
+	p := fmt.Sprintf("line %d", line)
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		return httpx.Invalid("file", "invalid_file", "%s: not a JSON object: %s", p, err.Error())
+	}
+	if m == nil {
+		return httpx.Invalid("file", "invalid_file", "%s: expected a JSON object", p)
+	}
+	f := fields{m: m}
+	msgs, _, err := f.array("messages", true)
+	if err != nil {
+		return httpx.Invalid("file", "invalid_file", "%s: %s", p, httpx.AsError(err).Message)
+	}
+	if len(msgs) == 0 {
+		return httpx.Invalid("file", "invalid_file", "%s: messages must not be empty", p)
+	}
+	for i, e := range msgs {
+		mp := index("messages", i)
+		msg, ok := e.(map[string]any)
+		if !ok {
+			return httpx.Invalid("file", "invalid_file", "%s: %s: expected an object, got %s", p, mp, typeName(e))
+		}
+		if _, _, err := (fields{m: msg, path: mp}).str("role", true); err != nil {
+			return httpx.Invalid("file", "invalid_file", "%s: %s", p, httpx.AsError(err).Message)
+		}
+	}
+	if _, _, err := f.array("tools", false); err != nil {
+		return httpx.Invalid("file", "invalid_file", "%s: %s", p, httpx.AsError(err).Message)
+	}
+	return nil
+}
+
+// logMetrics computes the /log metrics of api.md for one split: the means
+// over trajectories of reward and of each numeric key of metrics,
+// exception_rate, and reward_std_dev (the mean over groups of the population
+// std of rewards). Keys are "{split}/{name}".
+func logMetrics(m map[string]any) (string, map[string]float64, error) {
+	f := fields{m: m}
+	split, ok, err := f.str("split", false)
+	if err != nil {
+		return "", nil, err
+	}
+	if !ok || split == "" {
+		split = "val"
+	}
+	groups, _, err := f.array("trajectory_groups", true)
+	if err != nil {
+		return "", nil, err
+	}
+	sums, counts := map[string]float64{}, map[string]int{}
+	var rewardSum, stdSum float64
+	var nTraj, nExc, nGroups int
+	for gi, g := range groups {
+		gp := index("trajectory_groups", gi)
+		gm, ok := g.(map[string]any)
+		if !ok {
+			return "", nil, typeErr(gp, "an object", g)
+		}
+		gf := fields{m: gm, path: gp}
+		trajs, _, err := gf.array("trajectories", true)
+		if err != nil {
+			return "", nil, err
+		}
+		exc, _, err := gf.array("exceptions", false)
+		if err != nil {
+			return "", nil, err
+		}
+		nExc += len(exc)
+		var rs []float64
+		for ti, t := range trajs {
+			tp := index(join(gp, "trajectories"), ti)
+			tm, ok := t.(map[string]any)
+			if !ok {
+				return "", nil, typeErr(tp, "an object", t)
+			}
+			tf := fields{m: tm, path: tp}
+			rv, ok := tm["reward"]
+			if !ok || rv == nil {
+				return "", nil, httpx.Invalid(join(tp, "reward"), "missing_field", "%s is required", join(tp, "reward"))
+			}
+			r, err := toNumber(join(tp, "reward"), rv)
+			if err != nil {
+				return "", nil, err
+			}
+			rs = append(rs, r)
+			metrics, _, err := tf.object("metrics")
+			if err != nil {
+				return "", nil, err
+			}
+			for k, v := range metrics {
+				var x float64
+				switch v := v.(type) {
+				case json.Number:
+					var err error
+					if x, err = v.Float64(); err != nil || math.IsInf(x, 0) {
+						continue
+					}
+				case bool:
+					if v {
+						x = 1
+					}
+				default:
+					continue
+				}
+				sums[k] += x
+				counts[k]++
+			}
+		}
+		if len(rs) > 0 {
+			var mean, sq float64
+			for _, r := range rs {
+				mean += r
+			}
+			mean /= float64(len(rs))
+			for _, r := range rs {
+				sq += (r - mean) * (r - mean)
+			}
+			stdSum += math.Sqrt(sq / float64(len(rs)))
+			nGroups++
+			for _, r := range rs {
+				rewardSum += r
+			}
+			nTraj += len(rs)
+		}
+	}
+	out := map[string]float64{}
+	for k, s := range sums {
+		out[split+"/"+k] = s / float64(counts[k])
+	}
+	if nTraj > 0 {
+		out[split+"/reward"] = rewardSum / float64(nTraj)
+		out[split+"/reward_std_dev"] = stdSum / float64(nGroups)
+	}
+	if nTraj+nExc > 0 {
+		out[split+"/exception_rate"] = float64(nExc) / float64(nTraj+nExc)
+	}
+	return split, out, nil
+}

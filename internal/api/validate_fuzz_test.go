@@ -1,0 +1,92 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"flywheel/internal/httpx"
+)
+
+var fuzzSeeds = []string{
+	`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [{"role": "user", "content": "hi"}, {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "yo"}, "logprobs": {"content": [{"token": "token_id:3", "logprob": -0.5}]}}], "reward": 1}]}]}`,
+	`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [{"content": "x"}], "reward": 1}]}]}`,
+	`{"model_id": "m", "trajectory_groups": [], "experimental_config": {"epsilon": -1}}`,
+	`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [], "reward": 1e999}]}]}`,
+	`{"mo\u0064el_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [], "reward": -0.5e-3, "tools": null, "additional_histories": [{"messages_and_choices": []}]}]}]}`,
+	`[1, 2, {"a": "\ud83d\ude00"}]`,
+	`{"a": [[[[[[[[]]]]]]]]}`,
+	`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [{"message": {"role": 3}}], "reward": 0}]}]}`,
+	``, `{`, `"`, `{"model_id": "\`,
+}
+
+// FuzzValidateRL checks that decoding and validating a training-job request
+// never panics, that every error is a 400 *httpx.Error, and that the
+// scanner agrees with encoding/json on what is valid JSON.
+func FuzzValidateRL(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, err := validateRL(data)
+		if err != nil {
+			var he *httpx.Error
+			if !errors.As(err, &he) || he.Status != 400 || he.Message == "" {
+				t.Fatalf("error %v is not a 400 *httpx.Error", err)
+			}
+			if he.Code == "invalid_json" && json.Valid(data) {
+				t.Fatalf("scanner says malformed, encoding/json says valid: %q: %v", data, err)
+			}
+			return
+		}
+		if !json.Valid(data) {
+			t.Fatalf("scanner accepted invalid JSON %q", data)
+		}
+		if req.ModelID == "" || req.Groups == 0 || req.Trajectories == 0 {
+			t.Fatalf("accepted without model or trajectories: %+v", req)
+		}
+		if req.ExperimentalConfig != nil {
+			if !json.Valid(req.ExperimentalConfig) {
+				t.Fatalf("experimental_config slice is not JSON: %q", req.ExperimentalConfig)
+			}
+			_, _ = validateRLConfig(req.ExperimentalConfig, DefaultLearningRate)
+		}
+	})
+}
+
+// FuzzValidateSFT checks that SFT request validation never panics.
+func FuzzValidateSFT(f *testing.F) {
+	f.Add([]byte(`{"model_id": "m", "training_data_url": "file-1", "config": {"batch_size": 2, "learning_rate": [1e-4]}}`))
+	f.Add([]byte(`{"model_id": "m", "training_data_url": "file-1", "config": {"batch_size": "auto", "learning_rate": 1e999}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if _, err := validateSFT(data); err != nil {
+			var he *httpx.Error
+			if !errors.As(err, &he) || he.Status != 400 {
+				t.Fatalf("error %v is not a 400 *httpx.Error", err)
+			}
+		}
+	})
+}
+
+func TestScannerMatchesEncodingJSON(t *testing.T) {
+	// Syntax corner cases, compared with encoding/json's verdict.
+	for _, s := range []string{
+		`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [], "reward": 01}]}]}`,
+		`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [], "reward": 1.}]}]}`,
+		`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [], "reward": -}]}]}`,
+		`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [], "reward": 1, }]}]}`,
+		`{"model_id": "m\x01", "trajectory_groups": []}`,
+		`{"model_id": "m\q", "trajectory_groups": []}`,
+		`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [], "reward": 1, "x": tru}]}]}`,
+		`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [], "reward": 2E+3, "x": [1,]}]}]}`,
+	} {
+		_, err := validateRL([]byte(s))
+		if json.Valid([]byte(s)) {
+			continue
+		}
+		var he *httpx.Error
+		if !errors.As(err, &he) || he.Code != "invalid_json" {
+			t.Errorf("%s: got %v, want invalid_json", s, err)
+		}
+	}
+}

@@ -1,0 +1,356 @@
+package engine
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"flywheel/internal/engine/kernels"
+	"flywheel/internal/safetensors"
+)
+
+// smolLM2Config is the SmolLM2-135M shape (random weights in benchmarks).
+func smolLM2Config() *Config {
+	return &Config{
+		Architecture: ArchLlama, ModelType: "llama",
+		HiddenSize: 576, IntermediateSize: 1536, NumLayers: 30, NumHeads: 9, NumKVHeads: 3, HeadDim: 64,
+		VocabSize: 49152, MaxPositionEmbeddings: 8192, RMSNormEps: 1e-5, RopeTheta: 100000,
+		TieWordEmbeddings: true, BOSTokenID: 1, EOSTokenIDs: []int{2},
+	}
+}
+
+var (
+	benchOnce  sync.Once
+	benchModel *Model
+)
+
+func model135M(b *testing.B) *Model {
+	benchOnce.Do(func() {
+		cfg := smolLM2Config()
+		benchModel = NewModel("bench/smollm2-135m-random", cfg, RandomWeights(cfg, 1), nil, nil)
+		b.Logf("kernels: %s", kernels.Describe(kernels.Default()))
+	})
+	return benchModel
+}
+
+// weightBytes is the float32 bytes of all weights (tied LM head counted once).
+func weightBytes(w *Weights) int64 {
+	n := len(w.Embed) + len(w.Norm)
+	if &w.LMHead[0] != &w.Embed[0] {
+		n += len(w.LMHead)
+	}
+	for _, L := range w.Layers {
+		n += len(L.AttnNorm) + len(L.Wq) + len(L.Wk) + len(L.Wv) + len(L.Wo) + len(L.Bq) + len(L.Bk) + len(L.Bv) +
+			len(L.QNorm) + len(L.KNorm) + len(L.MLPNorm) + len(L.Wgate) + len(L.Wup) + len(L.Wdown)
+	}
+	return int64(n) * 4
+}
+
+// peakRSS is the process's resident-set high-water mark (VmHWM) in bytes.
+func peakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+const benchContext = 128 // prompt tokens before decoding starts
+
+// benchDecode decodes batch sequences one token per step; each starts from
+// a benchContext-token prompt and is reset every 256 steps.
+func benchDecode(b *testing.B, batch int) {
+	m := model135M(b)
+	V := m.Config.VocabSize
+	seqs := make([]*Seq, batch)
+	toks := make([][]int, batch)
+	for i := range seqs {
+		seqs[i] = m.NewSeq(nil)
+		if _, err := m.Forward([]*Seq{seqs[i]}, [][]int{randTokens(benchContext, V, uint64(i))}); err != nil {
+			b.Fatal(err)
+		}
+		toks[i] = []int{i + 1}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for n := 0; n < b.N; n++ {
+		if n > 0 && n%256 == 0 {
+			for _, s := range seqs {
+				s.Truncate(benchContext)
+			}
+		}
+		if _, err := m.Forward(seqs, toks); err != nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(start).Seconds()
+	b.ReportMetric(float64(b.N*batch)/el, "tok/s")
+	b.ReportMetric(float64(peakRSS())/(1<<20), "peakRSS-MiB")
+}
+
+func BenchmarkDecode135M(b *testing.B) {
+	b.Run("batch=1", func(b *testing.B) { benchDecode(b, 1) })
+	b.Run("batch=8", func(b *testing.B) { benchDecode(b, 8) })
+}
+
+// BenchmarkPrefill135M runs a 512-token prompt through a fresh sequence and
+// reports tokens/s and the achieved GFLOP/s (2·params·tokens for the
+// matrix products plus the causal attention).
+func BenchmarkPrefill135M(b *testing.B) {
+	m := model135M(b)
+	c := m.Config
+	const T = 512
+	toks := randTokens(T, c.VocabSize, 7)
+	s := m.NewSeq(nil)
+	flops := prefillFLOPs(m, T)
+	b.ResetTimer()
+	start := time.Now()
+	for n := 0; n < b.N; n++ {
+		s.Reset()
+		if _, err := m.Forward([]*Seq{s}, [][]int{toks}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(start).Seconds()
+	b.ReportMetric(float64(b.N*T)/el, "tok/s")
+	b.ReportMetric(float64(flops)*float64(b.N)/el/1e9, "GFLOP/s")
+	b.ReportMetric(float64(peakRSS())/(1<<20), "peakRSS-MiB")
+}
+
+func BenchmarkWeightBytes135M(b *testing.B) {
+	m := model135M(b)
+	for n := 0; n < b.N; n++ {
+	}
+	b.ReportMetric(float64(weightBytes(m.Weights))/(1<<20), "weights-MiB")
+}
+
+// writeSmolLM2 writes a SmolLM2-135M-shaped model folder (random weights,
+// no tokenizer) in dtype.
+func writeSmolLM2(b *testing.B, dir, dtype string) {
+	cfg := smolLM2Config()
+	w := RandomWeights(cfg, 1)
+	var ts []safetensors.WriteTensor
+	add := func(name string, v []float32, shape ...int) {
+		ts = append(ts, safetensors.WriteTensor{Name: name, Shape: shape, Data: v, DType: dtype})
+	}
+	H, I := cfg.HiddenSize, cfg.IntermediateSize
+	add("model.embed_tokens.weight", w.Embed, cfg.VocabSize, H)
+	add("model.norm.weight", w.Norm, H)
+	for l, L := range w.Layers {
+		p := "model.layers." + strconv.Itoa(l) + "."
+		add(p+"input_layernorm.weight", L.AttnNorm, H)
+		add(p+"post_attention_layernorm.weight", L.MLPNorm, H)
+		add(p+"self_attn.q_proj.weight", L.Wq, cfg.QDim(), H)
+		add(p+"self_attn.k_proj.weight", L.Wk, cfg.KVDim(), H)
+		add(p+"self_attn.v_proj.weight", L.Wv, cfg.KVDim(), H)
+		add(p+"self_attn.o_proj.weight", L.Wo, H, cfg.QDim())
+		add(p+"mlp.gate_proj.weight", L.Wgate, I, H)
+		add(p+"mlp.up_proj.weight", L.Wup, I, H)
+		add(p+"mlp.down_proj.weight", L.Wdown, H, I)
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, WeightsFile), ts, nil); err != nil {
+		b.Fatal(err)
+	}
+	conf := `{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":576,"intermediate_size":1536,` +
+		`"num_hidden_layers":30,"num_attention_heads":9,"num_key_value_heads":3,"head_dim":64,"vocab_size":49152,` +
+		`"max_position_embeddings":8192,"rms_norm_eps":1e-5,"rope_theta":100000,"tie_word_embeddings":true,` +
+		`"bos_token_id":1,"eos_token_id":2,"hidden_act":"silu"}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// TestMemoryChild is the child process of BenchmarkPeakMemory135M: it
+// loads the model in FLYWHEEL_MEM_DIR, prefills 512 tokens and decodes 64
+// more on one sequence, and prints its peak RSS and KV-cache bytes.
+func TestMemoryChild(t *testing.T) {
+	dir := os.Getenv("FLYWHEEL_MEM_DIR")
+	if dir == "" {
+		t.Skip("child of BenchmarkPeakMemory135M")
+	}
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := LoadWeights(dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewModel("mem", cfg, w, nil, nil)
+	s := m.NewSeq(nil)
+	if _, err := m.Forward([]*Seq{s}, [][]int{randTokens(512, cfg.VocabSize, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 64; i++ {
+		if _, err := m.Forward([]*Seq{s}, [][]int{{i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv := int64(0)
+	for l := range s.k {
+		kv += int64(len(s.k[l])+len(s.v[l])) * 4
+	}
+	fmt.Printf("MEM peak=%d kv=%d weights=%d\n", peakRSS(), kv, weightBytes(w))
+}
+
+// BenchmarkPeakMemory135M measures, in a fresh child process, the peak RSS
+// of loading the SmolLM2-135M shape from an F32 and from a BF16
+// safetensors file and running 576 tokens through it, relative to the
+// float32 weight bytes plus the KV cache.
+func BenchmarkPeakMemory135M(b *testing.B) {
+	for _, dtype := range []string{"F32", "BF16"} {
+		b.Run(dtype, func(b *testing.B) {
+			dir := b.TempDir()
+			writeSmolLM2(b, dir, dtype)
+			runtime.GC()
+			for n := 0; n < b.N; n++ {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryChild$", "-test.v")
+				cmd.Env = append(os.Environ(), "FLYWHEEL_MEM_DIR="+dir)
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					b.Fatalf("%v\n%s", err, out)
+				}
+				var peak, kv, wb int64
+				for _, line := range strings.Split(string(out), "\n") {
+					if strings.HasPrefix(line, "MEM ") {
+						fmt.Sscanf(line, "MEM peak=%d kv=%d weights=%d", &peak, &kv, &wb)
+					}
+				}
+				if peak == 0 {
+					b.Fatalf("child printed no figures:\n%s", out)
+				}
+				b.ReportMetric(float64(peak)/(1<<20), "peakRSS-MiB")
+				b.ReportMetric(float64(wb)/(1<<20), "weights-MiB")
+				b.ReportMetric(float64(kv)/(1<<20), "kv-MiB")
+				b.ReportMetric(float64(peak)/float64(wb+kv), "peak/(weights+kv)")
+			}
+		})
+	}
+}
+
+// readBandwidth sums a buffer with GOMAXPROCS goroutines, as the kernels
+// package's BenchmarkReadBandwidth does, and returns bytes/s.
+func readBandwidth(x []float32) float64 {
+	W := runtime.GOMAXPROCS(0)
+	n := len(x)
+	start := time.Now()
+	var wg sync.WaitGroup
+	sums := make([]float32, W)
+	for w := range W {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sums[w] = kernels.Sum(x[n*w/W : n*(w+1)/W])
+		}()
+	}
+	wg.Wait()
+	return float64(4*n) / time.Since(start).Seconds()
+}
+
+// BenchmarkDecodeVsBandwidth135M interleaves read-bandwidth measurements
+// (256 MiB, as kernels.BenchmarkReadBandwidth) with batch-1 decode steps,
+// so both see the same machine load, and reports the decode speed against
+// the bandwidth limit (weight bytes per token / read bandwidth).
+func BenchmarkDecodeVsBandwidth135M(b *testing.B) {
+	m := model135M(b)
+	wb := float64(weightBytes(m.Weights))
+	buf := make([]float32, 256<<20/4)
+	for i := range buf {
+		buf[i] = 1
+	}
+	s := m.NewSeq(nil)
+	if _, err := m.Forward([]*Seq{s}, [][]int{randTokens(benchContext, m.Config.VocabSize, 1)}); err != nil {
+		b.Fatal(err)
+	}
+	var bwTime, bwBytes, decTime float64
+	decToks := 0
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		bw := readBandwidth(buf)
+		bwBytes += 4 * float64(len(buf))
+		bwTime += 4 * float64(len(buf)) / bw
+		start := time.Now()
+		for k := 0; k < 8; k++ {
+			if _, err := m.Forward([]*Seq{s}, [][]int{{k + 1}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		decTime += time.Since(start).Seconds()
+		decToks += 8
+		s.Truncate(benchContext)
+	}
+	bw := bwBytes / bwTime
+	tps := float64(decToks) / decTime
+	limit := bw / wb
+	b.ReportMetric(bw/1e9, "readGB/s")
+	b.ReportMetric(tps, "tok/s")
+	b.ReportMetric(limit, "limit-tok/s")
+	b.ReportMetric(limit/tps, "limit/actual")
+	b.ReportMetric(wb*tps/1e9, "effGB/s")
+}
+
+// BenchmarkPrefillVsSgemm135M interleaves 1024³ Sgemm calls of the default
+// backend with 512-token prefills and reports the prefill's FLOP rate as a
+// fraction of the Sgemm rate.
+func BenchmarkPrefillVsSgemm135M(b *testing.B) {
+	m := model135M(b)
+	c := m.Config
+	const T, N = 512, 1024
+	A := make([]float32, N*N)
+	B := make([]float32, N*N)
+	C := make([]float32, N*N)
+	for i := range A {
+		A[i] = float32(i%7) * 0.1
+		B[i] = float32(i%5) * 0.1
+	}
+	toks := randTokens(T, c.VocabSize, 7)
+	s := m.NewSeq(nil)
+	flops := prefillFLOPs(m, T)
+	be := kernels.Default()
+	var gTime, pTime float64
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		start := time.Now()
+		be.Sgemm(false, false, N, N, N, 1, A, N, B, N, 0, C, N)
+		gTime += time.Since(start).Seconds()
+		start = time.Now()
+		s.Reset()
+		if _, err := m.Forward([]*Seq{s}, [][]int{toks}); err != nil {
+			b.Fatal(err)
+		}
+		pTime += time.Since(start).Seconds()
+	}
+	g := 2 * float64(N*N*N) * float64(b.N) / gTime / 1e9
+	p := float64(flops) * float64(b.N) / pTime / 1e9
+	b.ReportMetric(g, "sgemmGFLOP/s")
+	b.ReportMetric(p, "prefillGFLOP/s")
+	b.ReportMetric(p/g, "fraction")
+	b.ReportMetric(float64(T*b.N)/pTime, "tok/s")
+}
+
+// prefillFLOPs counts the FLOPs of a T-token prefill from position 0: the
+// matrix products of all layers for every token, the LM head for the last
+// one, and causal attention (QKᵀ and PV over T(T+1)/2 pairs per head).
+func prefillFLOPs(m *Model, T int) int64 {
+	c := m.Config
+	H, I, QD, KVD := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.QDim()), int64(c.KVDim())
+	perTok := int64(c.NumLayers) * 2 * (H*QD + 2*H*KVD + QD*H + 3*H*I)
+	att := int64(c.NumLayers) * int64(c.NumHeads) * 2 * 2 * int64(c.HeadDim) * int64(T) * int64(T+1) / 2
+	return perTok*int64(T) + att + 2*int64(c.VocabSize)*H
+}

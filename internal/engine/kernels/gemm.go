@@ -1,0 +1,573 @@
+package kernels
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Go is the pure-Go backend: packed, cache-blocked GEMM around a 6x16
+// AVX2/FMA register-blocked micro-kernel (a plain Go micro-kernel when the
+// CPU lacks AVX2 or FMA), parallel across GOMAXPROCS goroutines, with
+// dedicated bandwidth-bound paths for m==1 and n==1 (GEMV shapes).
+type Go struct{}
+
+// Name implements Backend.
+func (Go) Name() string { return "go" }
+
+// Blocking parameters (variables so tests can shrink them to exercise every
+// loop edge on small shapes).
+var (
+	kcBlock = 256  // depth of a packed panel: B micro-panel kc*16*4 = 16 KiB (L1)
+	mcMax   = 144  // rows of a packed A block: 144*256*4 = 144 KiB (L2)
+	ncBlock = 3072 // columns of a packed B block: 3 MiB (L3)
+)
+
+// parallel work thresholds (in multiply-adds / weight elements)
+const (
+	gemmParallelMin = 48 * 48 * 48
+	gemvParallelMin = 1 << 15
+)
+
+func workers() int { return max(1, runtime.GOMAXPROCS(0)) }
+
+// Sgemm implements Backend.
+func (Go) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkSgemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	switch {
+	case m == 1:
+		x := vecOf(a, k, transA, lda)
+		if transB {
+			gemvDot(n, k, b, ldb, x, c, 1, alpha, beta)
+		} else {
+			gemvAxpy(k, n, b, ldb, x, c, 1, alpha, beta)
+		}
+		return
+	case n == 1:
+		x := vecOf(b, k, !transB, ldb)
+		if !transA {
+			gemvDot(m, k, a, lda, x, c, ldc, alpha, beta)
+		} else {
+			gemvAxpy(k, m, a, lda, x, c, ldc, alpha, beta)
+		}
+		return
+	}
+	if m <= smallMDot {
+		if transB {
+			gemvDotMulti(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		} else {
+			gemvAxpyMulti(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		}
+		return
+	}
+	scaleC(m, n, beta, c, ldc)
+	gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+}
+
+// checkSgemm panics with a clear message when a slice is too short or a
+// stride too small for the described matrices.
+func checkSgemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("kernels: Sgemm negative size m=%d n=%d k=%d", m, n, k))
+	}
+	need := func(name string, s []float32, rows, cols, ld int) {
+		if rows == 0 || cols == 0 {
+			return
+		}
+		if ld < cols {
+			panic(fmt.Sprintf("kernels: Sgemm ld%s=%d < %d", name, ld, cols))
+		}
+		if len(s) < (rows-1)*ld+cols {
+			panic(fmt.Sprintf("kernels: Sgemm len(%s)=%d < %d", name, len(s), (rows-1)*ld+cols))
+		}
+	}
+	if transA {
+		need("a", a, k, m, lda)
+	} else {
+		need("a", a, m, k, lda)
+	}
+	if transB {
+		need("b", b, n, k, ldb)
+	} else {
+		need("b", b, k, n, ldb)
+	}
+	need("c", c, m, n, ldc)
+}
+
+// scaleC does C = beta*C (beta == 0 overwrites, so NaNs in C do not leak).
+func scaleC(m, n int, beta float32, c []float32, ldc int) {
+	if beta == 1 {
+		return
+	}
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+		} else {
+			scaleImpl(beta, row)
+		}
+	}
+}
+
+// vecOf returns the k-vector v[p] = s[p*stride] (strided when str is true,
+// contiguous otherwise), copying only when strided.
+func vecOf(s []float32, k int, strided bool, stride int) []float32 {
+	if !strided || stride == 1 {
+		return s[:k]
+	}
+	v := make([]float32, k)
+	for p := range v {
+		v[p] = s[p*stride]
+	}
+	return v
+}
+
+// parallelFor runs f(0..parts-1) on parts goroutines (inline when parts==1).
+func parallelFor(parts int, f func(w int)) {
+	if parts <= 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(parts - 1)
+	for w := 1; w < parts; w++ {
+		go func() { defer wg.Done(); f(w) }()
+	}
+	f(0)
+	wg.Wait()
+}
+
+// gemvDot: y[r*incy] = alpha*dot(W[r,:cols], x) + beta*y[r*incy] for r < rows.
+func gemvDot(rows, cols int, w []float32, ldw int, x, y []float32, incy int, alpha, beta float32) {
+	x = x[:cols]
+	parts := 1
+	if rows*cols >= gemvParallelMin && rows >= 8 {
+		parts = min(workers(), rows/4)
+	}
+	put := func(r int, d float32) {
+		if beta == 0 {
+			y[r*incy] = alpha * d
+		} else {
+			y[r*incy] = alpha*d + beta*y[r*incy]
+		}
+	}
+	parallelFor(parts, func(p int) {
+		// split rows in multiples of 4
+		r0 := (rows * p / parts) &^ 3
+		r1 := (rows * (p + 1) / parts) &^ 3
+		if p == parts-1 {
+			r1 = rows
+		}
+		r := r0
+		for ; r+4 <= r1; r += 4 {
+			d := dot4Impl(x, w[r*ldw:], ldw)
+			put(r, d[0])
+			put(r+1, d[1])
+			put(r+2, d[2])
+			put(r+3, d[3])
+		}
+		for ; r < r1; r++ {
+			put(r, dotImpl(x, w[r*ldw:r*ldw+cols]))
+		}
+	})
+}
+
+// gemvAxpy: y[j*incy] = alpha*sum_r x[r]*W[r,j] + beta*y[j*incy] for j < cols.
+func gemvAxpy(rows, cols int, w []float32, ldw int, x, y []float32, incy int, alpha, beta float32) {
+	x = x[:rows]
+	parts := 1
+	if rows*cols >= gemvParallelMin && cols >= 64 {
+		parts = min(workers(), cols/32)
+	}
+	parallelFor(parts, func(p int) {
+		j0 := (cols * p / parts) &^ 7
+		j1 := (cols * (p + 1) / parts) &^ 7
+		if p == parts-1 {
+			j1 = cols
+		}
+		width := j1 - j0
+		if width <= 0 {
+			return
+		}
+		acc := getBuf(width)
+		t := acc.s[:width]
+		clear(t)
+		r := 0
+		for ; r+4 <= rows; r += 4 {
+			a4 := [4]float32{x[r], x[r+1], x[r+2], x[r+3]}
+			axpy4Impl(&a4, w[r*ldw+j0:], ldw, t)
+		}
+		for ; r < rows; r++ {
+			axpyImpl(x[r], w[r*ldw+j0:r*ldw+j1], t)
+		}
+		for j, v := range t {
+			o := (j0 + j) * incy
+			if beta == 0 {
+				y[o] = alpha * v
+			} else {
+				y[o] = alpha*v + beta*y[o]
+			}
+		}
+		putBuf(acc)
+	})
+}
+
+// smallMDot is the largest m for which GEMM skips packing and streams B
+// once: for transB each group of 4 B rows (hot in L1) is dotted with every
+// row of op(A); otherwise each group of 4 B rows is axpy'd into every C row
+// (hot in L2). Packing B costs about as much as the whole product below
+// this size. Variable for tests and benchmarks.
+var smallMDot = 16
+
+// rowsOf returns the m rows of op(A) (k long) as slices, gathering them
+// when A is transposed.
+func rowsOf(transA bool, m, k int, a []float32, lda int) [][]float32 {
+	xs := make([][]float32, m)
+	if transA {
+		flat := make([]float32, m*k)
+		for p := 0; p < k; p++ {
+			row := a[p*lda : p*lda+m]
+			for i, v := range row {
+				flat[i*k+p] = v
+			}
+		}
+		for i := range xs {
+			xs[i] = flat[i*k : (i+1)*k]
+		}
+		return xs
+	}
+	for i := range xs {
+		xs[i] = a[i*lda : i*lda+k]
+	}
+	return xs
+}
+
+// gemvAxpyMulti: C[i,:] = alpha*op(A)[i,:]·B + beta*C[i,:] with B stored
+// [k,n] (not transposed), for small m. Columns are split across workers.
+func gemvAxpyMulti(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	xs := rowsOf(transA, m, k, a, lda)
+	parts := 1
+	if m*n*k >= gemvParallelMin && n >= 64 {
+		parts = min(workers(), n/32)
+	}
+	parallelFor(parts, func(p int) {
+		j0 := (n * p / parts) &^ 7
+		j1 := (n * (p + 1) / parts) &^ 7
+		if p == parts-1 {
+			j1 = n
+		}
+		width := j1 - j0
+		if width <= 0 {
+			return
+		}
+		acc := getBuf(m * width)
+		t := acc.s[:m*width]
+		clear(t)
+		r := 0
+		for ; r+4 <= k; r += 4 {
+			w := b[r*ldb+j0:]
+			for i, x := range xs {
+				a4 := [4]float32{x[r], x[r+1], x[r+2], x[r+3]}
+				axpy4Impl(&a4, w, ldb, t[i*width:(i+1)*width])
+			}
+		}
+		for ; r < k; r++ {
+			w := b[r*ldb+j0 : r*ldb+j1]
+			for i, x := range xs {
+				axpyImpl(x[r], w, t[i*width:(i+1)*width])
+			}
+		}
+		for i := range m {
+			crow := c[i*ldc+j0 : i*ldc+j1]
+			ti := t[i*width : (i+1)*width]
+			for j, v := range ti {
+				if beta == 0 {
+					crow[j] = alpha * v
+				} else {
+					crow[j] = alpha*v + beta*crow[j]
+				}
+			}
+		}
+		putBuf(acc)
+	})
+}
+
+// gemvDotMulti: C[i,j] = alpha*dot(op(A)[i,:], B[j,:]) + beta*C[i,j] with B
+// stored [n,k] (transB), for small m.
+func gemvDotMulti(transA bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	xs := rowsOf(transA, m, k, a, lda)
+	parts := 1
+	if m*n*k >= gemvParallelMin && n >= 8 {
+		parts = min(workers(), n/4)
+	}
+	put := func(i, j int, d float32) {
+		o := i*ldc + j
+		if beta == 0 {
+			c[o] = alpha * d
+		} else {
+			c[o] = alpha*d + beta*c[o]
+		}
+	}
+	parallelFor(parts, func(p int) {
+		j0 := (n * p / parts) &^ 3
+		j1 := (n * (p + 1) / parts) &^ 3
+		if p == parts-1 {
+			j1 = n
+		}
+		j := j0
+		for ; j+4 <= j1; j += 4 {
+			w := b[j*ldb:]
+			for i, x := range xs {
+				d := dot4Impl(x, w, ldb)
+				put(i, j, d[0])
+				put(i, j+1, d[1])
+				put(i, j+2, d[2])
+				put(i, j+3, d[3])
+			}
+		}
+		for ; j < j1; j++ {
+			w := b[j*ldb : j*ldb+k]
+			for i, x := range xs {
+				put(i, j, dotImpl(x, w))
+			}
+		}
+	})
+}
+
+type buf struct{ s []float32 }
+
+var bufPool sync.Pool
+
+func getBuf(n int) *buf {
+	if v, ok := bufPool.Get().(*buf); ok && cap(v.s) >= n {
+		v.s = v.s[:n]
+		return v
+	}
+	return &buf{s: make([]float32, n, n+64)}
+}
+
+func putBuf(b *buf) { bufPool.Put(b) }
+
+// gemm: C += alpha*op(A)*op(B), C already scaled by beta.
+func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	W := 1
+	if m*n*k >= gemmParallelMin {
+		W = workers()
+	}
+	// A blocks: choose mc so the number of blocks balances across workers.
+	nIC := (m + mcMax - 1) / mcMax
+	if W > 1 && nIC%W != 0 && m > mr*W {
+		nIC += W - nIC%W
+	}
+	mc := ((m+nIC-1)/nIC + mr - 1) / mr * mr
+	nIC = (m + mc - 1) / mc
+
+	nr := tileN()
+	ncb := min(ncBlock, n)
+	kcb := min(kcBlock, k)
+	bPack := getBuf(kcb * ((ncb + nr - 1) / nr * nr))
+	defer putBuf(bPack)
+
+	for jc := 0; jc < n; jc += ncb {
+		nCur := min(ncb, n-jc)
+		nPanels := (nCur + nr - 1) / nr
+		// column chunks when there are too few A blocks to feed the workers
+		nJC := 1
+		if nIC < W {
+			nJC = min(W, nPanels)
+		}
+		for pc := 0; pc < k; pc += kcb {
+			kCur := min(kcb, k-pc)
+			bp := bPack.s[:kCur*nPanels*nr]
+			// pack B in parallel, panels split across workers
+			parts := min(W, nPanels)
+			parallelFor(parts, func(w int) {
+				p0, p1 := nPanels*w/parts, nPanels*(w+1)/parts
+				packB(bp, nr, b, ldb, transB, pc, kCur, jc, nCur, p0, p1)
+			})
+			// macro-kernel tasks: (A block, column chunk)
+			nTasks := nIC * nJC
+			var next atomic.Int64
+			parallelFor(min(W, nTasks), func(int) {
+				aBuf := getBuf(mc * kCur)
+				defer putBuf(aBuf)
+				packed := -1
+				for {
+					t := int(next.Add(1) - 1)
+					if t >= nTasks {
+						return
+					}
+					ib, jb := t/nJC, t%nJC
+					i0 := ib * mc
+					mCur := min(mc, m-i0)
+					ap := aBuf.s[:(mCur+mr-1)/mr*mr*kCur]
+					if packed != ib {
+						packA(ap, a, lda, transA, i0, mCur, pc, kCur)
+						packed = ib
+					}
+					q0, q1 := nPanels*jb/nJC, nPanels*(jb+1)/nJC
+					macroKernel(ap, bp, nr, mCur, kCur, q0, q1, nCur, alpha, c[i0*ldc+jc:], ldc)
+				}
+			})
+		}
+	}
+}
+
+// macroKernel multiplies a packed A block (mCur x kCur) by packed B panels
+// q0..q1 into C (c points at the block's top-left element).
+func macroKernel(ap, bp []float32, nr, mCur, kCur, q0, q1, nCur int, alpha float32, c []float32, ldc int) {
+	var tmp [mr * nrMax]float32
+	for q := q0; q < q1; q++ {
+		j := q * nr
+		nw := min(nr, nCur-j)
+		bq := bp[q*kCur*nr : (q+1)*kCur*nr]
+		for i := 0; i < mCur; i += mr {
+			mw := min(mr, mCur-i)
+			aq := ap[i*kCur : (i+mr)*kCur]
+			if mw == mr && nw == nr {
+				microKernel(kCur, nr, aq, bq, c[i*ldc+j:], ldc, alpha)
+				continue
+			}
+			clear(tmp[:])
+			microKernel(kCur, nr, aq, bq, tmp[:], nr, alpha)
+			for r := 0; r < mw; r++ {
+				crow := c[(i+r)*ldc+j : (i+r)*ldc+j+nw]
+				for jj := range crow {
+					crow[jj] += tmp[r*nr+jj]
+				}
+			}
+		}
+	}
+}
+
+// packA packs op(A)[i0:i0+mCur, p0:p0+kCur] into 6-row micro-panels:
+// dst[(panel*kCur + p)*6 + r], zero-padding the last panel.
+func packA(dst, a []float32, lda int, transA bool, i0, mCur, p0, kCur int) {
+	for ip := 0; ip*mr < mCur; ip++ {
+		rows := min(mr, mCur-ip*mr)
+		d := dst[ip*kCur*mr : (ip+1)*kCur*mr]
+		ib := i0 + ip*mr
+		if transA {
+			// op(A)[i][p] = a[p*lda+i]: 6 contiguous values per p
+			if rows == mr && haveAVX2 {
+				_ = a[(p0+kCur-1)*lda+ib+mr-1]
+				packA6T(kCur, &a[p0*lda+ib], lda, &d[0])
+				continue
+			}
+			if rows == mr {
+				for p := 0; p < kCur; p++ {
+					o := (p0+p)*lda + ib
+					*(*[mr]float32)(d[p*mr:]) = *(*[mr]float32)(a[o : o+mr])
+				}
+				continue
+			}
+			for p := 0; p < kCur; p++ {
+				src := a[(p0+p)*lda+ib : (p0+p)*lda+ib+rows]
+				dd := d[p*mr : p*mr+mr]
+				copy(dd, src)
+				clear(dd[rows:])
+			}
+			continue
+		}
+		if rows == mr {
+			p := 0
+			if haveAVX2 && kCur >= 8 {
+				n8 := kCur / 8
+				_ = a[(ib+mr-1)*lda+p0+n8*8-1]
+				packA6(n8, &a[ib*lda+p0], lda, &d[0])
+				p = n8 * 8
+			}
+			if p == kCur {
+				continue
+			}
+			r0 := a[ib*lda+p0 : ib*lda+p0+kCur]
+			r1 := a[(ib+1)*lda+p0 : (ib+1)*lda+p0+kCur]
+			r2 := a[(ib+2)*lda+p0 : (ib+2)*lda+p0+kCur]
+			r3 := a[(ib+3)*lda+p0 : (ib+3)*lda+p0+kCur]
+			r4 := a[(ib+4)*lda+p0 : (ib+4)*lda+p0+kCur]
+			r5 := a[(ib+5)*lda+p0 : (ib+5)*lda+p0+kCur]
+			for ; p < kCur; p++ {
+				dd := (*[mr]float32)(d[p*mr : p*mr+mr])
+				dd[0], dd[1], dd[2], dd[3], dd[4], dd[5] = r0[p], r1[p], r2[p], r3[p], r4[p], r5[p]
+			}
+			continue
+		}
+		for r := 0; r < mr; r++ {
+			if r >= rows {
+				for p := 0; p < kCur; p++ {
+					d[p*mr+r] = 0
+				}
+				continue
+			}
+			src := a[(ib+r)*lda+p0 : (ib+r)*lda+p0+kCur]
+			for p, v := range src {
+				d[p*mr+r] = v
+			}
+		}
+	}
+}
+
+// packB packs micro-panels q0..q1 of op(B)[p0:p0+kCur, j0:j0+nCur] as
+// dst[(q*kCur + p)*nr + j], zero-padding the last panel.
+func packB(dst []float32, nr int, b []float32, ldb int, transB bool, p0, kCur, j0, nCur, q0, q1 int) {
+	for q := q0; q < q1; q++ {
+		cols := min(nr, nCur-q*nr)
+		d := dst[q*kCur*nr : (q+1)*kCur*nr]
+		jb := j0 + q*nr
+		if !transB {
+			switch {
+			case cols == 16 && nr == 16:
+				for p := 0; p < kCur; p++ {
+					o := (p0+p)*ldb + jb
+					*(*[16]float32)(d[p*16:]) = *(*[16]float32)(b[o : o+16])
+				}
+			case cols == 32 && nr == 32:
+				for p := 0; p < kCur; p++ {
+					o := (p0+p)*ldb + jb
+					*(*[32]float32)(d[p*32:]) = *(*[32]float32)(b[o : o+32])
+				}
+			default:
+				for p := 0; p < kCur; p++ {
+					src := b[(p0+p)*ldb+jb : (p0+p)*ldb+jb+cols]
+					dd := d[p*nr : p*nr+nr]
+					copy(dd, src)
+					clear(dd[cols:])
+				}
+			}
+			continue
+		}
+		// op(B)[p][j] = b[j*ldb+p]: transpose 8x8 blocks, then the tails
+		if cols < nr {
+			clear(d)
+		}
+		j, p8 := 0, 0
+		if haveAVX2 && kCur >= 8 {
+			n8 := kCur / 8
+			p8 = n8 * 8
+			for ; j+8 <= cols; j += 8 {
+				_ = b[(jb+j+7)*ldb+p0+p8-1]
+				packBT8(n8, &b[(jb+j)*ldb+p0], ldb, &d[j], nr)
+			}
+			for jj := 0; jj < j; jj++ {
+				src := b[(jb+jj)*ldb+p0+p8 : (jb+jj)*ldb+p0+kCur]
+				for p, v := range src {
+					d[(p8+p)*nr+jj] = v
+				}
+			}
+		}
+		for ; j < cols; j++ {
+			src := b[(jb+j)*ldb+p0 : (jb+j)*ldb+p0+kCur]
+			for p, v := range src {
+				d[p*nr+j] = v
+			}
+		}
+	}
+}

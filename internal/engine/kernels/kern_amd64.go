@@ -1,0 +1,63 @@
+//go:build amd64 && !noasm
+
+package kernels
+
+import (
+	"os"
+
+	"golang.org/x/sys/cpu"
+)
+
+// haveAVX2 reports whether the AVX2+FMA assembly kernels may run. Tests may
+// clear it to exercise the pure-Go fallbacks.
+var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// haveAVX512 reports whether the AVX-512 GEMM micro-kernel (6x32) may run;
+// it is used only together with haveAVX2. FLYWHEEL_AVX512=0 disables it
+// (e.g. to avoid AVX-512 frequency drops on older Xeons).
+var haveAVX512 = cpu.X86.HasAVX512F && haveAVX2 && os.Getenv("FLYWHEEL_AVX512") != "0"
+
+//go:noescape
+func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32)
+
+//go:noescape
+func sgemmKernel6x32(kc int, a, b, c *float32, ldc int, alpha float32)
+
+//go:noescape
+func dot4(n int, x, w *float32, ldw int, out *[4]float32)
+
+//go:noescape
+func dotAVX(n int, x, y *float32) float32
+
+//go:noescape
+func axpyAVX(n int, alpha float32, x, y *float32)
+
+//go:noescape
+func axpy4(n int, a *[4]float32, w *float32, ldw int, y *float32)
+
+//go:noescape
+func scaleAVX(n int, alpha float32, x *float32)
+
+//go:noescape
+func addAVX(n int, dst, x *float32)
+
+//go:noescape
+func sumAVX(n int, x *float32) float32
+
+//go:noescape
+func packBT8(n8 int, src *float32, lds int, dst *float32, ldd int)
+
+//go:noescape
+func packA6(n8 int, src *float32, lds int, dst *float32)
+
+//go:noescape
+func packA6T(n int, src *float32, lds int, dst *float32)
+
+//go:noescape
+func expSumAVX(n int, x *float32, shift float32) float32
+
+//go:noescape
+func swigluAVX(n int, dst, gate, up *float32)
+
+//go:noescape
+func mulScaleAVX(n int, dst, x, w *float32, s float32)

@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"math"
+	"sync"
+)
+
+// RandomWeights makes deterministic random weights of shape cfg (for tests
+// and benchmarks): linear weights uniform with standard deviation 0.02 (the
+// HF initializer range), norm weights 1 ± 0.1, biases ± 0.02. The same
+// seed gives the same weights. Tied configs share Embed and LMHead.
+func RandomWeights(cfg *Config, seed uint64) *Weights {
+	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
+	Q, KV, D := cfg.QDim(), cfg.KVDim(), cfg.HeadDim
+	w := &Weights{Layers: make([]Layer, cfg.NumLayers)}
+	type job struct {
+		dst        *[]float32
+		n          int
+		center, sd float64
+	}
+	var jobs []job
+	lin := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, n, 0, 0.02}) }
+	norm := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, n, 1, 0.1}) }
+	lin(&w.Embed, V*H)
+	for l := range w.Layers {
+		L := &w.Layers[l]
+		norm(&L.AttnNorm, H)
+		lin(&L.Wq, Q*H)
+		lin(&L.Wk, KV*H)
+		lin(&L.Wv, KV*H)
+		lin(&L.Wo, H*Q)
+		if cfg.AttentionBias {
+			lin(&L.Bq, Q)
+			lin(&L.Bk, KV)
+			lin(&L.Bv, KV)
+		}
+		if cfg.QKNorm {
+			norm(&L.QNorm, D)
+			norm(&L.KNorm, D)
+		}
+		norm(&L.MLPNorm, H)
+		lin(&L.Wgate, I*H)
+		lin(&L.Wup, I*H)
+		lin(&L.Wdown, H*I)
+	}
+	norm(&w.Norm, H)
+	if !cfg.TieWordEmbeddings {
+		lin(&w.LMHead, V*H)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r := splitmix{seed ^ uint64(i+1)*0x9e3779b97f4a7c15}
+			v := make([]float32, j.n)
+			a := j.sd * math.Sqrt(3) // uniform [-a, a] has standard deviation sd
+			for k := range v {
+				v[k] = float32(j.center + a*(2*r.float64()-1))
+			}
+			*j.dst = v
+		}()
+	}
+	wg.Wait()
+	if cfg.TieWordEmbeddings {
+		w.LMHead = w.Embed
+	}
+	return w
+}
+
+// splitmix is the SplitMix64 generator: tiny, fast and fully specified, so
+// random weights are the same on every platform and Go version.
+type splitmix struct{ s uint64 }
+
+func (r *splitmix) next() uint64 {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func (r *splitmix) float64() float64 { return float64(r.next()>>11) / (1 << 53) }

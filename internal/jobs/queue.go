@@ -1,0 +1,583 @@
+// Package jobs runs training jobs: a durable queue kept in the store, and
+// workers that execute each job through a Trainer.
+//
+// Jobs of one model run strictly one at a time in submission order; jobs of
+// different models run in parallel up to a worker count. The queue state
+// lives in the database, so a restart loses nothing: jobs found RUNNING at
+// start-up (the process died mid-job) are re-queued and their partial
+// output discarded. Each successful job turns the model's latest checkpoint
+// N into checkpoint N+1, renamed atomically into place.
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"flywheel/internal/store"
+)
+
+// Job is what a Trainer receives: the job, its model and where to read and
+// write checkpoints.
+type Job struct {
+	ID, Kind, ModelID          string // Kind "rl" | "sft"
+	Entity, Project, ModelName string
+	BaseModel                  string // base model id = path relative to models dir
+	BaseModelDir               string // absolute path of the base model folder
+	FromStep                   int    // step of the latest checkpoint when the job starts
+	FromDir                    string // that checkpoint's folder (adapter_config.json, adapter_model.safetensors, optimizer.safetensors when present)
+	// OutDir is an empty temp folder; the trainer writes the new checkpoint
+	// (PEFT adapter + optimizer state) here; the queue renames it atomically
+	// into place after success and records checkpoint FromStep+1.
+	OutDir   string
+	Request  json.RawMessage // the stored, validated request body as the client sent it
+	DataFile string          // SFT: absolute path of the uploaded JSONL file ("" for RL)
+}
+
+// Event is a job event emitted by a trainer ("training_started",
+// "gradient_step").
+type Event struct {
+	Type string
+	Data map[string]any
+}
+
+// Result is what a successful training run reports.
+type Result struct {
+	// Metrics are job-level metrics, stored on the job record ("metrics")
+	// and, where numeric, on the new checkpoint's metrics.
+	Metrics map[string]any
+}
+
+// Trainer executes training jobs.
+type Trainer interface {
+	// Train emits "training_started" (data.num_sequences) and one
+	// "gradient_step" per step through emit, and returns when the checkpoint
+	// is written to job.OutDir. ctx is cancelled on job cancel or shutdown;
+	// the trainer returns ctx.Err() between steps.
+	Train(ctx context.Context, job Job, emit func(Event) error) (Result, error)
+}
+
+// Store is the persistence the queue needs.
+type Store interface {
+	store.Jobs
+	ModelByID(ctx context.Context, id string) (store.Model, error)
+	LatestCheckpoint(ctx context.Context, modelID string) (store.Checkpoint, error)
+	FileByID(ctx context.Context, id string) (store.File, error)
+}
+
+// Config configures a Queue.
+type Config struct {
+	DataDir   string // absolute; checkpoints and requests live under it (see store.Layout)
+	ModelsDir string // absolute; base models live under it
+	Workers   int    // jobs run in parallel (across models); default 2
+	// Trainer runs the jobs. When nil every job fails with a clear error
+	// saying that training is unavailable in this build.
+	Trainer Trainer
+	Logger  *slog.Logger
+	// PollInterval is how often the dispatcher looks for work without being
+	// notified (a safety net); default 2s.
+	PollInterval time.Duration
+}
+
+var (
+	errCancelled = errors.New("job cancelled")
+	errShutdown  = errors.New("server shutting down")
+)
+
+// ErrNotCancellable is returned by Cancel for a job that already ended.
+var ErrNotCancellable = errors.New("job already ended")
+
+// Queue is the job queue and its workers.
+type Queue struct {
+	st     Store
+	cfg    Config
+	layout store.Layout
+	log    *slog.Logger
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]*run // by job id
+	busy    map[string]bool // model ids with a worker in flight
+	closing bool
+	started bool
+}
+
+type run struct {
+	modelID string
+	cancel  context.CancelCauseFunc
+	mu      sync.Mutex // serialises event writes with cancellation
+	ended   bool       // the job record was ended by Cancel
+}
+
+// New returns a queue; call Start to run it.
+func New(st Store, cfg Config) *Queue {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 2 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Queue{
+		st: st, cfg: cfg, layout: store.Layout{DataDir: cfg.DataDir}, log: cfg.Logger,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		running: map[string]*run{}, busy: map[string]bool{},
+	}
+}
+
+// Layout returns the data-dir layout the queue writes.
+func (q *Queue) Layout() store.Layout { return q.layout }
+
+// Workers returns the configured worker count.
+func (q *Queue) Workers() int { return q.cfg.Workers }
+
+// Start re-queues jobs left RUNNING by a previous process and starts the
+// dispatcher.
+func (q *Queue) Start(ctx context.Context) error {
+	ids, err := q.st.RequeueRunning(ctx)
+	if err != nil {
+		return fmt.Errorf("re-queue interrupted jobs: %w", err)
+	}
+	for _, id := range ids {
+		q.log.Info("re-queued job interrupted by a restart", "job_id", id)
+		matches, _ := filepath.Glob(filepath.Join(q.cfg.DataDir, "checkpoints", "*", ".tmp-"+id))
+		for _, m := range matches {
+			os.RemoveAll(m)
+		}
+	}
+	q.sweepRequests(ctx)
+	q.mu.Lock()
+	q.started = true
+	q.mu.Unlock()
+	go q.dispatchLoop()
+	return nil
+}
+
+// sweepRequests removes stored request bodies that no queued job needs:
+// partial writes cut short by a crash, and bodies of jobs that ended or
+// were deleted with their model. It runs before the HTTP server starts.
+func (q *Queue) sweepRequests(ctx context.Context) {
+	dir := filepath.Join(q.cfg.DataDir, "requests")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		id, ok := strings.CutSuffix(name, ".json")
+		if ok {
+			j, err := q.st.JobByID(ctx, id)
+			if err == nil && (j.Status == store.StatusQueued || j.Status == store.StatusRunning) {
+				continue
+			}
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+		}
+		os.Remove(filepath.Join(dir, name))
+	}
+}
+
+// Notify wakes the dispatcher (after a job was submitted).
+func (q *Queue) Notify() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Submit stores a validated request body and queues the job. j needs
+// ModelID, Kind, and for SFT FileID; ExperimentalConfig and Config are
+// stored as given.
+func (q *Queue) Submit(ctx context.Context, j store.Job, body []byte) (store.Job, error) {
+	p, err := q.Prepare()
+	if err != nil {
+		return j, err
+	}
+	p.Write(body)
+	return p.Submit(ctx, j)
+}
+
+// Pending is a job whose request body is being written to disk while the
+// HTTP layer still reads and validates it, so that large payloads are not
+// read, checked and written one after the other. Call Submit or Discard.
+type Pending struct {
+	q     *Queue
+	id    string
+	f     *os.File
+	ch    chan []byte
+	done  chan error
+	n     int64
+	ended bool
+}
+
+// Prepare starts a pending job: its request file is open and written in the
+// background as Write hands it slices of the body.
+func (q *Queue) Prepare() (*Pending, error) {
+	id := store.NewID()
+	path := q.layout.RequestPath(id)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("store request: %w", err)
+	}
+	f, err := os.Create(path + ".part")
+	if err != nil {
+		return nil, fmt.Errorf("store request: %w", err)
+	}
+	p := &Pending{q: q, id: id, f: f, ch: make(chan []byte, 256), done: make(chan error, 1)}
+	go func() {
+		var werr error
+		for b := range p.ch {
+			if werr == nil {
+				_, werr = f.Write(b)
+			}
+		}
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		p.done <- werr
+	}()
+	return p, nil
+}
+
+// Write queues b (which must not change afterwards) for the request file.
+func (p *Pending) Write(b []byte) {
+	if len(b) > 0 {
+		p.n += int64(len(b))
+		p.ch <- b
+	}
+}
+
+func (p *Pending) finish() error {
+	if p.ended {
+		return errors.New("pending job already submitted or discarded")
+	}
+	p.ended = true
+	close(p.ch)
+	return <-p.done
+}
+
+// Discard drops the pending job and its file.
+func (p *Pending) Discard() {
+	if !p.ended {
+		p.finish()
+		os.Remove(p.f.Name())
+	}
+}
+
+// Submit waits for the request file, publishes it, and queues the job (see
+// Queue.Submit for the fields of j).
+func (p *Pending) Submit(ctx context.Context, j store.Job) (store.Job, error) {
+	tmp := p.f.Name()
+	if err := p.finish(); err != nil {
+		os.Remove(tmp)
+		return j, fmt.Errorf("store request: %w", err)
+	}
+	j.ID = p.id
+	j.RequestPath = p.q.layout.RequestPath(p.id)
+	j.RequestBytes = p.n
+	if err := os.Rename(tmp, j.RequestPath); err != nil {
+		os.Remove(tmp)
+		return j, fmt.Errorf("store request: %w", err)
+	}
+	j, err := p.q.st.CreateJob(ctx, j)
+	if err != nil {
+		os.Remove(j.RequestPath)
+		return j, err
+	}
+	p.q.Notify()
+	return j, nil
+}
+
+// Cancel cancels a QUEUED or RUNNING job: it becomes CANCELLED at once (with
+// a training_failed event saying so) and a running trainer is stopped; no
+// checkpoint is added. ErrNotCancellable when the job already ended.
+func (q *Queue) Cancel(ctx context.Context, id string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := q.running[id]
+	if r != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	err := q.st.FinishJob(ctx, id, store.StatusCancelled, "the job was cancelled")
+	if errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("%w: %w", ErrNotCancellable, err)
+	}
+	if err != nil {
+		return err
+	}
+	if r != nil {
+		r.ended = true
+		r.cancel(errCancelled)
+	} else if j, err := q.st.JobByID(ctx, id); err == nil {
+		os.Remove(j.RequestPath) // a queued job's request is no longer needed
+	}
+	return nil
+}
+
+// Shutdown stops dispatching, stops running trainers and re-queues their
+// jobs, and waits for the workers until ctx ends. Jobs it could not wait for
+// are re-queued at the next start.
+func (q *Queue) Shutdown(ctx context.Context) error {
+	q.mu.Lock()
+	if q.closing {
+		q.mu.Unlock()
+		return nil
+	}
+	q.closing = true
+	started := q.started
+	for _, r := range q.running {
+		r.cancel(errShutdown)
+	}
+	q.mu.Unlock()
+	close(q.stop)
+	if started {
+		<-q.done
+	}
+	waited := make(chan struct{})
+	go func() { q.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for running jobs: %w", ctx.Err())
+	}
+}
+
+func (q *Queue) dispatchLoop() {
+	defer close(q.done)
+	t := time.NewTicker(q.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		q.dispatch()
+		select {
+		case <-q.stop:
+			return
+		case <-q.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// dispatch starts runnable jobs while workers are free.
+func (q *Queue) dispatch() {
+	for {
+		q.mu.Lock()
+		if q.closing || len(q.running) >= q.cfg.Workers {
+			q.mu.Unlock()
+			return
+		}
+		skip := make([]string, 0, len(q.busy))
+		for m := range q.busy {
+			skip = append(skip, m)
+		}
+		j, ok, err := q.st.ClaimNext(context.Background(), skip)
+		if err != nil || !ok {
+			q.mu.Unlock()
+			if err != nil {
+				q.log.Error("claim job", "err", err)
+			}
+			return
+		}
+		ctx, cancel := context.WithCancelCause(context.Background())
+		r := &run{modelID: j.ModelID, cancel: cancel}
+		q.running[j.ID] = r
+		q.busy[j.ModelID] = true
+		q.wg.Add(1)
+		q.mu.Unlock()
+		go q.execute(ctx, j, r)
+	}
+}
+
+func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
+	defer q.wg.Done()
+	defer func() {
+		r.cancel(nil)
+		q.mu.Lock()
+		delete(q.running, j.ID)
+		delete(q.busy, j.ModelID)
+		q.mu.Unlock()
+		q.Notify()
+	}()
+	log := q.log.With("job_id", j.ID, "model_id", j.ModelID, "kind", j.Kind)
+	log.Info("job started")
+	start := time.Now()
+	outDir := q.layout.WorkDir(j.ModelID, j.ID)
+	defer os.RemoveAll(outDir) // a no-op after a successful rename
+
+	res, err := q.train(ctx, j, outDir, r)
+	cause := context.Cause(ctx)
+	bg := context.Background()
+	if !errors.Is(cause, errShutdown) {
+		// The job ends here; its request body is no longer needed.
+		defer os.Remove(j.RequestPath)
+	}
+	switch {
+	case errors.Is(cause, errCancelled):
+		log.Info("job cancelled", "duration", time.Since(start))
+	case errors.Is(cause, errShutdown):
+		if rerr := q.st.Requeue(bg, j.ID); rerr != nil {
+			log.Error("re-queue on shutdown", "err", rerr)
+		} else {
+			log.Info("job re-queued on shutdown")
+		}
+	case err != nil:
+		log.Warn("job failed", "err", err, "duration", time.Since(start))
+		q.fail(bg, j.ID, r, err.Error())
+	default:
+		if err := q.complete(bg, j, outDir, res, r); err != nil {
+			log.Error("job failed while saving its checkpoint", "err", err)
+			q.fail(bg, j.ID, r, "saving the new checkpoint failed")
+			return
+		}
+		log.Info("job completed", "to_step", *j.FromStep+1, "duration", time.Since(start))
+	}
+}
+
+func (q *Queue) fail(ctx context.Context, id string, r *run, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return
+	}
+	if err := q.st.FinishJob(ctx, id, store.StatusFailed, msg); err != nil && !errors.Is(err, store.ErrConflict) {
+		q.log.Error("record job failure", "job_id", id, "err", err)
+	}
+}
+
+// train prepares the trainer's view of the job and runs it.
+func (q *Queue) train(ctx context.Context, j store.Job, outDir string, r *run) (Result, error) {
+	if j.FromStep == nil {
+		return Result{}, errors.New("the model has no checkpoint to train from")
+	}
+	m, err := q.st.ModelByID(ctx, j.ModelID)
+	if err != nil {
+		return Result{}, fmt.Errorf("model %s not found", j.ModelID)
+	}
+	from, err := q.st.LatestCheckpoint(ctx, j.ModelID)
+	if err != nil || from.Step != *j.FromStep {
+		return Result{}, fmt.Errorf("checkpoint step %d of the model is missing", *j.FromStep)
+	}
+	if q.cfg.Trainer == nil {
+		return Result{}, fmt.Errorf("training is not available in this server build: no trainer is configured for base model %q", m.BaseModel)
+	}
+	req, err := os.ReadFile(j.RequestPath)
+	if err != nil {
+		return Result{}, errors.New("the stored request of this job is missing; submit the job again")
+	}
+	tj := Job{
+		ID: j.ID, Kind: j.Kind, ModelID: j.ModelID,
+		Entity: m.Entity, Project: m.Project, ModelName: m.Name,
+		BaseModel: m.BaseModel, BaseModelDir: filepath.Join(q.cfg.ModelsDir, filepath.FromSlash(m.BaseModel)),
+		FromStep: from.Step, FromDir: from.Dir, OutDir: outDir, Request: req,
+	}
+	if j.Kind == store.KindSFT {
+		f, err := q.st.FileByID(ctx, j.FileID)
+		if err != nil {
+			return Result{}, fmt.Errorf("training data file %s no longer exists", j.FileID)
+		}
+		tj.DataFile = f.Path
+	}
+	if err := os.RemoveAll(outDir); err != nil {
+		return Result{}, fmt.Errorf("prepare work folder: %w", err)
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return Result{}, fmt.Errorf("prepare work folder: %w", err)
+	}
+	emit := func(e Event) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if e.Type == "" {
+			return errors.New("event without a type")
+		}
+		_, err := q.st.AppendEvent(context.Background(), j.ID, e.Type, e.Data)
+		return err
+	}
+	return q.cfg.Trainer.Train(ctx, tj, emit)
+}
+
+// complete renames the work folder into place and records the checkpoint.
+func (q *Queue) complete(ctx context.Context, j store.Job, outDir string, res Result, r *run) error {
+	step := *j.FromStep + 1
+	dst := q.layout.CheckpointDir(j.ModelID, step)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ended {
+		return nil // cancelled at the last moment: discard
+	}
+	if _, err := os.Stat(filepath.Join(outDir, "adapter_model.safetensors")); err != nil {
+		return fmt.Errorf("trainer wrote no adapter_model.safetensors: %w", err)
+	}
+	// A folder left at dst by a crash between rename and commit is stale.
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	if err := os.Rename(outDir, dst); err != nil {
+		return err
+	}
+	metrics := map[string]float64{}
+	for k, v := range res.Metrics {
+		if f, ok := number(v); ok {
+			metrics[k] = f
+		}
+	}
+	jobMetrics := map[string]any{}
+	for k, v := range res.Metrics {
+		if f, ok := v.(float64); ok && (math.IsNaN(f) || math.IsInf(f, 0)) {
+			continue // not representable in JSON
+		}
+		jobMetrics[k] = v
+	}
+	_, err := q.st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: j.ModelID, Step: step, Dir: dst, Metrics: metrics}, jobMetrics)
+	if err != nil {
+		os.RemoveAll(dst)
+		return err
+	}
+	return nil
+}
+
+// number converts a numeric metric value to float64; NaN and infinities are
+// dropped since JSON cannot carry them.
+func number(v any) (float64, bool) {
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case float32:
+		f = float64(x)
+	case int:
+		f = float64(x)
+	case int64:
+		f = float64(x)
+	case int32:
+		f = float64(x)
+	case json.Number:
+		var err error
+		if f, err = x.Float64(); err != nil {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}

@@ -1,0 +1,572 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"flywheel/internal/auth"
+	"flywheel/internal/httpx"
+)
+
+// chatPlan is a validated chat completion request.
+type chatPlan struct {
+	req           *ChatRequest
+	n             int
+	maxTokens     int // 0: up to the context length
+	temperature   *float64
+	topP          *float64
+	topK          *int
+	minP          *float64
+	seed          *uint64
+	stop          []string
+	stopIDs       map[int]bool
+	logprobs      bool
+	topLogprobs   int
+	asIDs         bool
+	stream        bool
+	includeUsage  bool
+	tools         []Tool
+	toolsRaw      json.RawMessage
+	toolChoice    string // "none", "auto", "required", "function"
+	forcedName    string
+	addGen        bool
+	continueFinal bool
+	ignoreEOS     bool
+}
+
+var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_.:-]{1,64}$`)
+
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
+}
+
+func unsupported(param, format string, args ...any) error {
+	return httpx.Invalid(param, "unsupported_value", format, args...)
+}
+
+// parseChat validates a request. Every value the server cannot honour is an
+// error that names it.
+func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) {
+	pl := &chatPlan{req: req, n: 1, addGen: true}
+	if strings.TrimSpace(req.Model) == "" {
+		return nil, httpx.Invalid("model", "missing_field", "model is required")
+	}
+	if len(req.Messages) == 0 {
+		return nil, httpx.Invalid("messages", "missing_field", "messages must be a non-empty array")
+	}
+	for i, m := range req.Messages {
+		switch m.Role {
+		case "system", "user", "assistant", "tool":
+		case "developer":
+			req.Messages[i].Role = "system"
+		case "":
+			return nil, httpx.Invalid(fmt.Sprintf("messages[%d].role", i), "missing_field", "messages[%d].role is required", i)
+		default:
+			return nil, unsupported(fmt.Sprintf("messages[%d].role", i), "messages[%d].role %q is not supported (system, developer, user, assistant, tool)", i, m.Role)
+		}
+		if _, err := messageText(m.Content, fmt.Sprintf("messages[%d].content", i)); err != nil {
+			return nil, err
+		}
+	}
+	if req.N != nil {
+		if *req.N < 1 || *req.N > opts.MaxN {
+			return nil, unsupported("n", "n must be between 1 and %d, got %d", opts.MaxN, *req.N)
+		}
+		pl.n = *req.N
+	}
+	mt := req.MaxTokens
+	param := "max_tokens"
+	if req.MaxCompletionTokens != nil {
+		mt, param = req.MaxCompletionTokens, "max_completion_tokens"
+	}
+	if mt != nil {
+		if *mt < 1 {
+			return nil, httpx.Invalid(param, "invalid_value", "%s must be at least 1, got %d", param, *mt)
+		}
+		pl.maxTokens = *mt
+	}
+	if t := req.Temperature; t != nil {
+		if *t < 0 || *t > 2 || math.IsNaN(*t) {
+			return nil, httpx.Invalid("temperature", "invalid_value", "temperature must be between 0 and 2, got %v", *t)
+		}
+		pl.temperature = t
+	}
+	if t := req.TopP; t != nil {
+		if !(*t > 0 && *t <= 1) {
+			return nil, httpx.Invalid("top_p", "invalid_value", "top_p must be in (0, 1], got %v", *t)
+		}
+		pl.topP = t
+	}
+	if t := req.TopK; t != nil {
+		if *t < -1 {
+			return nil, httpx.Invalid("top_k", "invalid_value", "top_k must be -1 (off), 0 (off) or positive, got %d", *t)
+		}
+		k := max(*t, 0)
+		pl.topK = &k
+	}
+	if t := req.MinP; t != nil {
+		if !(*t >= 0 && *t <= 1) {
+			return nil, httpx.Invalid("min_p", "invalid_value", "min_p must be in [0, 1], got %v", *t)
+		}
+		pl.minP = t
+	}
+	if req.Seed != nil {
+		v := uint64(*req.Seed)
+		pl.seed = &v
+	}
+	if !isNull(req.Stop) {
+		var one string
+		var many []string
+		if err := json.Unmarshal(req.Stop, &one); err == nil {
+			many = []string{one}
+		} else if err := json.Unmarshal(req.Stop, &many); err != nil {
+			return nil, httpx.Invalid("stop", "invalid_type", "stop: expected a string or an array of strings")
+		}
+		if len(many) > 16 {
+			return nil, unsupported("stop", "at most 16 stop strings are supported, got %d", len(many))
+		}
+		for _, s := range many {
+			if s != "" {
+				pl.stop = append(pl.stop, s)
+			}
+		}
+	}
+	if len(req.StopTokenIDs) > 0 {
+		pl.stopIDs = map[int]bool{}
+		for _, id := range req.StopTokenIDs {
+			pl.stopIDs[id] = true
+		}
+	}
+	if req.Logprobs != nil {
+		pl.logprobs = *req.Logprobs
+	}
+	if req.TopLogprobs != nil {
+		if *req.TopLogprobs < 0 || *req.TopLogprobs > opts.MaxTopLogprobs {
+			return nil, unsupported("top_logprobs", "top_logprobs must be between 0 and %d, got %d", opts.MaxTopLogprobs, *req.TopLogprobs)
+		}
+		if *req.TopLogprobs > 0 && !pl.logprobs {
+			return nil, httpx.Invalid("top_logprobs", "invalid_value", "top_logprobs requires logprobs to be true")
+		}
+		pl.topLogprobs = *req.TopLogprobs
+	}
+	if req.ReturnTokensAsTokenIDs != nil {
+		pl.asIDs = *req.ReturnTokensAsTokenIDs
+	}
+	if req.Stream != nil {
+		pl.stream = *req.Stream
+	}
+	if req.StreamOptions != nil {
+		if !pl.stream {
+			return nil, httpx.Invalid("stream_options", "invalid_value", "stream_options is only allowed when stream is true")
+		}
+		pl.includeUsage = req.StreamOptions.IncludeUsage
+	}
+	if !isNull(req.ResponseFormat) {
+		var rf struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(req.ResponseFormat, &rf); err != nil {
+			return nil, httpx.Invalid("response_format", "invalid_type", "response_format: expected an object")
+		}
+		if rf.Type != "text" {
+			return nil, unsupported("response_format.type", "response_format type %q is not supported (only \"text\")", rf.Type)
+		}
+	}
+	if v := req.PresencePenalty; v != nil && *v != 0 {
+		return nil, unsupported("presence_penalty", "presence_penalty is not supported")
+	}
+	if v := req.FrequencyPenalty; v != nil && *v != 0 {
+		return nil, unsupported("frequency_penalty", "frequency_penalty is not supported")
+	}
+	if v := req.RepetitionPenalty; v != nil && *v != 1 {
+		return nil, unsupported("repetition_penalty", "repetition_penalty is not supported")
+	}
+	if !isNull(req.LogitBias) {
+		var lb map[string]float64
+		if err := json.Unmarshal(req.LogitBias, &lb); err != nil {
+			return nil, httpx.Invalid("logit_bias", "invalid_type", "logit_bias: expected an object of numbers")
+		}
+		if len(lb) > 0 {
+			return nil, unsupported("logit_bias", "logit_bias is not supported")
+		}
+	}
+	if !isNull(req.ChatTemplateKwargs) {
+		if t := bytes.TrimSpace(req.ChatTemplateKwargs); t[0] != '{' {
+			return nil, httpx.Invalid("chat_template_kwargs", "invalid_type", "chat_template_kwargs: expected an object")
+		}
+	}
+	if req.ContinueFinalMessage != nil && *req.ContinueFinalMessage {
+		pl.continueFinal = true
+		pl.addGen = false
+		if req.AddGenerationPrompt != nil && *req.AddGenerationPrompt {
+			return nil, httpx.Invalid("continue_final_message", "invalid_value", "continue_final_message and add_generation_prompt cannot both be true")
+		}
+	} else if req.AddGenerationPrompt != nil {
+		pl.addGen = *req.AddGenerationPrompt
+	}
+	if req.IgnoreEOS != nil {
+		pl.ignoreEOS = *req.IgnoreEOS
+	}
+	// tools
+	names := map[string]bool{}
+	for i, t := range req.Tools {
+		if t.Type != "function" {
+			return nil, unsupported(fmt.Sprintf("tools[%d].type", i), "tools[%d].type %q is not supported (only \"function\")", i, t.Type)
+		}
+		if !toolNameRE.MatchString(t.Function.Name) {
+			return nil, httpx.Invalid(fmt.Sprintf("tools[%d].function.name", i), "invalid_value", "tools[%d].function.name must be 1-64 letters, digits, '_' or '-'", i)
+		}
+		if !isNull(t.Function.Parameters) && bytes.TrimSpace(t.Function.Parameters)[0] != '{' {
+			return nil, httpx.Invalid(fmt.Sprintf("tools[%d].function.parameters", i), "invalid_type", "tools[%d].function.parameters: expected a JSON schema object", i)
+		}
+		names[t.Function.Name] = true
+	}
+	pl.tools = req.Tools
+	if len(req.Tools) > 0 {
+		var x struct {
+			Tools json.RawMessage `json:"tools"`
+		}
+		_ = json.Unmarshal(body, &x)
+		pl.toolsRaw = x.Tools
+	}
+	pl.toolChoice = "none"
+	if len(req.Tools) > 0 {
+		pl.toolChoice = "auto"
+	}
+	if !isNull(req.ToolChoice) {
+		var s string
+		if json.Unmarshal(req.ToolChoice, &s) == nil {
+			switch s {
+			case "none", "auto", "required":
+			default:
+				return nil, unsupported("tool_choice", "tool_choice %q is not supported (none, auto, required, or a named function)", s)
+			}
+			pl.toolChoice = s
+		} else {
+			var named struct {
+				Type     string `json:"type"`
+				Function struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			}
+			if err := json.Unmarshal(req.ToolChoice, &named); err != nil || named.Type != "function" || named.Function.Name == "" {
+				return nil, httpx.Invalid("tool_choice", "invalid_value", `tool_choice: expected "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`)
+			}
+			if !names[named.Function.Name] {
+				return nil, httpx.Invalid("tool_choice.function.name", "invalid_value", "tool_choice names function %q, which is not among the tools", named.Function.Name)
+			}
+			pl.toolChoice, pl.forcedName = "function", named.Function.Name
+		}
+		if pl.toolChoice != "none" && len(req.Tools) == 0 {
+			return nil, httpx.Invalid("tool_choice", "invalid_value", "tool_choice %q requires tools", pl.toolChoice)
+		}
+	}
+	return pl, nil
+}
+
+// forcedFunctions returns the functions a forced tool choice allows, nil
+// when the choice is not forced.
+func (pl *chatPlan) forcedFunctions() []ToolFunction {
+	switch pl.toolChoice {
+	case "required":
+		fns := make([]ToolFunction, len(pl.tools))
+		for i, t := range pl.tools {
+			fns[i] = t.Function
+		}
+		return fns
+	case "function":
+		for _, t := range pl.tools {
+			if t.Function.Name == pl.forcedName {
+				return []ToolFunction{t.Function}
+			}
+		}
+	}
+	return nil
+}
+
+func (pl *chatPlan) parseTools() bool { return len(pl.tools) > 0 && pl.toolChoice != "none" }
+
+// sampling builds the per-choice sampling parameters, defaults from the
+// model's generation config.
+func (pl *chatPlan) sampling(lm *lmodel) []samplingParams {
+	g := lm.m.Gen
+	base := samplingParams{temperature: g.Temperature, topP: g.TopP, topK: g.TopK, minP: g.MinP}
+	if pl.temperature != nil {
+		base.temperature = *pl.temperature
+	}
+	if pl.topP != nil {
+		base.topP = *pl.topP
+	}
+	if pl.topK != nil {
+		base.topK = *pl.topK
+	}
+	if pl.minP != nil {
+		base.minP = *pl.minP
+	}
+	if pl.logprobs {
+		base.topLogprobs = pl.topLogprobs
+	}
+	out := make([]samplingParams, pl.n)
+	for i := range out {
+		out[i] = base
+		if pl.seed != nil {
+			out[i].seed = *pl.seed + uint64(i)
+		} else {
+			out[i].seed = rand.Uint64()
+		}
+	}
+	return out
+}
+
+// prepared is a request ready for the scheduler.
+type prepared struct {
+	plan   *chatPlan
+	target Target
+	lm     *lmodel
+	gr     *genRequest
+}
+
+func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRequest, body []byte) (*prepared, error) {
+	pl, err := parseChat(req, body, &s.opts)
+	if err != nil {
+		return nil, err
+	}
+	target, err := s.resolve(ctx, p, req.Model)
+	if err != nil {
+		return nil, err
+	}
+	lm, err := s.model(target.BaseModel)
+	if err != nil {
+		return nil, err
+	}
+	for id := range pl.stopIDs {
+		if id < 0 || id >= lm.m.Config.VocabSize {
+			return nil, httpx.Invalid("stop_token_ids", "invalid_value", "stop_token_ids: token id %d is out of range [0, %d)", id, lm.m.Config.VocabSize)
+		}
+	}
+	text, err := lm.render(chatInput{messages: req.Messages, tools: pl.toolsRaw, addGenerationPrompt: pl.addGen,
+		continueFinalMessage: pl.continueFinal, kwargs: req.ChatTemplateKwargs})
+	if err != nil {
+		return nil, err
+	}
+	prompt := lm.tok.Encode(text, false)
+	if len(prompt) == 0 {
+		return nil, httpx.Invalid("messages", "invalid_value", "the rendered prompt is empty")
+	}
+	maxTokens := pl.maxTokens
+	if maxTokens == 0 {
+		maxTokens = lm.maxLen - len(prompt)
+	}
+	if len(prompt)+maxTokens > lm.maxLen || maxTokens < 1 {
+		p := "messages"
+		if pl.maxTokens > 0 {
+			p = "max_tokens"
+		}
+		return nil, &httpx.Error{Status: http.StatusBadRequest, Param: p, Code: "context_length_exceeded",
+			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+				lm.maxLen, len(prompt)+max(maxTokens, 0), len(prompt), max(maxTokens, 0))}
+	}
+	gr := &genRequest{
+		ctx:        ctx,
+		prompt:     prompt,
+		params:     pl.sampling(lm),
+		maxTokens:  maxTokens,
+		stop:       pl.stop,
+		stopIDs:    pl.stopIDs,
+		ignoreEOS:  pl.ignoreEOS,
+		notify:     make(chan struct{}, 1),
+		newSampler: s.newSampler,
+	}
+	if fns := pl.forcedFunctions(); fns != nil {
+		g, err := toolCallGrammar(fns, lm.format)
+		if err != nil {
+			return nil, httpx.Invalid("tools", "unsupported_value", "cannot force a call of these tools: %v", err)
+		}
+		gr.grammar = g
+	}
+	if target.AdapterDir != "" {
+		a, err := s.adapters.get(target.BaseModel+"\x00"+target.AdapterDir, target.AdapterDir, lm.m.Config)
+		if err != nil {
+			s.log.Error("serve: load adapter", "model", target.Name, "dir", target.AdapterDir, "err", err)
+			return nil, &httpx.Error{Status: http.StatusInternalServerError, Message: "the checkpoint of " + target.Name + " could not be loaded", Code: "adapter_load_failed"}
+		}
+		gr.adapter = a
+	}
+	gr.outs = make([]*seqOut, pl.n)
+	for i := range gr.outs {
+		gr.outs[i] = &seqOut{}
+	}
+	return &prepared{plan: pl, target: target, lm: lm, gr: gr}, nil
+}
+
+// handleChat is POST /v1/chat/completions.
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	started := time.Now()
+	p, err := principal(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeErr(w, httpx.AsError(err))
+		return
+	}
+	var req ChatRequest
+	if err := httpx.UnmarshalJSON(body, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	pr, err := s.prepareChat(ctx, p, &req, body)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := pr.lm.sched.submit(pr.gr); err != nil {
+		if err == errQueueFull {
+			secs := int(math.Ceil(s.opts.RetryAfter.Seconds()))
+			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+			writeErr(w, &httpx.Error{Status: http.StatusTooManyRequests, Code: "queue_full",
+				Message: fmt.Sprintf("the server is at capacity (%d requests queued for %s); retry later", s.opts.MaxQueue, pr.target.BaseModel)})
+			return
+		}
+		writeErr(w, httpx.Errorf(http.StatusServiceUnavailable, "server is shutting down"))
+		return
+	}
+	id := randomID("chatcmpl-", 24)
+	created := started.Unix()
+	if pr.plan.stream {
+		s.streamChat(w, r, pr, p, id, created, started, body)
+		return
+	}
+	// wait for every choice
+	for !pr.gr.allDone() {
+		select {
+		case <-pr.gr.notify:
+		case <-ctx.Done():
+			s.record(pr, p, started, body, nil, "client disconnected")
+			return
+		}
+	}
+	resp, err := s.buildResponse(pr, id, created)
+	if err != nil {
+		s.log.Error("serve: generation failed", "model", pr.target.Name, "err", err)
+		writeErr(w, &httpx.Error{Status: http.StatusInternalServerError, Message: "generation failed", Code: "generation_failed"})
+		s.record(pr, p, started, body, nil, "generation failed")
+		return
+	}
+	if callID := s.record(pr, p, started, body, resp, ""); callID != "" {
+		w.Header().Set("x-call-id", callID)
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+// buildResponse assembles the finished choices.
+func (s *Server) buildResponse(pr *prepared, id string, created int64) (*ChatCompletion, error) {
+	resp := &ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: pr.plan.req.Model, Choices: make([]Choice, len(pr.gr.outs))}
+	usage := &Usage{PromptTokens: len(pr.gr.prompt)}
+	for i, o := range pr.gr.outs {
+		toks, text, _, finish, err := o.snapshot(0, 0)
+		if err != nil {
+			return nil, err
+		}
+		usage.CompletionTokens += len(toks)
+		ch := Choice{Index: i, Message: ResponseMessage{Role: "assistant"}, FinishReason: finish}
+		content := &text
+		if pr.plan.parseTools() {
+			c, calls := parseToolCalls(text, pr.lm.format)
+			if len(calls) > 0 {
+				content = c
+				ch.Message.ToolCalls = calls
+				if finish == finishStop {
+					ch.FinishReason = finishToolCalls
+				}
+			}
+		}
+		ch.Message.Content = content
+		if pr.plan.logprobs {
+			ch.Logprobs = &ChoiceLogprobs{Content: s.logprobEntries(pr, toks), Refusal: nil}
+		}
+		resp.Choices[i] = ch
+	}
+	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	resp.Usage = usage
+	return resp, nil
+}
+
+func clampLP(lp float32) float64 {
+	if math.IsInf(float64(lp), -1) || math.IsNaN(float64(lp)) || lp < -9999 {
+		return -9999
+	}
+	return float64(lp)
+}
+
+func (s *Server) logprobEntries(pr *prepared, toks []genToken) []TokenLogprob {
+	out := make([]TokenLogprob, len(toks))
+	lm, asIDs := pr.lm, pr.plan.asIDs
+	for j, t := range toks {
+		e := TokenLogprob{Token: lm.tokenString(t.id, asIDs), Logprob: clampLP(t.lp), Bytes: lm.tokenBytesInts(t.id), TopLogprobs: []TopLogprob{}}
+		for _, alt := range t.top {
+			e.TopLogprobs = append(e.TopLogprobs, TopLogprob{Token: lm.tokenString(alt.id, asIDs), Logprob: clampLP(alt.lp), Bytes: lm.tokenBytesInts(alt.id)})
+		}
+		out[j] = e
+	}
+	return out
+}
+
+// record stores the call in the call store and returns its id ("" when not
+// recorded). Failures are logged, never returned.
+func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body []byte, resp *ChatCompletion, exception string) string {
+	if s.recorder == nil {
+		return ""
+	}
+	project := p.PersonalEntity + "/inference"
+	if pr.target.Entity != "" {
+		project = pr.target.Entity + "/" + pr.target.Project
+	}
+	var output json.RawMessage = json.RawMessage("null")
+	u := Usage{PromptTokens: len(pr.gr.prompt)}
+	if resp != nil {
+		if b, err := json.Marshal(resp); err == nil {
+			output = b
+		}
+		if resp.Usage != nil {
+			u = *resp.Usage
+		}
+	} else {
+		for _, o := range pr.gr.outs {
+			o.mu.Lock()
+			u.CompletionTokens += len(o.toks)
+			o.mu.Unlock()
+		}
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	}
+	summary, _ := json.Marshal(map[string]any{"usage": map[string]any{pr.plan.req.Model: map[string]int{
+		"requests": 1, "prompt_tokens": u.PromptTokens, "completion_tokens": u.CompletionTokens, "total_tokens": u.TotalTokens,
+	}}})
+	inputs := json.RawMessage(body)
+	if !json.Valid(inputs) {
+		inputs = json.RawMessage("null")
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.gr.ctx), 5*time.Second)
+	defer cancel()
+	id, err := s.recorder.RecordCall(ctx, p, project, s.opts.OpName, started, time.Now(), inputs, output, summary, exception)
+	if err != nil {
+		s.log.Warn("serve: record call failed", "project", project, "err", err)
+		return ""
+	}
+	return id
+}

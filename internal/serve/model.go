@@ -1,0 +1,295 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+
+	"flywheel/internal/engine"
+	"flywheel/internal/engine/chattmpl"
+	"flywheel/internal/engine/tokenizer"
+	"flywheel/internal/httpx"
+)
+
+// lmodel is a loaded base model with what serving derives from it, and its
+// scheduler.
+type lmodel struct {
+	id     string
+	m      *engine.Model
+	tok    *tokenizer.Tokenizer
+	maxLen int
+	eos    []int
+	eosSet map[int]bool
+	endIDs []int        // tokens a forced tool call ends with: the template's end-of-turn token, else every EOS
+	keep   map[int]bool // special tokens whose text stays in the output (tool-call markers)
+	format toolFormat
+	sched  *scheduler
+
+	gvOnce sync.Once
+	gv     *grammarVocab
+}
+
+// grammarVocab indexes the vocabulary by first byte for grammar masks.
+type grammarVocab struct {
+	byFirst [256][]int32
+	bytes   [][]byte
+}
+
+func newLModel(m *engine.Model, opts *Options) (*lmodel, error) {
+	if m.Tokenizer == nil {
+		return nil, fmt.Errorf("model %s has no tokenizer", m.ID)
+	}
+	l := &lmodel{id: m.ID, m: m, tok: m.Tokenizer, maxLen: m.MaxContext(), eosSet: map[int]bool{}, keep: map[int]bool{}}
+	if opts.MaxModelLen > 0 && opts.MaxModelLen < l.maxLen {
+		l.maxLen = opts.MaxModelLen
+	}
+	for _, id := range m.EOS() {
+		if !l.eosSet[id] {
+			l.eosSet[id] = true
+			l.eos = append(l.eos, id)
+		}
+	}
+	if m.Template != nil {
+		// The EOS token the template closes assistant turns with ends
+		// generation too (e.g. <|im_end|> when the config names another).
+		if eos := m.Template.EOSToken(); eos != "" {
+			if id, ok := l.tok.SpecialTokenID(eos); ok {
+				if !l.eosSet[id] {
+					l.eosSet[id] = true
+					l.eos = append(l.eos, id)
+				}
+				l.endIDs = []int{id}
+			}
+		}
+		l.format = detectToolFormat(m.Template.Source())
+		for _, marker := range []string{hermesOpen, hermesClose, pythonTag} {
+			if id, ok := l.tok.AddedTokenID(marker); ok {
+				l.keep[id] = true
+			}
+		}
+	}
+	if l.endIDs == nil {
+		l.endIDs = l.eos
+	}
+	return l, nil
+}
+
+func (l *lmodel) isEOS(id int) bool { return l.eosSet[id] }
+
+// skipToken reports whether a token's text is left out of the output:
+// special tokens other than tool-call markers (skip_special_tokens).
+func (l *lmodel) skipToken(id int) bool { return l.tok.IsSpecial(id) && !l.keep[id] }
+
+func (l *lmodel) grammarVocab() *grammarVocab {
+	l.gvOnce.Do(func() {
+		g := &grammarVocab{}
+		n := min(l.tok.VocabSize(), l.m.Config.VocabSize)
+		g.bytes = make([][]byte, n)
+		for id := 0; id < n; id++ {
+			if l.eosSet[id] || l.skipToken(id) {
+				continue
+			}
+			b := l.tok.TokenBytes(id)
+			if len(b) == 0 {
+				continue
+			}
+			g.bytes[id] = b
+			g.byFirst[b[0]] = append(g.byFirst[b[0]], int32(id))
+		}
+		l.gv = g
+	})
+	return l.gv
+}
+
+// engineSampler adapts engine.Sampler.
+type engineSampler struct{ s *engine.Sampler }
+
+func (e engineSampler) sample(logits []float32) (int, float32, []topLP) {
+	id, lp, top := e.s.Sample(logits)
+	var out []topLP
+	if len(top) > 0 {
+		out = make([]topLP, len(top))
+		for i, t := range top {
+			out[i] = topLP{id: t.ID, lp: t.Logprob}
+		}
+	}
+	return id, lp, out
+}
+
+func newEngineSampler(p samplingParams) tokenSampler {
+	seed := p.seed
+	return engineSampler{engine.NewSampler(engine.SamplingParams{
+		Temperature: p.temperature, TopP: p.topP, MinP: p.minP, TopK: p.topK,
+		Seed: &seed, TopLogprobs: p.topLogprobs,
+	})}
+}
+
+// chatInput is a conversation to render.
+type chatInput struct {
+	messages             []ChatMessage
+	tools                json.RawMessage // the request's tools array, raw (key order kept)
+	addGenerationPrompt  bool
+	continueFinalMessage bool
+	kwargs               json.RawMessage
+	paramPrefix          string // "messages" param path prefix for errors
+}
+
+// templateMessages converts request messages to the dicts chat templates
+// expect: content as a string (text parts joined by "\n"), tool-call
+// arguments parsed into objects (as vLLM does), key order role, content, ...
+func templateMessages(msgs []ChatMessage) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, len(msgs))
+	for i, m := range msgs {
+		var b bytes.Buffer
+		b.WriteString(`{"role":`)
+		writeJSON(&b, m.Role)
+		content, err := messageText(m.Content, fmt.Sprintf("messages[%d].content", i))
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString(`,"content":`)
+		if content == nil {
+			b.WriteString("null")
+		} else {
+			writeJSON(&b, *content)
+		}
+		if m.Name != "" {
+			b.WriteString(`,"name":`)
+			writeJSON(&b, m.Name)
+		}
+		if len(m.ToolCalls) > 0 {
+			b.WriteString(`,"tool_calls":[`)
+			for j, tc := range m.ToolCalls {
+				if j > 0 {
+					b.WriteByte(',')
+				}
+				b.WriteString(`{"id":`)
+				writeJSON(&b, tc.ID)
+				b.WriteString(`,"type":"function","function":{"name":`)
+				writeJSON(&b, tc.Function.Name)
+				b.WriteString(`,"arguments":`)
+				args := strings.TrimSpace(tc.Function.Arguments)
+				if args != "" && json.Valid([]byte(args)) && (args[0] == '{' || args[0] == '[') {
+					b.WriteString(args)
+				} else if args == "" {
+					b.WriteString("{}")
+				} else {
+					writeJSON(&b, tc.Function.Arguments)
+				}
+				b.WriteString("}}")
+			}
+			b.WriteByte(']')
+		}
+		if m.ToolCallID != "" {
+			b.WriteString(`,"tool_call_id":`)
+			writeJSON(&b, m.ToolCallID)
+		}
+		b.WriteByte('}')
+		out[i] = json.RawMessage(b.Bytes())
+	}
+	return out, nil
+}
+
+func writeJSON(b *bytes.Buffer, v any) {
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	b.Truncate(b.Len() - 1) // Encode's newline
+}
+
+// messageText returns a message's content as text: a string, or the text
+// parts of a list joined by "\n"; nil for null/absent.
+func messageText(raw json.RawMessage, param string) (*string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	switch raw[0] {
+	case '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, httpx.Invalid(param, "invalid_type", "%s: malformed string", param)
+		}
+		return &s, nil
+	case '[':
+		var parts []struct {
+			Type string  `json:"type"`
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(raw, &parts); err != nil {
+			return nil, httpx.Invalid(param, "invalid_type", "%s: expected a string or a list of content parts", param)
+		}
+		var texts []string
+		for j, p := range parts {
+			if p.Type != "text" {
+				return nil, httpx.Invalid(fmt.Sprintf("%s[%d].type", param, j), "unsupported_value", "content part type %q is not supported (only \"text\")", p.Type)
+			}
+			if p.Text == nil {
+				return nil, httpx.Invalid(fmt.Sprintf("%s[%d].text", param, j), "missing_field", "%s[%d].text is required", param, j)
+			}
+			texts = append(texts, *p.Text)
+		}
+		s := strings.Join(texts, "\n")
+		return &s, nil
+	}
+	return nil, httpx.Invalid(param, "invalid_type", "%s: expected a string or a list of content parts", param)
+}
+
+// render applies the model's chat template.
+func (l *lmodel) render(in chatInput) (string, error) {
+	if l.m.Template == nil {
+		msg := "this model has no chat template"
+		if l.m.TemplateErr != nil {
+			msg = "this model has no usable chat template"
+		}
+		return "", httpx.Invalid("model", "no_chat_template", "%s", msg)
+	}
+	msgs, err := templateMessages(in.messages)
+	if err != nil {
+		return "", err
+	}
+	ci := chattmpl.Input{Messages: msgs, AddGenerationPrompt: in.addGenerationPrompt, ContinueFinalMessage: in.continueFinalMessage}
+	if t := bytes.TrimSpace(in.tools); len(t) > 0 && string(t) != "null" {
+		var tools []json.RawMessage
+		if err := json.Unmarshal(t, &tools); err != nil {
+			return "", httpx.Invalid("tools", "invalid_type", "tools: expected an array")
+		}
+		if len(tools) > 0 {
+			ci.Tools = tools
+		}
+	}
+	if k := bytes.TrimSpace(in.kwargs); len(k) > 0 && string(k) != "null" {
+		keys, vals, err := orderedObject(k)
+		if err != nil {
+			return "", httpx.Invalid("chat_template_kwargs", "invalid_type", "chat_template_kwargs: expected an object")
+		}
+		ci.Extra = map[string]any{}
+		for i, key := range keys {
+			ci.Extra[key] = vals[i]
+		}
+	}
+	text, err := l.m.Template.Render(ci)
+	if err != nil {
+		return "", httpx.Invalid("messages", "template_error", "the chat template could not render these messages: %s", strings.TrimPrefix(err.Error(), "chattmpl: "))
+	}
+	return text, nil
+}
+
+// tokenString is a token as logprobs show it.
+func (l *lmodel) tokenString(id int, asIDs bool) string {
+	if asIDs {
+		return fmt.Sprintf("token_id:%d", id)
+	}
+	return string(l.tok.TokenBytes(id))
+}
+
+func (l *lmodel) tokenBytesInts(id int) []int {
+	b := l.tok.TokenBytes(id)
+	out := make([]int, len(b))
+	for i, c := range b {
+		out[i] = int(c)
+	}
+	return out
+}

@@ -1,0 +1,439 @@
+// Package serve is flywheel's OpenAI-compatible inference server: chat
+// completions (plain and streamed, with logprobs and tool calls) on base
+// models and trained LoRA checkpoints, GET /v1/models, and the vLLM-style
+// /tokenize and /detokenize endpoints.
+//
+// # Wiring
+//
+//	srv := serve.New(registry, serve.NewStoreResolver(st), traceService, serve.Options{Logger: log})
+//	srv.Register(mux) // behind the Bearer-auth middleware
+//	defer srv.Close()
+//
+// # Model addressing
+//
+// A request's model is a base model id of the registry, or a trained model
+// "entity/project/name" (latest step) or "entity/project/name:step{N}",
+// optionally behind an artifact-URI prefix "<scheme>:///", which is ignored.
+// A trained model of an entity the caller is not a member of, or a missing
+// one, is 404; a missing step is 404 naming the step; anything else is a 400.
+//
+// # Scheduling
+//
+// Each base model has one scheduler goroutine running a continuous-batching
+// loop: every step is one engine.Forward over all running sequences, decode
+// rows (one token) and prefill chunks (up to Options.PrefillChunk prompt
+// tokens per step across sequences) together, sequences of different LoRA
+// adapters and of the base model in the same batch. Requests that arrive
+// join at the next step while the batch has room (Options.MaxBatch
+// sequences); beyond it they wait in a queue of Options.MaxQueue requests,
+// and past that the answer is 429 with retry-after. A request whose prompt
+// plus max_tokens exceeds the context length is a 400. Adapters are loaded
+// once into an LRU cache (Options.AdapterCacheSize). A client that goes
+// away cancels its sequences before the next step.
+//
+// # Sampling and logprobs
+//
+// Sampling is engine.Sampler's: temperature (0 = greedy), top_p, top_k,
+// min_p, seed (choice i of n uses seed+i). Settings a request leaves out come
+// from the model's generation_config.json. The logprob of each sampled token
+// is under the distribution it was sampled from: log_softmax(logits /
+// temperature), before top-p/top-k/min-p truncation (temperature 0 reports
+// log_softmax(logits)). With return_tokens_as_token_ids the token is written
+// "token_id:N"; bytes are the token's exact bytes. The end-of-turn token that
+// ends a choice is included in logprobs (its text is not in the content).
+//
+// # Tool calls
+//
+// Tools go to the chat template. The generated text is parsed back into
+// message.tool_calls in the model's syntax: the Hermes/Qwen form
+// <tool_call>{"name": ..., "arguments": {...}}</tool_call> (templates that
+// mention <tool_call>) or the Llama-3.1 JSON form {"name": ..., "parameters":
+// {...}} (optionally after <|python_tag|>, several separated by ";").
+// finish_reason is then "tool_calls".
+//
+// A forced tool choice ("required" or a named function) is structural, so
+// it works even on a model with random weights: generation runs under a
+// byte-level grammar of one call in the model's syntax (the <tool_call>
+// opener included), the function name one of the allowed ones, the
+// arguments following the function's JSON schema (properties in schema order,
+// the required ones when "required" is given; string, integer, number,
+// boolean, null, enum, const, arrays and nested objects; anything else any
+// JSON value). At each step every token whose bytes would leave the grammar
+// is masked to -Inf before sampling, and once the call is complete only the
+// end-of-turn token is allowed. The grammar is bounded (strings up to 16
+// printable ASCII bytes, numbers up to 6 digits, up to 3 array items or free
+// object members, nesting depth 2), so a call completes within a bounded
+// number of tokens. Logprobs of constrained steps are under the masked
+// distribution.
+//
+// # Streaming
+//
+// SSE chunks: one role chunk per choice, content deltas (with their logprobs),
+// tool calls as whole deltas once parsed, a finish chunk per choice, a usage
+// chunk (choices: []) with stream_options.include_usage, then data: [DONE].
+// Text that might begin a stop string or a <tool_call> is held back until
+// it is decided.
+//
+// # Tracing
+//
+// Every completion is recorded through the CallRecorder as a call in the
+// model's entity/project (base models: the caller's personal entity, project
+// "inference"), inputs = the request body, output = the response (for a
+// stream, the response the chunks assemble to), summary = {"usage": {model:
+// {requests, prompt_tokens, completion_tokens, total_tokens}}}. The call id is
+// the x-call-id response header (for a stream, an HTTP trailer, since the
+// call is recorded when the stream ends). A recording failure is logged and
+// never fails the completion.
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"flywheel/internal/auth"
+	"flywheel/internal/engine"
+	"flywheel/internal/httpx"
+)
+
+// Target is a resolved model address: the base model to run and, for a
+// trained model, the LoRA checkpoint to apply.
+type Target struct {
+	Name       string // canonical address, e.g. "alice/proj/m:step3" or the base id
+	BaseModel  string // base model id in the engine registry
+	AdapterDir string // PEFT adapter folder; "" for the base model
+	Step       int    // checkpoint step; -1 for the base model
+	Entity     string // owner of a trained model; "" for a base model
+	Project    string
+	ModelName  string // trained model name; "" for a base model
+	Created    time.Time
+}
+
+// Resolver resolves trained-model addresses for a caller. The server
+// handles base model ids itself and strips the artifact-URI prefix first.
+type Resolver interface {
+	// Resolve resolves "entity/project/name" (latest step) or
+	// "entity/project/name:step{N}". A model the caller cannot see, or a
+	// missing step, is an *httpx.Error 404.
+	Resolve(ctx context.Context, p *auth.Principal, model string) (Target, error)
+	// List returns the caller's trained models at their latest step.
+	List(ctx context.Context, p *auth.Principal) ([]Target, error)
+}
+
+// CallRecorder records completions in the call store (implemented by
+// *trace.Service).
+type CallRecorder interface {
+	RecordCall(ctx context.Context, p *auth.Principal, projectID, opName string, startedAt, endedAt time.Time, inputs, output, summary json.RawMessage, exception string) (callID string, err error)
+}
+
+// Options tune the server. Zero values take the defaults.
+type Options struct {
+	MaxBatch         int           // sequences decoded per step per base model (default 32)
+	MaxQueue         int           // requests waiting for a batch slot before 429 (default 256)
+	MaxN             int           // largest n (default 16)
+	MaxModelLen      int           // cap on the context length (default: the model's)
+	PrefillChunk     int           // prompt tokens fed per step across sequences (default 512)
+	AdapterCacheSize int           // LoRA adapters kept loaded (default 16)
+	MaxTopLogprobs   int           // largest top_logprobs (default 20)
+	RetryAfter       time.Duration // retry-after of a 429 (default 1s)
+	OpName           string        // call-store op name (default "chat.completions")
+	Logger           *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 32
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = 256
+	}
+	if o.MaxN <= 0 {
+		o.MaxN = 16
+	}
+	if o.PrefillChunk <= 0 {
+		o.PrefillChunk = 512
+	}
+	if o.AdapterCacheSize <= 0 {
+		o.AdapterCacheSize = 16
+	}
+	if o.MaxTopLogprobs <= 0 {
+		o.MaxTopLogprobs = 20
+	}
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = time.Second
+	}
+	if o.OpName == "" {
+		o.OpName = "chat.completions"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Server serves inference over HTTP.
+type Server struct {
+	reg      *engine.Registry
+	resolver Resolver
+	recorder CallRecorder
+	opts     Options
+	log      *slog.Logger
+	adapters *adapterCache
+
+	mu     sync.Mutex
+	models map[string]*lmodel
+	loadMu sync.Mutex // serialises first loads of models
+	closed bool
+
+	baseMu    sync.Mutex
+	baseIDs   map[string]bool
+	baseAt    time.Time
+	baseOrder []string
+
+	newSampler func(samplingParams) tokenSampler
+}
+
+// New returns a server over the models of reg. resolver (trained models)
+// and recorder (call store) may be nil.
+func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Options) *Server {
+	opts.defaults()
+	return &Server{
+		reg: reg, resolver: resolver, recorder: recorder, opts: opts, log: opts.Logger,
+		adapters:   newAdapterCache(opts.AdapterCacheSize),
+		models:     map[string]*lmodel{},
+		newSampler: newEngineSampler,
+	}
+}
+
+// Register mounts the handlers on mux.
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
+	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
+	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("POST /tokenize", s.handleTokenize)
+	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
+}
+
+// Close stops every scheduler; running requests fail.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	ms := make([]*lmodel, 0, len(s.models))
+	for _, m := range s.models {
+		ms = append(ms, m)
+	}
+	s.mu.Unlock()
+	for _, m := range ms {
+		m.sched.close()
+	}
+}
+
+// Stats describes the scheduler of a base model (tests, metrics).
+type Stats struct {
+	Steps    int64         // forward passes run
+	MaxBatch int64         // largest batch seen
+	Active   int64         // sequences running now
+	Queued   int           // requests waiting
+	Compute  time.Duration // total time in scheduler steps: forward passes, sampling, token bookkeeping
+	Forward  time.Duration // total time in engine forward passes
+}
+
+// Stats returns the scheduler statistics of a loaded base model.
+func (s *Server) Stats(baseModel string) Stats {
+	s.mu.Lock()
+	m := s.models[baseModel]
+	s.mu.Unlock()
+	if m == nil {
+		return Stats{}
+	}
+	return Stats{Steps: m.sched.steps.Load(), MaxBatch: m.sched.maxBatch.Load(), Active: m.sched.activeSeqs.Load(), Queued: m.sched.queued(), Compute: time.Duration(m.sched.computeNs.Load()),
+		Forward: time.Duration(m.sched.forwardNs.Load())}
+}
+
+// model returns the loaded base model with its scheduler.
+func (s *Server) model(id string) (*lmodel, error) {
+	s.mu.Lock()
+	if m, ok := s.models[id]; ok {
+		s.mu.Unlock()
+		return m, nil
+	}
+	if s.closed {
+		s.mu.Unlock()
+		return nil, httpx.Errorf(http.StatusServiceUnavailable, "server is shutting down")
+	}
+	s.mu.Unlock()
+	em, err := s.reg.Get(id)
+	if err != nil {
+		s.log.Error("serve: load base model", "model", id, "err", err)
+		return nil, &httpx.Error{Status: http.StatusInternalServerError, Message: "base model " + id + " could not be loaded", Code: "model_load_failed"}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m, ok := s.models[id]; ok {
+		return m, nil
+	}
+	lm, err := newLModel(em, &s.opts)
+	if err != nil {
+		return nil, &httpx.Error{Status: http.StatusInternalServerError, Message: "base model " + id + " cannot be served", Code: "model_load_failed"}
+	}
+	lm.sched = newScheduler(lm, &s.opts)
+	s.models[id] = lm
+	return lm, nil
+}
+
+// baseModels returns the servable base model ids (cached for a few seconds).
+func (s *Server) baseModels() (map[string]bool, []string) {
+	s.baseMu.Lock()
+	defer s.baseMu.Unlock()
+	if s.baseIDs != nil && time.Since(s.baseAt) < 5*time.Second {
+		return s.baseIDs, s.baseOrder
+	}
+	ids, err := s.reg.List()
+	if err != nil {
+		s.log.Error("serve: list base models", "err", err)
+	}
+	set := map[string]bool{}
+	for _, id := range ids {
+		set[id] = true
+	}
+	s.baseIDs, s.baseOrder, s.baseAt = set, ids, time.Now()
+	return set, ids
+}
+
+// StripArtifactPrefix removes an artifact-URI prefix "<scheme>:///" from a
+// model address.
+func StripArtifactPrefix(model string) string {
+	if i := strings.Index(model, ":///"); i >= 0 && !strings.ContainsAny(model[:i], "/") {
+		return model[i+4:]
+	}
+	return model
+}
+
+// ModelRef is a parsed trained-model address.
+type ModelRef struct {
+	Entity, Project, Name string
+	Step                  int // -1: latest
+}
+
+// ParseModelRef parses "entity/project/name" or "entity/project/name:step{N}"
+// (after StripArtifactPrefix). ok is false for any other shape.
+func ParseModelRef(model string) (ModelRef, bool) {
+	ref := ModelRef{Step: -1}
+	base := model
+	if i := strings.LastIndex(model, ":"); i >= 0 {
+		suffix := model[i+1:]
+		if !strings.HasPrefix(suffix, "step") {
+			return ref, false
+		}
+		n, err := strconv.Atoi(suffix[4:])
+		if err != nil || n < 0 || strings.HasPrefix(suffix[4:], "+") {
+			return ref, false
+		}
+		ref.Step = n
+		base = model[:i]
+	}
+	parts := strings.Split(base, "/")
+	if len(parts) != 3 {
+		return ref, false
+	}
+	for _, p := range parts {
+		if p == "" {
+			return ref, false
+		}
+	}
+	ref.Entity, ref.Project, ref.Name = parts[0], parts[1], parts[2]
+	return ref, true
+}
+
+// resolve maps a request's model to a target.
+func (s *Server) resolve(ctx context.Context, p *auth.Principal, model string) (Target, error) {
+	if strings.TrimSpace(model) == "" {
+		return Target{}, httpx.Invalid("model", "missing_field", "model is required")
+	}
+	addr := StripArtifactPrefix(model)
+	bases, _ := s.baseModels()
+	if bases[addr] {
+		return Target{Name: addr, BaseModel: addr, Step: -1}, nil
+	}
+	if _, ok := ParseModelRef(addr); ok {
+		if s.resolver == nil {
+			return Target{}, httpx.NotFound("model %q not found", model)
+		}
+		t, err := s.resolver.Resolve(ctx, p, addr)
+		if err != nil {
+			return Target{}, err
+		}
+		return t, nil
+	}
+	return Target{}, &httpx.Error{Status: http.StatusBadRequest, Param: "model", Code: "model_not_found",
+		Message: "model " + strconv.Quote(model) + " is not served here: use a base model id (see GET /v1/models) or a trained model entity/project/name[:step{N}]"}
+}
+
+func writeErr(w http.ResponseWriter, err error) { httpx.WriteOpenAIError(w, err) }
+
+func principal(r *http.Request) (*auth.Principal, error) {
+	p, ok := auth.FromContext(r.Context())
+	if !ok {
+		return nil, &httpx.Error{Status: http.StatusUnauthorized, Message: "missing or invalid API key", Code: "invalid_api_key"}
+	}
+	return p, nil
+}
+
+// handleModels is GET /v1/models.
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	p, err := principal(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	_, ids := s.baseModels()
+	list := ModelList{Object: "list", Data: []ModelCard{}}
+	for _, id := range ids {
+		card := ModelCard{ID: id, Object: "model", OwnedBy: "flywheel", Root: id}
+		s.mu.Lock()
+		if lm, ok := s.models[id]; ok {
+			card.MaxModelLen = lm.maxLen
+		}
+		s.mu.Unlock()
+		list.Data = append(list.Data, card)
+	}
+	if s.resolver != nil {
+		ts, err := s.resolver.List(r.Context(), p)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		for _, t := range ts {
+			parent := t.BaseModel
+			list.Data = append(list.Data, ModelCard{ID: t.Name, Object: "model", Created: t.Created.Unix(), OwnedBy: t.Entity, Root: t.BaseModel, Parent: &parent})
+		}
+	}
+	httpx.WriteJSON(w, http.StatusOK, list)
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, httpx.AsError(err)
+	}
+	return b, nil
+}
+
+// rawField returns the raw JSON of a top-level field of body.
+func rawField(body []byte, name string) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return nil
+	}
+	return m[name]
+}

@@ -1,0 +1,132 @@
+package serve
+
+import (
+	"net/http"
+
+	"flywheel/internal/httpx"
+)
+
+// handleTokenize is POST /tokenize (vLLM's convention): {model, prompt,
+// add_special_tokens=true} or {model, messages, add_generation_prompt=true,
+// continue_final_message, tools, chat_template_kwargs,
+// add_special_tokens=false} -> {count, max_model_len, tokens, token_strs}.
+func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	p, err := principal(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var req TokenizeRequest
+	body, err := readBody(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := httpx.UnmarshalJSON(body, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if req.Prompt == nil && req.Messages == nil {
+		writeErr(w, httpx.Invalid("prompt", "missing_field", "either prompt or messages is required"))
+		return
+	}
+	if req.Prompt != nil && req.Messages != nil {
+		writeErr(w, httpx.Invalid("messages", "invalid_value", "give either prompt or messages, not both"))
+		return
+	}
+	target, err := s.resolve(r.Context(), p, req.Model)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	lm, err := s.model(target.BaseModel)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var ids []int
+	if req.Prompt != nil {
+		add := true
+		if req.AddSpecialTokens != nil {
+			add = *req.AddSpecialTokens
+		}
+		ids = lm.tok.Encode(*req.Prompt, add)
+	} else {
+		addGen, cont := true, false
+		if req.ContinueFinalMessage != nil && *req.ContinueFinalMessage {
+			cont, addGen = true, false
+			if req.AddGenerationPrompt != nil && *req.AddGenerationPrompt {
+				writeErr(w, httpx.Invalid("continue_final_message", "invalid_value", "continue_final_message and add_generation_prompt cannot both be true"))
+				return
+			}
+		} else if req.AddGenerationPrompt != nil {
+			addGen = *req.AddGenerationPrompt
+		}
+		for i, m := range req.Messages {
+			if m.Role == "developer" {
+				req.Messages[i].Role = "system"
+			}
+		}
+		in := chatInput{messages: req.Messages, addGenerationPrompt: addGen, continueFinalMessage: cont, kwargs: req.ChatTemplateKwargs}
+		if len(req.Tools) > 0 {
+			in.tools = rawField(body, "tools")
+		}
+		text, err := lm.render(in)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		add := false
+		if req.AddSpecialTokens != nil {
+			add = *req.AddSpecialTokens
+		}
+		ids = lm.tok.Encode(text, add)
+	}
+	resp := TokenizeResponse{Count: len(ids), MaxModelLen: lm.maxLen, Tokens: ids}
+	if resp.Tokens == nil {
+		resp.Tokens = []int{}
+	}
+	if req.ReturnTokenStrs != nil && *req.ReturnTokenStrs {
+		resp.TokenStrs = make([]string, len(ids))
+		for i, id := range ids {
+			resp.TokenStrs[i] = lm.tok.IDToToken(id)
+		}
+	}
+	httpx.WriteJSON(w, http.StatusOK, resp)
+}
+
+// handleDetokenize is POST /detokenize: {model, tokens} -> {prompt}.
+func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
+	p, err := principal(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var req DetokenizeRequest
+	if err := httpx.DecodeJSON(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if req.Tokens == nil {
+		writeErr(w, httpx.Invalid("tokens", "missing_field", "tokens is required"))
+		return
+	}
+	target, err := s.resolve(r.Context(), p, req.Model)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	lm, err := s.model(target.BaseModel)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	n := min(lm.tok.VocabSize(), lm.m.Config.VocabSize)
+	for i, id := range req.Tokens {
+		if id < 0 || id >= n || lm.tok.IDToToken(id) == "" {
+			writeErr(w, httpx.Invalid("tokens", "invalid_value", "tokens[%d]: token id %d is not in the vocabulary", i, id))
+			return
+		}
+	}
+	httpx.WriteJSON(w, http.StatusOK, DetokenizeResponse{Prompt: lm.tok.Decode(req.Tokens, false)})
+}

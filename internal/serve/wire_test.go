@@ -1,0 +1,60 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"flywheel/internal/store"
+)
+
+// The store satisfies the resolver's interface. (*trace.Service satisfies
+// CallRecorder; not asserted here so this package's tests do not depend on
+// the call store's.)
+var _ ModelStore = store.Store(nil)
+
+type panicSampler struct{}
+
+func (panicSampler) sample([]float32) (int, float32, []topLP) { panic("boom") }
+
+func TestSchedulerPanicFailsRequestOnly(t *testing.T) {
+	env := newTestEnv(t, Options{})
+	env.srv.newSampler = func(samplingParams) tokenSampler { return panicSampler{} }
+	_, err := env.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: tinyID, Messages: userMsgs("x"), MaxTokens: openai.Int(2)})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 500 || strings.Contains(apiErr.Message, "boom") {
+		t.Fatalf("want an opaque 500, got %v", err)
+	}
+	env.srv.newSampler = newEngineSampler
+	if _, err := env.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: tinyID, Messages: userMsgs("x"), MaxTokens: openai.Int(2)}); err != nil {
+		t.Fatalf("server did not survive: %v", err)
+	}
+}
+
+func TestMetricsCollector(t *testing.T) {
+	env := newTestEnv(t, Options{})
+	if _, err := env.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: tinyID, Messages: userMsgs("x"), MaxTokens: openai.Int(3)}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(env.srv)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if m.Counter != nil {
+				found[mf.GetName()] = m.Counter.GetValue()
+			}
+		}
+	}
+	if found["flywheel_serve_generated_tokens_total"] < 1 || found["flywheel_serve_steps_total"] < 1 {
+		t.Fatalf("metrics %v", found)
+	}
+}

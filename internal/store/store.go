@@ -1,0 +1,273 @@
+// Package store persists flywheel's control-plane state: users, entities and
+// API keys, models and their checkpoints, uploaded files, training jobs and
+// their events. It only persists; it knows nothing of HTTP or training.
+//
+// Handlers and the job queue depend on the small interfaces below (Keys,
+// Models, Files, Jobs, or Store for all of them), so a PostgreSQL
+// implementation can follow the SQLite one without touching them. Every
+// lookup of a missing row returns an error wrapping ErrNotFound.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"flywheel/internal/auth"
+)
+
+// Sentinel errors. Test with errors.Is.
+var (
+	// ErrNotFound is returned when the requested row does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict is returned when a write collides with existing state
+	// (a duplicate model name, deleting a checkpoint a job trains from, ...).
+	ErrConflict = errors.New("conflict")
+	// ErrUnauthorized is returned by Authenticate for a missing, unknown or
+	// revoked key.
+	ErrUnauthorized = errors.New("invalid API key")
+)
+
+// Job statuses.
+const (
+	StatusQueued    = "QUEUED"
+	StatusRunning   = "RUNNING"
+	StatusCompleted = "COMPLETED"
+	StatusFailed    = "FAILED"
+	StatusCancelled = "CANCELLED"
+)
+
+// Job kinds.
+const (
+	KindRL  = "rl"
+	KindSFT = "sft"
+)
+
+// User is a person or service that holds API keys.
+type User struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// APIKey is a key's metadata; the key itself is never stored.
+type APIKey struct {
+	ID        string
+	UserID    string
+	UserName  string
+	Name      string
+	Prefix    string // first characters of the key, for listings
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// LoRA is a model's adapter shape.
+type LoRA struct {
+	Rank          int      `json:"rank"`
+	Alpha         float64  `json:"alpha"`
+	TargetModules []string `json:"target_modules"`
+}
+
+// Model is a trainable model: a base model plus a LoRA adapter per step.
+type Model struct {
+	ID         string
+	Entity     string
+	Project    string
+	Name       string
+	BaseModel  string // base model id, its path relative to the models dir
+	LoRA       LoRA
+	RunID      *string
+	CreatedBy  string // user id
+	CreatedAt  time.Time
+	LatestStep int // step of the latest checkpoint, -1 when it has none
+}
+
+// Checkpoint is one saved step of a model.
+type Checkpoint struct {
+	ID        string
+	ModelID   string
+	Step      int
+	Dir       string // absolute path of the checkpoint folder (PEFT adapter, optimizer state)
+	Metrics   map[string]float64
+	CreatedAt time.Time
+}
+
+// File is an uploaded file (SFT training data).
+type File struct {
+	ID        string // "file-..."
+	UserID    string
+	Filename  string
+	Purpose   string
+	Bytes     int64
+	Path      string // absolute path of the stored bytes
+	CreatedAt time.Time
+}
+
+// Job is a training job record.
+type Job struct {
+	ID                 string
+	ModelID            string
+	Kind               string // KindRL or KindSFT
+	Status             string
+	RequestPath        string // absolute path of the stored request body
+	RequestBytes       int64
+	FileID             string // SFT: the uploaded data file
+	ExperimentalConfig json.RawMessage
+	Config             json.RawMessage // SFT config with defaults filled
+	ErrorMessage       string
+	FromStep, ToStep   *int
+	Metrics            map[string]any
+	CreatedBy          string
+	CreatedAt          time.Time
+	TrainingStart      *time.Time
+	TrainingEnd        *time.Time
+}
+
+// Event is one entry of a job's event log.
+type Event struct {
+	ID        string
+	JobID     string
+	Type      string
+	Data      json.RawMessage
+	CreatedAt time.Time
+}
+
+// Page selects a window of an id-ordered list: items after the exclusive
+// cursor After (an id), at most Limit of them, newest first when Desc.
+type Page struct {
+	After string
+	Limit int
+	Desc  bool
+}
+
+// QueueStats describes the job queue.
+type QueueStats struct {
+	Queued       int
+	Running      int
+	OldestQueued *time.Time
+}
+
+// Keys manages users, entities, memberships and API keys.
+type Keys interface {
+	// CountUsers returns how many users exist.
+	CountUsers(ctx context.Context) (int, error)
+	// EnsureUser creates the user and its personal entity (same name) if
+	// missing and returns the user.
+	EnsureUser(ctx context.Context, name string) (User, error)
+	// AddMembership makes the user a member of entity, creating the entity
+	// if missing.
+	AddMembership(ctx context.Context, userName, entity string) error
+	// CreateKey stores a new key for the user. When key is empty a random
+	// key is generated. It returns the key's record and the key in clear,
+	// which is never retrievable again.
+	CreateKey(ctx context.Context, userName, name, key string) (APIKey, string, error)
+	// ListKeys lists keys, of one user or of all when userName is empty.
+	ListKeys(ctx context.Context, userName string) ([]APIKey, error)
+	// RevokeKey revokes the key with the given id or prefix.
+	RevokeKey(ctx context.Context, idOrPrefix string) error
+	// Authenticate resolves an API key to its principal, or ErrUnauthorized.
+	Authenticate(ctx context.Context, key string) (*auth.Principal, error)
+}
+
+// Models manages models, checkpoints and their metrics.
+type Models interface {
+	// CreateModel inserts m and its first checkpoint; ErrConflict when a
+	// model of that entity/project/name exists.
+	CreateModel(ctx context.Context, m Model, first Checkpoint) (Model, error)
+	// ModelByID returns the model with that id (ErrNotFound when missing).
+	ModelByID(ctx context.Context, id string) (Model, error)
+	// ModelByName returns the model entity/project/name (ErrNotFound when missing).
+	ModelByName(ctx context.Context, entity, project, name string) (Model, error)
+	// ListModels lists every model of the given entities, oldest first.
+	ListModels(ctx context.Context, entities []string) ([]Model, error)
+	// ListModelsPage is ListModels with cursor paging; it reports whether
+	// more items follow.
+	ListModelsPage(ctx context.Context, entities []string, page Page) ([]Model, bool, error)
+	// DeleteModel deletes the model, its checkpoints, jobs and metrics and
+	// returns the deleted checkpoints (whose folders the caller removes).
+	// ErrConflict while a job of the model is running.
+	DeleteModel(ctx context.Context, id string) ([]Checkpoint, error)
+	// CheckpointByStep returns the model's checkpoint of that step
+	// (ErrNotFound when missing).
+	CheckpointByStep(ctx context.Context, modelID string, step int) (Checkpoint, error)
+	// LatestCheckpoint returns the model's checkpoint of the highest step
+	// (ErrNotFound when the model has none).
+	LatestCheckpoint(ctx context.Context, modelID string) (Checkpoint, error)
+	// ListCheckpoints lists a page of the model's checkpoints in step order.
+	ListCheckpoints(ctx context.Context, modelID string, page Page) ([]Checkpoint, bool, error)
+	// DeleteCheckpoints deletes the given steps and returns the deleted
+	// checkpoints and the steps that did not exist. ErrConflict when one of
+	// them is the step a running job trains from.
+	DeleteCheckpoints(ctx context.Context, modelID string, steps []int) ([]Checkpoint, []int, error)
+	// LogMetrics merges metrics into the latest checkpoint's metrics and
+	// appends them to the model's metric history.
+	LogMetrics(ctx context.Context, modelID, split string, metrics map[string]float64) (Checkpoint, error)
+}
+
+// Files manages uploaded files.
+type Files interface {
+	// CreateFile records an uploaded file whose bytes are at f.Path.
+	CreateFile(ctx context.Context, f File) error
+	// FileByID returns the file record (ErrNotFound when missing).
+	FileByID(ctx context.Context, id string) (File, error)
+}
+
+// Jobs manages training jobs, their events and the durable queue.
+type Jobs interface {
+	// CreateJob inserts j as QUEUED (ErrNotFound when its model is missing).
+	CreateJob(ctx context.Context, j Job) (Job, error)
+	// JobByID returns the job (ErrNotFound when missing).
+	JobByID(ctx context.Context, id string) (Job, error)
+	// ListEvents lists a job's events in creation order after the cursor.
+	ListEvents(ctx context.Context, jobID string, page Page) ([]Event, bool, error)
+	// AppendEvent appends an event to a job's log.
+	AppendEvent(ctx context.Context, jobID, typ string, data any) (Event, error)
+	// ClaimNext marks the oldest runnable job RUNNING and returns it: the
+	// oldest QUEUED job of a model that has no RUNNING job and no older
+	// QUEUED job, skipping the models in skip. ok is false when none is
+	// runnable. fromStep is the step of the model's latest checkpoint.
+	ClaimNext(ctx context.Context, skip []string) (j Job, ok bool, err error)
+	// RequeueRunning puts every RUNNING job back to QUEUED, discarding their
+	// partial events, and returns their ids. Used at start-up.
+	RequeueRunning(ctx context.Context) ([]string, error)
+	// Requeue puts one RUNNING job back to QUEUED (shutdown mid-run).
+	Requeue(ctx context.Context, id string) error
+	// CompleteJob records the new checkpoint, marks the job COMPLETED and
+	// appends training_ended, in one transaction.
+	CompleteJob(ctx context.Context, id string, ck Checkpoint, metrics map[string]any) (Checkpoint, error)
+	// FinishJob ends a job with status FAILED or CANCELLED and appends
+	// training_failed carrying message, in one transaction. A job already
+	// ended is left alone and ErrConflict returned.
+	FinishJob(ctx context.Context, id, status, message string) error
+	QueueStats(ctx context.Context) (QueueStats, error)
+	// JobCounts returns the number of jobs per status.
+	JobCounts(ctx context.Context) (map[string]int, error)
+}
+
+// Store is the whole persistence layer.
+type Store interface {
+	Keys
+	Models
+	Files
+	Jobs
+	// Ping checks the database connection.
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// NewID returns a new UUIDv7: unique, and sorting by creation time.
+func NewID() string {
+	return uuid.Must(uuid.NewV7()).String()
+}
+
+// TimeFormat is the wire and storage format of timestamps: RFC 3339 UTC with
+// microseconds.
+const TimeFormat = "2006-01-02T15:04:05.000000Z"
+
+// FormatTime formats t in TimeFormat.
+func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
+
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }

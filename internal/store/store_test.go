@@ -1,0 +1,200 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"flywheel/internal/store"
+)
+
+func open(t *testing.T) (*store.SQLite, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "flywheel.db")
+	st, err := store.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, path
+}
+
+func TestKeys(t *testing.T) {
+	ctx := context.Background()
+	st, path := open(t)
+	if n, _ := st.CountUsers(ctx); n != 0 {
+		t.Fatalf("fresh database has %d users", n)
+	}
+	if _, err := st.EnsureUser(ctx, "ann"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.EnsureUser(ctx, "ann"); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	if err := st.AddMembership(ctx, "ann", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	rec, key, err := st.CreateKey(ctx, "ann", "laptop", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(key, "fw_") || len(key) != 43 || rec.Prefix != key[:store.KeyPrefixLen] {
+		t.Errorf("key %q prefix %q", key, rec.Prefix)
+	}
+	p, err := st.Authenticate(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.UserName != "ann" || p.PersonalEntity != "ann" || !p.Member("ann") || !p.Member("lab") || p.Member("other") || p.KeyID != rec.ID {
+		t.Errorf("principal %+v", p)
+	}
+	for _, bad := range []string{"", key + "x", key[:len(key)-1] + "A", rec.Prefix} {
+		if _, err := st.Authenticate(ctx, bad); !errors.Is(err, store.ErrUnauthorized) {
+			t.Errorf("Authenticate(%q) = %v", bad, err)
+		}
+	}
+	// The key is never stored in clear.
+	st.Close()
+	raw, _ := os.ReadFile(path)
+	wal, _ := os.ReadFile(path + "-wal")
+	if bytes.Contains(raw, []byte(key)) || bytes.Contains(wal, []byte(key)) {
+		t.Error("API key stored in clear")
+	}
+	st, err = store.OpenSQLite(ctx, path) // migrations are idempotent
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	keys, err := st.ListKeys(ctx, "ann")
+	if err != nil || len(keys) != 1 || keys[0].Prefix != rec.Prefix || keys[0].UserName != "ann" {
+		t.Fatalf("list: %+v %v", keys, err)
+	}
+	if err := st.RevokeKey(ctx, rec.Prefix); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Authenticate(ctx, key); !errors.Is(err, store.ErrUnauthorized) {
+		t.Errorf("revoked key authenticates: %v", err)
+	}
+	if err := st.RevokeKey(ctx, rec.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("revoke twice: %v", err)
+	}
+	if _, _, err := st.CreateKey(ctx, "nobody", "", ""); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("key for missing user: %v", err)
+	}
+	// A chosen key (bootstrap) works too.
+	if _, _, err := st.CreateKey(ctx, "ann", "", "a-chosen-bootstrap-key"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := st.Authenticate(ctx, "a-chosen-bootstrap-key"); err != nil || p.UserName != "ann" {
+		t.Errorf("chosen key: %v", err)
+	}
+	if _, err := st.EnsureUser(ctx, "a/b"); err == nil {
+		t.Error("user name with a slash accepted")
+	}
+}
+
+func TestModelsAndCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	st, _ := open(t)
+	st.EnsureUser(ctx, "ann")
+	st.EnsureUser(ctx, "bo")
+	m := store.Model{ID: store.NewID(), Entity: "ann", Project: "p", Name: "m", BaseModel: "b", LoRA: store.LoRA{Rank: 8, Alpha: 16, TargetModules: []string{"q_proj"}}}
+	if _, err := st.CreateModel(ctx, m, store.Checkpoint{Step: 0, Dir: "/d/0"}); err != nil {
+		t.Fatal(err)
+	}
+	dup := m
+	dup.ID = store.NewID()
+	if _, err := st.CreateModel(ctx, dup, store.Checkpoint{Step: 0, Dir: "/d/0"}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("duplicate: %v", err)
+	}
+	got, err := st.ModelByName(ctx, "ann", "p", "m")
+	if err != nil || got.ID != m.ID || got.LatestStep != 0 || got.LoRA.Rank != 8 {
+		t.Fatalf("by name: %+v %v", got, err)
+	}
+	if _, err := st.ModelByID(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing model: %v", err)
+	}
+	if _, err := st.CheckpointByStep(ctx, m.ID, 5); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing step: %v", err)
+	}
+	ms, err := st.ListModels(ctx, []string{"bo"})
+	if err != nil || len(ms) != 0 {
+		t.Errorf("other entity lists %d", len(ms))
+	}
+	ms, _ = st.ListModels(ctx, []string{"ann", "bo"})
+	if len(ms) != 1 {
+		t.Errorf("list %d", len(ms))
+	}
+
+	// A running job pins the step it trains from.
+	j, err := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, ok, err := st.ClaimNext(ctx, nil)
+	if err != nil || !ok || claimed.ID != j.ID || *claimed.FromStep != 0 {
+		t.Fatalf("claim: %+v %v %v", claimed, ok, err)
+	}
+	if _, ok, _ := st.ClaimNext(ctx, nil); ok {
+		t.Error("claimed a second job")
+	}
+	if _, _, err := st.DeleteCheckpoints(ctx, m.ID, []int{0}); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("delete a step in use: %v", err)
+	}
+	if _, err := st.DeleteModel(ctx, m.ID); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("delete a model in training: %v", err)
+	}
+	ck, err := st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/d/1", Metrics: map[string]float64{"loss": 1}}, map[string]any{"loss": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest, _ := st.LatestCheckpoint(ctx, m.ID)
+	if latest.ID != ck.ID || latest.Step != 1 || latest.Dir != "/d/1" {
+		t.Errorf("latest %+v", latest)
+	}
+	if err := st.FinishJob(ctx, j.ID, store.StatusFailed, "late"); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("finish a completed job: %v", err)
+	}
+	if _, err := st.LogMetrics(ctx, m.ID, "val", map[string]float64{"val/reward": 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	latest, _ = st.LatestCheckpoint(ctx, m.ID)
+	if latest.Metrics["val/reward"] != 0.5 || latest.Metrics["loss"] != 1 {
+		t.Errorf("metrics %v", latest.Metrics)
+	}
+	deleted, err := st.DeleteModel(ctx, m.ID)
+	if err != nil || len(deleted) != 2 {
+		t.Fatalf("delete model: %d %v", len(deleted), err)
+	}
+	if _, err := st.JobByID(ctx, j.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("job survives its model: %v", err)
+	}
+}
+
+func TestBaseModels(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range []string{"Qwen/Qwen2.5-0.5B-Instruct", "flywheel/tiny", ".hidden/x", "a/b/c"} {
+		os.MkdirAll(filepath.Join(dir, p), 0o755)
+		os.WriteFile(filepath.Join(dir, p, "config.json"), []byte("{}"), 0o644)
+	}
+	os.MkdirAll(filepath.Join(dir, "empty/folder"), 0o755)
+	got, err := store.BaseModels(dir)
+	if err != nil || strings.Join(got, ",") != "Qwen/Qwen2.5-0.5B-Instruct,a/b/c,flywheel/tiny" {
+		t.Errorf("base models %v %v", got, err)
+	}
+	if _, err := store.BaseModelDir(dir, "flywheel/tiny"); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []string{"", "/etc", "../x", "flywheel/../flywheel/tiny", "empty/folder", ".hidden/x", "flywheel\\tiny"} {
+		if _, err := store.BaseModelDir(dir, bad); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("BaseModelDir(%q) = %v", bad, err)
+		}
+	}
+	if got, err := store.BaseModels(filepath.Join(dir, "missing")); err != nil || len(got) != 0 {
+		t.Errorf("missing dir: %v %v", got, err)
+	}
+}

@@ -1,0 +1,337 @@
+package trace
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+
+	"flywheel/internal/httpx"
+)
+
+// dec is a single-pass JSON decoder for the write path (start, end,
+// upsert_batch): it reads fields by name, canonicalises JSON-valued fields
+// while reading them, and reports type errors with the JSON path, so each
+// byte of a batch is looked at once. Unknown fields are skipped (validated).
+type dec struct {
+	c       canon
+	scratch []byte
+	arena   []byte // canonical values of this body, sub-sliced (capacity-limited) into ops
+}
+
+func newDec(data []byte) *dec { return &dec{c: canon{in: data}} }
+
+func (d *dec) ws() { d.c.skipWS() }
+
+func (d *dec) peek() byte {
+	if d.c.pos < len(d.c.in) {
+		return d.c.in[d.c.pos]
+	}
+	return 0
+}
+
+// syntax wraps a canon error as a 400.
+func (d *dec) syntax(err error) error {
+	var he *httpx.Error
+	if errors.As(err, &he) {
+		return err
+	}
+	return httpx.Invalid("", "invalid_json", "malformed JSON: %s", err.Error())
+}
+
+func (d *dec) gotName() string {
+	switch d.peek() {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "bool"
+	case 'n':
+		return "null"
+	case 0:
+		return "end of input"
+	}
+	return "number"
+}
+
+func (d *dec) typeErr(path, want string) error {
+	if path == "" {
+		return httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", d.gotName())
+	}
+	return httpx.Invalid(path, "invalid_type", "expected %s, got %s", want, d.gotName())
+}
+
+// begin checks the body is not empty.
+func (d *dec) begin() error {
+	if len(bytes.TrimSpace(d.c.in)) == 0 {
+		return httpx.Invalid("", "invalid_json", "request body is empty; expected a JSON object")
+	}
+	return nil
+}
+
+// finish checks nothing but whitespace follows the top-level value.
+func (d *dec) finish() error {
+	d.ws()
+	if d.c.pos != len(d.c.in) {
+		return httpx.Invalid("", "invalid_json", "malformed JSON: unexpected data after the JSON value at byte %d", d.c.pos)
+	}
+	return nil
+}
+
+// object reads an object, calling fn for each member with the decoder
+// positioned at the value; fn must consume the value.
+func (d *dec) object(path string, fn func(key string) error) error {
+	d.ws()
+	if d.peek() != '{' {
+		if d.peek() == 0 {
+			return d.syntax(d.c.errf("unexpected end of input"))
+		}
+		return d.typeErr(path, "an object")
+	}
+	d.c.pos++
+	d.ws()
+	if d.peek() == '}' {
+		d.c.pos++
+		return nil
+	}
+	for {
+		d.ws()
+		if d.peek() != '"' {
+			return d.syntax(d.c.errf("expected a string key"))
+		}
+		key, err := d.c.str()
+		if err != nil {
+			return d.syntax(err)
+		}
+		d.ws()
+		if d.peek() != ':' {
+			return d.syntax(d.c.errf("expected ':'"))
+		}
+		d.c.pos++
+		d.ws()
+		if err := fn(key); err != nil {
+			return err
+		}
+		d.ws()
+		switch d.peek() {
+		case ',':
+			d.c.pos++
+		case '}':
+			d.c.pos++
+			return nil
+		default:
+			return d.syntax(d.c.errf("expected ',' or '}'"))
+		}
+	}
+}
+
+// array reads an array, calling fn for each element.
+func (d *dec) array(path string, fn func(i int) error) error {
+	d.ws()
+	if d.peek() != '[' {
+		return d.typeErr(path, "an array")
+	}
+	d.c.pos++
+	d.ws()
+	if d.peek() == ']' {
+		d.c.pos++
+		return nil
+	}
+	for i := 0; ; i++ {
+		d.ws()
+		if err := fn(i); err != nil {
+			return err
+		}
+		d.ws()
+		switch d.peek() {
+		case ',':
+			d.c.pos++
+		case ']':
+			d.c.pos++
+			return nil
+		default:
+			return d.syntax(d.c.errf("expected ',' or ']'"))
+		}
+	}
+}
+
+func (d *dec) null() bool {
+	if d.peek() == 'n' {
+		if err := d.c.lit("null"); err == nil {
+			d.c.out = d.c.out[:0]
+			return true
+		}
+	}
+	return false
+}
+
+func (d *dec) optString(path string) (*string, error) {
+	if d.null() {
+		return nil, nil
+	}
+	if d.peek() != '"' {
+		if err := d.checkValue(); err != nil {
+			return nil, err
+		}
+		return nil, d.typeErr(path, "a string")
+	}
+	s, err := d.c.str()
+	if err != nil {
+		return nil, d.syntax(err)
+	}
+	return &s, nil
+}
+
+func (d *dec) optInt(path string) (*int64, error) {
+	if d.null() {
+		return nil, nil
+	}
+	b := d.peek()
+	if b != '-' && (b < '0' || b > '9') {
+		if err := d.checkValue(); err != nil {
+			return nil, err
+		}
+		return nil, d.typeErr(path, "an integer")
+	}
+	start := d.c.pos
+	save := d.c.out
+	d.c.out = d.scratch[:0]
+	err := d.c.number()
+	d.scratch, d.c.out = d.c.out, save
+	if err != nil {
+		return nil, d.syntax(err)
+	}
+	v, perr := strconv.ParseInt(string(d.c.in[start:d.c.pos]), 10, 64)
+	if perr != nil {
+		return nil, httpx.Invalid(path, "invalid_type", "expected an integer, got number %s", d.c.in[start:d.c.pos])
+	}
+	return &v, nil
+}
+
+// checkValue validates the value at the cursor without consuming it, so a
+// type error is not reported for malformed JSON.
+func (d *dec) checkValue() error {
+	save := d.c.pos
+	if err := d.skip(); err != nil {
+		return err
+	}
+	d.c.pos = save
+	return nil
+}
+
+// canonical reads any JSON value and returns its canonical form. Values are
+// appended to one arena per body; the returned slice's capacity ends at its
+// length, so later appends never write into it (a grown arena leaves earlier
+// values in the old array, still valid).
+func (d *dec) canonical() ([]byte, error) {
+	if d.arena == nil {
+		d.arena = make([]byte, 0, len(d.c.in)+len(d.c.in)/8+64)
+	}
+	save := d.c.out
+	start := len(d.arena)
+	d.c.out = d.arena
+	err := d.c.value()
+	d.arena = d.c.out
+	d.c.out = save
+	if err != nil {
+		return nil, d.syntax(err)
+	}
+	return d.arena[start:len(d.arena):len(d.arena)], nil
+}
+
+// skip reads and validates a value, discarding it.
+func (d *dec) skip() error {
+	save := d.c.out
+	d.c.out = d.scratch[:0]
+	err := d.c.value()
+	d.scratch, d.c.out = d.c.out, save
+	if err != nil {
+		return d.syntax(err)
+	}
+	return nil
+}
+
+// decodeStartReq reads a start request object. JSON-valued fields come back
+// canonical.
+func (d *dec) decodeStartReq(prefix string) (*startReq, error) {
+	var r startReq
+	err := d.object(prefix, func(key string) error {
+		path := joinPath(prefix, key)
+		var err error
+		switch key {
+		case "project_id":
+			var v *string
+			if v, err = d.optString(path); v != nil {
+				r.ProjectID = *v
+			}
+		case "id":
+			r.ID, err = d.optString(path)
+		case "trace_id":
+			r.TraceID, err = d.optString(path)
+		case "parent_id":
+			r.ParentID, err = d.optString(path)
+		case "thread_id":
+			r.ThreadID, err = d.optString(path)
+		case "turn_id":
+			r.TurnID, err = d.optString(path)
+		case "op_name":
+			r.OpName, err = d.optString(path)
+		case "display_name":
+			r.DisplayName, err = d.optString(path)
+		case "started_at":
+			r.StartedAt, err = d.optString(path)
+		case "attributes":
+			r.Attributes, err = d.canonical()
+		case "inputs":
+			r.Inputs, err = d.canonical()
+		case "platform_run_id":
+			r.PlatformRunID, err = d.optString(path)
+		case "platform_run_step":
+			r.PlatformRunStep, err = d.optInt(path)
+		default: // platform_user_id included: the server sets it
+			err = d.skip()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// decodeEndReq reads an end request object.
+func (d *dec) decodeEndReq(prefix string) (*endReq, error) {
+	var r endReq
+	err := d.object(prefix, func(key string) error {
+		path := joinPath(prefix, key)
+		var err error
+		switch key {
+		case "project_id":
+			var v *string
+			if v, err = d.optString(path); v != nil {
+				r.ProjectID = *v
+			}
+		case "id":
+			r.ID, err = d.optString(path)
+		case "ended_at":
+			r.EndedAt, err = d.optString(path)
+		case "exception":
+			r.Exception, err = d.optString(path)
+		case "output":
+			r.Output, err = d.canonical()
+		case "summary":
+			r.Summary, err = d.canonical()
+		case "platform_run_step_end":
+			r.PlatformRunStepEnd, err = d.optInt(path)
+		default:
+			err = d.skip()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}

@@ -1,0 +1,96 @@
+// Package trace is the call store: recorded calls (traced operation
+// invocations) grouped in projects "entity/project", their storage sizes and
+// token costs, served under /call/*, /calls/* and /cost/* as the contract in
+// shared/design/trace.md describes.
+//
+// # Wiring
+//
+//	svc, err := trace.New(db, trace.Options{PricesFile: ..., DefaultServicePrice: &trace.TokenPrice{...}})
+//	svc.Register(mux) // POST /call/read, /call/start, /call/end, /call/upsert_batch, /call/update,
+//	                  // /calls/delete, /calls/query, /calls/stream_query, /cost/create, /cost/query, /cost/purge
+//	id, err := svc.RecordCall(ctx, principal, "entity/project", "chat.completions", t0, t1, inputs, output, summary, "")
+//	err = trace.PricesCommand(os.Args[2:], db, os.Stdout) // flywheel prices set|load|list
+//
+// New applies the package's own migrations (embedded SQL files, recorded in
+// trace_schema_migrations) to the shared SQLite database; its tables are
+// trace_projects, trace_calls and trace_prices. Handlers take the caller from
+// auth.FromContext (401 without one); a project of an entity the caller is not
+// a member of is 403; projects are created on the first write. Errors are
+// {"reason": "..."} with 400, 401, 403, 413 or 500 (never Go internals).
+//
+// # Storage
+//
+// One row per call in trace_calls, unique on (project, id), indexed by trace
+// (covering the two size columns, so a root's total storage size is an
+// index-only sum), by parent, and by (project, started_at, id) for the default
+// query order. Times are Unix microseconds; responses write RFC 3339 UTC with
+// six fractional digits.
+//
+// JSON fields (attributes, inputs, output, summary) are stored as canonical
+// text (see Canonicalize: separators ", " and ": ", keys in the order
+// received, non-ASCII as \uXXXX, Python float repr) and sizes are computed
+// at write time as the byte length of that text: start_size = attributes +
+// inputs, end_size = output + summary. storage_size_bytes is their sum, so
+// reads never re-serialise. An end always stores its output ("null", 4 bytes,
+// when absent or null); a running call has no output and no summary (0).
+// Example: inputs {"a": 5, "b": 10} (17) + attributes {} (2) = 19 while
+// running; + output null (4) + summary {} (2) = 25 once ended.
+//
+// # Decisions
+//
+//   - ended_at before started_at is stored as sent (200), not rejected: an end
+//     may arrive before its start (and must be kept), so the two timestamps are
+//     often not both known when a write is validated, and clocks of the
+//     processes that emit the start and the end may disagree. The derived
+//     summary.platform.latency_ms is clamped at 0 so it is never negative.
+//   - An end (or a display_name update) for a call whose start has not arrived
+//     is kept as a pending row, invisible to reads and queries, and merged
+//     when the start comes; nothing is lost whatever the order.
+//   - A repeated start or end replaces the earlier one (client retries are
+//     idempotent); a start without display_name keeps one set by an update.
+//   - Ids (id, trace_id, parent_id) must be UUIDs (36-char form, any version)
+//     or OpenTelemetry hex ids (32-hex trace id, 16-hex span id, not all
+//     zero); they are stored as sent. Missing id/trace_id on start are new
+//     UUIDv7s (NewUUIDv7: monotonic within this process).
+//   - platform_user_id is always the authenticated user; the client's value
+//     is ignored.
+//   - A batch (/call/upsert_batch) is validated entirely before anything is
+//     written and written in one transaction: any bad item is a 400 naming
+//     its path (batch[3].req.started_at) and nothing of the batch is stored.
+//     A start and an end of the same call in one batch are written as one
+//     row insert.
+//   - /calls/delete marks the calls and all their descendants (by parent_id,
+//     recursively) deleted_at = now; num_deleted counts calls newly marked.
+//     More than 1000 ids is a 413. Deleted calls read as {"call": null}, are
+//     not listed, but still count in their root's total_storage_size_bytes.
+//   - /call/read with an id that is not a valid id is a 400; a valid id that
+//     is missing, pending or deleted is {"call": null}, as is any id in an
+//     unknown project of the caller's own entity.
+//   - /calls/query and /calls/stream_query both stream rows from the
+//     database cursor through a 32 KiB buffer (flushed after the first row
+//     and whenever full); stream_query writes application/jsonl. Sortable
+//     fields: the record's scalar columns, storage_size_bytes and
+//     summary.platform.{latency_ms,status,trace_name}; ties break on id.
+//     op_names entries ending in ":*" match any version of an op reference.
+//   - Costs: for each model of summary.usage, prompt_tokens = prompt_tokens +
+//     input_tokens, completion_tokens = completion_tokens + output_tokens,
+//     total_tokens = usage's total_tokens (prompt + completion when absent).
+//     Price choice: prices already effective at the call's started_at first,
+//     then project level over default level, then the latest effective_date.
+//     When no price exists and Options.DefaultServicePrice is set, models the
+//     service serves itself (Options.IsServedModel; by default BaseModels and
+//     ids of the form entity/project/name[:stepN], artifact-URI prefix
+//     allowed) get that price, reported with provider_id "flywheel",
+//     pricing_level "default" and effective_date 1970-01-01.
+//   - Default-level prices come from SetDefaultPrice, the prices file
+//     (Options.PricesFile, loaded by New; see LoadPricesFile) or the CLI
+//     (PricesCommand). Setting a price for the same model, provider and
+//     effective date replaces it, so reloading a file changes nothing. A file
+//     entry without effective_date is effective from the Unix epoch. Prices
+//     are read from an in-memory snapshot of trace_prices: writes through the
+//     Service refresh it at once, writes by another process (the CLI on a
+//     running server) are seen within a second.
+//   - /cost/query returns the project-level prices of the project (the
+//     Mongo-like "query" with $and/$or/$not/$eq/$gt/$gte/$lt/$lte/$in over
+//     $getField/$literal); /cost/purge accepts only a query by ids.
+package trace

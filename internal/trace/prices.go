@@ -1,0 +1,891 @@
+package trace
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"flywheel/internal/auth"
+	"flywheel/internal/httpx"
+)
+
+// Price is one row of the price table.
+type Price struct {
+	ID                      string
+	LLMID                   string
+	PromptTokenCost         float64
+	CompletionTokenCost     float64
+	PromptTokenCostUnit     string
+	CompletionTokenCostUnit string
+	EffectiveDate           int64 // Unix microseconds
+	ProviderID              string
+	PricingLevel            string // "default" or "project"
+	PricingLevelID          string // "default" or the project id entity/project
+	CreatedBy               string
+	CreatedAt               int64 // Unix microseconds
+}
+
+const priceColumns = `id, llm_id, prompt_token_cost, completion_token_cost, prompt_token_cost_unit,
+	completion_token_cost_unit, effective_date, provider_id, pricing_level, pricing_level_id, created_by, created_at`
+
+func scanPrice(sc scanner) (*Price, error) {
+	var p Price
+	var by sql.NullString
+	if err := sc.Scan(&p.ID, &p.LLMID, &p.PromptTokenCost, &p.CompletionTokenCost, &p.PromptTokenCostUnit,
+		&p.CompletionTokenCostUnit, &p.EffectiveDate, &p.ProviderID, &p.PricingLevel, &p.PricingLevelID, &by, &p.CreatedAt); err != nil {
+		return nil, err
+	}
+	p.CreatedBy = by.String
+	return &p, nil
+}
+
+// priceBook is the view of the price table one request uses: a snapshot of
+// every price and the project whose project-level prices apply.
+type priceBook struct {
+	snap    *priceSnapshot
+	project string // external id entity/project
+}
+
+// priceSnapshot is an immutable in-memory copy of trace_prices (a small
+// table), by model id.
+type priceSnapshot struct {
+	byModel map[string][]*Price
+	at      time.Time
+	gen     uint64
+}
+
+// priceTTL bounds how long a snapshot is used: prices written by another
+// process (the prices CLI) are seen within it; writes through this Service
+// invalidate the snapshot at once.
+const priceTTL = time.Second
+
+// loadPrices returns the price view for projectID (models is unused: the
+// snapshot holds every model).
+func (s *Service) loadPrices(ctx context.Context, projectID string, models []string) (*priceBook, error) {
+	snap, err := s.priceSnapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &priceBook{snap: snap, project: projectID}, nil
+}
+
+func (s *Service) priceSnapshot(ctx context.Context) (*priceSnapshot, error) {
+	if snap := s.priceSnap.Load(); snap != nil && snap.gen == s.priceGen.Load() && time.Since(snap.at) < priceTTL {
+		return snap, nil
+	}
+	s.priceMu.Lock()
+	defer s.priceMu.Unlock()
+	gen := s.priceGen.Load()
+	if snap := s.priceSnap.Load(); snap != nil && snap.gen == gen && time.Since(snap.at) < priceTTL {
+		return snap, nil
+	}
+	st, err := s.prepared(`SELECT ` + priceColumns + ` FROM trace_prices`)
+	if err != nil {
+		return nil, err
+	}
+	at := time.Now()
+	rows, err := st.QueryContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	snap := &priceSnapshot{byModel: map[string][]*Price{}, at: at, gen: gen}
+	for rows.Next() {
+		p, err := scanPrice(rows)
+		if err != nil {
+			return nil, err
+		}
+		snap.byModel[p.LLMID] = append(snap.byModel[p.LLMID], p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	s.priceSnap.Store(snap)
+	return snap, nil
+}
+
+// invalidatePrices makes the next price lookup reload the table.
+func (s *Service) invalidatePrices() { s.priceGen.Add(1) }
+
+// better reports whether a beats b for a call started at `started`: prices
+// already effective first, then project level over default, then the latest
+// effective date (then the latest created).
+func better(a, b *Price, started int64) bool {
+	ae, be := a.EffectiveDate <= started, b.EffectiveDate <= started
+	if ae != be {
+		return ae
+	}
+	ap, bp := a.PricingLevel == "project", b.PricingLevel == "project"
+	if ap != bp {
+		return ap
+	}
+	if a.EffectiveDate != b.EffectiveDate {
+		return a.EffectiveDate > b.EffectiveDate
+	}
+	if a.CreatedAt != b.CreatedAt {
+		return a.CreatedAt > b.CreatedAt
+	}
+	return a.ID > b.ID
+}
+
+// choosePrice picks the price of model for a call started at `started`, or
+// the configured default service price for the service's own models.
+func (s *Service) choosePrice(book *priceBook, model string, started int64) *Price {
+	var best *Price
+	if book != nil {
+		for _, p := range book.snap.byModel[model] {
+			if p.PricingLevel == "project" && p.PricingLevelID != book.project ||
+				p.PricingLevel == "default" && p.PricingLevelID != "default" {
+				continue
+			}
+			if best == nil || better(p, best, started) {
+				best = p
+			}
+		}
+	}
+	if best != nil {
+		return best
+	}
+	if s.opts.DefaultServicePrice != nil && s.isServedModel(model) {
+		return &Price{LLMID: model, PromptTokenCost: s.opts.DefaultServicePrice.Prompt,
+			CompletionTokenCost: s.opts.DefaultServicePrice.Completion, PromptTokenCostUnit: "USD",
+			CompletionTokenCostUnit: "USD", EffectiveDate: 0, ProviderID: "flywheel", PricingLevel: "default",
+			PricingLevelID: "default", CreatedBy: "", CreatedAt: s.started.UnixMicro()}
+	}
+	return nil
+}
+
+func (s *Service) isServedModel(m string) bool {
+	if s.opts.IsServedModel != nil {
+		return s.opts.IsServedModel(m)
+	}
+	for _, b := range s.opts.BaseModels {
+		if m == b {
+			return true
+		}
+	}
+	if i := strings.Index(m, ":///"); i >= 0 {
+		m = m[i+4:]
+	}
+	parts := strings.Split(m, "/")
+	if len(parts) != 3 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" {
+			return false
+		}
+	}
+	if i := strings.IndexByte(parts[2], ':'); i >= 0 {
+		step := parts[2][i+1:]
+		if !strings.HasPrefix(step, "step") {
+			return false
+		}
+		if _, err := strconv.ParseUint(step[4:], 10, 64); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// ---- prices over HTTP ----
+
+type costIn struct {
+	PromptTokenCost         *float64 `json:"prompt_token_cost"`
+	CompletionTokenCost     *float64 `json:"completion_token_cost"`
+	PromptTokenCostUnit     *string  `json:"prompt_token_cost_unit"`
+	CompletionTokenCostUnit *string  `json:"completion_token_cost_unit"`
+	EffectiveDate           *string  `json:"effective_date"`
+	ProviderID              *string  `json:"provider_id"`
+}
+
+func (c *costIn) toPrice(model, path string, defaultEffective int64) (*Price, error) {
+	if c.PromptTokenCost == nil {
+		return nil, httpx.Invalid(path+".prompt_token_cost", "missing_field", "required: a number")
+	}
+	if c.CompletionTokenCost == nil {
+		return nil, httpx.Invalid(path+".completion_token_cost", "missing_field", "required: a number")
+	}
+	if *c.PromptTokenCost < 0 || *c.CompletionTokenCost < 0 {
+		return nil, httpx.Invalid(path, "invalid_value", "token costs must not be negative")
+	}
+	p := &Price{LLMID: model, PromptTokenCost: *c.PromptTokenCost, CompletionTokenCost: *c.CompletionTokenCost,
+		PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: "default", EffectiveDate: defaultEffective}
+	if c.PromptTokenCostUnit != nil && *c.PromptTokenCostUnit != "" {
+		p.PromptTokenCostUnit = *c.PromptTokenCostUnit
+	}
+	if c.CompletionTokenCostUnit != nil && *c.CompletionTokenCostUnit != "" {
+		p.CompletionTokenCostUnit = *c.CompletionTokenCostUnit
+	}
+	if c.ProviderID != nil && *c.ProviderID != "" {
+		p.ProviderID = *c.ProviderID
+	}
+	if c.EffectiveDate != nil {
+		t, ok := parseTime(*c.EffectiveDate)
+		if !ok {
+			return nil, httpx.Invalid(path+".effective_date", "invalid_value", "invalid timestamp %q: expected RFC 3339", *c.EffectiveDate)
+		}
+		p.EffectiveDate = t
+	}
+	return p, nil
+}
+
+func insertPrice(ctx context.Context, tx *sql.Tx, p *Price) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO trace_prices (`+priceColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		p.ID, p.LLMID, p.PromptTokenCost, p.CompletionTokenCost, p.PromptTokenCostUnit, p.CompletionTokenCostUnit,
+		p.EffectiveDate, p.ProviderID, p.PricingLevel, p.PricingLevelID, nullIfEmpty(p.CreatedBy), p.CreatedAt)
+	return err
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func (s *Service) handleCostCreate(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	var req struct {
+		ProjectID string          `json:"project_id"`
+		Costs     json.RawMessage `json:"costs"`
+	}
+	if err := decodeAt(body, &req, ""); err != nil {
+		return err
+	}
+	entity, name, err := authorize(p, req.ProjectID, "project_id")
+	if err != nil {
+		return err
+	}
+	if jsonKindOf(req.Costs) != 'o' {
+		return httpx.Invalid("costs", "missing_field", "required: an object {model_id: {prompt_token_cost, completion_token_cost, ...}}")
+	}
+	members, ok := splitObject(req.Costs)
+	if !ok {
+		return httpx.Invalid("costs", "invalid_json", "malformed object")
+	}
+	now := s.now().UnixMicro()
+	var prices []*Price
+	for _, m := range members {
+		path := "costs." + m.Key
+		if m.Key == "" {
+			return httpx.Invalid("costs", "invalid_value", "model id must not be empty")
+		}
+		var c costIn
+		if jsonKindOf(m.Value) != 'o' {
+			return httpx.Invalid(path, "invalid_type", "expected an object")
+		}
+		if err := decodeAt(m.Value, &c, path); err != nil {
+			return err
+		}
+		pr, err := c.toPrice(m.Key, path, now)
+		if err != nil {
+			return err
+		}
+		pr.ID = NewUUIDv7()
+		pr.PricingLevel, pr.PricingLevelID = "project", entity+"/"+name
+		pr.CreatedBy, pr.CreatedAt = p.UserID, now
+		prices = append(prices, pr)
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTx(r.Context(), nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	projID, err := s.ensureProject(r.Context(), tx, entity, name)
+	if err != nil {
+		return err
+	}
+	for _, pr := range prices {
+		if err := insertPrice(r.Context(), tx, pr); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.invalidatePrices()
+	s.rememberProject(entity, name, projID)
+	ids := make([][2]string, 0, len(prices))
+	for _, pr := range prices {
+		ids = append(ids, [2]string{pr.ID, pr.LLMID})
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"ids": ids})
+	return nil
+}
+
+var priceFields = map[string]string{
+	"id": "id", "llm_id": "llm_id", "prompt_token_cost": "prompt_token_cost",
+	"completion_token_cost": "completion_token_cost", "prompt_token_cost_unit": "prompt_token_cost_unit",
+	"completion_token_cost_unit": "completion_token_cost_unit", "effective_date": "effective_date",
+	"provider_id": "provider_id", "pricing_level": "pricing_level", "pricing_level_id": "pricing_level_id",
+	"created_by": "created_by", "created_at": "created_at",
+}
+
+type sortField struct {
+	Field     string `json:"field"`
+	Direction string `json:"direction"`
+}
+
+func (s *Service) handleCostQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	var req struct {
+		ProjectID string          `json:"project_id"`
+		Fields    []string        `json:"fields"`
+		Query     json.RawMessage `json:"query"`
+		SortBy    []sortField     `json:"sort_by"`
+		Limit     *int64          `json:"limit"`
+		Offset    *int64          `json:"offset"`
+	}
+	if err := decodeAt(body, &req, ""); err != nil {
+		return err
+	}
+	entity, name, err := authorize(p, req.ProjectID, "project_id")
+	if err != nil {
+		return err
+	}
+	for i, f := range req.Fields {
+		if _, ok := priceFields[f]; !ok {
+			return httpx.Invalid(fmt.Sprintf("fields[%d]", i), "invalid_value", "unknown field %q", f)
+		}
+	}
+	where := `pricing_level = 'project' AND pricing_level_id = ?`
+	args := []any{entity + "/" + name}
+	if k := jsonKindOf(req.Query); k != 0 && k != 'z' {
+		cond, cargs, err := priceQuerySQL(req.Query, "query")
+		if err != nil {
+			return err
+		}
+		where += " AND (" + cond + ")"
+		args = append(args, cargs...)
+	}
+	order := ""
+	for i, sf := range req.SortBy {
+		col, ok := priceFields[sf.Field]
+		if !ok {
+			return httpx.Invalid(fmt.Sprintf("sort_by[%d].field", i), "invalid_value", "unknown field %q", sf.Field)
+		}
+		dir, err := direction(sf.Direction, fmt.Sprintf("sort_by[%d].direction", i))
+		if err != nil {
+			return err
+		}
+		order += col + " " + dir + ", "
+	}
+	order += "llm_id ASC, effective_date DESC, id ASC"
+	q := `SELECT ` + priceColumns + ` FROM trace_prices WHERE ` + where + ` ORDER BY ` + order
+	lim, off, err := limitOffset(req.Limit, req.Offset)
+	if err != nil {
+		return err
+	}
+	q += ` LIMIT ? OFFSET ?`
+	args = append(args, lim, off)
+	rows, err := s.db.QueryContext(r.Context(), q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	results := []map[string]any{}
+	for rows.Next() {
+		pr, err := scanPrice(rows)
+		if err != nil {
+			return err
+		}
+		full := priceJSON(pr)
+		if len(req.Fields) > 0 {
+			sel := map[string]any{}
+			for _, f := range req.Fields {
+				sel[f] = full[f]
+			}
+			full = sel
+		}
+		results = append(results, full)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"results": results})
+	return nil
+}
+
+func priceJSON(p *Price) map[string]any {
+	var by any
+	if p.CreatedBy != "" {
+		by = p.CreatedBy
+	}
+	return map[string]any{
+		"id": p.ID, "llm_id": p.LLMID, "prompt_token_cost": p.PromptTokenCost,
+		"completion_token_cost": p.CompletionTokenCost, "prompt_token_cost_unit": p.PromptTokenCostUnit,
+		"completion_token_cost_unit": p.CompletionTokenCostUnit, "effective_date": formatTime(p.EffectiveDate),
+		"provider_id": p.ProviderID, "pricing_level": p.PricingLevel, "pricing_level_id": p.PricingLevelID,
+		"created_by": by, "created_at": formatTime(p.CreatedAt),
+	}
+}
+
+func (s *Service) handleCostPurge(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	var req struct {
+		ProjectID string          `json:"project_id"`
+		Query     json.RawMessage `json:"query"`
+	}
+	if err := decodeAt(body, &req, ""); err != nil {
+		return err
+	}
+	entity, name, err := authorize(p, req.ProjectID, "project_id")
+	if err != nil {
+		return err
+	}
+	if jsonKindOf(req.Query) != 'o' {
+		return httpx.Invalid("query", "missing_field", `required: a query by ids, e.g. {"$expr": {"$eq": [{"$getField": "id"}, {"$literal": "<id>"}]}}`)
+	}
+	ids, err := purgeIDs(req.Query)
+	if err != nil {
+		return err
+	}
+	if len(ids) > 0 {
+		idsJSON, _ := json.Marshal(ids)
+		s.writeMu.Lock()
+		_, err = s.db.ExecContext(r.Context(), `DELETE FROM trace_prices WHERE pricing_level = 'project' AND pricing_level_id = ?
+			AND id IN (SELECT value FROM json_each(?))`, entity+"/"+name, string(idsJSON))
+		s.writeMu.Unlock()
+		s.invalidatePrices()
+		if err != nil {
+			return err
+		}
+	}
+	writeRaw(w, http.StatusOK, "application/json", []byte("{}\n"))
+	return nil
+}
+
+// ---- the query language of /cost/query and /cost/purge ----
+//
+// The Mongo-like form trace clients send: {"$expr": E} where E is
+// {"$and": [E...]}, {"$or": [E...]}, {"$not": [E]}, {"$eq"|"$gt"|"$gte"|"$lt"|"$lte": [A, B]},
+// {"$in": [A, [B...]]}, A/B being {"$getField": "<price field>"} or {"$literal": value}.
+
+func priceQuerySQL(raw json.RawMessage, path string) (string, []any, error) {
+	var q struct {
+		Expr json.RawMessage `json:"$expr"`
+	}
+	if err := decodeAt(raw, &q, path); err != nil {
+		return "", nil, err
+	}
+	if jsonKindOf(q.Expr) != 'o' {
+		return "", nil, httpx.Invalid(path+".$expr", "missing_field", "required: an expression object")
+	}
+	return exprSQL(q.Expr, path+".$expr")
+}
+
+func exprSQL(raw json.RawMessage, path string) (string, []any, error) {
+	ms, ok := splitObject(raw)
+	if !ok || len(ms) != 1 {
+		return "", nil, httpx.Invalid(path, "invalid_value", "expected an object with one operator")
+	}
+	op, val := ms[0].Key, ms[0].Value
+	path = path + "." + op
+	var list []json.RawMessage
+	if err := json.Unmarshal(val, &list); err != nil {
+		return "", nil, httpx.Invalid(path, "invalid_type", "expected an array of operands")
+	}
+	switch op {
+	case "$and", "$or", "$not":
+		if len(list) == 0 || (op == "$not" && len(list) != 1) {
+			return "", nil, httpx.Invalid(path, "invalid_value", "wrong number of operands")
+		}
+		var parts []string
+		var args []any
+		for i, e := range list {
+			sq, a, err := exprSQL(e, fmt.Sprintf("%s[%d]", path, i))
+			if err != nil {
+				return "", nil, err
+			}
+			parts = append(parts, "("+sq+")")
+			args = append(args, a...)
+		}
+		switch op {
+		case "$and":
+			return strings.Join(parts, " AND "), args, nil
+		case "$or":
+			return strings.Join(parts, " OR "), args, nil
+		}
+		return "NOT " + parts[0], args, nil
+	case "$eq", "$gt", "$gte", "$lt", "$lte":
+		if len(list) != 2 {
+			return "", nil, httpx.Invalid(path, "invalid_value", "expected two operands")
+		}
+		a, aa, err := operandSQL(list[0], path+"[0]")
+		if err != nil {
+			return "", nil, err
+		}
+		b, ba, err := operandSQL(list[1], path+"[1]")
+		if err != nil {
+			return "", nil, err
+		}
+		sqlOp := map[string]string{"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
+		return a + " " + sqlOp + " " + b, append(aa, ba...), nil
+	case "$in":
+		if len(list) != 2 {
+			return "", nil, httpx.Invalid(path, "invalid_value", "expected two operands")
+		}
+		a, aa, err := operandSQL(list[0], path+"[0]")
+		if err != nil {
+			return "", nil, err
+		}
+		var items []json.RawMessage
+		if err := json.Unmarshal(list[1], &items); err != nil {
+			return "", nil, httpx.Invalid(path+"[1]", "invalid_type", "expected an array of operands")
+		}
+		if len(items) == 0 {
+			return "0", nil, nil
+		}
+		var ph []string
+		for i, it := range items {
+			b, ba, err := operandSQL(it, fmt.Sprintf("%s[1][%d]", path, i))
+			if err != nil {
+				return "", nil, err
+			}
+			ph = append(ph, b)
+			aa = append(aa, ba...)
+		}
+		return a + " IN (" + strings.Join(ph, ", ") + ")", aa, nil
+	}
+	return "", nil, httpx.Invalid(path, "invalid_value", "unsupported operator %q", op)
+}
+
+func operandSQL(raw json.RawMessage, path string) (string, []any, error) {
+	ms, ok := splitObject(raw)
+	if !ok || len(ms) != 1 {
+		return "", nil, httpx.Invalid(path, "invalid_value", `expected {"$getField": name} or {"$literal": value}`)
+	}
+	switch ms[0].Key {
+	case "$getField":
+		var f string
+		if err := json.Unmarshal(ms[0].Value, &f); err != nil {
+			return "", nil, httpx.Invalid(path, "invalid_type", "expected a field name")
+		}
+		col, ok := priceFields[f]
+		if !ok {
+			return "", nil, httpx.Invalid(path, "invalid_value", "unknown field %q", f)
+		}
+		return col, nil, nil
+	case "$literal":
+		var v any
+		if err := json.Unmarshal(ms[0].Value, &v); err != nil {
+			return "", nil, httpx.Invalid(path, "invalid_type", "invalid literal")
+		}
+		switch x := v.(type) {
+		case string:
+			if t, ok := parseTime(x); ok && len(x) >= 19 {
+				return "?", []any{t}, nil // dates compare as stored microseconds
+			}
+			return "?", []any{x}, nil
+		case float64, bool, nil:
+			return "?", []any{x}, nil
+		}
+		return "", nil, httpx.Invalid(path, "invalid_value", "literal must be a string, number, boolean or null")
+	}
+	return "", nil, httpx.Invalid(path, "invalid_value", `expected {"$getField": name} or {"$literal": value}`)
+}
+
+// purgeIDs accepts only a query by ids: $eq on id, $in on id, or $or of those.
+func purgeIDs(raw json.RawMessage) ([]string, error) {
+	var q struct {
+		Expr json.RawMessage `json:"$expr"`
+	}
+	if err := decodeAt(raw, &q, "query"); err != nil {
+		return nil, err
+	}
+	var ids []string
+	var walk func(e json.RawMessage) bool
+	walk = func(e json.RawMessage) bool {
+		ms, ok := splitObject(e)
+		if !ok || len(ms) != 1 {
+			return false
+		}
+		var list []json.RawMessage
+		if json.Unmarshal(ms[0].Value, &list) != nil {
+			return false
+		}
+		isID := func(x json.RawMessage) bool {
+			var g struct {
+				F *string `json:"$getField"`
+			}
+			return json.Unmarshal(x, &g) == nil && g.F != nil && *g.F == "id"
+		}
+		lit := func(x json.RawMessage) (string, bool) {
+			var l struct {
+				L *string `json:"$literal"`
+			}
+			if json.Unmarshal(x, &l) != nil || l.L == nil {
+				return "", false
+			}
+			return *l.L, true
+		}
+		switch ms[0].Key {
+		case "$or":
+			for _, x := range list {
+				if !walk(x) {
+					return false
+				}
+			}
+			return len(list) > 0
+		case "$eq":
+			if len(list) != 2 {
+				return false
+			}
+			a, b := list[0], list[1]
+			if !isID(a) {
+				a, b = b, a
+			}
+			v, ok := lit(b)
+			if !isID(a) || !ok {
+				return false
+			}
+			ids = append(ids, v)
+			return true
+		case "$in":
+			if len(list) != 2 || !isID(list[0]) {
+				return false
+			}
+			var items []json.RawMessage
+			if json.Unmarshal(list[1], &items) != nil {
+				return false
+			}
+			for _, it := range items {
+				v, ok := lit(it)
+				if !ok {
+					return false
+				}
+				ids = append(ids, v)
+			}
+			return true
+		}
+		return false
+	}
+	if jsonKindOf(q.Expr) != 'o' || !walk(q.Expr) {
+		return nil, httpx.Invalid("query", "invalid_value", "purge only supports a query by ids ($eq or $in on id, or $or of those)")
+	}
+	return ids, nil
+}
+
+// ---- default-level prices: Go API, file, CLI ----
+
+// SetDefaultPrice sets a default-level price (provider "default", unit USD)
+// for modelID effective from `effective` (zero = now). A price of the same
+// model, provider and effective date is replaced.
+func (s *Service) SetDefaultPrice(ctx context.Context, modelID string, promptCost, completionCost float64, effective time.Time) error {
+	eff := effective
+	if eff.IsZero() {
+		eff = s.now()
+	}
+	defer s.invalidatePrices()
+	return setDefaultPrice(ctx, s.db, &Price{LLMID: modelID, PromptTokenCost: promptCost, CompletionTokenCost: completionCost,
+		PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: "default", EffectiveDate: eff.UnixMicro()}, s.now(), &s.writeMu)
+}
+
+func setDefaultPrice(ctx context.Context, db *sql.DB, p *Price, now time.Time, mu interface {
+	Lock()
+	Unlock()
+}) error {
+	if p.LLMID == "" {
+		return errors.New("trace: model id is required")
+	}
+	if p.PromptTokenCost < 0 || p.CompletionTokenCost < 0 {
+		return errors.New("trace: token costs must not be negative")
+	}
+	if mu != nil {
+		mu.Lock()
+		defer mu.Unlock()
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE trace_prices SET prompt_token_cost = ?, completion_token_cost = ?,
+		prompt_token_cost_unit = ?, completion_token_cost_unit = ?
+		WHERE pricing_level = 'default' AND pricing_level_id = 'default' AND llm_id = ? AND provider_id = ? AND effective_date = ?`,
+		p.PromptTokenCost, p.CompletionTokenCost, p.PromptTokenCostUnit, p.CompletionTokenCostUnit, p.LLMID, p.ProviderID, p.EffectiveDate)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		p.ID = NewUUIDv7()
+		p.PricingLevel, p.PricingLevelID = "default", "default"
+		p.CreatedBy, p.CreatedAt = "", now.UnixMicro()
+		if err := insertPrice(ctx, tx, p); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// DefaultPrices lists the default-level prices, by model then newest first.
+func DefaultPrices(ctx context.Context, db *sql.DB) ([]*Price, error) {
+	rows, err := db.QueryContext(ctx, `SELECT `+priceColumns+` FROM trace_prices WHERE pricing_level = 'default'
+		ORDER BY llm_id, effective_date DESC, created_at DESC`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Price
+	for rows.Next() {
+		p, err := scanPrice(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// LoadPricesFile upserts the default-level prices of a JSON file and returns
+// how many it read. The file is either an object keyed by model id, like
+// /cost/create's "costs":
+//
+//	{"gpt-4": {"prompt_token_cost": 3e-05, "completion_token_cost": 6e-05,
+//	           "effective_date": "2024-01-01T00:00:00Z", "provider_id": "openai"}}
+//
+// or an array of such objects each with a "model_id". Units default to USD,
+// provider_id to "default", and a missing effective_date to the Unix epoch
+// (in effect for every call), so loading the same file again changes nothing.
+func (s *Service) LoadPricesFile(ctx context.Context, path string) (int, error) {
+	defer s.invalidatePrices()
+	return loadPricesFile(ctx, s.db, path, s.now(), &s.writeMu)
+}
+
+func loadPricesFile(ctx context.Context, db *sql.DB, path string, now time.Time, mu interface {
+	Lock()
+	Unlock()
+}) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("trace: prices file: %w", err)
+	}
+	type entry struct {
+		model string
+		c     costIn
+		path  string
+	}
+	var entries []entry
+	switch jsonKindOf(data) {
+	case 'o':
+		ms, ok := splitObject(data)
+		if !ok {
+			return 0, fmt.Errorf("trace: prices file %s: malformed JSON", path)
+		}
+		for _, m := range ms {
+			var c costIn
+			if err := decodeAt(m.Value, &c, m.Key); err != nil {
+				return 0, fmt.Errorf("trace: prices file %s: %v", path, err)
+			}
+			entries = append(entries, entry{m.Key, c, m.Key})
+		}
+	case 'a':
+		var list []struct {
+			ModelID string `json:"model_id"`
+			costIn
+		}
+		if err := decodeAt(data, &list, ""); err != nil {
+			return 0, fmt.Errorf("trace: prices file %s: %v", path, err)
+		}
+		for i, l := range list {
+			if l.ModelID == "" {
+				return 0, fmt.Errorf("trace: prices file %s: [%d].model_id is required", path, i)
+			}
+			entries = append(entries, entry{l.ModelID, l.costIn, fmt.Sprintf("[%d]", i)})
+		}
+	default:
+		return 0, fmt.Errorf("trace: prices file %s: expected a JSON object or array", path)
+	}
+	for _, e := range entries {
+		p, err := e.c.toPrice(e.model, e.path, 0)
+		if err != nil {
+			return 0, fmt.Errorf("trace: prices file %s: %v", path, err)
+		}
+		if err := setDefaultPrice(ctx, db, p, now, mu); err != nil {
+			return 0, err
+		}
+	}
+	return len(entries), nil
+}
+
+// PricesCommand runs the `flywheel prices` subcommand on db (migrating it
+// first):
+//
+//	prices set --model M --prompt 3e-05 --completion 6e-05 [--effective RFC3339] [--provider P]
+//	prices load FILE
+//	prices list
+func PricesCommand(args []string, db *sql.DB, stdout io.Writer) error {
+	ctx := context.Background()
+	usage := "usage: flywheel prices set --model M --prompt COST --completion COST [--effective RFC3339] [--provider P] | prices load FILE | prices list"
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	if err := Migrate(ctx, db); err != nil {
+		return err
+	}
+	switch args[0] {
+	case "set":
+		fs := flag.NewFlagSet("prices set", flag.ContinueOnError)
+		fs.SetOutput(stdout)
+		model := fs.String("model", "", "model id (a key of summary.usage)")
+		prompt := fs.Float64("prompt", -1, "USD per prompt token")
+		completion := fs.Float64("completion", -1, "USD per completion token")
+		effective := fs.String("effective", "", "RFC 3339 time the price takes effect (default now)")
+		provider := fs.String("provider", "default", "provider id")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		if *model == "" || *prompt < 0 || *completion < 0 {
+			return errors.New("prices set: --model, --prompt and --completion are required (costs >= 0)\n" + usage)
+		}
+		eff := time.Now()
+		if *effective != "" {
+			us, ok := parseTime(*effective)
+			if !ok {
+				return fmt.Errorf("prices set: invalid --effective %q: expected RFC 3339", *effective)
+			}
+			eff = time.UnixMicro(us)
+		}
+		p := &Price{LLMID: *model, PromptTokenCost: *prompt, CompletionTokenCost: *completion,
+			PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: *provider, EffectiveDate: eff.UnixMicro()}
+		if err := setDefaultPrice(ctx, db, p, time.Now(), nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "set default price for %s: prompt %s, completion %s USD/token, effective %s\n",
+			*model, appendPyFloat(nil, *prompt), appendPyFloat(nil, *completion), formatTime(eff.UnixMicro()))
+		return nil
+	case "load":
+		if len(args) != 2 {
+			return errors.New(usage)
+		}
+		n, err := loadPricesFile(ctx, db, args[1], time.Now(), nil)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "loaded %d default prices from %s\n", n, args[1])
+		return nil
+	case "list":
+		prices, err := DefaultPrices(ctx, db)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "MODEL\tPROMPT\tCOMPLETION\tUNIT\tPROVIDER\tEFFECTIVE\tID")
+		for _, p := range prices {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.LLMID, appendPyFloat(nil, p.PromptTokenCost),
+				appendPyFloat(nil, p.CompletionTokenCost), p.PromptTokenCostUnit, p.ProviderID, formatTime(p.EffectiveDate), p.ID)
+		}
+		return tw.Flush()
+	}
+	return fmt.Errorf("prices: unknown subcommand %q\n%s", args[0], usage)
+}

@@ -1,0 +1,293 @@
+package trace
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"flywheel/internal/auth"
+	"flywheel/internal/httpx"
+)
+
+type callsFilter struct {
+	CallIDs         []string `json:"call_ids"`
+	TraceIDs        []string `json:"trace_ids"`
+	ParentIDs       []string `json:"parent_ids"`
+	OpNames         []string `json:"op_names"`
+	ThreadIDs       []string `json:"thread_ids"`
+	TurnIDs         []string `json:"turn_ids"`
+	TraceRootsOnly  *bool    `json:"trace_roots_only"`
+	PlatformUserIDs []string `json:"platform_user_ids"`
+	PlatformRunIDs  []string `json:"platform_run_ids"`
+}
+
+type queryReq struct {
+	ProjectID               string       `json:"project_id"`
+	Filter                  *callsFilter `json:"filter"`
+	SortBy                  []sortField  `json:"sort_by"`
+	Limit                   *int64       `json:"limit"`
+	Offset                  *int64       `json:"offset"`
+	IncludeCosts            *bool        `json:"include_costs"`
+	IncludeStorageSize      *bool        `json:"include_storage_size"`
+	IncludeTotalStorageSize *bool        `json:"include_total_storage_size"`
+}
+
+// sortColumns maps the sortable fields to SQL expressions over trace_calls c.
+var sortColumns = map[string]string{
+	"id": "c.id", "op_name": "c.op_name", "display_name": "c.display_name", "trace_id": "c.trace_id",
+	"parent_id": "c.parent_id", "thread_id": "c.thread_id", "turn_id": "c.turn_id",
+	"started_at": "c.started_at", "ended_at": "c.ended_at", "exception": "c.exception",
+	"platform_user_id": "c.platform_user_id", "platform_run_id": "c.platform_run_id",
+	"platform_run_step": "c.platform_run_step", "platform_run_step_end": "c.platform_run_step_end",
+	"storage_size_bytes":          "(c.start_size + c.end_size)",
+	"summary.platform.latency_ms": "(c.ended_at - c.started_at)",
+	"summary.platform.trace_name": "COALESCE(NULLIF(c.display_name, ''), c.op_name)",
+	"summary.platform.status": `(CASE WHEN c.exception IS NOT NULL AND c.exception != '' THEN 'error'
+		WHEN c.ended_at IS NULL THEN 'running'
+		WHEN COALESCE(json_extract(c.summary, '$.status_counts.error'), 0) > 0 THEN 'descendant_error'
+		ELSE 'success' END)`,
+}
+
+func direction(d, path string) (string, error) {
+	switch strings.ToLower(d) {
+	case "", "asc":
+		return "ASC", nil
+	case "desc":
+		return "DESC", nil
+	}
+	return "", httpx.Invalid(path, "invalid_value", `expected "asc" or "desc", got %q`, d)
+}
+
+func limitOffset(limit, offset *int64) (int64, int64, error) {
+	lim, off := int64(-1), int64(0)
+	if limit != nil {
+		if *limit < 0 {
+			return 0, 0, httpx.Invalid("limit", "invalid_value", "must be >= 0")
+		}
+		lim = *limit
+	}
+	if offset != nil {
+		if *offset < 0 {
+			return 0, 0, httpx.Invalid("offset", "invalid_value", "must be >= 0")
+		}
+		off = *offset
+	}
+	return lim, off, nil
+}
+
+// buildQuery turns a query request into SQL over trace_calls c.
+func buildQuery(req *queryReq, proj int64, inc includes) (string, []any, error) {
+	var sb strings.Builder
+	sb.WriteString("SELECT ")
+	sb.WriteString(callColumns)
+	if inc.Total {
+		sb.WriteString(", ")
+		sb.WriteString(totalExpr)
+	}
+	sb.WriteString(" FROM trace_calls c WHERE c.project = ? AND c.deleted_at IS NULL AND c.started_at IS NOT NULL")
+	args := []any{proj}
+	in := func(col string, vals []string) {
+		if vals == nil {
+			return
+		}
+		j, _ := json.Marshal(vals)
+		sb.WriteString(" AND " + col + " IN (SELECT value FROM json_each(?))")
+		args = append(args, string(j))
+	}
+	if f := req.Filter; f != nil {
+		in("c.id", f.CallIDs)
+		in("c.trace_id", f.TraceIDs)
+		in("c.parent_id", f.ParentIDs)
+		in("c.thread_id", f.ThreadIDs)
+		in("c.turn_id", f.TurnIDs)
+		in("c.platform_user_id", f.PlatformUserIDs)
+		in("c.platform_run_id", f.PlatformRunIDs)
+		if f.OpNames != nil {
+			// exact names; a name ending in ":*" matches any digest of that op ref
+			var exact []string
+			var parts []string
+			for _, n := range f.OpNames {
+				if strings.HasSuffix(n, ":*") {
+					prefix := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.TrimSuffix(n, "*"))
+					parts = append(parts, `c.op_name LIKE ? ESCAPE '\'`)
+					args = append(args, prefix+"%")
+				} else {
+					exact = append(exact, n)
+				}
+			}
+			if exact != nil {
+				j, _ := json.Marshal(exact)
+				parts = append(parts, "c.op_name IN (SELECT value FROM json_each(?))")
+				args = append(args, string(j))
+			}
+			if len(parts) == 0 {
+				parts = append(parts, "0")
+			}
+			// the LIKE args were appended before the IN arg, matching parts' order
+			sb.WriteString(" AND (" + strings.Join(parts, " OR ") + ")")
+		}
+		if isTrue(f.TraceRootsOnly) {
+			sb.WriteString(" AND c.parent_id IS NULL")
+		}
+	}
+	sb.WriteString(" ORDER BY ")
+	hasID := false
+	if len(req.SortBy) == 0 {
+		sb.WriteString("c.started_at ASC, c.id ASC")
+		hasID = true
+	}
+	for i, sf := range req.SortBy {
+		col, ok := sortColumns[sf.Field]
+		if !ok {
+			col, ok = sortColumns["summary.platform."+sf.Field]
+		}
+		if !ok {
+			return "", nil, httpx.Invalid(fmt.Sprintf("sort_by[%d].field", i), "invalid_value", "cannot sort by %q", sf.Field)
+		}
+		dir, err := direction(sf.Direction, fmt.Sprintf("sort_by[%d].direction", i))
+		if err != nil {
+			return "", nil, err
+		}
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(col + " " + dir)
+		if sf.Field == "id" {
+			hasID = true
+		}
+	}
+	if !hasID {
+		sb.WriteString(", c.id ASC")
+	}
+	lim, off, err := limitOffset(req.Limit, req.Offset)
+	if err != nil {
+		return "", nil, err
+	}
+	sb.WriteString(" LIMIT ? OFFSET ?")
+	args = append(args, lim, off)
+	return sb.String(), args, nil
+}
+
+func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	return s.runQuery(w, r, p, body, false)
+}
+
+func (s *Service) handleStreamQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	return s.runQuery(w, r, p, body, true)
+}
+
+// flushWriter flushes the HTTP response whenever its buffer is written out.
+type flushWriter struct {
+	w http.ResponseWriter
+	f *http.ResponseController
+}
+
+func (fw flushWriter) Write(b []byte) (int, error) {
+	n, err := fw.w.Write(b)
+	if err == nil {
+		_ = fw.f.Flush()
+	}
+	return n, err
+}
+
+// runQuery serves /calls/query ({"calls": [...]}) and /calls/stream_query
+// (JSON lines). Both stream rows from the database cursor to the client
+// through a 32 KiB buffer; nothing is built in memory. The first row is
+// flushed at once so a client sees data early.
+func (s *Service) runQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte, lines bool) error {
+	var req queryReq
+	if err := decodeAt(body, &req, ""); err != nil {
+		return err
+	}
+	entity, name, err := authorize(p, req.ProjectID, "project_id")
+	if err != nil {
+		return err
+	}
+	projectID := entity + "/" + name
+	inc := includes{Costs: isTrue(req.IncludeCosts), Size: isTrue(req.IncludeStorageSize), Total: isTrue(req.IncludeTotalStorageSize)}
+	ctx := r.Context()
+	proj, found, err := s.lookupProject(ctx, s.db, entity, name)
+	if err != nil {
+		return err
+	}
+	q, args, err := buildQuery(&req, proj, inc)
+	if err != nil {
+		return err
+	}
+	var book *priceBook
+	if found && inc.Costs {
+		// loaded before the cursor opens: no nested queries while rows stream
+		if book, err = s.loadPrices(ctx, projectID, nil); err != nil {
+			return err
+		}
+	}
+	ctype := "application/json"
+	if lines {
+		ctype = "application/jsonl"
+	}
+	if !found {
+		if lines {
+			writeRaw(w, http.StatusOK, ctype, nil)
+		} else {
+			writeRaw(w, http.StatusOK, ctype, []byte("{\"calls\": []}\n"))
+		}
+		return nil
+	}
+	return s.streamCalls(ctx, w, q, args, projectID, inc, book, lines)
+}
+
+func (s *Service) streamCalls(ctx context.Context, w http.ResponseWriter, q string, args []any, projectID string,
+	inc includes, book *priceBook, lines bool) error {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	ctype := "application/json"
+	if lines {
+		ctype = "application/jsonl"
+	}
+	w.Header().Set("Content-Type", ctype)
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(flushWriter{w: w, f: http.NewResponseController(w)}, 32<<10)
+	if !lines {
+		bw.WriteString(`{"calls": [`)
+	}
+	var line []byte
+	n := 0
+	rs := newRowScanner(inc.Total)
+	for rows.Next() {
+		c, err := rs.scan(rows)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errHeadersSent, err)
+		}
+		line = line[:0]
+		if !lines && n > 0 {
+			line = append(line, ", "...)
+		}
+		line = s.appendCall(line, c, projectID, inc, book)
+		if lines {
+			line = append(line, '\n')
+		}
+		if _, err := bw.Write(line); err != nil {
+			return nil // client went away
+		}
+		n++
+		if n == 1 {
+			if err := bw.Flush(); err != nil {
+				return nil
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%w: %v", errHeadersSent, err)
+	}
+	if !lines {
+		bw.WriteString("]}\n")
+	}
+	_ = bw.Flush()
+	return nil
+}

@@ -1,0 +1,183 @@
+package train
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"flywheel/internal/engine"
+	"flywheel/internal/engine/kernels"
+)
+
+// smolCfg is the SmolLM2-135M shape; smallCfg a small model of the same
+// family (hidden 256, 4 layers).
+func smolCfg() *engine.Config {
+	return &engine.Config{Architecture: engine.ArchLlama, HiddenSize: 576, IntermediateSize: 1536, NumLayers: 30,
+		NumHeads: 9, NumKVHeads: 3, HeadDim: 64, VocabSize: 49152, MaxPositionEmbeddings: 8192,
+		RMSNormEps: 1e-5, RopeTheta: 100000, TieWordEmbeddings: true, BOSTokenID: -1}
+}
+
+func smallCfg() *engine.Config {
+	return &engine.Config{Architecture: engine.ArchLlama, HiddenSize: 256, IntermediateSize: 768, NumLayers: 4,
+		NumHeads: 4, NumKVHeads: 2, HeadDim: 64, VocabSize: 49152, MaxPositionEmbeddings: 8192,
+		RMSNormEps: 1e-5, RopeTheta: 100000, TieWordEmbeddings: true, BOSTokenID: -1}
+}
+
+// benchBatch is nseq sequences of seqLen random tokens, every position
+// trained (the heaviest case: the lm head runs on every row).
+func benchBatch(cfg *engine.Config, nseq, seqLen int) *stepBatch {
+	var seqs []*sequence
+	x := uint64(12345)
+	for s := 0; s < nseq; s++ {
+		sq := &sequence{A: 1, W: 1}
+		for t := 0; t < seqLen; t++ {
+			x = x*6364136223846793005 + 1442695040888963407
+			sq.Tokens = append(sq.Tokens, int(x>>33)%cfg.VocabSize)
+			sq.Mask = append(sq.Mask, t > 0)
+			sq.OldLP = append(sq.OldLP, -1)
+		}
+		sq.count()
+		seqs = append(seqs, sq)
+	}
+	return buildBatch(seqs)
+}
+
+// cpuSeconds is the process's user+system CPU time (all threads).
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+// peakRSS is the process's peak resident set (VmHWM) in MiB.
+func peakRSS() float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// benchTrainStep measures one full training step — forward, loss,
+// backward to every LoRA A/B (r=16, all seven projections), global-norm
+// clipping and AdamW — in tokens per second.
+func benchTrainStep(b *testing.B, cfg *engine.Config, nseq, seqLen int, recompute bool) {
+	w := engine.RandomWeights(cfg, 1)
+	ad, err := engine.NewAdapter(cfg, engine.DefaultLoRAConfig(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := newModel[float32](cfg, w, ad)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if recompute {
+		m.ActivationBudget = 0
+	} else {
+		m.ActivationBudget = 8 << 30
+	}
+	s := &session{ad: ad, m: m, opt: NewAdamW(), params: adapterParams(ad, m)}
+	sb := benchBatch(cfg, nseq, seqLen)
+	b.Logf("kernels: %s, GOMAXPROCS %d", kernels.Describe(kernels.Default()), runtime.GOMAXPROCS(0))
+	s.runStep(sb, 1e-4, ceLoss) // warm-up
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuSeconds()
+	for i := 0; i < b.N; i++ {
+		s.runStep(sb, 1e-4, ceLoss)
+	}
+	el := time.Since(start).Seconds()
+	b.ReportMetric(float64(b.N*sb.ntoken)/el, "tokens/s")
+	b.ReportMetric(el/float64(b.N), "s/step")
+	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/step")
+	b.ReportMetric(peakRSS(), "peakRSS-MiB")
+}
+
+func BenchmarkTrainStepSmolLM2_135M_4x256(b *testing.B) {
+	benchTrainStep(b, smolCfg(), 4, 256, true)
+}
+
+func BenchmarkTrainStepSmolLM2_135M_4x256_KeepActivations(b *testing.B) {
+	benchTrainStep(b, smolCfg(), 4, 256, false)
+}
+
+func BenchmarkTrainStepSmall_H256_L4_4x256(b *testing.B) {
+	benchTrainStep(b, smallCfg(), 4, 256, false)
+}
+
+// BenchmarkAttention compares the attention's kernels (SmolLM2 heads,
+// 4 x 256 tokens, forward + backward).
+func BenchmarkAttention(b *testing.B) {
+	nh, nkv, d := 9, 3, 64
+	segs := []seg{{0, 256}, {256, 256}, {512, 256}, {768, 256}}
+	N := 1024
+	rnd := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i%17)/17 - 0.5
+		}
+		return v
+	}
+	q, k, v, dout := rnd(N*nh*d), rnd(N*nkv*d), rnd(N*nkv*d), rnd(N*nh*d)
+	_, np := probOffsets(segs, nh)
+	probs, out := make([]float32, np), make([]float32, N*nh*d)
+	dq, dk, dv := make([]float32, N*nh*d), make([]float32, N*nkv*d), make([]float32, N*nkv*d)
+	for _, be := range []kernels.Backend{kernels.Go{}, kernels.Default()} {
+		b.Run(be.Name(), func(b *testing.B) {
+			prev := attnKernels
+			attnKernels = be
+			defer func() { attnKernels = prev }()
+			c0 := cpuSeconds()
+			for i := 0; i < b.N; i++ {
+				attentionForward(q, k, v, segs, nh, nkv, d, probs, out)
+				attentionBackward(q, k, v, probs, dout, segs, nh, nkv, d, dq, dk, dv)
+			}
+			b.ReportMetric((cpuSeconds()-c0)/float64(b.N), "cpu-s/op")
+		})
+	}
+}
+
+// BenchmarkLinearLoRA compares backends for the LoRA side products of a
+// gate projection (1024 x 576 -> 1536, r = 16), forward + backward.
+func BenchmarkLinearLoRA(b *testing.B) {
+	n, in, out, r := 1024, 576, 1536, 16
+	rnd := func(k int) []float32 {
+		v := make([]float32, k)
+		for i := range v {
+			v[i] = float32(i%13)/13 - 0.5
+		}
+		return v
+	}
+	l := linear[float32]{W: rnd(out * in), Out: out, In: in, R: r, S: 2,
+		L: &lora[float32]{A: rnd(r * in), B: rnd(out * r), dA: make([]float32, r*in), dB: make([]float32, out*r)}}
+	x, dy := rnd(n*in), rnd(n*out)
+	y, xa, dx, dyB := make([]float32, n*out), make([]float32, n*r), make([]float32, n*in), make([]float32, n*r)
+	for _, be := range []kernels.Backend{nil, kernels.Go{}} {
+		name := "default"
+		if be != nil {
+			name = be.Name()
+		}
+		b.Run(name, func(b *testing.B) {
+			prev := loraKernels
+			loraKernels = be
+			defer func() { loraKernels = prev }()
+			c0 := cpuSeconds()
+			for i := 0; i < b.N; i++ {
+				l.forward(x, n, y, xa)
+				l.backward(x, xa, dy, n, dx, false, dyB)
+			}
+			b.ReportMetric((cpuSeconds()-c0)/float64(b.N), "cpu-s/op")
+		})
+	}
+}

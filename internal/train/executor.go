@@ -1,0 +1,314 @@
+// Package train makes training jobs train: the LoRA training forward and a
+// hand-written backward through the Llama-family decoder (layers.go,
+// model.go), the RL loss of rl.md (loss.go), trajectory preparation and
+// advantages (prepare.go), packing (pack.go), AdamW with global-norm
+// clipping and its checkpointed state (optim.go), SFT (sft.go), and the
+// executor that plugs into the job queue (this file).
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"time"
+
+	"flywheel/internal/engine"
+	"flywheel/internal/engine/tiny"
+	"flywheel/internal/jobs"
+)
+
+// Default learning rates. Real models take rl.md's 5e-6. The built-in tiny
+// model (a 2-layer, hidden-64 random model) learns nothing visible at that
+// rate, so its documented default is 1e-2.
+const (
+	DefaultLearningRate     = 5e-6
+	DefaultTinyLearningRate = 1e-2
+	DefaultTokensPerStep    = 8192
+)
+
+// Options configure the executor.
+type Options struct {
+	// TokensPerStep is the packing budget: the most tokens (prompt and
+	// completion, summed over packed sequences) in one gradient step.
+	TokensPerStep int
+	// LearningRate is the default for real models; TinyLearningRate for
+	// flywheel/tiny. Both apply when experimental_config.learning_rate
+	// (RL) or config.learning_rate (SFT) is null.
+	LearningRate, TinyLearningRate float64
+	// MaxSeqLen caps sequence length below the model's context (0: the
+	// model's max_position_embeddings).
+	MaxSeqLen int
+	// ActivationBudget bounds saved activations per step in bytes (default
+	// 1 GiB); above it layers are recomputed in the backward.
+	ActivationBudget int64
+	// Logger receives one line per gradient step (nil: slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.TokensPerStep <= 0 {
+		o.TokensPerStep = DefaultTokensPerStep
+	}
+	if o.LearningRate <= 0 {
+		o.LearningRate = DefaultLearningRate
+	}
+	if o.TinyLearningRate <= 0 {
+		o.TinyLearningRate = DefaultTinyLearningRate
+	}
+	if o.ActivationBudget <= 0 {
+		o.ActivationBudget = 1 << 30
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Executor runs RL and SFT jobs; it implements jobs.Trainer. Base models
+// come from the shared registry, so weights are loaded once per process and
+// shared with inference.
+type Executor struct {
+	reg  *engine.Registry
+	opts Options
+}
+
+// New returns an executor over the shared model registry.
+func New(reg *engine.Registry, opts Options) *Executor {
+	return &Executor{reg: reg, opts: opts.withDefaults()}
+}
+
+var _ jobs.Trainer = (*Executor)(nil)
+
+// DefaultLR is the default learning rate for a base model.
+func (e *Executor) DefaultLR(baseModel string) float64 {
+	if baseModel == tiny.ID {
+		return e.opts.TinyLearningRate
+	}
+	return e.opts.LearningRate
+}
+
+// session is one job's training state: the base model, the adapter being
+// trained (aliased by the float32 training model) and the optimizer.
+type session struct {
+	base   *engine.Model
+	ad     *engine.Adapter
+	m      *model[float32]
+	opt    *AdamW
+	params []param
+	maxLen int
+}
+
+func (e *Executor) open(job jobs.Job) (*session, error) {
+	base, err := e.reg.Get(job.BaseModel)
+	if err != nil {
+		return nil, fmt.Errorf("load base model %s: %w", job.BaseModel, err)
+	}
+	ad, err := engine.LoadAdapter(job.FromDir, base.Config)
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint %d: %w", job.FromStep, err)
+	}
+	opt, err := LoadAdamW(job.FromDir)
+	if err != nil {
+		return nil, fmt.Errorf("load checkpoint %d: %w", job.FromStep, err)
+	}
+	m, err := newModel[float32](base.Config, base.Weights, ad)
+	if err != nil {
+		return nil, err
+	}
+	m.ActivationBudget = e.opts.ActivationBudget
+	s := &session{base: base, ad: ad, m: m, opt: opt, params: adapterParams(ad, m)}
+	s.maxLen = base.Config.MaxPositionEmbeddings
+	if e.opts.MaxSeqLen > 0 && (s.maxLen <= 0 || e.opts.MaxSeqLen < s.maxLen) {
+		s.maxLen = e.opts.MaxSeqLen
+	}
+	return s, nil
+}
+
+// save writes the adapter and optimizer state into dir (the job's OutDir).
+func (s *session) save(dir, baseModel string) error {
+	if err := s.ad.Save(dir, baseModel); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	if err := s.opt.Save(dir); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	return nil
+}
+
+// Train implements jobs.Trainer. A panic inside training becomes the job's
+// error rather than taking the server down.
+func (e *Executor) Train(ctx context.Context, job jobs.Job, emit func(jobs.Event) error) (res jobs.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.opts.Logger.Error("train: panic", "job", job.ID, "panic", p, "stack", string(debug.Stack()))
+			res, err = jobs.Result{}, fmt.Errorf("internal error in the trainer: %v", p)
+		}
+	}()
+	if job.OutDir == "" {
+		return jobs.Result{}, errors.New("no output folder for the checkpoint")
+	}
+	switch job.Kind {
+	case "rl", "":
+		return e.trainRL(ctx, job, emit)
+	case "sft":
+		return e.trainSFT(ctx, job, emit)
+	}
+	return jobs.Result{}, fmt.Errorf("unknown job kind %q", job.Kind)
+}
+
+// stepResult is what one gradient step reports.
+type stepResult struct {
+	Loss, GradNorm, Entropy float64
+	NumClipped, NumRows     int
+	NumTokens               int
+	Seconds                 float64
+}
+
+// runStep does forward, loss, backward, clipping and the AdamW update of
+// one packed batch. lossFn maps the rows' current logprobs to the loss and
+// its gradient.
+func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64) (lossStats, []float64)) stepResult {
+	t0 := time.Now()
+	s.m.zeroGrads()
+	p := s.m.forward(sb.b)
+	st, g := lossFn(p.LogProb)
+	p.backward(g)
+	gn := clipGradNorm(s.params, 1.0)
+	s.opt.Update(s.params, lr)
+	var ent float64
+	for _, e := range p.Entropy {
+		ent += e
+	}
+	if len(p.Entropy) > 0 {
+		ent /= float64(len(p.Entropy))
+	}
+	return stepResult{Loss: st.Loss, GradNorm: gn, Entropy: ent, NumClipped: st.NumClipped,
+		NumRows: len(sb.b.Rows), NumTokens: sb.ntoken, Seconds: time.Since(t0).Seconds()}
+}
+
+func stepEvent(i int, r stepResult, lr float64, opt *AdamW) jobs.Event {
+	tps := 0.0
+	if r.Seconds > 0 {
+		tps = float64(r.NumTokens) / r.Seconds
+	}
+	frac := 0.0
+	if r.NumRows > 0 {
+		frac = float64(r.NumClipped) / float64(r.NumRows)
+	}
+	return jobs.Event{Type: "gradient_step", Data: map[string]any{
+		"gradient_step": i + 1, "optimizer_step": opt.Step,
+		"loss": finite(r.Loss), "policy_loss": finite(r.Loss), "grad_norm": finite(r.GradNorm),
+		"learning_rate": lr, "num_tokens": r.NumTokens, "num_trainable_tokens": r.NumRows,
+		"tokens_per_second": tps, "entropy": finite(r.Entropy), "frac_clipped": frac,
+	}}
+}
+
+// checkTokens rejects token ids outside the vocabulary (e.g. a
+// "token_id:N" from another model).
+func checkTokens(seqs []*sequence, vocab int) error {
+	for _, s := range seqs {
+		for _, id := range s.Tokens {
+			if id < 0 || id >= vocab {
+				return fmt.Errorf("token id %d is outside the model's vocabulary (size %d): were the completions sampled from this model?", id, vocab)
+			}
+		}
+	}
+	return nil
+}
+
+func finite(f float64) any {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return nil
+	}
+	return f
+}
+
+func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Event) error) (jobs.Result, error) {
+	var req RLRequest
+	if err := json.Unmarshal(job.Request, &req); err != nil {
+		return jobs.Result{}, fmt.Errorf("invalid training request: %w", err)
+	}
+	cfg, err := req.ExperimentalConfig.Resolve(e.DefaultLR(job.BaseModel))
+	if err != nil {
+		return jobs.Result{}, err
+	}
+	s, err := e.open(job)
+	if err != nil {
+		return jobs.Result{}, err
+	}
+	prep, err := prepareRL(&modelCodec{m: s.base}, req.TrajectoryGroups, cfg.ScaleRewards, s.maxLen)
+	if err != nil {
+		return jobs.Result{}, err
+	}
+	if err := checkTokens(prep.Seqs, s.base.Config.VocabSize); err != nil {
+		return jobs.Result{}, err
+	}
+	bins := packSequences(prep.Seqs, e.opts.TokensPerStep)
+	batches := make([]*stepBatch, len(bins))
+	for i, bin := range bins {
+		batches[i] = buildBatch(bin)
+		normalizeRL(batches[i].toks, cfg.AdvantageBalance)
+	}
+	if err := emit(jobs.Event{Type: "training_started", Data: map[string]any{"num_sequences": len(batches)}}); err != nil {
+		return jobs.Result{}, err
+	}
+	if cfg.PrecalculateLogprobs {
+		for _, sb := range batches {
+			if err := ctx.Err(); err != nil {
+				return jobs.Result{}, err
+			}
+			p := s.m.forward(sb.b)
+			for i := range sb.toks {
+				sb.toks[i].Old = p.LogProb[i]
+			}
+		}
+	}
+	var clipped, rows int
+	var lossSum, gnSum, entSum float64
+	for i, sb := range batches {
+		if err := ctx.Err(); err != nil {
+			return jobs.Result{}, err
+		}
+		r := s.runStep(sb, cfg.LearningRate, func(newLP []float64) (lossStats, []float64) {
+			for k := range sb.toks {
+				sb.toks[k].New = newLP[k]
+			}
+			return rlLoss(cfg, sb.toks)
+		})
+		clipped += r.NumClipped
+		rows += r.NumRows
+		lossSum += r.Loss
+		gnSum += r.GradNorm
+		entSum += r.Entropy
+		e.opts.Logger.Info("train: gradient step", "job", job.ID, "step", i+1, "of", len(batches),
+			"loss", r.Loss, "grad_norm", r.GradNorm, "tokens", r.NumTokens, "seconds", r.Seconds)
+		if err := emit(stepEvent(i, r, cfg.LearningRate, s.opt)); err != nil {
+			return jobs.Result{}, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return jobs.Result{}, err
+	}
+	if err := s.save(job.OutDir, job.BaseModel); err != nil {
+		return jobs.Result{}, err
+	}
+	met := map[string]any{
+		"reward": prep.RewardMean, "reward_std_dev": prep.RewardStd,
+		"num_trajectories": prep.NumTrajectories, "num_skipped_trajectories": prep.NumSkipped,
+		"num_trajectories_without_logprobs": prep.NumNoLogprobs, "num_truncated": prep.NumTruncated,
+		"num_gradient_steps": len(batches), "num_trainable_tokens": rows, "frac_clipped": 0.0,
+	}
+	if rows > 0 {
+		met["frac_clipped"] = float64(clipped) / float64(rows)
+	}
+	if n := len(batches); n > 0 {
+		met["loss"] = finite(lossSum / float64(n))
+		met["grad_norm"] = finite(gnSum / float64(n))
+		met["entropy"] = finite(entSum / float64(n))
+	}
+	return jobs.Result{Metrics: met}, nil
+}

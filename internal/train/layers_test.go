@@ -1,0 +1,205 @@
+package train
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// A layer case maps inputs to an output y and, given the upstream gradient
+// gy, returns the gradients of the objective J = Σ gy·y for every input.
+type layerCase[T Float] func(in [][]T, gy []T) (y []T, grads [][]T)
+
+func to[T Float](x []float64) []T {
+	out := make([]T, len(x))
+	for i, v := range x {
+		out[i] = T(v)
+	}
+	return out
+}
+
+// checkLayer runs the float64 case against central differences (tol64) and
+// the float32 case's analytic gradient against the same float64 differences
+// (tol32).
+func checkLayer(t *testing.T, name string, f64 layerCase[float64], f32 layerCase[float32], in [][]float64, tol64, tol32 float64) {
+	t.Helper()
+	y, _ := f64(in, nil)
+	rng := rand.New(rand.NewPCG(11, 12))
+	gy := make([]float64, len(y))
+	for i := range gy {
+		gy[i] = rng.NormFloat64()
+	}
+	J := func() float64 {
+		y, _ := f64(in, nil)
+		var s float64
+		for i := range y {
+			s += gy[i] * y[i]
+		}
+		return s
+	}
+	_, g64 := f64(in, gy)
+	in32 := make([][]float32, len(in))
+	for i := range in {
+		in32[i] = to[float32](in[i])
+	}
+	_, g32 := f32(in32, to[float32](gy))
+	const h = 1e-5
+	var w64, w32 float64
+	for k := range in {
+		for i := range in[k] {
+			orig := in[k][i]
+			in[k][i] = orig + h
+			fp := J()
+			in[k][i] = orig - h
+			fm := J()
+			in[k][i] = orig
+			num := (fp - fm) / (2 * h)
+			den := math.Max(math.Abs(num), 1e-2)
+			r64 := math.Abs(g64[k][i]-num) / den
+			r32 := math.Abs(float64(g32[k][i])-num) / den
+			w64, w32 = max(w64, r64), max(w32, r32)
+			if r64 > tol64 || r32 > tol32 {
+				t.Fatalf("%s: input %d[%d]: numeric %.9g, float64 %.9g (rel %.2g), float32 %.9g (rel %.2g)",
+					name, k, i, num, g64[k][i], r64, g32[k][i], r32)
+			}
+		}
+	}
+	t.Logf("%s: max rel err float64 %.2g, float32 %.2g", name, w64, w32)
+}
+
+func rvec(rng *rand.Rand, n int, s float64) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = rng.NormFloat64() * s
+	}
+	return v
+}
+
+func caseEmbed[T Float](in [][]T, gy []T) ([]T, [][]T) {
+	const H = 3
+	toks := []int{2, 0, 2, 1}
+	y := make([]T, len(toks)*H)
+	embedForward(in[0], H, toks, y)
+	if gy == nil {
+		return y, nil
+	}
+	dE := make([]T, len(in[0]))
+	embedBackward(dE, H, toks, gy)
+	return y, [][]T{dE}
+}
+
+func caseRMSNorm[T Float](in [][]T, gy []T) ([]T, [][]T) {
+	const n, c = 3, 5
+	w := to[T]([]float64{1.1, 0.9, 1.3, 0.7, 1})
+	y, rinv := make([]T, n*c), make([]T, n)
+	rmsnormForward(in[0], w, n, c, 1e-5, y, rinv)
+	if gy == nil {
+		return y, nil
+	}
+	dx := make([]T, n*c)
+	rmsnormBackward(in[0], w, rinv, gy, n, c, dx, false)
+	return y, [][]T{dx}
+}
+
+func caseLinear[T Float](in [][]T, gy []T) ([]T, [][]T) {
+	const n, out, inD, r = 4, 5, 6, 2
+	rng := rand.New(rand.NewPCG(5, 5))
+	W := to[T](rvec(rng, out*inD, 0.5))
+	bias := to[T](rvec(rng, out, 0.1))
+	l := linear[T]{W: W, Bias: bias, Out: out, In: inD, R: r, S: 1.5,
+		L: &lora[T]{A: in[1], B: in[2], dA: make([]T, r*inD), dB: make([]T, out*r)}}
+	y, xa := make([]T, n*out), make([]T, n*r)
+	l.forward(in[0], n, y, xa)
+	if gy == nil {
+		return y, nil
+	}
+	dx := make([]T, n*inD)
+	l.backward(in[0], xa, gy, n, dx, false, make([]T, n*r))
+	return y, [][]T{dx, l.L.dA, l.L.dB}
+}
+
+func caseRoPE[T Float](in [][]T, gy []T) ([]T, [][]T) {
+	const n, heads, d = 3, 2, 4
+	cos, sin := ropeTables[T]([]float64{1, 0.1}, 8)
+	pos := []int{0, 5, 2}
+	y := append([]T(nil), in[0]...)
+	ropeForward(y, n, heads, d, pos, cos, sin)
+	if gy == nil {
+		return y, nil
+	}
+	dx := append([]T(nil), gy...)
+	ropeBackward(dx, n, heads, d, pos, cos, sin)
+	return y, [][]T{dx}
+}
+
+var attnSegs = []seg{{0, 4}, {4, 3}}
+
+const attnNH, attnNKV, attnD = 4, 2, 3
+
+func caseAttention[T Float](in [][]T, gy []T) ([]T, [][]T) {
+	N := 7
+	_, np := probOffsets(attnSegs, attnNH)
+	probs, out := make([]T, np), make([]T, N*attnNH*attnD)
+	attentionForward(in[0], in[1], in[2], attnSegs, attnNH, attnNKV, attnD, probs, out)
+	if gy == nil {
+		return out, nil
+	}
+	dq, dk, dv := make([]T, len(in[0])), make([]T, len(in[1])), make([]T, len(in[2]))
+	attentionBackward(in[0], in[1], in[2], probs, gy, attnSegs, attnNH, attnNKV, attnD, dq, dk, dv)
+	return out, [][]T{dq, dk, dv}
+}
+
+func caseSwiGLU[T Float](in [][]T, gy []T) ([]T, [][]T) {
+	h := make([]T, len(in[0]))
+	swigluForward(in[0], in[1], h)
+	if gy == nil {
+		return h, nil
+	}
+	dg, du := make([]T, len(h)), make([]T, len(h))
+	swigluBackward(in[0], in[1], gy, dg, du)
+	return h, [][]T{dg, du}
+}
+
+func caseLogSoftmax[T Float](in [][]T, gy []T) ([]T, [][]T) {
+	z := append([]T(nil), in[0]...)
+	lp, _ := logSoftmaxForward(z, 3)
+	y := []T{T(lp)}
+	if gy == nil {
+		return y, nil
+	}
+	dz := make([]T, len(z))
+	logSoftmaxBackward(z, 3, gy[0], dz)
+	return y, [][]T{dz}
+}
+
+func TestLayerGradients(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	checkLayer(t, "embedding", caseEmbed[float64], caseEmbed[float32], [][]float64{rvec(rng, 9, 1)}, 1e-6, 1e-3)
+	checkLayer(t, "rmsnorm", caseRMSNorm[float64], caseRMSNorm[float32], [][]float64{rvec(rng, 15, 1)}, 1e-6, 1e-3)
+	checkLayer(t, "linear+lora", caseLinear[float64], caseLinear[float32],
+		[][]float64{rvec(rng, 24, 1), rvec(rng, 12, 0.5), rvec(rng, 10, 0.5)}, 1e-6, 1e-3)
+	checkLayer(t, "rope", caseRoPE[float64], caseRoPE[float32], [][]float64{rvec(rng, 24, 1)}, 1e-6, 1e-3)
+	Q, KV := attnNH*attnD, attnNKV*attnD
+	checkLayer(t, "attention", caseAttention[float64], caseAttention[float32],
+		[][]float64{rvec(rng, 7*Q, 1), rvec(rng, 7*KV, 1), rvec(rng, 7*KV, 1)}, 1e-6, 1e-3)
+	checkLayer(t, "swiglu", caseSwiGLU[float64], caseSwiGLU[float32], [][]float64{rvec(rng, 10, 2), rvec(rng, 10, 1)}, 1e-6, 1e-3)
+	checkLayer(t, "log-softmax", caseLogSoftmax[float64], caseLogSoftmax[float32], [][]float64{rvec(rng, 11, 2)}, 1e-6, 1e-3)
+}
+
+// The entropy and logprob of logSoftmaxForward against a direct formula.
+func TestLogSoftmaxValues(t *testing.T) {
+	z := []float64{1, -2, 0.5, 3, 3}
+	var sum float64
+	for _, v := range z {
+		sum += math.Exp(v)
+	}
+	var ent float64
+	for _, v := range z {
+		p := math.Exp(v) / sum
+		ent -= p * math.Log(p)
+	}
+	lp, e := logSoftmaxForward(append([]float64(nil), z...), 1)
+	if math.Abs(lp-(-2-math.Log(sum))) > 1e-12 || math.Abs(e-ent) > 1e-12 {
+		t.Fatalf("lp %v ent %v, want %v %v", lp, e, -2-math.Log(sum), ent)
+	}
+}

@@ -1,0 +1,451 @@
+package train
+
+// Trajectory preparation (rl.md "From trajectories to tokens") and
+// advantages (rl.md "Advantages").
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+
+	"flywheel/internal/engine"
+	"flywheel/internal/engine/chattmpl"
+)
+
+// RLRequest is the body of POST /v1/preview/training-jobs.
+type RLRequest struct {
+	ModelID            string             `json:"model_id"`
+	TrajectoryGroups   []TrajectoryGroup  `json:"trajectory_groups"`
+	ExperimentalConfig ExperimentalConfig `json:"experimental_config"`
+}
+
+// TrajectoryGroup is a group of trajectories sampled for one prompt.
+type TrajectoryGroup struct {
+	Trajectories []Trajectory `json:"trajectories"`
+}
+
+// Trajectory is one scored rollout.
+type Trajectory struct {
+	MessagesAndChoices  []json.RawMessage `json:"messages_and_choices"`
+	Reward              float64           `json:"reward"`
+	Tools               []json.RawMessage `json:"tools"`
+	AdditionalHistories []History         `json:"additional_histories"`
+}
+
+// History is an additional history of a trajectory (shares its reward).
+type History struct {
+	MessagesAndChoices []json.RawMessage `json:"messages_and_choices"`
+	Tools              []json.RawMessage `json:"tools"`
+}
+
+// element is one item of messages_and_choices: a message (has "role") or a
+// choice (has "message").
+type element struct {
+	Role    *string `json:"role"`
+	Message *struct {
+		Content   *string         `json:"content"`
+		ToolCalls json.RawMessage `json:"tool_calls"`
+	} `json:"message"`
+	Logprobs *struct {
+		Content []TokenLogprob `json:"content"`
+		Refusal []TokenLogprob `json:"refusal"`
+	} `json:"logprobs"`
+}
+
+// TokenLogprob is one entry of choices[i].logprobs.content.
+type TokenLogprob struct {
+	Token   string   `json:"token"`
+	Logprob *float64 `json:"logprob"`
+	Bytes   []int    `json:"bytes"`
+}
+
+func (e *element) isChoice() bool { return e.Role == nil && e.Message != nil }
+
+func (e *element) sampled() []TokenLogprob {
+	if e.Logprobs == nil {
+		return nil
+	}
+	if len(e.Logprobs.Content) > 0 {
+		return e.Logprobs.Content
+	}
+	return e.Logprobs.Refusal
+}
+
+// codec is what preparation needs from a model: its chat template and its
+// tokenizer.
+type codec interface {
+	// Render renders messages and tools without a generation prompt,
+	// continuing the final message when continueFinal is set.
+	Render(msgs, tools []json.RawMessage, continueFinal bool) (string, error)
+	// Encode tokenizes text without adding special tokens.
+	Encode(text string) []int
+	// LookupToken maps a sampled token string (or, failing that, its bytes)
+	// to its id.
+	LookupToken(tok string, b []byte) (int, bool)
+}
+
+// modelCodec adapts an engine.Model.
+type modelCodec struct {
+	m       *engine.Model
+	once    sync.Once
+	byBytes map[string]int
+}
+
+func (c *modelCodec) Render(msgs, tools []json.RawMessage, cont bool) (string, error) {
+	if c.m.Template == nil {
+		if c.m.TemplateErr != nil {
+			return "", c.m.TemplateErr
+		}
+		return "", fmt.Errorf("model %s has no chat template", c.m.ID)
+	}
+	return c.m.Template.Render(chattmpl.Input{Messages: msgs, Tools: tools, ContinueFinalMessage: cont})
+}
+
+func (c *modelCodec) Encode(text string) []int { return c.m.Tokenizer.Encode(text, false) }
+
+func (c *modelCodec) LookupToken(tok string, b []byte) (int, bool) {
+	if id, ok := c.m.Tokenizer.TokenToID(tok); ok {
+		return id, true
+	}
+	c.once.Do(func() {
+		c.byBytes = map[string]int{}
+		for id := c.m.Tokenizer.VocabSize() - 1; id >= 0; id-- {
+			if tb := c.m.Tokenizer.TokenBytes(id); len(tb) > 0 && !c.m.Tokenizer.IsSpecial(id) {
+				c.byBytes[string(tb)] = id
+			}
+		}
+	})
+	if b == nil {
+		b = []byte(tok)
+	}
+	id, ok := c.byBytes[string(b)]
+	return id, ok
+}
+
+// sequence is one tokenized history ready for training.
+type sequence struct {
+	Tokens []int
+	Mask   []bool    // trainable (assistant-sampled) tokens
+	OldLP  []float64 // recorded logprob per token; NaN where none
+	Traj   int       // global trajectory index
+	A, W   float64   // trajectory advantage and weight
+	NTrain int       // trainable tokens (positions ≥ 1 with Mask)
+}
+
+// errNoLogprobs marks a history without any choice carrying logprobs.
+var errNoLogprobs = errors.New("no choice carries logprobs")
+
+const sentinelFmt = "\ue000fwchoice%d\ue001"
+
+// tokenizeHistory implements rl.md steps 1–5 for one history.
+func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, maxLen int) (*sequence, bool, error) {
+	els := make([]element, len(items))
+	last := -1
+	for i, raw := range items {
+		if err := json.Unmarshal(raw, &els[i]); err != nil {
+			return nil, false, fmt.Errorf("messages_and_choices[%d]: %w", i, err)
+		}
+		if els[i].isChoice() && len(els[i].sampled()) > 0 {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil, false, errNoLogprobs
+	}
+	// 1. drop everything after the last choice with logprobs.
+	items, els = items[:last+1], els[:last+1]
+	// 2. choices -> assistant messages; trainable ones get a sentinel content.
+	msgs := make([]json.RawMessage, len(items))
+	var slots []int // element index of each trainable choice, in order
+	for i := range els {
+		e := &els[i]
+		if !e.isChoice() {
+			msgs[i] = items[i]
+			continue
+		}
+		content := ""
+		if e.Message.Content != nil {
+			content = *e.Message.Content
+		}
+		if len(e.sampled()) > 0 {
+			content = fmt.Sprintf(sentinelFmt, len(slots))
+			slots = append(slots, i)
+		}
+		var buf bytes.Buffer
+		buf.WriteString(`{"role":"assistant","content":`)
+		cj, _ := json.Marshal(content)
+		buf.Write(cj)
+		if tc := bytes.TrimSpace(e.Message.ToolCalls); len(tc) > 0 && string(tc) != "null" {
+			buf.WriteString(`,"tool_calls":`)
+			buf.Write(tc)
+		}
+		buf.WriteByte('}')
+		msgs[i] = buf.Bytes()
+	}
+	spl := make([]splice, len(slots))
+	for k, ei := range slots {
+		samp := els[ei].sampled()
+		sp := splice{Msg: ei, IDs: make([]int, len(samp)), LPs: make([]float64, len(samp)), Mask: true}
+		for j, tl := range samp {
+			id, err := sampledID(c, tl)
+			if err != nil {
+				return nil, false, fmt.Errorf("messages_and_choices[%d].logprobs.content[%d]: %w", ei, j, err)
+			}
+			sp.IDs[j] = id
+			sp.LPs[j] = math.NaN()
+			if tl.Logprob != nil && !math.IsInf(*tl.Logprob, 0) && !math.IsNaN(*tl.Logprob) {
+				sp.LPs[j] = *tl.Logprob
+			}
+		}
+		spl[k] = sp
+	}
+	// 3.–4. render with tools, no generation prompt, continuing the final
+	// message; splice the sampled ids where each choice's content renders.
+	seq, err := spliceRender(c, msgs, wrapTools(tools), spl, true)
+	if err != nil {
+		return nil, false, err
+	}
+	// 5. truncate to the context.
+	truncated := seq.truncate(maxLen)
+	return seq, truncated, nil
+}
+
+// splice is what goes where message Msg's content renders: token ids, their
+// recorded logprobs (nil: none) and whether they are trainable. With
+// MaskEnd, the first token after the content (the end-of-turn token) is
+// trainable too (SFT teaches the model to stop).
+type splice struct {
+	Msg     int
+	IDs     []int
+	LPs     []float64
+	Mask    bool
+	MaskEnd bool
+}
+
+// spliceRender renders msgs whose spliced contents are sentinels, cuts the
+// text at the sentinels, tokenizes the literal pieces and puts each
+// splice's ids in place of its sentinel. A sampled end token that the
+// template repeats right after the content is not duplicated.
+func spliceRender(c codec, msgs, tools []json.RawMessage, spl []splice, cont bool) (*sequence, error) {
+	text, err := c.Render(msgs, tools, cont)
+	if err != nil {
+		return nil, fmt.Errorf("chat template: %w", err)
+	}
+	seq := &sequence{}
+	add := func(ids []int, mask bool, lps []float64) {
+		seq.Tokens = append(seq.Tokens, ids...)
+		for k := range ids {
+			seq.Mask = append(seq.Mask, mask)
+			if lps != nil {
+				seq.OldLP = append(seq.OldLP, lps[k])
+			} else {
+				seq.OldLP = append(seq.OldLP, math.NaN())
+			}
+		}
+	}
+	rest := text
+	pendingEnd, maskEnd := -1, false
+	literal := func(s string) {
+		ids := c.Encode(s)
+		if pendingEnd >= 0 && len(ids) > 0 && ids[0] == pendingEnd {
+			ids = ids[1:] // the spliced end token is already there
+		} else if maskEnd && len(ids) > 0 {
+			add(ids[:1], true, nil)
+			ids = ids[1:]
+		}
+		add(ids, false, nil)
+	}
+	for k, sp := range spl {
+		s := fmt.Sprintf(sentinelFmt, k)
+		if n := strings.Count(rest, s); n != 1 {
+			return nil, fmt.Errorf("chat template does not render the content of message %d verbatim (found %d times)", sp.Msg, n)
+		}
+		at := strings.Index(rest, s)
+		literal(rest[:at])
+		rest = rest[at+len(s):]
+		add(sp.IDs, sp.Mask, sp.LPs)
+		pendingEnd, maskEnd = -1, sp.MaskEnd
+		if sp.Mask && len(sp.IDs) > 0 && sp.LPs != nil {
+			pendingEnd = sp.IDs[len(sp.IDs)-1]
+		}
+	}
+	if rest != "" {
+		literal(rest)
+	}
+	seq.count()
+	return seq, nil
+}
+
+func (s *sequence) count() {
+	if len(s.Mask) > 0 {
+		s.Mask[0] = false // nothing predicts the first token
+	}
+	s.NTrain = 0
+	for _, m := range s.Mask {
+		if m {
+			s.NTrain++
+		}
+	}
+}
+
+// truncate cuts the sequence to maxLen tokens (0: no limit).
+func (s *sequence) truncate(maxLen int) bool {
+	if maxLen <= 0 || len(s.Tokens) <= maxLen {
+		return false
+	}
+	s.Tokens, s.Mask, s.OldLP = s.Tokens[:maxLen], s.Mask[:maxLen], s.OldLP[:maxLen]
+	s.count()
+	return true
+}
+
+func sampledID(c codec, tl TokenLogprob) (int, error) {
+	if s, ok := strings.CutPrefix(tl.Token, "token_id:"); ok {
+		id, err := strconv.Atoi(s)
+		if err != nil || id < 0 {
+			return 0, fmt.Errorf("invalid token %q", tl.Token)
+		}
+		return id, nil
+	}
+	var b []byte
+	if tl.Bytes != nil {
+		b = make([]byte, len(tl.Bytes))
+		for i, v := range tl.Bytes {
+			b[i] = byte(v)
+		}
+	}
+	id, ok := c.LookupToken(tl.Token, b)
+	if !ok {
+		return 0, fmt.Errorf("token %q is not in the vocabulary", tl.Token)
+	}
+	return id, nil
+}
+
+// wrapTools gives every tool the {"type": "function", "function": {...}}
+// shape (a bare function schema is wrapped).
+func wrapTools(tools []json.RawMessage) []json.RawMessage {
+	if len(tools) == 0 {
+		return nil
+	}
+	out := make([]json.RawMessage, len(tools))
+	for i, t := range tools {
+		var probe struct {
+			Type     *string         `json:"type"`
+			Function json.RawMessage `json:"function"`
+		}
+		if json.Unmarshal(t, &probe) == nil && probe.Function == nil {
+			out[i] = append(append([]byte(`{"type":"function","function":`), t...), '}')
+		} else {
+			out[i] = t
+		}
+	}
+	return out
+}
+
+// prepared is a job's trajectories turned into weighted sequences.
+type prepared struct {
+	Seqs            []*sequence
+	NumTrajectories int
+	NumSkipped      int // no trainable tokens or zero advantage
+	NumNoLogprobs   int // no choice with logprobs at all
+	NumTruncated    int
+	RewardMean      float64
+	RewardStd       float64 // mean over groups of the population std
+}
+
+// prepareRL tokenizes every trajectory and history and assigns advantages
+// and weights (rl.md). It fails when no trajectory has a choice with
+// logprobs.
+func prepareRL(c codec, groups []TrajectoryGroup, scaleRewards bool, maxLen int) (*prepared, error) {
+	p := &prepared{}
+	var rsum float64
+	var stdSum float64
+	ngroups := 0
+	traj := 0
+	anyTrainable := false
+	for gi, g := range groups {
+		n := len(g.Trajectories)
+		if n == 0 {
+			continue
+		}
+		ngroups++
+		var mu float64
+		for _, t := range g.Trajectories {
+			mu += t.Reward
+		}
+		mu /= float64(n)
+		var vr float64
+		for _, t := range g.Trajectories {
+			vr += (t.Reward - mu) * (t.Reward - mu)
+		}
+		sigma := math.Sqrt(vr / float64(n))
+		stdSum += sigma
+		for ti, t := range g.Trajectories {
+			p.NumTrajectories++
+			rsum += t.Reward
+			traj++
+			A := t.Reward - mu
+			if scaleRewards {
+				A /= sigma + 1e-6
+			}
+			hists := append([]History{{t.MessagesAndChoices, t.Tools}}, t.AdditionalHistories...)
+			var seqs []*sequence
+			ntrain := 0
+			sawLogprobs := false
+			for hi, h := range hists {
+				tools := h.Tools
+				if hi > 0 && tools == nil {
+					tools = t.Tools
+				}
+				s, trunc, err := tokenizeHistory(c, h.MessagesAndChoices, tools, maxLen)
+				if errors.Is(err, errNoLogprobs) {
+					continue
+				}
+				if err != nil {
+					where := fmt.Sprintf("trajectory_groups[%d].trajectories[%d]", gi, ti)
+					if hi > 0 {
+						where += fmt.Sprintf(".additional_histories[%d]", hi-1)
+					}
+					return nil, fmt.Errorf("%s: %w", where, err)
+				}
+				sawLogprobs = true
+				if trunc {
+					p.NumTruncated++
+				}
+				if s.NTrain > 0 {
+					s.Traj = traj - 1
+					seqs = append(seqs, s)
+					ntrain += s.NTrain
+				}
+			}
+			if !sawLogprobs {
+				p.NumNoLogprobs++
+			} else {
+				anyTrainable = true
+			}
+			if ntrain == 0 || A == 0 {
+				p.NumSkipped++
+				continue
+			}
+			w := 1 / (float64(ntrain) + 1e-6)
+			for _, s := range seqs {
+				s.A, s.W = A, w
+				p.Seqs = append(p.Seqs, s)
+			}
+		}
+	}
+	if !anyTrainable {
+		return nil, fmt.Errorf("no trainable trajectory: no trajectory has a choice with logprobs (request chat completions with logprobs=true)")
+	}
+	if p.NumTrajectories > 0 {
+		p.RewardMean = rsum / float64(p.NumTrajectories)
+	}
+	if ngroups > 0 {
+		p.RewardStd = stdSum / float64(ngroups)
+	}
+	return p, nil
+}

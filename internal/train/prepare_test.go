@@ -1,0 +1,413 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"flywheel/internal/engine/chattmpl"
+	"flywheel/internal/engine/tiny"
+	"flywheel/internal/jobs"
+)
+
+func choiceJSON(ids []int, lps []float64, content string, asStrings func(int) string) json.RawMessage {
+	var lc []map[string]any
+	for i, id := range ids {
+		tok := fmt.Sprintf("token_id:%d", id)
+		if asStrings != nil {
+			tok = asStrings(id)
+		}
+		e := map[string]any{"token": tok, "logprob": lps[i]}
+		lc = append(lc, e)
+	}
+	b, _ := json.Marshal(map[string]any{"index": 0, "finish_reason": "stop",
+		"message": map[string]any{"role": "assistant", "content": content}, "logprobs": map[string]any{"content": lc}})
+	return b
+}
+
+func msgJSON(role, content string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"role": role, "content": content})
+	return b
+}
+
+// The tokens of a multi-turn trajectory are the template's tokens with the
+// sampled ids spliced in, the end token not duplicated, masks and old
+// logprobs only on sampled tokens; and what follows the last choice is
+// dropped.
+func TestTokenizeHistorySplicesSampledIDs(t *testing.T) {
+	e := newEnv(t, Options{}, false)
+	c := &modelCodec{m: e.base}
+	tok := e.base.Tokenizer
+	imEnd, _ := tok.TokenToID(tiny.ImEnd)
+	// Sampled ids deliberately differ from the re-tokenisation of the text:
+	// "hello" spelled one byte-token at a time.
+	var a1 []int
+	for _, ch := range "hello" {
+		a1 = append(a1, tok.Encode(string(ch), false)...)
+	}
+	a1 = append(a1, imEnd)
+	a2 := append(tok.Encode("bye now", false), imEnd)
+	lp1 := make([]float64, len(a1))
+	lp2 := make([]float64, len(a2))
+	for i := range lp1 {
+		lp1[i] = -0.1 * float64(i+1)
+	}
+	for i := range lp2 {
+		lp2[i] = -0.2 * float64(i+1)
+	}
+	items := []json.RawMessage{
+		msgJSON("system", "sys"), msgJSON("user", "hi"),
+		choiceJSON(a1, lp1, "hello", nil),
+		msgJSON("user", "again"),
+		choiceJSON(a2, lp2, "bye now", func(id int) string { return tok.IDToToken(id) }), // vocabulary strings
+		msgJSON("user", "dropped"),
+	}
+	seq, trunc, err := tokenizeHistory(c, items, nil, 0)
+	if err != nil || trunc {
+		t.Fatal(err, trunc)
+	}
+	text, err := e.base.Template.Render(chattmpl.Input{Messages: []json.RawMessage{msgJSON("system", "sys"), msgJSON("user", "hi"),
+		msgJSON("assistant", "QQQ"), msgJSON("user", "again"), msgJSON("assistant", "ZZZ")}, ContinueFinalMessage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, z := indexOf(text, "QQQ"), indexOf(text, "ZZZ")
+	pre1 := tok.Encode(text[:q], false)
+	between := tok.Encode(text[q+3:z], false)
+	if between[0] != imEnd || len(text) != z+3 {
+		t.Fatalf("unexpected render %q", text)
+	}
+	between = between[1:] // the sampled <|im_end|> stands for the template's
+	want := append(append(append(append([]int{}, pre1...), a1...), between...), a2...)
+	if !slices.Equal(seq.Tokens, want) {
+		t.Fatalf("tokens\n got %v\nwant %v", seq.Tokens, want)
+	}
+	var wantMask []bool
+	for range pre1 {
+		wantMask = append(wantMask, false)
+	}
+	for range a1 {
+		wantMask = append(wantMask, true)
+	}
+	for range between {
+		wantMask = append(wantMask, false)
+	}
+	for range a2 {
+		wantMask = append(wantMask, true)
+	}
+	if !slices.Equal(seq.Mask, wantMask) {
+		t.Fatalf("mask\n got %v\nwant %v", seq.Mask, wantMask)
+	}
+	if seq.NTrain != len(a1)+len(a2) {
+		t.Fatalf("NTrain %d", seq.NTrain)
+	}
+	for k, lp := range seq.OldLP {
+		switch {
+		case k >= len(pre1) && k < len(pre1)+len(a1):
+			if lp != lp1[k-len(pre1)] {
+				t.Fatalf("old logprob %d = %v", k, lp)
+			}
+		case k >= len(want)-len(a2):
+			if lp != lp2[k-(len(want)-len(a2))] {
+				t.Fatalf("old logprob %d = %v", k, lp)
+			}
+		default:
+			if !math.IsNaN(lp) {
+				t.Fatalf("token %d has old logprob %v", k, lp)
+			}
+		}
+	}
+	// truncation
+	seq2, trunc, err := tokenizeHistory(c, items, nil, len(pre1)+2)
+	if err != nil || !trunc || len(seq2.Tokens) != len(pre1)+2 || seq2.NTrain != 2 {
+		t.Fatalf("truncation: %v %v %d %d", err, trunc, len(seq2.Tokens), seq2.NTrain)
+	}
+	// no choice with logprobs
+	if _, _, err := tokenizeHistory(c, items[:2], nil, 0); !errors.Is(err, errNoLogprobs) {
+		t.Fatalf("want errNoLogprobs, got %v", err)
+	}
+}
+
+// Tools render through the template, bare function schemas get wrapped.
+func TestTokenizeHistoryWithTools(t *testing.T) {
+	e := newEnv(t, Options{}, false)
+	c := &modelCodec{m: e.base}
+	tool := json.RawMessage(`{"name":"get_weather","description":"d","parameters":{"type":"object","properties":{}}}`)
+	ids := e.base.Tokenizer.Encode("ok", false)
+	items := []json.RawMessage{msgJSON("user", "weather?"), choiceJSON(ids, make([]float64, len(ids)), "ok", nil)}
+	seq, _, err := tokenizeHistory(c, items, []json.RawMessage{tool}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := e.base.Tokenizer.Decode(seq.Tokens, false)
+	if indexOf(text, `{"type": "function", "function": {"name": "get_weather"`) < 0 {
+		t.Fatalf("tools not rendered: %q", text)
+	}
+}
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func traj(e *env, reward float64, withLogprobs bool) map[string]any {
+	ids := e.base.Tokenizer.Encode("some answer", false)
+	lps := make([]float64, len(ids))
+	for i := range lps {
+		lps[i] = -1
+	}
+	ch := map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": "some answer"}}
+	if withLogprobs {
+		var lc []map[string]any
+		for i, id := range ids {
+			lc = append(lc, map[string]any{"token": fmt.Sprintf("token_id:%d", id), "logprob": lps[i]})
+		}
+		ch["logprobs"] = map[string]any{"content": lc}
+	}
+	return map[string]any{"messages_and_choices": []any{map[string]any{"role": "user", "content": "q"}, ch}, "reward": reward}
+}
+
+// Advantages per group, skipping, weights, job metrics.
+func TestPrepareRLAdvantages(t *testing.T) {
+	e := newEnv(t, Options{}, false)
+	c := &modelCodec{m: e.base}
+	body, _ := json.Marshal(map[string]any{"trajectory_groups": []any{
+		map[string]any{"trajectories": []any{traj(e, 1, true), traj(e, 0, true), traj(e, 0, true), traj(e, 1, true)}},
+		map[string]any{"trajectories": []any{traj(e, 0.5, true), traj(e, 0.5, true)}}, // equal rewards: skipped
+		map[string]any{"trajectories": []any{traj(e, 1, false), traj(e, 0, true)}},    // one without logprobs
+	}})
+	var req RLRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatal(err)
+	}
+	p, err := prepareRL(c, req.TrajectoryGroups, true, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.NumTrajectories != 8 || p.NumSkipped != 3 || p.NumNoLogprobs != 1 || len(p.Seqs) != 5 {
+		t.Fatalf("counts: %+v, %d seqs", p, len(p.Seqs))
+	}
+	near(t, "reward mean", p.RewardMean, 4.0/8)
+	near(t, "reward std", p.RewardStd, (0.5+0+0.5)/3)
+	wantA := []float64{0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), 0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6)}
+	for i, s := range p.Seqs {
+		near(t, "A", s.A, wantA[i])
+		near(t, "w", s.W, 1/(float64(s.NTrain)+1e-6))
+	}
+	// unscaled
+	p, _ = prepareRL(c, req.TrajectoryGroups, false, 0)
+	near(t, "A unscaled", p.Seqs[0].A, 0.5)
+	// no logprobs anywhere: the job fails clearly
+	body, _ = json.Marshal(map[string]any{"trajectory_groups": []any{
+		map[string]any{"trajectories": []any{traj(e, 1, false), traj(e, 0, false)}}}})
+	json.Unmarshal(body, &req)
+	if _, err := prepareRL(c, req.TrajectoryGroups, true, 0); err == nil {
+		t.Fatal("want an error when nothing is trainable")
+	}
+}
+
+// A job whose sequences fit one batch takes one step; the first-fit
+// packing respects the budget.
+func TestPacking(t *testing.T) {
+	mk := func(n int) *sequence {
+		return &sequence{Tokens: make([]int, n), Mask: make([]bool, n), OldLP: make([]float64, n)}
+	}
+	seqs := []*sequence{mk(100), mk(300), mk(200), mk(50)}
+	if b := packSequences(seqs, 1000); len(b) != 1 {
+		t.Fatalf("%d batches, want 1", len(b))
+	}
+	b := packSequences(seqs, 350)
+	if len(b) != 2 {
+		t.Fatalf("%d batches, want 2", len(b))
+	}
+	for _, bin := range b {
+		n := 0
+		for _, s := range bin {
+			n += len(s.Tokens)
+		}
+		if n > 350 {
+			t.Fatalf("bin of %d tokens", n)
+		}
+	}
+	if b := packSequences([]*sequence{mk(500)}, 100); len(b) != 1 {
+		t.Fatal("an oversize sequence gets its own batch")
+	}
+}
+
+// Two one-step jobs continue the optimizer exactly as one two-step run
+// would; the checkpoint holds the adapter and the optimizer state; nothing
+// is written outside OutDir.
+func TestCheckpointContinuesOptimizer(t *testing.T) {
+	req := map[string]any{"model_id": "m", "trajectory_groups": []any{}}
+	e := newEnv(t, Options{}, false)
+	req["trajectory_groups"] = []any{map[string]any{"trajectories": []any{traj(e, 1, true), traj(e, 0, true)}}}
+	snapshot := func() []string {
+		var files []string
+		filepath.WalkDir(e.root, func(p string, d os.DirEntry, err error) error {
+			files = append(files, p)
+			return nil
+		})
+		return files
+	}
+	for i := 0; i < 2; i++ {
+		before := snapshot()
+		_, evs, err := e.run("rl", req, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 2 || evs[0].Data["num_sequences"] != 1 || evs[1].Type != "gradient_step" {
+			t.Fatalf("events %+v", evs)
+		}
+		for _, k := range []string{"loss", "policy_loss", "grad_norm", "learning_rate", "num_tokens", "num_trainable_tokens", "tokens_per_second", "entropy", "gradient_step"} {
+			if _, ok := evs[1].Data[k]; !ok {
+				t.Fatalf("gradient_step lacks %s", k)
+			}
+		}
+		after := snapshot()
+		// only the new checkpoint folder (renamed from OutDir) appeared
+		for _, p := range after {
+			if !slices.Contains(before, p) && !isUnder(p, e.dir(e.step)) {
+				t.Fatalf("wrote outside OutDir: %s", p)
+			}
+		}
+	}
+	opt, err := LoadAdamW(e.dir(2))
+	if err != nil || opt.Step != 2 || len(opt.M) == 0 {
+		t.Fatalf("optimizer state: %v step %d", err, opt.Step)
+	}
+	two := e.adapter()
+
+	// the same two steps in one session
+	e2 := newEnv(t, Options{}, false)
+	job := jobs.Job{BaseModel: tiny.ID, FromDir: e2.dir(0)}
+	s, err := e2.ex.open(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(req)
+	var rq RLRequest
+	json.Unmarshal(body, &rq)
+	cfg, _ := rq.ExperimentalConfig.Resolve(e2.ex.DefaultLR(tiny.ID))
+	for i := 0; i < 2; i++ {
+		p, _ := prepareRL(&modelCodec{m: s.base}, rq.TrajectoryGroups, true, s.maxLen)
+		sb := buildBatch(p.Seqs)
+		normalizeRL(sb.toks, 0)
+		s.runStep(sb, cfg.LearningRate, func(newLP []float64) (lossStats, []float64) {
+			for k := range sb.toks {
+				sb.toks[k].New = newLP[k]
+			}
+			return rlLoss(cfg, sb.toks)
+		})
+	}
+	for l := range two.Layers {
+		for m, pr := range two.Layers[l] {
+			q := s.ad.Layers[l][m]
+			if !slices.Equal(pr.A, q.A) || !slices.Equal(pr.B, q.B) {
+				t.Fatalf("layer %d %s differs between 2 jobs and one 2-step run", l, m)
+			}
+		}
+	}
+}
+
+func isUnder(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && !filepath.IsAbs(rel) && (rel == "." || rel[:min(2, len(rel))] != "..")
+}
+
+// Cancellation stops between steps with ctx.Err(); no checkpoint is written.
+func TestCancelStopsBetweenSteps(t *testing.T) {
+	e := newEnv(t, Options{TokensPerStep: 16}, false) // one sequence per step
+	var ts []any
+	for i := 0; i < 4; i++ {
+		ts = append(ts, traj(e, float64(i%2), true))
+	}
+	body, _ := json.Marshal(map[string]any{"trajectory_groups": []any{map[string]any{"trajectories": ts}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	out := t.TempDir()
+	steps := 0
+	_, err := e.ex.Train(ctx, jobs.Job{Kind: "rl", BaseModel: tiny.ID, FromDir: e.dir(0), OutDir: out, Request: body},
+		func(ev jobs.Event) error {
+			if ev.Type == "gradient_step" {
+				steps++
+				cancel()
+			}
+			return nil
+		})
+	if !errors.Is(err, context.Canceled) || steps != 1 {
+		t.Fatalf("err %v after %d steps", err, steps)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Fatalf("cancelled job wrote %d files", len(ents))
+	}
+}
+
+func TestSFTConfigParsing(t *testing.T) {
+	c := SFTConfig{BatchSize: json.RawMessage(`"auto"`), LearningRate: json.RawMessage(`[1e-3, 2e-3]`)}
+	if n, err := c.batchSize(); n != 0 || err != nil {
+		t.Fatal(n, err)
+	}
+	if l, err := c.learningRates(); err != nil || !slices.Equal(l, []float64{1e-3, 2e-3}) {
+		t.Fatal(l, err)
+	}
+	c = SFTConfig{BatchSize: json.RawMessage(`4`), LearningRate: json.RawMessage(`0.5`)}
+	if n, _ := c.batchSize(); n != 4 {
+		t.Fatal(n)
+	}
+	if l, _ := c.learningRates(); !slices.Equal(l, []float64{0.5}) {
+		t.Fatal(l)
+	}
+	for _, bad := range []string{`0`, `"x"`, `-1`} {
+		if _, err := (SFTConfig{BatchSize: json.RawMessage(bad)}).batchSize(); err == nil {
+			t.Fatal(bad)
+		}
+	}
+	r, err := replaceContent(json.RawMessage(`{"role":"assistant","name":"a","content":"x","z":1}`), "NEW")
+	if err != nil || string(r) != `{"role":"assistant","name":"a","content":"NEW","z":1}` {
+		t.Fatalf("%s %v", r, err)
+	}
+}
+
+// SFT masks the assistant content and its end token, per assistant_turns.
+func TestTokenizeSFTMasks(t *testing.T) {
+	e := newEnv(t, Options{}, false)
+	c := &modelCodec{m: e.base}
+	imEnd, _ := e.base.Tokenizer.TokenToID(tiny.ImEnd)
+	ex := SFTExample{Messages: []json.RawMessage{msgJSON("user", "a"), msgJSON("assistant", "one"),
+		msgJSON("user", "b"), msgJSON("assistant", "two")}}
+	count := func(s *sequence) (n int, text string) {
+		var ids []int
+		for i, m := range s.Mask {
+			if m {
+				n++
+				ids = append(ids, s.Tokens[i])
+			}
+		}
+		return n, e.base.Tokenizer.Decode(ids, false)
+	}
+	all, err := tokenizeSFT(c, ex, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, txt := count(all)
+	if txt != "one"+tiny.ImEnd+"two"+tiny.ImEnd {
+		t.Fatalf("all turns: trainable text %q", txt)
+	}
+	last, _ := tokenizeSFT(c, ex, true, 0)
+	_, txt = count(last)
+	if txt != "two"+tiny.ImEnd {
+		t.Fatalf("last turn: trainable text %q", txt)
+	}
+	if !slices.Equal(all.Tokens, last.Tokens) || !slices.Contains(all.Tokens, imEnd) {
+		t.Fatal("masks must not change the tokens")
+	}
+}
