@@ -4,6 +4,8 @@
 //	flywheel keys create --user NAME   create a user (if missing) and an API key
 //	flywheel keys list                 list API keys (prefixes only)
 //	flywheel keys revoke ID|PREFIX     revoke an API key
+//	flywheel prices set|load|list      default-level prices of the call store
+//	flywheel demo                      see a model learn against a running server
 //	flywheel version                   print the version
 //
 // Every flag has an environment variable (see README.md).
@@ -35,6 +37,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = serveCmd(rest, stderr)
 	case "keys":
 		err = keysCmd(rest, stdout, stderr)
+	case "prices":
+		err = pricesCmd(rest, stdout, stderr)
+	case "demo":
+		err = demoCmd(rest, stdout)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "flywheel %s\n", version)
 	case "help", "-h", "--help":
@@ -60,6 +66,8 @@ func usage(w io.Writer) {
 commands:
   serve     run the HTTP service (flags: --addr, --data-dir, --models-dir, --database, --workers, ...)
   keys      manage API keys: keys create --user NAME [--entity NAME] | keys list [--user NAME] | keys revoke ID|PREFIX
+  prices    call-store default prices: prices set --model M --prompt COST --completion COST | prices load FILE | prices list
+  demo      train flywheel/tiny against a running server and print the mean reward per step (flags: --url, --api-key, --steps, ...)
   version   print the version
 
 Run "flywheel <command> -h" for a command's flags.

@@ -46,11 +46,9 @@ type defaultLRer interface {
 	DefaultLR(baseModel string) float64
 }
 
-// wire builds the trainer and the extra route groups. Packages that plug
-// into the service are added here.
-var wire = func(env serveEnv) (wired, error) {
-	return wired{}, nil
-}
+// wire builds the trainer and the extra route groups (see wire.go). Tests
+// replace it to inject a stand-in trainer.
+var wire = wireService
 
 // serveCmd runs the HTTP service until SIGINT or SIGTERM.
 func serveCmd(args []string, stderr io.Writer) error {

@@ -6,8 +6,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -104,5 +106,46 @@ func TestDemoLearnsOverHTTP(t *testing.T) {
 	first, last := (r[0]+r[1])/2, (r[len(r)-1]+r[len(r)-2])/2
 	if last < first+0.15 {
 		t.Fatalf("mean reward did not rise clearly: %.3f -> %.3f", first, last)
+	}
+}
+
+// One training job through the whole service (also under -race): the job
+// completes, emits its events in order and adds checkpoint 1.
+func TestTrainingJobOverHTTP(t *testing.T) {
+	url, key := server(t, false)
+	var out bytes.Buffer
+	res, err := demo.RunConfig(t.Context(), demo.Config{URL: url, APIKey: key, Project: "e2e", Name: "one",
+		Steps: 1, Groups: 2, PerGroup: 3, MaxTokens: 4, Temperature: 1, Target: 'e'}, &out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	var cks struct {
+		Data []struct {
+			Step    int                `json:"step"`
+			Metrics map[string]float64 `json:"metrics"`
+		} `json:"data"`
+	}
+	getJSON(t, url+"/v1/preview/models/"+res.ModelID+"/checkpoints?order=desc&limit=1", key, &cks)
+	if len(cks.Data) != 1 || cks.Data[0].Step != 1 {
+		t.Fatalf("checkpoints: %+v", cks)
+	}
+	if _, ok := cks.Data[0].Metrics["reward"]; !ok {
+		t.Fatalf("checkpoint metrics lack reward: %+v", cks.Data[0].Metrics)
+	}
+}
+
+func getJSON(t *testing.T, url, key string, out any) {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d", url, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatal(err)
 	}
 }

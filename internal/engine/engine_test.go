@@ -614,3 +614,38 @@ func TestLoadAdapterPEFTVariants(t *testing.T) {
 		}
 	}
 }
+
+func TestFusedEqualsSeparate(t *testing.T) {
+	m := loadParts(t, writeModel(t, tiny.Spec{Arch: ArchQwen2, Merges: 100}))
+	if m.fused[0].qkv == nil || m.fused[0].gu == nil {
+		t.Fatal("LoadWeights should store q/k/v and gate/up back to back")
+	}
+	w2 := *m.Weights
+	w2.Layers = append([]Layer(nil), m.Weights.Layers...)
+	apart := func(x []float32) []float32 { // a copy with slack, never adjacent to the next
+		return append(make([]float32, 0, len(x)+16), x...)
+	}
+	for l := range w2.Layers {
+		L := &w2.Layers[l]
+		L.Wq, L.Wk, L.Wv = apart(L.Wq), apart(L.Wk), apart(L.Wv)
+		L.Wgate, L.Wup = apart(L.Wgate), apart(L.Wup)
+	}
+	sep := NewModel("sep", m.Config, &w2, nil, nil)
+	if sep.fused[0].qkv != nil || sep.fused[0].gu != nil {
+		t.Fatal("cloned weights should not be fused")
+	}
+	a, _ := NewAdapter(m.Config, LoRAConfig{Rank: 2, Alpha: 4, TargetModules: AllModules}, 3)
+	randomizeB(a, 5)
+	toks := randTokens(13, m.Config.VocabSize, 2)
+	x, err := m.Logits(a, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := sep.Logits(a, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := relErr32(x, y); e > 1e-5 {
+		t.Fatalf("fused vs separate: %.3g", e)
+	}
+}

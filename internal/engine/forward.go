@@ -112,6 +112,8 @@ func (s *Seq) ensure(need int) {
 // workspace holds the activations of one forward pass; reused through a pool.
 type workspace struct {
 	x, xn, q, k, v, att, tmp, g, u, lt []float32
+	qkv, gu                            []float32 // fused products
+	qg, og                             []float32 // grouped attention blocks
 	cos, sin                           []float32
 	last, logits                       []float32
 	scores                             [][]float32 // per worker
@@ -339,7 +341,6 @@ func (m *Model) pass(seqs []*Seq, tokens [][]int, all []float32) {
 	ws.att = grow(ws.att, N*QD)
 	ws.tmp = grow(ws.tmp, N*H)
 	ws.g = grow(ws.g, N*I)
-	ws.u = grow(ws.u, N*I)
 	ws.cos = grow(ws.cos, N*half)
 	ws.sin = grow(ws.sin, N*half)
 	if cap(ws.rowPos) < N {
@@ -371,12 +372,24 @@ func (m *Model) pass(seqs []*Seq, tokens [][]int, all []float32) {
 				rmsNorm(ws.xn[r*H:(r+1)*H], ws.x[r*H:(r+1)*H], L.AttnNorm, eps)
 			}
 		})
-		matmulT(ws.xn, N, H, L.Wq, QD, ws.q)
-		matmulT(ws.xn, N, H, L.Wk, KVD, ws.k)
-		matmulT(ws.xn, N, H, L.Wv, KVD, ws.v)
-		m.applyLoRA(ws, groups, l, ModQ, ws.xn, ws.q)
-		m.applyLoRA(ws, groups, l, ModK, ws.xn, ws.k)
-		m.applyLoRA(ws, groups, l, ModV, ws.xn, ws.v)
+		if f := m.fused[l].qkv; f != nil {
+			W := QD + 2*KVD
+			ws.qkv = grow(ws.qkv, N*W)
+			matmulT(ws.xn, N, H, f, W, ws.qkv)
+			for r := 0; r < N; r++ {
+				row := ws.qkv[r*W : (r+1)*W]
+				copy(ws.q[r*QD:(r+1)*QD], row[:QD])
+				copy(ws.k[r*KVD:(r+1)*KVD], row[QD:QD+KVD])
+				copy(ws.v[r*KVD:(r+1)*KVD], row[QD+KVD:])
+			}
+		} else {
+			matmulT(ws.xn, N, H, L.Wq, QD, ws.q)
+			matmulT(ws.xn, N, H, L.Wk, KVD, ws.k)
+			matmulT(ws.xn, N, H, L.Wv, KVD, ws.v)
+		}
+		m.applyLoRA(ws, groups, l, ModQ, ws.xn, ws.q, QD)
+		m.applyLoRA(ws, groups, l, ModK, ws.xn, ws.k, KVD)
+		m.applyLoRA(ws, groups, l, ModV, ws.xn, ws.v, KVD)
 		parallelRange(N, QD, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				q := ws.q[r*QD : (r+1)*QD]
@@ -415,7 +428,7 @@ func (m *Model) pass(seqs []*Seq, tokens [][]int, all []float32) {
 		}
 		m.attention(ws, rows, l)
 		matmulT(ws.att, N, QD, L.Wo, H, ws.tmp)
-		m.applyLoRA(ws, groups, l, ModO, ws.att, ws.tmp)
+		m.applyLoRA(ws, groups, l, ModO, ws.att, ws.tmp, H)
 		addTo(ws.x, ws.tmp)
 
 		// MLP block.
@@ -424,15 +437,28 @@ func (m *Model) pass(seqs []*Seq, tokens [][]int, all []float32) {
 				rmsNorm(ws.xn[r*H:(r+1)*H], ws.x[r*H:(r+1)*H], L.MLPNorm, eps)
 			}
 		})
-		matmulT(ws.xn, N, H, L.Wgate, I, ws.g)
-		matmulT(ws.xn, N, H, L.Wup, I, ws.u)
-		m.applyLoRA(ws, groups, l, ModGate, ws.xn, ws.g)
-		m.applyLoRA(ws, groups, l, ModUp, ws.xn, ws.u)
-		parallelRange(N, I*8, func(lo, hi int) {
-			siluMul(ws.g[lo*I:hi*I], ws.u[lo*I:hi*I])
-		})
+		if f := m.fused[l].gu; f != nil {
+			ws.gu = grow(ws.gu, N*2*I)
+			matmulT(ws.xn, N, H, f, 2*I, ws.gu)
+			m.applyLoRA(ws, groups, l, ModGate, ws.xn, ws.gu, 2*I)
+			m.applyLoRA(ws, groups, l, ModUp, ws.xn, ws.gu[I:], 2*I)
+			parallelRange(N, I*8, func(lo, hi int) {
+				for r := lo; r < hi; r++ {
+					kernels.SwiGLU(ws.g[r*I:(r+1)*I], ws.gu[2*r*I:(2*r+1)*I], ws.gu[(2*r+1)*I:(2*r+2)*I])
+				}
+			})
+		} else {
+			ws.u = grow(ws.u, N*I)
+			matmulT(ws.xn, N, H, L.Wgate, I, ws.g)
+			matmulT(ws.xn, N, H, L.Wup, I, ws.u)
+			m.applyLoRA(ws, groups, l, ModGate, ws.xn, ws.g, I)
+			m.applyLoRA(ws, groups, l, ModUp, ws.xn, ws.u, I)
+			parallelRange(N, I*8, func(lo, hi int) {
+				siluMul(ws.g[lo*I:hi*I], ws.u[lo*I:hi*I])
+			})
+		}
 		matmulT(ws.g, N, I, L.Wdown, H, ws.tmp)
-		m.applyLoRA(ws, groups, l, ModDown, ws.g, ws.tmp)
+		m.applyLoRA(ws, groups, l, ModDown, ws.g, ws.tmp, H)
 		addTo(ws.x, ws.tmp)
 	}
 
@@ -468,8 +494,9 @@ func (m *Model) pass(seqs []*Seq, tokens [][]int, all []float32) {
 
 func addTo(dst, x []float32) { kernels.Add(dst, x) }
 
-// applyLoRA adds scale·(x·Aᵀ)·Bᵀ to y for the rows of each adapter group.
-func (m *Model) applyLoRA(ws *workspace, groups []adapterGroup, l int, mod string, x, y []float32) {
+// applyLoRA adds scale·(x·Aᵀ)·Bᵀ to y (row stride ldy) for the rows of
+// each adapter group.
+func (m *Model) applyLoRA(ws *workspace, groups []adapterGroup, l int, mod string, x, y []float32, ldy int) {
 	be := kernels.Default()
 	for _, g := range groups {
 		if g.a == nil {
@@ -483,7 +510,7 @@ func (m *Model) applyLoRA(ws *workspace, groups []adapterGroup, l int, mod strin
 		n := g.r1 - g.r0
 		ws.lt = grow(ws.lt, n*r)
 		be.Sgemm(false, true, n, r, p.In, 1, x[g.r0*p.In:], p.In, p.A, p.In, 0, ws.lt, r)
-		be.Sgemm(false, true, n, p.Out, r, g.a.Config.Scale(), ws.lt, r, p.B, r, 1, y[g.r0*p.Out:], p.Out)
+		be.Sgemm(false, true, n, p.Out, r, g.a.Config.Scale(), ws.lt, r, p.B, r, 1, y[g.r0*ldy:], ldy)
 	}
 }
 
@@ -550,7 +577,9 @@ func (m *Model) attention(ws *workspace, rows []seqRows, l int) {
 }
 
 // attentionGEMM is the attention of one sequence with many new rows, as
-// S = Q·Kᵀ, masked softmax, O = S·V per head, in row blocks.
+// matrix products in row blocks, per KV head: the rep query heads sharing
+// it are stacked into one [rep·rows, D] block Q, then S = Q·Kᵀ, masked
+// softmax, O = S·V, and O is scattered back into the heads' columns.
 func (m *Model) attentionGEMM(ws *workspace, sr seqRows, l int, scale float32) {
 	c := m.Config
 	QD, D := c.QDim(), c.HeadDim
@@ -563,23 +592,31 @@ func (m *Model) attentionGEMM(ws *workspace, sr seqRows, l int, scale float32) {
 	// Row blocks of at most 128 rows (fewer for long contexts, bounding
 	// the score block to 4M floats): each block only multiplies against
 	// the keys up to its last row, which skips most of the masked half.
-	block := max(1, min(T, 128, (1<<22)/end))
-	for h := 0; h < c.NumHeads; h++ {
-		kh := h / rep
+	block := max(1, min(T, 128, (1<<22)/(end*rep)))
+	for kh := 0; kh < c.NumKVHeads; kh++ {
 		kc := s.k[l][kh*s.cap*D:]
 		vc := s.v[l][kh*s.cap*D:]
 		for t0 := 0; t0 < T; t0 += block {
 			t1 := min(T, t0+block)
 			P := sr.p0 + t1
 			nr := t1 - t0
-			ws.s = grow(ws.s, nr*P)
+			M := rep * nr
+			ws.qg = grow(ws.qg, M*D)
+			ws.og = grow(ws.og, M*D)
+			for hl := 0; hl < rep; hl++ {
+				h := kh*rep + hl
+				for t := 0; t < nr; t++ {
+					r := sr.r0 + t0 + t
+					copy(ws.qg[(hl*nr+t)*D:(hl*nr+t+1)*D], ws.q[r*QD+h*D:r*QD+(h+1)*D])
+				}
+			}
+			ws.s = grow(ws.s, M*P)
 			S := ws.s
-			qa := ws.q[(sr.r0+t0)*QD+h*D:]
-			be.Sgemm(false, true, nr, P, D, scale, qa, QD, kc, D, 0, S, P)
-			parallelRange(nr, P, func(a, b int) {
-				for t := t0 + a; t < t0+b; t++ {
-					row := S[(t-t0)*P : (t-t0+1)*P]
-					pos := sr.p0 + t
+			be.Sgemm(false, true, M, P, D, scale, ws.qg, D, kc, D, 0, S, P)
+			parallelRange(M, P, func(a, b int) {
+				for i := a; i < b; i++ {
+					row := S[i*P : (i+1)*P]
+					pos := sr.p0 + t0 + i%nr
 					lo := 0
 					if win > 0 && pos-win+1 > 0 {
 						lo = pos - win + 1
@@ -589,7 +626,14 @@ func (m *Model) attentionGEMM(ws *workspace, sr seqRows, l int, scale float32) {
 					clear(row[pos+1:])
 				}
 			})
-			be.Sgemm(false, false, nr, D, P, 1, S, P, vc, D, 0, ws.att[(sr.r0+t0)*QD+h*D:], QD)
+			be.Sgemm(false, false, M, D, P, 1, S, P, vc, D, 0, ws.og, D)
+			for hl := 0; hl < rep; hl++ {
+				h := kh*rep + hl
+				for t := 0; t < nr; t++ {
+					r := sr.r0 + t0 + t
+					copy(ws.att[r*QD+h*D:r*QD+(h+1)*D], ws.og[(hl*nr+t)*D:(hl*nr+t+1)*D])
+				}
+			}
 		}
 	}
 }

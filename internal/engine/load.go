@@ -130,16 +130,19 @@ func (s *tensorSource) close() {
 
 // loadJob is one tensor to fetch: its name, expected shape and destination.
 type loadJob struct {
-	name     string
-	shape    []int
-	dst      *[]float32
-	optional bool
+	name  string
+	shape []int
+	dst   *[]float32
+	into  []float32 // non-nil: copy/convert into this slice (fused buffers)
 }
 
 // LoadWeights reads the weights of a model folder (model.safetensors or a
 // sharded model.safetensors.index.json) for cfg. F32 tensors are used in
 // place from the memory mapping (read-only: never write into them); F16
-// and BF16 tensors are converted once to float32. With tied embeddings the
+// and BF16 tensors are converted once to float32. Each layer's q/k/v and
+// gate/up matrices are copied (converted) back to back into one buffer, so
+// the forward pass multiplies them as one matrix; the file pages of copied
+// and converted tensors are dropped from the resident set. With tied embeddings the
 // LM head is the embedding matrix. A missing tensor or a wrong shape is an
 // error naming the tensor.
 func LoadWeights(dir string, cfg *Config) (*Weights, error) {
@@ -157,14 +160,20 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 	add := func(name string, dst *[]float32, shape ...int) {
 		jobs = append(jobs, loadJob{name: name, shape: shape, dst: dst})
 	}
+	// q/k/v and gate/up are copied into one buffer each per layer, so that
+	// the forward pass can run them as one matrix product (see fuse).
+	addInto := func(name string, dst *[]float32, into []float32, shape ...int) {
+		jobs = append(jobs, loadJob{name: name, shape: shape, dst: dst, into: into})
+	}
 	add("model.embed_tokens.weight", &w.Embed, V, H)
 	for l := range w.Layers {
 		L := &w.Layers[l]
 		p := "model.layers." + itoa(l) + "."
 		add(p+"input_layernorm.weight", &L.AttnNorm, H)
-		add(p+"self_attn.q_proj.weight", &L.Wq, Q, H)
-		add(p+"self_attn.k_proj.weight", &L.Wk, KV, H)
-		add(p+"self_attn.v_proj.weight", &L.Wv, KV, H)
+		qkv := make([]float32, (Q+2*KV)*H)
+		addInto(p+"self_attn.q_proj.weight", &L.Wq, qkv[:Q*H:Q*H], Q, H)
+		addInto(p+"self_attn.k_proj.weight", &L.Wk, qkv[Q*H:(Q+KV)*H:(Q+KV)*H], KV, H)
+		addInto(p+"self_attn.v_proj.weight", &L.Wv, qkv[(Q+KV)*H:], KV, H)
 		add(p+"self_attn.o_proj.weight", &L.Wo, H, Q)
 		if cfg.AttentionBias {
 			add(p+"self_attn.q_proj.bias", &L.Bq, Q)
@@ -176,8 +185,9 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			add(p+"self_attn.k_norm.weight", &L.KNorm, D)
 		}
 		add(p+"post_attention_layernorm.weight", &L.MLPNorm, H)
-		add(p+"mlp.gate_proj.weight", &L.Wgate, I, H)
-		add(p+"mlp.up_proj.weight", &L.Wup, I, H)
+		gu := make([]float32, 2*I*H)
+		addInto(p+"mlp.gate_proj.weight", &L.Wgate, gu[:I*H:I*H], I, H)
+		addInto(p+"mlp.up_proj.weight", &L.Wup, gu[I*H:], I, H)
 		add(p+"mlp.down_proj.weight", &L.Wdown, H, I)
 	}
 	add("model.norm.weight", &w.Norm, H)
@@ -201,7 +211,7 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			src.close()
 			return nil, fmt.Errorf("engine: %s: tensor %s has unsupported dtype %s (want F32, F16 or BF16)", dir, j.name, t.DType)
 		}
-		if t.DType == "F32" {
+		if t.DType == "F32" && j.into == nil {
 			src.inUse[src.fileOf(j.name)] = true
 		}
 	}
@@ -218,8 +228,15 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			defer wg.Done()
 			for j := range next {
 				t := src.lookup(j.name)
-				v, err := t.Float32()
-				if t.DType != "F32" {
+				var v []float32
+				var err error
+				if j.into != nil {
+					err = t.Float32Into(j.into)
+					v = j.into
+				} else {
+					v, err = t.Float32()
+				}
+				if j.into != nil || t.DType != "F32" {
 					src.fileOf(j.name).DropPages(t)
 				}
 				if err != nil {

@@ -25,15 +25,19 @@ type Model struct {
 	Gen         GenerationConfig
 
 	invFreq []float64
+	fused   []fusedLayer
 }
 
 // NewModel assembles a model from parts (tests, benchmarks, and Load).
-// tok and tmpl may be nil. It panics when w does not fit cfg.
+// tok and tmpl may be nil. It panics when w does not fit cfg. The weights
+// must not be modified afterwards: when a layer's q/k/v (or gate/up)
+// matrices lie back to back in memory, as LoadWeights and RandomWeights
+// store them, the forward pass multiplies them as one matrix.
 func NewModel(id string, cfg *Config, w *Weights, tok *tokenizer.Tokenizer, tmpl *chattmpl.Template) *Model {
 	if err := w.Check(cfg); err != nil {
 		panic(err)
 	}
-	m := &Model{ID: id, Config: cfg, Weights: w, Tokenizer: tok, Template: tmpl, invFreq: ropeInvFreq(cfg)}
+	m := &Model{ID: id, Config: cfg, Weights: w, Tokenizer: tok, Template: tmpl, invFreq: ropeInvFreq(cfg), fused: fuse(w)}
 	m.Gen = DefaultGenerationConfig(cfg)
 	if tmpl == nil {
 		m.TemplateErr = fmt.Errorf("engine: model %s has no chat template", id)

@@ -17,17 +17,20 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 		dst        *[]float32
 		n          int
 		center, sd float64
+		into       []float32
 	}
 	var jobs []job
-	lin := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, n, 0, 0.02}) }
-	norm := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, n, 1, 0.1}) }
+	lin := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, n, 0, 0.02, nil}) }
+	norm := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, n, 1, 0.1, nil}) }
+	linInto := func(dst *[]float32, into []float32) { jobs = append(jobs, job{dst, len(into), 0, 0.02, into}) }
 	lin(&w.Embed, V*H)
 	for l := range w.Layers {
 		L := &w.Layers[l]
 		norm(&L.AttnNorm, H)
-		lin(&L.Wq, Q*H)
-		lin(&L.Wk, KV*H)
-		lin(&L.Wv, KV*H)
+		qkv := make([]float32, (Q+2*KV)*H) // fused layout, as LoadWeights makes
+		linInto(&L.Wq, qkv[:Q*H:Q*H])
+		linInto(&L.Wk, qkv[Q*H:(Q+KV)*H:(Q+KV)*H])
+		linInto(&L.Wv, qkv[(Q+KV)*H:])
 		lin(&L.Wo, H*Q)
 		if cfg.AttentionBias {
 			lin(&L.Bq, Q)
@@ -39,8 +42,9 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 			norm(&L.KNorm, D)
 		}
 		norm(&L.MLPNorm, H)
-		lin(&L.Wgate, I*H)
-		lin(&L.Wup, I*H)
+		gu := make([]float32, 2*I*H)
+		linInto(&L.Wgate, gu[:I*H:I*H])
+		linInto(&L.Wup, gu[I*H:])
 		lin(&L.Wdown, H*I)
 	}
 	norm(&w.Norm, H)
@@ -56,7 +60,10 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 			defer wg.Done()
 			defer func() { <-sem }()
 			r := splitmix{seed ^ uint64(i+1)*0x9e3779b97f4a7c15}
-			v := make([]float32, j.n)
+			v := j.into
+			if v == nil {
+				v = make([]float32, j.n)
+			}
 			a := j.sd * math.Sqrt(3) // uniform [-a, a] has standard deviation sd
 			for k := range v {
 				v[k] = float32(j.center + a*(2*r.float64()-1))

@@ -107,29 +107,27 @@ func (r *Registry) Get(id string) (*Model, error) {
 	if !ValidID(id) {
 		return nil, fmt.Errorf("engine: invalid model id %q", id)
 	}
-	for {
-		r.mu.Lock()
-		e, ok := r.entries[id]
-		if !ok {
-			e = &regEntry{done: make(chan struct{})}
-			r.entries[id] = e
-			r.mu.Unlock()
-			e.m, e.err = r.load(id)
-			if e.err != nil {
-				r.mu.Lock()
-				delete(r.entries, id)
-				r.mu.Unlock()
-			}
-			close(e.done)
-			return e.m, e.err
-		}
+	r.mu.Lock()
+	e, ok := r.entries[id]
+	if !ok {
+		e = &regEntry{done: make(chan struct{})}
+		r.entries[id] = e
 		r.mu.Unlock()
-		<-e.done
-		if e.err == nil {
-			return e.m, nil
+		e.m, e.err = r.load(id)
+		if e.err != nil {
+			r.mu.Lock()
+			delete(r.entries, id)
+			r.mu.Unlock()
 		}
-		return nil, e.err
+		close(e.done)
+		return e.m, e.err
 	}
+	r.mu.Unlock()
+	<-e.done
+	if e.err == nil {
+		return e.m, nil
+	}
+	return nil, e.err
 }
 
 func (r *Registry) load(id string) (m *Model, err error) {

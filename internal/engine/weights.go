@@ -1,5 +1,34 @@
 package engine
 
+import "unsafe"
+
+// fusedLayer views a layer's q/k/v weights as one [Q+2KV, H] matrix and
+// its gate/up weights as one [2I, H] matrix when they are stored back to
+// back in memory (LoadWeights and RandomWeights store them so), so the
+// forward pass runs one matrix product instead of three and two; nil
+// fields mean the weights are separate (e.g. built by hand).
+type fusedLayer struct{ qkv, gu []float32 }
+
+// adjacent reports whether b starts exactly where a ends in memory.
+func adjacent(a, b []float32) bool {
+	return len(a) > 0 && len(b) > 0 &&
+		unsafe.Add(unsafe.Pointer(unsafe.SliceData(a)), 4*len(a)) == unsafe.Pointer(unsafe.SliceData(b))
+}
+
+func fuse(w *Weights) []fusedLayer {
+	f := make([]fusedLayer, len(w.Layers))
+	for l := range w.Layers {
+		L := &w.Layers[l]
+		if adjacent(L.Wq, L.Wk) && adjacent(L.Wk, L.Wv) {
+			f[l].qkv = unsafe.Slice(unsafe.SliceData(L.Wq), len(L.Wq)+len(L.Wk)+len(L.Wv))
+		}
+		if adjacent(L.Wgate, L.Wup) {
+			f[l].gu = unsafe.Slice(unsafe.SliceData(L.Wgate), len(L.Wgate)+len(L.Wup))
+		}
+	}
+	return f
+}
+
 // Layer holds one decoder layer's weights in float32. Linear weights use
 // the Hugging Face layout [out, in] (row-major), so y = x · Wᵀ (+ b).
 //

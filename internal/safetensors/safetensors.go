@@ -79,6 +79,41 @@ func (t *Tensor) Float32() ([]float32, error) {
 	return nil, fmt.Errorf("safetensors: tensor %s: unsupported dtype %s (want F32, F16 or BF16)", t.Name, t.DType)
 }
 
+// Float32Into converts the tensor into dst, which must hold exactly
+// NumElements values (a copy even for F32).
+func (t *Tensor) Float32Into(dst []float32) error {
+	n := t.NumElements()
+	if len(dst) != n {
+		return fmt.Errorf("safetensors: tensor %s: destination holds %d values, tensor %d", t.Name, len(dst), n)
+	}
+	size := map[string]int{"F32": 4, "F16": 2, "BF16": 2}[t.DType]
+	if size == 0 {
+		return fmt.Errorf("safetensors: tensor %s: unsupported dtype %s (want F32, F16 or BF16)", t.Name, t.DType)
+	}
+	if len(t.Data) != size*n {
+		return fmt.Errorf("safetensors: tensor %s: %d bytes for %d %s values", t.Name, len(t.Data), n, t.DType)
+	}
+	switch t.DType {
+	case "F32":
+		if littleEndian && n > 0 {
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*n), t.Data)
+			return nil
+		}
+		for i := range dst {
+			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+		}
+	case "BF16":
+		for i := range dst {
+			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(t.Data[2*i:])) << 16)
+		}
+	case "F16":
+		for i := range dst {
+			dst[i] = F16ToF32(binary.LittleEndian.Uint16(t.Data[2*i:]))
+		}
+	}
+	return nil
+}
+
 // F16ToF32 converts an IEEE 754 half-precision value to float32.
 func F16ToF32(h uint16) float32 {
 	sign := uint32(h>>15) << 31

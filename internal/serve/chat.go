@@ -9,12 +9,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"flywheel/internal/auth"
+	"flywheel/internal/engine"
 	"flywheel/internal/httpx"
 )
 
@@ -396,7 +399,7 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 		gr.grammar = g
 	}
 	if target.AdapterDir != "" {
-		a, err := s.adapters.get(target.BaseModel+"\x00"+target.AdapterDir, target.AdapterDir, lm.m.Config)
+		a, err := s.adapters.get(adapterKey(target.BaseModel, target.AdapterDir), target.AdapterDir, lm.m.Config)
 		if err != nil {
 			s.log.Error("serve: load adapter", "model", target.Name, "dir", target.AdapterDir, "err", err)
 			return nil, &httpx.Error{Status: http.StatusInternalServerError, Message: "the checkpoint of " + target.Name + " could not be loaded", Code: "adapter_load_failed"}
@@ -460,6 +463,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			s.record(pr, p, started, body, nil, "client disconnected")
 			return
 		}
+	}
+	if ctx.Err() != nil { // the client went away as the last choice ended
+		s.record(pr, p, started, body, nil, "client disconnected")
+		return
 	}
 	resp, err := s.buildResponse(pr, id, created)
 	if err != nil {
@@ -569,4 +576,15 @@ func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body
 		return ""
 	}
 	return id
+}
+
+// adapterKey identifies a loaded adapter: its base model, folder, and the
+// weights file's size and modification time, so a folder rewritten in place
+// (a step deleted and trained again) is loaded afresh.
+func adapterKey(base, dir string) string {
+	key := base + "\x00" + dir
+	if fi, err := os.Stat(filepath.Join(dir, engine.AdapterWeightsFile)); err == nil {
+		key += fmt.Sprintf("\x00%d\x00%d", fi.Size(), fi.ModTime().UnixNano())
+	}
+	return key
 }

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -118,7 +117,6 @@ func TestChatN4(t *testing.T) {
 		t.Fatalf("%d choices", len(resp.Choices))
 	}
 	distinct := map[string]bool{}
-	total := 0
 	for i, c := range resp.Choices {
 		if int(c.Index) != i {
 			t.Fatalf("choice %d has index %d", i, c.Index)
@@ -128,7 +126,6 @@ func TestChatN4(t *testing.T) {
 	if len(distinct) < 2 {
 		t.Fatalf("n=4 with temperature 1 gave identical choices: %s", resp.RawJSON())
 	}
-	_ = total
 	if resp.Usage.CompletionTokens < 4 {
 		t.Fatalf("usage %+v", resp.Usage)
 	}
@@ -356,6 +353,10 @@ func TestForcedToolChoice(t *testing.T) {
 		if lp[len(lp)-1].Token != "<|im_end|>" {
 			t.Fatalf("last token %q", lp[len(lp)-1].Token)
 		}
+		// The <tool_call> opener is its added token, as the template renders it.
+		if lp[0].Token != "<tool_call>" || lp[len(lp)-2].Token != "</tool_call>" {
+			t.Fatalf("markers spelled out: first %q, before last %q", lp[0].Token, lp[len(lp)-2].Token)
+		}
 	}
 
 	// "required": one of the tools, streamed.
@@ -521,7 +522,7 @@ func TestClientDisconnectCancels(t *testing.T) {
 	start := time.Now()
 	waitFor(t, func() bool { return env.srv.Stats(tinyID).Active == 0 })
 	t.Logf("generation stopped %v after disconnect, %d steps later", time.Since(start), env.srv.Stats(tinyID).Steps-stepsAtCancel)
-	if n := env.srv.Stats(tinyID).Steps - stepsAtCancel; n > 200 {
+	if n := env.srv.Stats(tinyID).Steps - stepsAtCancel; n > 1000 {
 		t.Fatalf("%d steps ran after the disconnect", n)
 	}
 	waitFor(t, func() bool { rc, ok := env.rec.last(); return ok && rc.Exception == "client disconnected" })
@@ -688,8 +689,14 @@ func TestAdaptersShareBatch(t *testing.T) {
 	if want := fmt.Sprint(engineGreedy(t, m, trained, prompt, 20)); out[2] != want {
 		t.Fatalf("adapter output %s, engine %s", out[2], want)
 	}
-	if rc, ok := env.rec.last(); !ok || rc.Project != "alice/proj" {
-		t.Fatalf("trained-model call recorded in %q", rc.Project)
+	projects := map[string]int{}
+	env.rec.mu.Lock()
+	for _, c := range env.rec.calls {
+		projects[c.Project]++
+	}
+	env.rec.mu.Unlock()
+	if projects["alice/proj"] != 3 || projects["alice/inference"] != 1 {
+		t.Fatalf("calls recorded in %v, want 3 in alice/proj and 1 in alice/inference", projects)
 	}
 	if env.srv.adapters.loads.Load() != 2 {
 		t.Fatalf("%d adapter loads, want 2 (cached)", env.srv.adapters.loads.Load())
@@ -770,5 +777,3 @@ func postJSON(t *testing.T, env *testEnv, path, body string) rawResp {
 	b, _ := io.ReadAll(resp.Body)
 	return rawResp{resp.StatusCode, string(b), resp.Header, resp.Trailer}
 }
-
-var _ = os.Getenv

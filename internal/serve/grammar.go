@@ -396,6 +396,37 @@ func (m *gmachine) numFeed(f *gframe, b byte) bool {
 	return false
 }
 
+// pendingLiteral returns the literal text the grammar requires next ("" when
+// the next bytes are not fixed).
+func (m *gmachine) pendingLiteral() string {
+	if !m.ok || m.d == 0 {
+		return ""
+	}
+	f := &m.st[m.d-1]
+	switch f.n.kind {
+	case gLit:
+		return f.n.lit[f.i:]
+	case gSeq:
+		if f.i < len(f.n.items) && f.n.items[f.i].kind == gLit {
+			return f.n.items[f.i].lit
+		}
+	}
+	return ""
+}
+
+// inString reports whether the machine is inside a string body, and how
+// many more bytes the string may take.
+func (m *gmachine) inString() (int, bool) {
+	if !m.ok || m.d == 0 {
+		return 0, false
+	}
+	f := &m.st[m.d-1]
+	if f.n.kind != gStr || f.st != 1 {
+		return 0, false
+	}
+	return f.n.max - f.i, true
+}
+
 // feedBytes feeds every byte of p; false when one is rejected.
 func (m *gmachine) feedBytes(p []byte) bool {
 	for _, b := range p {

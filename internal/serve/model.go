@@ -35,7 +35,12 @@ type lmodel struct {
 type grammarVocab struct {
 	byFirst [256][]int32
 	bytes   [][]byte
+	plain   []uint16 // length of the token's leading run of bytes allowed in a grammar string
+	ids     []int32  // every token the grammar may use
 }
+
+// isStringByte reports whether b may appear unescaped in a grammar string.
+func isStringByte(b byte) bool { return b >= 0x20 && b < 0x7f && b != '\\' && b != '"' }
 
 func newLModel(m *engine.Model, opts *Options) (*lmodel, error) {
 	if m.Tokenizer == nil {
@@ -78,6 +83,20 @@ func newLModel(m *engine.Model, opts *Options) (*lmodel, error) {
 
 func (l *lmodel) isEOS(id int) bool { return l.eosSet[id] }
 
+// markerFor returns the added token of a tool-call marker that lit starts
+// with.
+func (l *lmodel) markerFor(lit string) (int, bool) {
+	if lit == "" {
+		return 0, false
+	}
+	for id := range l.keep {
+		if c := l.tok.IDToToken(id); c != "" && strings.HasPrefix(lit, c) {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
 // skipToken reports whether a token's text is left out of the output:
 // special tokens other than tool-call markers (skip_special_tokens).
 func (l *lmodel) skipToken(id int) bool { return l.tok.IsSpecial(id) && !l.keep[id] }
@@ -97,6 +116,15 @@ func (l *lmodel) grammarVocab() *grammarVocab {
 			}
 			g.bytes[id] = b
 			g.byFirst[b[0]] = append(g.byFirst[b[0]], int32(id))
+			g.ids = append(g.ids, int32(id))
+		}
+		g.plain = make([]uint16, n)
+		for id, b := range g.bytes {
+			k := 0
+			for k < len(b) && k < 65535 && isStringByte(b[k]) {
+				k++
+			}
+			g.plain[id] = uint16(k)
 		}
 		l.gv = g
 	})
@@ -133,7 +161,6 @@ type chatInput struct {
 	addGenerationPrompt  bool
 	continueFinalMessage bool
 	kwargs               json.RawMessage
-	paramPrefix          string // "messages" param path prefix for errors
 }
 
 // templateMessages converts request messages to the dicts chat templates

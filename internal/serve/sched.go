@@ -442,6 +442,37 @@ func (s *scheduler) maskGrammar(st *seqState, lg []float32) []float32 {
 				any = true
 			}
 		}
+	} else if id, ok := s.lm.markerFor(st.gm.pendingLiteral()); ok && id < len(m) {
+		// A tool-call marker (e.g. <tool_call>, an added token) is
+		// produced as its own token, as the template renders it, never
+		// spelled out in pieces.
+		m[id] = lg[id]
+		any = true
+	} else if rem, ok := st.gm.inString(); ok {
+		// Fast path inside a string body: a token of plain string bytes
+		// fits while there is room; only tokens that close the string
+		// need a trial through the machine.
+		g := s.lm.grammarVocab()
+		for _, id := range g.ids {
+			b := g.bytes[id]
+			pl := int(g.plain[id])
+			if pl > rem || int(id) >= len(m) {
+				continue
+			}
+			if pl == len(b) {
+				m[id] = lg[id]
+				any = true
+				continue
+			}
+			if b[pl] != '"' {
+				continue
+			}
+			t2 := st.gm
+			if t2.feedBytes(b) {
+				m[id] = lg[id]
+				any = true
+			}
+		}
 	} else {
 		g := s.lm.grammarVocab()
 		for b := 0; b < 256; b++ {

@@ -59,8 +59,10 @@
 // the required ones when "required" is given; string, integer, number,
 // boolean, null, enum, const, arrays and nested objects; anything else any
 // JSON value). At each step every token whose bytes would leave the grammar
-// is masked to -Inf before sampling, and once the call is complete only the
-// end-of-turn token is allowed. The grammar is bounded (strings up to 16
+// is masked to -Inf before sampling; tool-call markers that are added tokens
+// (<tool_call>, </tool_call>) are produced as those single tokens, as the
+// template renders them; once the call is complete only the end-of-turn
+// token is allowed. The grammar is bounded (strings up to 16
 // printable ASCII bytes, numbers up to 6 digits, up to 3 array items or free
 // object members, nesting depth 2), so a call completes within a bounded
 // number of tokens. Logprobs of constrained steps are under the masked
@@ -89,7 +91,6 @@ package serve
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -188,7 +189,6 @@ type Server struct {
 
 	mu     sync.Mutex
 	models map[string]*lmodel
-	loadMu sync.Mutex // serialises first loads of models
 	closed bool
 
 	baseMu    sync.Mutex
@@ -415,10 +415,6 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, list)
-}
-
-func isCtxErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func readBody(r *http.Request) ([]byte, error) {

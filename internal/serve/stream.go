@@ -64,7 +64,6 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	if s.recorder != nil {
 		h.Set("Trailer", "x-call-id")
@@ -88,6 +87,10 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 	ctx := pr.gr.ctx
 	var genErr error
 	for {
+		if ctx.Err() != nil {
+			s.record(pr, p, started, body, nil, "client disconnected")
+			return
+		}
 		allDone := true
 		for i, o := range pr.gr.outs {
 			st := states[i]
@@ -163,6 +166,10 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 			s.record(pr, p, started, body, nil, "client disconnected")
 			return
 		}
+	}
+	if ctx.Err() != nil {
+		s.record(pr, p, started, body, nil, "client disconnected")
+		return
 	}
 	if genErr != nil {
 		s.log.Error("serve: generation failed", "model", pr.target.Name, "err", genErr)

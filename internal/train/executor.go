@@ -43,7 +43,7 @@ type Options struct {
 	// model's max_position_embeddings).
 	MaxSeqLen int
 	// ActivationBudget bounds saved activations per step in bytes (default
-	// 1 GiB); above it layers are recomputed in the backward.
+	// 2 GiB); above it layers are recomputed in the backward.
 	ActivationBudget int64
 	// Logger receives one line per gradient step (nil: slog.Default()).
 	Logger *slog.Logger
@@ -60,7 +60,7 @@ func (o Options) withDefaults() Options {
 		o.TinyLearningRate = DefaultTinyLearningRate
 	}
 	if o.ActivationBudget <= 0 {
-		o.ActivationBudget = 1 << 30
+		o.ActivationBudget = 2 << 30
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -178,7 +178,7 @@ func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64
 	st, g := lossFn(p.LogProb)
 	p.backward(g)
 	gn := clipGradNorm(s.params, 1.0)
-	s.opt.Update(s.params, lr)
+	s.opt.update(s.params, lr)
 	var ent float64
 	for _, e := range p.Entropy {
 		ent += e

@@ -149,8 +149,6 @@ func exp[T Float](x T) T {
 	return T(math.Exp(float64(x)))
 }
 
-func sqrt[T Float](x T) T { return T(math.Sqrt(float64(x))) }
-
 // convert copies a float32 slice into T (aliases it when T is float32).
 func convert[T Float](x []float32) []T {
 	if x == nil {
@@ -164,17 +162,4 @@ func convert[T Float](x []float32) []T {
 		out[i] = T(v)
 	}
 	return out
-}
-
-func zero[T Float](x []T) {
-	clear(x)
-}
-
-func grow[T Float](buf []T, n int) []T {
-	if cap(buf) < n {
-		return make([]T, n)
-	}
-	buf = buf[:n]
-	clear(buf)
-	return buf
 }

@@ -212,100 +212,119 @@ func attnGemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int
 // seg is one packed sequence: tokens [Off, Off+Len) of the batch.
 type seg struct{ Off, Len int }
 
-// probOffsets returns where each segment's attention probabilities
-// [nh, L, L] start in one flat buffer, and the total size.
-func probOffsets(segs []seg, nh int) ([]int, int) {
-	offs := make([]int, len(segs))
-	total := 0
-	for i, s := range segs {
-		offs[i] = total
-		total += nh * s.Len * s.Len
-	}
-	return offs, total
-}
+// attnBlock is the number of query rows processed at once. The attention
+// never holds a whole [L, L] probability matrix: the forward saves only the
+// log-sum-exp of each row, and the backward recomputes each block's
+// probabilities from q, k and that (as FlashAttention does), so its memory
+// is O(workers · attnBlock · L) instead of O(heads · L²).
+var attnBlock = 64
 
 // attentionForward is causal grouped-query attention within each segment.
-// q [N,Q], k, v [N,KV] (after RoPE); out [N,Q]; probs [Σ nh·L·L] saved.
-// For head h (kv head g = h/(nh/nkv)): P = softmax(mask(q_h·k_gᵀ/√D)),
-// out_h = P·v_g.
-func attentionForward[T Float](q, k, v []T, segs []seg, nh, nkv, d int, probs, out []T) {
+// q [N,Q], k, v [N,KV] (after RoPE); out [N,Q]; lse [N,nh] saved.
+// For head h (kv head g = h/(nh/nkv)) and a block of query rows i0..i1
+// (which see keys 0..i1−1):
+//
+//	S = q_h[i0:i1]·k_g[:i1]ᵀ/√D, causal mask, lse = log Σ exp S,
+//	P = exp(S − lse), out_h[i0:i1] = P·v_g[:i1].
+func attentionForward[T Float](q, k, v []T, segs []seg, nh, nkv, d int, lse, out []T) {
 	Q, KV := nh*d, nkv*d
 	scale := T(1 / math.Sqrt(float64(d)))
-	offs, _ := probOffsets(segs, nh)
 	parallelTasks(len(segs)*nh, func(task int) {
 		si, h := task/nh, task%nh
 		s := segs[si]
 		L := s.Len
 		g := h / (nh / nkv)
-		P := probs[offs[si]+h*L*L : offs[si]+(h+1)*L*L]
-		qh, kg, vg := q[s.Off*Q+h*d:], k[s.Off*KV+g*d:], v[s.Off*KV+g*d:]
-		// S [L,L] = q_h [L,D] · k_gᵀ [D,L] · scale
-		attnGemm(false, true, L, L, d, scale, qh, Q, kg, KV, 0, P, L)
-		for i := 0; i < L; i++ {
-			row := P[i*L : (i+1)*L]
-			mx := row[0]
-			for j := 1; j <= i; j++ {
-				mx = max(mx, row[j])
+		P := make([]T, min(attnBlock, L)*L)
+		kg, vg := k[s.Off*KV+g*d:], v[s.Off*KV+g*d:]
+		for i0 := 0; i0 < L; i0 += attnBlock {
+			i1 := min(i0+attnBlock, L)
+			B := i1 - i0
+			qb := q[(s.Off+i0)*Q+h*d:]
+			// S [B,i1] = q_h[i0:i1] [B,D] · k_g[:i1]ᵀ [D,i1] · scale
+			attnGemm(false, true, B, i1, d, scale, qb, Q, kg, KV, 0, P, i1)
+			for r := 0; r < B; r++ {
+				i := i0 + r
+				row := P[r*i1 : (r+1)*i1]
+				mx := row[0]
+				for j := 1; j <= i; j++ {
+					mx = max(mx, row[j])
+				}
+				var sum T
+				for j := 0; j <= i; j++ {
+					e := exp(row[j] - mx)
+					row[j] = e
+					sum += e
+				}
+				inv := 1 / sum
+				for j := 0; j <= i; j++ {
+					row[j] *= inv
+				}
+				clear(row[i+1:])
+				lse[(s.Off+i)*nh+h] = mx + T(math.Log(float64(sum)))
 			}
-			var sum T
-			for j := 0; j <= i; j++ {
-				e := exp(row[j] - mx)
-				row[j] = e
-				sum += e
-			}
-			inv := 1 / sum
-			for j := 0; j <= i; j++ {
-				row[j] *= inv
-			}
-			clear(row[i+1:])
+			// out_h[i0:i1] [B,D] = P [B,i1] · v_g[:i1] [i1,D]
+			attnGemm(false, false, B, d, i1, 1, P, i1, vg, KV, 0, out[(s.Off+i0)*Q+h*d:], Q)
 		}
-		// out_h [L,D] = P [L,L] · v_g [L,D]
-		attnGemm(false, false, L, d, L, 1, P, L, vg, KV, 0, out[s.Off*Q+h*d:], Q)
 	})
 }
 
-// attentionBackward: given dout [N,Q] and the saved P,
+// attentionBackward: given dout [N,Q] and the saved lse, per block of query
+// rows, recompute P = exp(q·kᵀ/√D − lse) (causal), then
 // dP = dout_h·v_gᵀ; dv_g += Pᵀ·dout_h; dS = P⊙(dP − rowsum(P⊙dP))/√D;
 // dq_h = dS·k_g; dk_g += dSᵀ·q_h. Heads sharing a kv head run in one task so
 // their dk/dv accumulations do not race. dq, dk, dv are overwritten.
-func attentionBackward[T Float](q, k, v, probs, dout []T, segs []seg, nh, nkv, d int, dq, dk, dv []T) {
+func attentionBackward[T Float](q, k, v, lse, dout []T, segs []seg, nh, nkv, d int, dq, dk, dv []T) {
 	Q, KV := nh*d, nkv*d
 	scale := T(1 / math.Sqrt(float64(d)))
-	offs, _ := probOffsets(segs, nh)
 	group := nh / nkv
 	parallelTasks(len(segs)*nkv, func(task int) {
 		si, g := task/nkv, task%nkv
 		s := segs[si]
 		L := s.Len
-		dP := make([]T, L*L)
+		P, dP := make([]T, min(attnBlock, L)*L), make([]T, min(attnBlock, L)*L)
 		kg, vg := k[s.Off*KV+g*d:], v[s.Off*KV+g*d:]
 		dkg, dvg := dk[s.Off*KV+g*d:], dv[s.Off*KV+g*d:]
+		for i := 0; i < L; i++ {
+			clear(dkg[i*KV : i*KV+d])
+			clear(dvg[i*KV : i*KV+d])
+		}
 		for h := g * group; h < (g+1)*group; h++ {
-			P := probs[offs[si]+h*L*L : offs[si]+(h+1)*L*L]
-			qh, doh, dqh := q[s.Off*Q+h*d:], dout[s.Off*Q+h*d:], dq[s.Off*Q+h*d:]
-			var beta T
-			if h > g*group {
-				beta = 1
-			}
-			// dv_g [L,D] (+)= Pᵀ [L,L] · dout_h [L,D]
-			attnGemm(true, false, L, d, L, 1, P, L, doh, Q, beta, dvg, KV)
-			// dP [L,L] = dout_h [L,D] · v_gᵀ [D,L]
-			attnGemm(false, true, L, L, d, 1, doh, Q, vg, KV, 0, dP, L)
-			for i := 0; i < L; i++ {
-				pr, dr := P[i*L:(i+1)*L], dP[i*L:(i+1)*L]
-				var dot T
-				for j := 0; j <= i; j++ {
-					dot += pr[j] * dr[j]
+			for i0 := 0; i0 < L; i0 += attnBlock {
+				i1 := min(i0+attnBlock, L)
+				B := i1 - i0
+				qb, dob, dqb := q[(s.Off+i0)*Q+h*d:], dout[(s.Off+i0)*Q+h*d:], dq[(s.Off+i0)*Q+h*d:]
+				// recompute P [B,i1]
+				attnGemm(false, true, B, i1, d, scale, qb, Q, kg, KV, 0, P, i1)
+				for r := 0; r < B; r++ {
+					i := i0 + r
+					row := P[r*i1 : (r+1)*i1]
+					m := lse[(s.Off+i)*nh+h]
+					for j := 0; j <= i; j++ {
+						row[j] = exp(row[j] - m)
+					}
+					clear(row[i+1:])
 				}
-				for j := 0; j <= i; j++ {
-					dr[j] = pr[j] * (dr[j] - dot) * scale
+				// dv_g[:i1] [i1,D] += Pᵀ [i1,B] · dout_h[i0:i1] [B,D]
+				attnGemm(true, false, i1, d, B, 1, P, i1, dob, Q, 1, dvg, KV)
+				// dP [B,i1] = dout_h[i0:i1] [B,D] · v_g[:i1]ᵀ [D,i1]
+				attnGemm(false, true, B, i1, d, 1, dob, Q, vg, KV, 0, dP, i1)
+				for r := 0; r < B; r++ {
+					i := i0 + r
+					pr, dr := P[r*i1:(r+1)*i1], dP[r*i1:(r+1)*i1]
+					var dot T
+					for j := 0; j <= i; j++ {
+						dot += pr[j] * dr[j]
+					}
+					for j := 0; j <= i; j++ {
+						dr[j] = pr[j] * (dr[j] - dot) * scale
+					}
+					clear(dr[i+1:])
 				}
-				clear(dr[i+1:])
+				// dq_h[i0:i1] [B,D] = dS [B,i1] · k_g[:i1] [i1,D]
+				attnGemm(false, false, B, d, i1, 1, dP, i1, kg, KV, 0, dqb, Q)
+				// dk_g[:i1] [i1,D] += dSᵀ [i1,B] · q_h[i0:i1] [B,D]
+				attnGemm(true, false, i1, d, B, 1, dP, i1, qb, Q, 1, dkg, KV)
 			}
-			// dq_h [L,D] = dS [L,L] · k_g [L,D]
-			attnGemm(false, false, L, d, L, 1, dP, L, kg, KV, 0, dqh, Q)
-			// dk_g [L,D] (+)= dSᵀ · q_h
-			attnGemm(true, false, L, d, L, 1, dP, L, qh, Q, beta, dkg, KV)
 		}
 	})
 }
@@ -330,12 +349,8 @@ func swigluBackward[T Float](g, u, dh, dg, du []T) {
 
 // ---------------------------------------------------------------- residual
 
-// residual: y = a + b; backward passes dy to both (done by accumulation).
-func addInto[T Float](dst, a, b []T) {
-	for i := range dst {
-		dst[i] = a[i] + b[i]
-	}
-}
+// residual: y = a + b; the backward passes dy to both branches, which the
+// model does by accumulating into the residual stream's gradient.
 
 // ---------------------------------------------------------------- log-softmax
 

@@ -138,8 +138,7 @@ const attnNH, attnNKV, attnD = 4, 2, 3
 
 func caseAttention[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	N := 7
-	_, np := probOffsets(attnSegs, attnNH)
-	probs, out := make([]T, np), make([]T, N*attnNH*attnD)
+	probs, out := make([]T, N*attnNH), make([]T, N*attnNH*attnD)
 	attentionForward(in[0], in[1], in[2], attnSegs, attnNH, attnNKV, attnD, probs, out)
 	if gy == nil {
 		return out, nil
@@ -180,8 +179,12 @@ func TestLayerGradients(t *testing.T) {
 		[][]float64{rvec(rng, 24, 1), rvec(rng, 12, 0.5), rvec(rng, 10, 0.5)}, 1e-6, 1e-3)
 	checkLayer(t, "rope", caseRoPE[float64], caseRoPE[float32], [][]float64{rvec(rng, 24, 1)}, 1e-6, 1e-3)
 	Q, KV := attnNH*attnD, attnNKV*attnD
-	checkLayer(t, "attention", caseAttention[float64], caseAttention[float32],
-		[][]float64{rvec(rng, 7*Q, 1), rvec(rng, 7*KV, 1), rvec(rng, 7*KV, 1)}, 1e-6, 1e-3)
+	attnIn := [][]float64{rvec(rng, 7*Q, 1), rvec(rng, 7*KV, 1), rvec(rng, 7*KV, 1)}
+	checkLayer(t, "attention", caseAttention[float64], caseAttention[float32], attnIn, 1e-6, 1e-3)
+	prev := attnBlock
+	attnBlock = 2 // several query blocks per segment
+	checkLayer(t, "attention (blocks of 2 rows)", caseAttention[float64], caseAttention[float32], attnIn, 1e-6, 1e-3)
+	attnBlock = prev
 	checkLayer(t, "swiglu", caseSwiGLU[float64], caseSwiGLU[float32], [][]float64{rvec(rng, 10, 2), rvec(rng, 10, 1)}, 1e-6, 1e-3)
 	checkLayer(t, "log-softmax", caseLogSoftmax[float64], caseLogSoftmax[float32], [][]float64{rvec(rng, 11, 2)}, 1e-6, 1e-3)
 }

@@ -48,7 +48,7 @@ func newModel[T Float](cfg *engine.Config, w *engine.Weights, ad *engine.Adapter
 		return nil, fmt.Errorf("train: weights have %d layers, config %d", len(w.Layers), cfg.NumLayers)
 	}
 	m := &model[T]{cfg: cfg, embed: convert[T](w.Embed), norm: convert[T](w.Norm),
-		invFreq: ropeInvFreq(cfg), ActivationBudget: 1 << 30, HeadBudget: 256 << 20}
+		invFreq: ropeInvFreq(cfg), ActivationBudget: 2 << 30, HeadBudget: 256 << 20}
 	if cfg.TieWordEmbeddings || w.LMHead == nil || (len(w.LMHead) > 0 && len(w.Embed) > 0 && &w.LMHead[0] == &w.Embed[0]) {
 		m.lmHead = m.embed
 	} else {
@@ -160,7 +160,7 @@ type acts[T Float] struct {
 	qn, kn       []T // after q/k norm (Qwen3), else alias q, k
 	rq, rk       []T // [N·nh], [N·nkv] q/k-norm rinv
 	qr, kr       []T // after RoPE
-	probs        []T // [Σ nh·L·L]
+	lse          []T // [N,nh] attention log-sum-exp per row and head
 	att, oa      []T // [N,Q], [N,r]
 	x2           []T // [N,H] residual after attention
 	xn2, rinv2   []T
@@ -172,8 +172,7 @@ func (m *model[T]) actElems(b *batch) int64 {
 	c := m.cfg
 	N := int64(len(b.Tokens))
 	H, I, Q, KV := int64(c.HiddenSize), int64(c.IntermediateSize), int64(c.QDim()), int64(c.KVDim())
-	_, np := probOffsets(b.Segs, c.NumHeads)
-	e := N*(3*H+2+3*Q+3*KV+3*I+7*16) + int64(np)
+	e := N * (3*H + 2 + 3*Q + 3*KV + 3*I + 7*16 + int64(c.NumHeads))
 	if c.QKNorm {
 		e += N * (Q + KV + int64(c.NumHeads+c.NumKVHeads))
 	}
@@ -184,12 +183,11 @@ func newActs[T Float](m *model[T], b *batch) *acts[T] {
 	c := m.cfg
 	N := len(b.Tokens)
 	H, I, Q, KV, r := c.HiddenSize, c.IntermediateSize, c.QDim(), c.KVDim(), max(m.layers[0].q.R, 1)
-	_, np := probOffsets(b.Segs, c.NumHeads)
 	a := &acts[T]{
 		xn1: make([]T, N*H), rinv1: make([]T, N),
 		q: make([]T, N*Q), k: make([]T, N*KV), v: make([]T, N*KV),
 		qa: make([]T, N*r), ka: make([]T, N*r), va: make([]T, N*r),
-		qr: make([]T, N*Q), kr: make([]T, N*KV), probs: make([]T, np),
+		qr: make([]T, N*Q), kr: make([]T, N*KV), lse: make([]T, N*c.NumHeads),
 		att: make([]T, N*Q), oa: make([]T, N*r), x2: make([]T, N*H),
 		xn2: make([]T, N*H), rinv2: make([]T, N),
 		g: make([]T, N*I), u: make([]T, N*I), ga: make([]T, N*r), ua: make([]T, N*r),
@@ -232,7 +230,7 @@ func (m *model[T]) blockForward(l int, b *batch, x []T, a *acts[T], out []T) {
 	copy(a.kr, a.kn)
 	ropeForward(a.qr, N, nh, D, b.Pos, m.cos, m.sin)
 	ropeForward(a.kr, N, nkv, D, b.Pos, m.cos, m.sin)
-	attentionForward(a.qr, a.kr, a.v, b.Segs, nh, nkv, D, a.probs, a.att)
+	attentionForward(a.qr, a.kr, a.v, b.Segs, nh, nkv, D, a.lse, a.att)
 	blk.o.forward(a.att, N, a.x2, a.oa)
 	for i := range a.x2 {
 		a.x2[i] += x[i]
@@ -292,7 +290,7 @@ func (m *model[T]) blockBackward(l int, b *batch, x []T, a *acts[T], dout, dx []
 	if blk.qNorm != nil {
 		dq, dk = s.dqn, s.dkn
 	}
-	attentionBackward(a.qr, a.kr, a.v, a.probs, s.datt, b.Segs, nh, nkv, D, dq, dk, s.dv)
+	attentionBackward(a.qr, a.kr, a.v, a.lse, s.datt, b.Segs, nh, nkv, D, dq, dk, s.dv)
 	ropeBackward(dq, N, nh, D, b.Pos, m.cos, m.sin)
 	ropeBackward(dk, N, nkv, D, b.Pos, m.cos, m.sin)
 	if blk.qNorm != nil {

@@ -73,8 +73,8 @@ func clipGradNorm(ps []param, maxNorm float64) float64 {
 	return norm
 }
 
-// Update applies one AdamW step with learning rate lr.
-func (o *AdamW) Update(ps []param, lr float64) {
+// update applies one AdamW step with learning rate lr.
+func (o *AdamW) update(ps []param, lr float64) {
 	o.Step++
 	bc1 := 1 - math.Pow(o.Beta1, float64(o.Step))
 	bc2 := 1 - math.Pow(o.Beta2, float64(o.Step))

@@ -10,6 +10,9 @@ import (
 // The training forward must compute what inference computes: logprobs of
 // the packed training forward equal log_softmax of engine.Model.Logits.
 func TestForwardMatchesEngineLogits(t *testing.T) {
+	prev := attnBlock
+	attnBlock = 5 // several query blocks per sequence
+	defer func() { attnBlock = prev }()
 	for _, arch := range []string{engine.ArchLlama, engine.ArchQwen2, engine.ArchQwen3, engine.ArchMistral} {
 		t.Run(arch, func(t *testing.T) {
 			cfg := tinyCfg(arch, arch != engine.ArchMistral)

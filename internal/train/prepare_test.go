@@ -411,3 +411,29 @@ func TestTokenizeSFTMasks(t *testing.T) {
 		t.Fatal("masks must not change the tokens")
 	}
 }
+
+// precalculate_logprobs replaces the recorded logprobs by the pre-update
+// model's: with absurd recorded values every token clips without it, none
+// with it.
+func TestPrecalculateLogprobs(t *testing.T) {
+	for _, pre := range []bool{false, true} {
+		e := newEnv(t, Options{}, false)
+		a, b := traj(e, 1, true), traj(e, 0, true)
+		for _, tr := range []map[string]any{a, b} {
+			ch := tr["messages_and_choices"].([]any)[1].(map[string]any)
+			for _, tok := range ch["logprobs"].(map[string]any)["content"].([]map[string]any) {
+				tok["logprob"] = -50.0
+			}
+		}
+		req := map[string]any{"model_id": "m", "trajectory_groups": []any{map[string]any{"trajectories": []any{a, b}}},
+			"experimental_config": map[string]any{"precalculate_logprobs": pre}}
+		res, evs, err := e.run("rl", req, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		frac := evs[1].Data["frac_clipped"].(float64)
+		if (pre && frac != 0) || (!pre && frac != 1) || res.Metrics["frac_clipped"].(float64) != frac {
+			t.Fatalf("precalculate_logprobs=%v: frac_clipped %v", pre, frac)
+		}
+	}
+}

@@ -7,10 +7,12 @@ import (
 	"sync/atomic"
 )
 
-// Go is the pure-Go backend: packed, cache-blocked GEMM around a 6x16
-// AVX2/FMA register-blocked micro-kernel (a plain Go micro-kernel when the
-// CPU lacks AVX2 or FMA), parallel across GOMAXPROCS goroutines, with
-// dedicated bandwidth-bound paths for m==1 and n==1 (GEMV shapes).
+// Go is the pure-Go backend (Go plus Go assembly, no cgo): packed,
+// cache-blocked GEMM around a register-blocked micro-kernel — 6x32 with
+// AVX-512, 6x16 with AVX2+FMA, a plain Go 6x16 otherwise — parallel across
+// GOMAXPROCS goroutines, with bandwidth-bound streaming paths for m == 1,
+// n == 1 (GEMV shapes) and m <= 16 that skip packing. The zero value is
+// ready to use.
 type Go struct{}
 
 // Name implements Backend.
@@ -19,7 +21,7 @@ func (Go) Name() string { return "go" }
 // Blocking parameters (variables so tests can shrink them to exercise every
 // loop edge on small shapes).
 var (
-	kcBlock = 256  // depth of a packed panel: B micro-panel kc*16*4 = 16 KiB (L1)
+	kcBlock = 256  // depth of a packed panel: B micro-panel kc*nr*4 = 16 or 32 KiB (L1)
 	mcMax   = 144  // rows of a packed A block: 144*256*4 = 144 KiB (L2)
 	ncBlock = 3072 // columns of a packed B block: 3 MiB (L3)
 )

@@ -61,3 +61,6 @@ func swigluAVX(n int, dst, gate, up *float32)
 
 //go:noescape
 func mulScaleAVX(n int, dst, x, w *float32, s float32)
+
+//go:noescape
+func maxAVX(n int, x *float32) float32

@@ -901,3 +901,40 @@ msstore:
 msdone:
 	VZEROUPPER
 	RET
+
+// func maxAVX(n int, x *float32) float32
+// max_{i<n} x[i]; n must be a multiple of 8 and > 0 (result unspecified
+// when x holds NaNs).
+TEXT ·maxAVX(SB), NOSPLIT, $0-20
+	MOVQ    n+0(FP), CX
+	MOVQ    x+8(FP), SI
+	VMOVUPS (SI), Y0
+	VMOVUPS Y0, Y1
+	MOVQ    $8, AX
+
+mxloop16:
+	MOVQ CX, BX
+	SUBQ AX, BX
+	CMPQ BX, $16
+	JLT  mxloop8
+	VMAXPS (SI)(AX*4), Y0, Y0
+	VMAXPS 32(SI)(AX*4), Y1, Y1
+	ADDQ   $16, AX
+	JMP    mxloop16
+
+mxloop8:
+	CMPQ   BX, $8
+	JLT    mxdone
+	VMAXPS (SI)(AX*4), Y0, Y0
+
+mxdone:
+	VMAXPS       Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0x4E, X0, X1
+	VMAXPS       X1, X0, X0
+	VPERMILPS    $0xB1, X0, X1
+	VMAXPS       X1, X0, X0
+	VZEROUPPER
+	MOVSS        X0, ret+16(FP)
+	RET

@@ -23,3 +23,4 @@ func packA6T(n int, src *float32, lds int, dst *float32)               { panic("
 func expSumAVX(n int, x *float32, shift float32) float32               { panic("kernels: no asm") }
 func swigluAVX(n int, dst, gate, up *float32)                          { panic("kernels: no asm") }
 func mulScaleAVX(n int, dst, x, w *float32, s float32)                 { panic("kernels: no asm") }
+func maxAVX(n int, x *float32) float32                                 { panic("kernels: no asm") }

@@ -106,9 +106,15 @@ func Softmax(x []float32) {
 	scaleImpl(1/sum, x)
 }
 
+// maxOf returns the largest element of a non-empty x.
 func maxOf(x []float32) float32 {
 	mx := x[0]
-	for _, v := range x[1:] {
+	i := 1
+	if haveAVX2 && len(x) >= 8 {
+		i = len(x) &^ 7
+		mx = maxAVX(i, &x[0])
+	}
+	for _, v := range x[i:] {
 		if v > mx {
 			mx = v
 		}

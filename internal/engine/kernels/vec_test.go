@@ -320,3 +320,25 @@ func TestSumParallelAndBandwidth(t *testing.T) {
 		t.Fatalf("MeasureReadBandwidth = %g", bw)
 	}
 }
+
+func TestMaxOf(t *testing.T) {
+	withAndWithoutAsm(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(6, 6))
+		for _, n := range vecLens[1:] {
+			for _, pos := range []int{0, n / 2, n - 1} {
+				x := randSlice(r, n)
+				for i := range x {
+					x[i] -= 10
+				}
+				x[pos] = 5
+				if got := maxOf(x); got != 5 {
+					t.Fatalf("maxOf n=%d pos=%d = %g", n, pos, got)
+				}
+			}
+		}
+		x := []float32{float32(math.Inf(-1)), float32(math.Inf(-1)), 1, -3, 0, 0, 0, 0, -1}
+		if got := maxOf(x); got != 1 {
+			t.Fatalf("maxOf = %g", got)
+		}
+	})
+}

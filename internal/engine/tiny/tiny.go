@@ -49,7 +49,7 @@ type Spec struct {
 	MaxPos        int
 	RopeTheta     float64
 	RopeScaling   map[string]any // written as rope_scaling when set
-	Untied        bool           // separate lm_head (default tied)
+	Untied        bool           // separate lm_head (DefaultSpec: true; zero value: tied)
 	AttentionBias bool           // q/k/v biases for Llama/Mistral (Qwen2 always has them)
 	Merges        int            // BPE merges to learn (default 1000; fewer if the corpus runs out)
 	Seed          uint64         // weight seed (default 1)
@@ -59,10 +59,10 @@ type Spec struct {
 }
 
 // DefaultSpec is the built-in tiny model: hidden 64, 2 layers, 4 heads, 2
-// KV heads, intermediate 128, 2048 positions, tied embeddings, F32.
+// KV heads, intermediate 128, 2048 positions, a separate lm_head, F32.
 func DefaultSpec() Spec {
 	return Spec{Arch: "LlamaForCausalLM", Hidden: 64, Layers: 2, Heads: 4, KVHeads: 2, Intermediate: 128,
-		MaxPos: 2048, RopeTheta: 10000, Merges: 1000, Seed: 1, DType: "F32"}
+		MaxPos: 2048, RopeTheta: 10000, Merges: 1000, Seed: 1, DType: "F32", Untied: true}
 }
 
 func (s Spec) withDefaults() Spec {
@@ -294,6 +294,12 @@ func writeWeights(dir string, s Spec, vocab int) error {
 	lin := func(name string, shape ...int) { gen(name, 0, 0.02, shape...) }
 	norm := func(name string, shape ...int) { gen(name, 1, 0.1, shape...) }
 	bias := s.AttentionBias || s.Arch == "Qwen2ForCausalLM"
+	// An untied lm_head is wider than the other weights (std 0.2, not 0.02):
+	// with 0.02 the final hidden state (norm ~sqrt(H)) could move a logit by
+	// only ~1 nat, too little for the demo's RL loop to change what the model
+	// samples. Tied embeddings stay at 0.02: at 0.2 the residual stream would
+	// be dominated by the input token's own embedding and the model would
+	// just repeat its last token.
 	lin("model.embed_tokens.weight", vocab, H)
 	for l := 0; l < s.Layers; l++ {
 		p := "model.layers." + strconv.Itoa(l) + "."
@@ -318,7 +324,7 @@ func writeWeights(dir string, s Spec, vocab int) error {
 	}
 	norm("model.norm.weight", H)
 	if s.Untied {
-		lin("lm_head.weight", vocab, H)
+		gen("lm_head.weight", 0, 0.2, vocab, H)
 	}
 	meta := map[string]string{"format": "pt"}
 	if s.Shards <= 1 {
