@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -25,11 +24,9 @@ import (
 	"flywheel/internal/train"
 )
 
-// server runs the service on a temp data dir and returns its URL and an
-// API key. With learnable, flywheel/tiny's tied embedding is rescaled to
-// standard deviation 0.2 in memory (see internal/train's newEnv: at the
-// generator's 0.02 the logits can barely move).
-func server(t *testing.T, learnable bool) (string, string) {
+// server runs the service on a temp data dir, with flywheel/tiny as it
+// ships, and returns its URL and an API key.
+func server(t *testing.T) (string, string) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	dataDir, modelsDir := filepath.Join(dir, "data"), filepath.Join(dir, "models")
@@ -49,26 +46,6 @@ func server(t *testing.T, learnable bool) (string, string) {
 		t.Fatal(err)
 	}
 	reg := engine.NewRegistry(modelsDir)
-	if learnable {
-		base, err := reg.Get(tiny.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := *base.Weights
-		var ss float64
-		for _, v := range w.Embed {
-			ss += float64(v) * float64(v)
-		}
-		scale := float32(0.2 / math.Sqrt(ss/float64(len(w.Embed))))
-		w.Embed = append([]float32(nil), w.Embed...)
-		for i := range w.Embed {
-			w.Embed[i] *= scale
-		}
-		w.LMHead = w.Embed
-		m := engine.NewModel(tiny.ID, base.Config, &w, base.Tokenizer, base.Template)
-		m.Gen, m.Dir = base.Gen, base.Dir
-		reg.Put(m)
-	}
 	log := slog.New(slog.DiscardHandler)
 	q := jobs.New(st, jobs.Config{DataDir: dataDir, ModelsDir: modelsDir, Trainer: train.New(reg, train.Options{Logger: log}), Logger: log, PollInterval: 100 * time.Millisecond})
 	qctx, cancel := context.WithCancel(ctx)
@@ -94,7 +71,7 @@ func TestDemoLearnsOverHTTP(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("learning run skipped under -race / -short")
 	}
-	url, key := server(t, true)
+	url, key := server(t)
 	var out bytes.Buffer
 	res, err := demo.RunConfig(t.Context(), demo.Config{URL: url, APIKey: key, Project: "e2e", Name: "learner",
 		Steps: 8, Groups: 8, PerGroup: 8, MaxTokens: 16, Temperature: 1, Target: 'e'}, &out)
@@ -112,7 +89,7 @@ func TestDemoLearnsOverHTTP(t *testing.T) {
 // One training job through the whole service (also under -race): the job
 // completes, emits its events in order and adds checkpoint 1.
 func TestTrainingJobOverHTTP(t *testing.T) {
-	url, key := server(t, false)
+	url, key := server(t)
 	var out bytes.Buffer
 	res, err := demo.RunConfig(t.Context(), demo.Config{URL: url, APIKey: key, Project: "e2e", Name: "one",
 		Steps: 1, Groups: 2, PerGroup: 3, MaxTokens: 4, Temperature: 1, Target: 'e'}, &out)

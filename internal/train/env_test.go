@@ -3,7 +3,6 @@ package train
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -47,30 +46,13 @@ type env struct {
 	calls int
 }
 
-// newEnv sets up flywheel/tiny with a step-0 checkpoint. With learnable,
-// the tiny model's tied embedding is rescaled to standard deviation 0.2:
-// at the generator's 0.02 the final hidden state (RMS-normalised, norm ≈ 8)
-// can move any logit by at most ≈ 8·|E_row| ≈ 1.3 nats, too little for a
-// character-share reward to rise visibly in a few steps.
-func newEnv(t testing.TB, opts Options, learnable bool) *env {
+// newEnv sets up flywheel/tiny, as the server ships it, with a step-0
+// checkpoint.
+func newEnv(t testing.TB, opts Options) *env {
 	reg := tinyRegistry(t)
 	base, err := reg.Get(tiny.ID)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if sd := stddev(base.Weights.Embed); learnable && sd < 0.1 {
-		embedScale := float32(0.2 / sd)
-		w := *base.Weights
-		w.Embed = append([]float32(nil), w.Embed...)
-		for i := range w.Embed {
-			w.Embed[i] *= embedScale
-		}
-		w.LMHead = w.Embed
-		m := engine.NewModel(tiny.ID, base.Config, &w, base.Tokenizer, base.Template)
-		m.Gen = base.Gen
-		reg = engine.NewRegistry(t.TempDir())
-		reg.Put(m)
-		base = m
 	}
 	e := &env{t: t, reg: reg, base: base, root: t.TempDir(), ex: New(reg, opts)}
 	ad, err := engine.NewAdapter(base.Config, engine.DefaultLoRAConfig(), 1)
@@ -186,12 +168,3 @@ func sample(t testing.TB, m *engine.Model, ad *engine.Adapter, prompt []int, n, 
 	return choices, texts
 }
 
-func stddev(x []float32) float64 {
-	var s, ss float64
-	for _, v := range x {
-		s += float64(v)
-		ss += float64(v) * float64(v)
-	}
-	n := float64(len(x))
-	return math.Sqrt(ss/n - (s/n)*(s/n))
-}

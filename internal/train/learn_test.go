@@ -3,7 +3,6 @@ package train
 import (
 	"encoding/json"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -64,11 +63,11 @@ func TestRLLearnsOnTiny(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("learning run skipped under -race / -short (numeric code is too slow); run without -race")
 	}
-	e := newEnv(t, Options{}, true)
+	e := newEnv(t, Options{})
 	rng := rand.New(rand.NewPCG(1, 2))
 	start := time.Now()
 	var first, last []float64
-	const steps = 10
+	const steps = 15
 	for s := 0; s < steps; s++ {
 		req, mean := rlRound(t, e, rng, 8, 8, 16, 'e')
 		if s < 2 {
@@ -93,8 +92,7 @@ func TestRLLearnsOnTiny(t *testing.T) {
 		return s / float64(len(x))
 	}
 	t.Logf("reward %.3f -> %.3f in %v", avg(first), avg(last), time.Since(start))
-	if avg(last) < avg(first)+0.15 {
+	if avg(last) < avg(first)+0.25 {
 		t.Fatalf("mean reward did not rise clearly: %.3f -> %.3f", avg(first), avg(last))
 	}
-	_ = strings.TrimSpace
 }

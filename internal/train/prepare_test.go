@@ -41,7 +41,7 @@ func msgJSON(role, content string) json.RawMessage {
 // logprobs only on sampled tokens; and what follows the last choice is
 // dropped.
 func TestTokenizeHistorySplicesSampledIDs(t *testing.T) {
-	e := newEnv(t, Options{}, false)
+	e := newEnv(t, Options{})
 	c := &modelCodec{m: e.base}
 	tok := e.base.Tokenizer
 	imEnd, _ := tok.TokenToID(tiny.ImEnd)
@@ -136,7 +136,7 @@ func TestTokenizeHistorySplicesSampledIDs(t *testing.T) {
 
 // Tools render through the template, bare function schemas get wrapped.
 func TestTokenizeHistoryWithTools(t *testing.T) {
-	e := newEnv(t, Options{}, false)
+	e := newEnv(t, Options{})
 	c := &modelCodec{m: e.base}
 	tool := json.RawMessage(`{"name":"get_weather","description":"d","parameters":{"type":"object","properties":{}}}`)
 	ids := e.base.Tokenizer.Encode("ok", false)
@@ -179,7 +179,7 @@ func traj(e *env, reward float64, withLogprobs bool) map[string]any {
 
 // Advantages per group, skipping, weights, job metrics.
 func TestPrepareRLAdvantages(t *testing.T) {
-	e := newEnv(t, Options{}, false)
+	e := newEnv(t, Options{})
 	c := &modelCodec{m: e.base}
 	body, _ := json.Marshal(map[string]any{"trajectory_groups": []any{
 		map[string]any{"trajectories": []any{traj(e, 1, true), traj(e, 0, true), traj(e, 0, true), traj(e, 1, true)}},
@@ -249,7 +249,7 @@ func TestPacking(t *testing.T) {
 // is written outside OutDir.
 func TestCheckpointContinuesOptimizer(t *testing.T) {
 	req := map[string]any{"model_id": "m", "trajectory_groups": []any{}}
-	e := newEnv(t, Options{}, false)
+	e := newEnv(t, Options{})
 	req["trajectory_groups"] = []any{map[string]any{"trajectories": []any{traj(e, 1, true), traj(e, 0, true)}}}
 	snapshot := func() []string {
 		var files []string
@@ -288,7 +288,7 @@ func TestCheckpointContinuesOptimizer(t *testing.T) {
 	two := e.adapter()
 
 	// the same two steps in one session
-	e2 := newEnv(t, Options{}, false)
+	e2 := newEnv(t, Options{})
 	job := jobs.Job{BaseModel: tiny.ID, FromDir: e2.dir(0)}
 	s, err := e2.ex.open(job)
 	if err != nil {
@@ -326,7 +326,7 @@ func isUnder(p, dir string) bool {
 
 // Cancellation stops between steps with ctx.Err(); no checkpoint is written.
 func TestCancelStopsBetweenSteps(t *testing.T) {
-	e := newEnv(t, Options{TokensPerStep: 16}, false) // one sequence per step
+	e := newEnv(t, Options{TokensPerStep: 16}) // one sequence per step
 	var ts []any
 	for i := 0; i < 4; i++ {
 		ts = append(ts, traj(e, float64(i%2), true))
@@ -379,7 +379,7 @@ func TestSFTConfigParsing(t *testing.T) {
 
 // SFT masks the assistant content and its end token, per assistant_turns.
 func TestTokenizeSFTMasks(t *testing.T) {
-	e := newEnv(t, Options{}, false)
+	e := newEnv(t, Options{})
 	c := &modelCodec{m: e.base}
 	imEnd, _ := e.base.Tokenizer.TokenToID(tiny.ImEnd)
 	ex := SFTExample{Messages: []json.RawMessage{msgJSON("user", "a"), msgJSON("assistant", "one"),
@@ -417,7 +417,7 @@ func TestTokenizeSFTMasks(t *testing.T) {
 // with it.
 func TestPrecalculateLogprobs(t *testing.T) {
 	for _, pre := range []bool{false, true} {
-		e := newEnv(t, Options{}, false)
+		e := newEnv(t, Options{})
 		a, b := traj(e, 1, true), traj(e, 0, true)
 		for _, tr := range []map[string]any{a, b} {
 			ch := tr["messages_and_choices"].([]any)[1].(map[string]any)

@@ -53,7 +53,7 @@ func writeJSONL(t testing.TB, path string, rows []map[string]any) {
 }
 
 func TestSFTMemorisesReply(t *testing.T) {
-	e := newEnv(t, Options{}, false) // flywheel/tiny as the server ships it
+	e := newEnv(t, Options{}) // flywheel/tiny as the server ships it
 	const reply = "The password is swordfish."
 	user := map[string]any{"role": "user", "content": "What is the password?"}
 	ex := map[string]any{"messages": []any{user, map[string]any{"role": "assistant", "content": reply}}}
