@@ -22,6 +22,10 @@ func (s *Server) registerJobs() {
 	s.mux.HandleFunc("POST /v1/preview/training-jobs/{job_id}/cancel", s.h(s.cancelJob))
 }
 
+// flushEvery is how much of a body readBody accumulates before handing it
+// on (to the request file, and to validation running beside the read).
+const flushEvery = 1 << 20
+
 // readBody reads the whole request body into a buffer of exactly the
 // announced size when Content-Length is known (no growth copies for large
 // training payloads), handing each filled megabyte to sink as it arrives so
@@ -35,27 +39,83 @@ func readBody(r *http.Request, sink func([]byte)) ([]byte, error) {
 		}
 		return b, err
 	}
-	const flushEvery = 1 << 20
 	buf := make([]byte, r.ContentLength)
-	off, flushed := 0, 0
-	for off < len(buf) {
-		n, err := r.Body.Read(buf[off:min(off+flushEvery, len(buf))])
-		off += n
-		if sink != nil && (off-flushed >= flushEvery || off == len(buf)) {
-			sink(buf[flushed:off])
-			flushed = off
+	if err := fillBody(r.Body, buf, func(from, to int) {
+		if sink != nil {
+			sink(buf[from:to])
 		}
-		if err == io.EOF && off < len(buf) {
-			return nil, httpx.Invalid("", "invalid_json", "request body is shorter than its Content-Length")
-		}
-		if err != nil && err != io.EOF {
-			return nil, err
-		}
-	}
-	if sink != nil && flushed < off {
-		sink(buf[flushed:off])
+	}); err != nil {
+		return nil, err
 	}
 	return buf, nil
+}
+
+// fillBody reads body into all of buf, calling flushed(from, to) each time
+// at least flushEvery more bytes have arrived and once at the end, so that
+// buf[:to] is complete when it is called.
+func fillBody(body io.Reader, buf []byte, flushed func(from, to int)) error {
+	off, done := 0, 0
+	for off < len(buf) {
+		n, err := body.Read(buf[off:min(off+flushEvery, len(buf))])
+		off += n
+		if off-done >= flushEvery || off == len(buf) {
+			flushed(done, off)
+			done = off
+		}
+		if err == io.EOF && off < len(buf) {
+			return httpx.Invalid("", "invalid_json", "request body is shorter than its Content-Length")
+		}
+		if err != nil && err != io.EOF {
+			return err
+		}
+	}
+	return nil
+}
+
+// readValidateRL reads an RL training-job body and validates it while it
+// is arriving: validation runs on a second goroutine, a megabyte behind the
+// read at most (see validateRLStream), so reading, validating and writing
+// the request file (sink) overlap on the available cores. The body buffer
+// is the only per-byte allocation. A body of unknown length is read first
+// and validated after.
+func readValidateRL(r *http.Request, sink func([]byte)) ([]byte, rlRequest, error) {
+	if r.ContentLength <= 0 {
+		body, err := readBody(r, sink)
+		if err != nil {
+			return nil, rlRequest{}, err
+		}
+		req, err := validateRL(body)
+		return body, req, err
+	}
+	buf := make([]byte, r.ContentLength)
+	arrived := make(chan int, len(buf)/flushEvery+2) // never blocks the reader
+	type result struct {
+		req   rlRequest
+		err   error
+		panic any // re-raised on the handler's goroutine, where middleware recovers it
+	}
+	validated := make(chan result, 1)
+	go func() {
+		var res result
+		defer func() {
+			res.panic = recover()
+			validated <- res
+		}()
+		res.req, res.err = validateRLStream(buf, arrived)
+	}()
+	rerr := fillBody(r.Body, buf, func(from, to int) {
+		sink(buf[from:to])
+		arrived <- to
+	})
+	close(arrived)
+	v := <-validated // never leave the validator running on buf
+	if v.panic != nil {
+		panic(v.panic)
+	}
+	if rerr != nil {
+		return nil, rlRequest{}, rerr
+	}
+	return buf, v.req, v.err
 }
 
 func jobJSON(j store.Job) map[string]any {
@@ -98,11 +158,7 @@ func (s *Server) createRLJob(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer pending.Discard() // a no-op once submitted
-	body, err := readBody(r, pending.Write)
-	if err != nil {
-		return err
-	}
-	req, err := validateRL(body)
+	body, req, err := readValidateRL(r, pending.Write)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -343,5 +345,35 @@ func TestSFTJob(t *testing.T) {
 	r = upload(t, e, e.alice, "empty.jsonl", "")
 	if r.status != 400 {
 		t.Errorf("empty file: %d %s", r.status, r.raw)
+	}
+}
+
+// TestRLJobLargeBodyErrors covers bodies validated while they arrive: an
+// error deep in a multi-megabyte payload still names its JSON path, and a
+// body shorter than its Content-Length is refused.
+func TestRLJobLargeBodyErrors(t *testing.T) {
+	e := newEnv(t, envOpts{noTrain: true, workers: 1})
+	id := e.createModel("m")
+	body := payload(id, 3<<20)
+	post := func(b []byte, length int64) (int, string) {
+		req := httptest.NewRequest("POST", "/v1/preview/training-jobs", bytes.NewReader(b))
+		req.ContentLength = length
+		req.Header.Set("Authorization", "Bearer "+e.alice)
+		rec := httptest.NewRecorder()
+		e.srv.Handler.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	for _, at := range []int{bytes.Index(body, []byte(`"reward": `)), bytes.LastIndex(body, []byte(`"reward": `))} {
+		bad := slices.Concat(body[:at], []byte(`"reward": true, "x": `), body[at+len(`"reward": `):])
+		if code, out := post(bad, int64(len(bad))); code != 400 || !strings.Contains(out, `.reward: expected a number, got a boolean`) ||
+			!strings.Contains(out, `"trajectory_groups[`) {
+			t.Errorf("bad reward at byte %d: %d %s", at, code, out)
+		}
+	}
+	if code, out := post(body[:2<<20], int64(len(body))); code != 400 || !strings.Contains(out, "shorter than its Content-Length") {
+		t.Errorf("short body: %d %s", code, out)
+	}
+	if code, out := post(body, int64(len(body))); code != 200 {
+		t.Errorf("good body: %d %s", code, out)
 	}
 }

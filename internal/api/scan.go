@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -15,11 +16,53 @@ import (
 // "trajectory_groups[3].trajectories[0].reward". Training payloads are large
 // (tens of MB), so this walks the bytes once without building values;
 // encoding/json would be several times slower and would not give indices.
+//
+// The scanner can also run while the body is still arriving (see
+// validateRLStream): data is then the prefix of full received so far, and
+// object and array call fill between members to extend it.
 type scanner struct {
 	data  []byte
 	pos   int
 	path  []seg
 	depth int
+
+	full  []byte     // the whole body; data is full[:n]
+	more  <-chan int // while the body arrives: lengths of its received prefix
+	ahead int        // fill keeps at least this many unread bytes in data when it can
+}
+
+// fillAhead is how far ahead of the scanner a streaming window is kept: a
+// token that starts in the window is complete unless it is longer than
+// this (then the scan fails on the window edge and validateRLStream scans
+// again over the whole body).
+const fillAhead = 1 << 20
+
+// fill extends a streaming window so that at least s.ahead unread bytes are
+// in it, or the whole body, waiting for them to arrive. It is called only
+// right after consuming '{', '[' or ',', never between reading at the
+// window edge and failing on it: a token cut by the edge (or peek's 0 there)
+// always ends the scan with a syntax error before the window grows, and
+// validateRLStream then scans the whole body again. Syntax errors are never
+// swallowed (see eagerLogprobs), so a scan that ends on a complete window
+// took exactly the decisions a scan of the whole body takes.
+func (s *scanner) fill() {
+	if s.more != nil && len(s.data)-s.pos < s.ahead {
+		s.wait(s.pos + s.ahead)
+	}
+}
+
+// wait blocks until data holds at least n bytes (at most the whole body) or
+// the body stops arriving.
+func (s *scanner) wait(n int) {
+	n = min(n, len(s.full))
+	for len(s.data) < n && s.more != nil {
+		got, ok := <-s.more
+		if !ok {
+			s.more = nil
+			return
+		}
+		s.data = s.full[:got]
+	}
 }
 
 // seg is one step of a JSON path: an object key or an array index.
@@ -96,7 +139,16 @@ func kindName(c byte) string {
 	return "a number"
 }
 
+// ws skips whitespace. Most values follow ": " or ", " or nothing, so the
+// common case (the next byte is not whitespace) returns at once.
 func (s *scanner) ws() {
+	if s.pos < len(s.data) && s.data[s.pos] > ' ' {
+		return
+	}
+	s.wsSlow()
+}
+
+func (s *scanner) wsSlow() {
 	for s.pos < len(s.data) {
 		switch s.data[s.pos] {
 		case ' ', '\t', '\n', '\r':
@@ -107,9 +159,22 @@ func (s *scanner) ws() {
 	}
 }
 
+// space skips one ' ', the usual separator after ':' and ',', so that the
+// next peek takes its fast path.
+func (s *scanner) space() {
+	if s.pos < len(s.data) && s.data[s.pos] == ' ' {
+		s.pos++
+	}
+}
+
 // peek returns the first byte of the next value (after whitespace), 0 at EOF.
 func (s *scanner) peek() byte {
-	s.ws()
+	if s.pos < len(s.data) {
+		if c := s.data[s.pos]; c > ' ' {
+			return c
+		}
+	}
+	s.wsSlow()
 	if s.pos >= len(s.data) {
 		return 0
 	}
@@ -128,10 +193,14 @@ func (s *scanner) str() ([]byte, bool, error) {
 	d := s.data
 	for i := s.pos; i < len(d); i++ {
 		// Fast path: skip 8 plain bytes at a time (no quote, backslash or
-		// control character among them).
+		// control character among them), then jump straight to the first
+		// special byte of the word: the lowest set bit of the mask is exact
+		// (the borrow false positives of hasZero/hasLess only appear above a
+		// byte that really matches).
 		for i+8 <= len(d) {
 			w := binary.LittleEndian.Uint64(d[i:])
-			if hasZero(w^(lo8*'"'))|hasZero(w^(lo8*'\\'))|hasLess(w, 0x20) != 0 {
+			if m := hasZero(w^(lo8*'"')) | hasZero(w^(lo8*'\\')) | hasLess(w, 0x20); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
 				break
 			}
 			i += 8
@@ -188,7 +257,9 @@ func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
-// num consumes a number and returns its text.
+// num consumes a number and returns its text. A number that reaches the
+// edge of a streaming window may continue beyond it, so it is a syntax
+// error there (see fill).
 func (s *scanner) num() ([]byte, error) {
 	s.ws()
 	d := s.data
@@ -234,6 +305,9 @@ func (s *scanner) num() ([]byte, error) {
 		}
 	}
 	s.pos = i
+	if i == len(d) && len(d) < len(s.full) {
+		return nil, s.syntaxErr("number cut by the end of the data received so far")
+	}
 	return d[start:i], nil
 }
 
@@ -281,6 +355,7 @@ func (s *scanner) object(fn func(key []byte) error) error {
 		return s.syntaxErr("nesting too deep")
 	}
 	s.pos++
+	s.fill()
 	if s.peek() == '}' {
 		s.pos++
 		s.depth--
@@ -302,13 +377,15 @@ func (s *scanner) object(fn func(key []byte) error) error {
 			return s.syntaxErr("expected ':' after object key")
 		}
 		s.pos++
+		s.space()
 		if err := fn(key); err != nil {
 			return err
 		}
 		switch s.peek() {
 		case ',':
 			s.pos++
-			s.ws()
+			s.fill()
+			s.space()
 		case '}':
 			s.pos++
 			s.depth--
@@ -329,6 +406,7 @@ func (s *scanner) array(fn func(i int) error) error {
 		return s.syntaxErr("nesting too deep")
 	}
 	s.pos++
+	s.fill()
 	if s.peek() == ']' {
 		s.pos++
 		s.depth--
@@ -341,6 +419,8 @@ func (s *scanner) array(fn func(i int) error) error {
 		switch s.peek() {
 		case ',':
 			s.pos++
+			s.fill()
+			s.space()
 		case ']':
 			s.pos++
 			s.depth--
@@ -396,25 +476,45 @@ func (s *scanner) wantString(nullable bool) ([]byte, error) {
 	return nil, s.typeErr("a string")
 }
 
-// wantNumber consumes a number (or null when nullable) and returns its
-// value; ok is false for null.
-func (s *scanner) wantNumber(nullable bool) (float64, bool, error) {
+// wantNumber consumes a number (or null when nullable) and checks that it
+// is finite; ok is false for null. The value itself is not needed by the
+// schema, so it is only parsed when it could be out of range (see
+// certainlyFinite).
+func (s *scanner) wantNumber(nullable bool) (ok bool, err error) {
 	c := s.peek()
 	if c == 'n' && nullable {
-		return 0, false, s.lit("null")
+		return false, s.lit("null")
 	}
 	if c != '-' && (c < '0' || c > '9') {
-		return 0, false, s.typeErr("a number")
+		return false, s.typeErr("a number")
 	}
 	b, err := s.num()
 	if err != nil {
-		return 0, false, err
+		return false, err
 	}
-	f, err := strconv.ParseFloat(string(b), 64)
-	if err != nil { // out of range: ±Inf
-		return 0, false, s.invalid("invalid_value", "number %s is out of range; numbers must be finite", b)
+	if certainlyFinite(b) {
+		return true, nil
 	}
-	return f, true, nil
+	if _, err := strconv.ParseFloat(string(b), 64); err != nil { // out of range: ±Inf
+		return false, s.invalid("invalid_value", "number %s is out of range; numbers must be finite", b)
+	}
+	return true, nil
+}
+
+// certainlyFinite reports, without parsing, that the valid JSON number b
+// fits a float64: with no exponent it has at most len(b) integer digits, and
+// any number below 1e308 is finite (MaxFloat64 is about 1.8e308; underflow
+// rounds to zero without error). Other numbers need strconv.ParseFloat.
+func certainlyFinite(b []byte) bool {
+	if len(b) > 308 {
+		return false
+	}
+	for _, c := range b {
+		if c|0x20 == 'e' {
+			return false
+		}
+	}
+	return true
 }
 
 // end checks that only whitespace follows the top-level value.

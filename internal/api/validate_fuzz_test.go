@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"flywheel/internal/httpx"
@@ -29,6 +30,7 @@ func FuzzValidateRL(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req, err := validateRL(data)
+		checkStreamAgrees(t, data, req, err)
 		if err != nil {
 			var he *httpx.Error
 			if !errors.As(err, &he) || he.Status != 400 || he.Message == "" {
@@ -89,4 +91,59 @@ func TestScannerMatchesEncodingJSON(t *testing.T) {
 			t.Errorf("%s: got %v, want invalid_json", s, err)
 		}
 	}
+}
+
+// streamRL runs validateRLStream with the body arriving step bytes at a
+// time and a window of ahead bytes.
+func streamRL(data []byte, step, ahead int) (rlRequest, error) {
+	arrived := make(chan int, len(data)/step+2)
+	go func() {
+		for n := step; ; n += step {
+			arrived <- min(n, len(data))
+			if n >= len(data) {
+				close(arrived)
+				return
+			}
+		}
+	}()
+	return validateRLStreamAhead(data, arrived, ahead)
+}
+
+// checkStreamAgrees checks that validating data while it arrives, in small
+// steps and with a small window (tokens cut at the window edge), gives
+// exactly validateRL's result on the whole body.
+func checkStreamAgrees(t *testing.T, data []byte, want rlRequest, wantErr error) {
+	t.Helper()
+	for _, c := range []struct{ step, ahead int }{{1, 1}, {3, 2}, {7, 16}, {64, 5}} {
+		got, err := streamRL(data, c.step, c.ahead)
+		if !sameRL(got, err, want, wantErr) {
+			t.Fatalf("streamed (step %d, window %d) %q: got %+v, %v; want %+v, %v", c.step, c.ahead, data, got, err, want, wantErr)
+		}
+	}
+}
+
+// TestValidateRLStreamAgrees runs checkStreamAgrees on the fuzz seeds, the
+// syntax corner cases, and a real payload cut into 4 KB steps.
+func TestValidateRLStreamAgrees(t *testing.T) {
+	for _, s := range fuzzSeeds {
+		req, err := validateRL([]byte(s))
+		checkStreamAgrees(t, []byte(s), req, err)
+	}
+	data := benchPayload()[:1<<20]
+	data = append(data[:len(data):len(data)], "]}]}]}"...) // cut mid-payload: an error deep inside
+	for _, d := range [][]byte{benchPayload(), data} {
+		want, wantErr := validateRL(d)
+		for _, ahead := range []int{1, 100, 4096} {
+			got, err := streamRL(d, 4096, ahead)
+			if !sameRL(got, err, want, wantErr) {
+				t.Fatalf("window %d: got %+v, %v; want %+v, %v", ahead, got, err, want, wantErr)
+			}
+		}
+	}
+}
+
+// sameRL reports whether two validation results are identical.
+func sameRL(a rlRequest, aErr error, b rlRequest, bErr error) bool {
+	return fmt.Sprint(aErr) == fmt.Sprint(bErr) && a.ModelID == b.ModelID && a.Groups == b.Groups &&
+		a.Trajectories == b.Trajectories && string(a.ExperimentalConfig) == string(b.ExperimentalConfig)
 }

@@ -20,8 +20,39 @@ type rlRequest struct {
 // Errors are *httpx.Error naming the JSON path. experimental_config is
 // returned raw for validateRLConfig.
 func validateRL(data []byte) (rlRequest, error) {
+	s := &scanner{data: data, full: data, path: make([]seg, 0, 16)}
+	return s.rl()
+}
+
+// validateRLStream is validateRL on a body that is still arriving, so that
+// validation overlaps reading it: arrived delivers the length of the filled
+// prefix of body as it grows (the final value len(body)), and is closed
+// when reading stops. The result is always validateRL's on the whole body.
+// A scan that fails while it sees only part of the body may have failed on
+// a token cut by the window edge (or one longer than fillAhead), so it is
+// repeated over the whole body once it has arrived.
+func validateRLStream(body []byte, arrived <-chan int) (rlRequest, error) {
+	return validateRLStreamAhead(body, arrived, fillAhead)
+}
+
+// validateRLStreamAhead is validateRLStream keeping ahead bytes in the
+// window (tests use tiny values to cut tokens at every position).
+func validateRLStreamAhead(body []byte, arrived <-chan int, ahead int) (rlRequest, error) {
+	s := &scanner{data: body[:0], full: body, more: arrived, ahead: ahead, path: make([]seg, 0, 16)}
+	req, err := s.rl()
+	if err != nil && len(s.data) < len(body) {
+		s.wait(len(body))
+		if len(s.data) == len(body) {
+			return validateRL(body)
+		}
+	}
+	return req, err
+}
+
+// rl validates an RL training-job request (see validateRL).
+func (s *scanner) rl() (rlRequest, error) {
 	var req rlRequest
-	s := &scanner{data: data, path: make([]seg, 0, 16)}
+	s.fill()
 	if c := s.peek(); c != '{' {
 		if c == 0 {
 			return req, httpx.Invalid("", "invalid_json", "request body is empty; expected a JSON object")
@@ -59,7 +90,7 @@ func validateRL(data []byte) (rlRequest, error) {
 			if err := s.wantObject(true, func([]byte) error { return s.skip() }); err != nil {
 				return err
 			}
-			if raw := trimWS(data[start:s.pos]); len(raw) > 0 && raw[0] == '{' {
+			if raw := trimWS(s.data[start:s.pos]); len(raw) > 0 && raw[0] == '{' {
 				req.ExperimentalConfig = raw
 			}
 			s.pop()
@@ -70,6 +101,10 @@ func validateRL(data []byte) (rlRequest, error) {
 	})
 	if err != nil {
 		return req, err
+	}
+	s.wait(len(s.full))
+	if len(s.data) < len(s.full) {
+		return req, httpx.Invalid("", "invalid_json", "request body is shorter than its Content-Length")
 	}
 	if err := s.end(); err != nil {
 		return req, err
@@ -145,7 +180,7 @@ func (s *scanner) trajectory() error {
 		case "reward":
 			haveReward = true
 			s.push("reward")
-			if _, _, err := s.wantNumber(false); err != nil {
+			if _, err := s.wantNumber(false); err != nil {
 				return err
 			}
 			s.pop()
@@ -163,7 +198,7 @@ func (s *scanner) trajectory() error {
 			s.pop()
 		case "initial_policy_version", "final_policy_version":
 			s.push(constKey(k))
-			if _, _, err := s.wantNumber(true); err != nil {
+			if _, err := s.wantNumber(true); err != nil {
 				return err
 			}
 			s.pop()
@@ -442,7 +477,7 @@ func (s *scanner) logprobsKey(key []byte) error {
 			case "logprob":
 				haveLP = true
 				s.push("logprob")
-				if _, _, err := s.wantNumber(false); err != nil {
+				if _, err := s.wantNumber(false); err != nil {
 					return err
 				}
 				s.pop()

@@ -2,18 +2,19 @@ package trace
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"path/filepath"
 	"testing"
 
 	_ "modernc.org/sqlite"
 
 	"flywheel/internal/auth"
+	"flywheel/internal/store"
 )
 
 // Test principals: alice is in entities alice and team; bob only in bob.
@@ -44,25 +45,17 @@ func openTestDB(t testing.TB) *sql.DB {
 	return db
 }
 
-// openFoundationDB opens a database the way internal/store does (WAL,
-// synchronous NORMAL, BEGIN IMMEDIATE, 8 connections), for the benchmark and
-// a compatibility test.
+// openFoundationDB opens a database exactly as the service does
+// (store.OpenSQLite: WAL, synchronous NORMAL, BEGIN IMMEDIATE, mmap, 8
+// connections), for the benchmark and a compatibility test.
 func openFoundationDB(t testing.TB) *sql.DB {
 	t.Helper()
-	q := url.Values{}
-	q.Add("_pragma", "foreign_keys(1)")
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "busy_timeout(10000)")
-	q.Add("_pragma", "synchronous(NORMAL)")
-	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "store.db")+"?"+q.Encode())
+	st, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "store.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.SetMaxOpenConns(8)
-	db.SetMaxIdleConns(8)
-	t.Cleanup(func() { db.Close() })
-	return db
+	t.Cleanup(func() { st.Close() })
+	return st.DB()
 }
 
 type env struct {

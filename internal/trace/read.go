@@ -4,11 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
@@ -36,20 +36,6 @@ const totalExpr = `CASE WHEN c.parent_id IS NULL THEN (SELECT SUM(t.start_size +
 	WHERE t.project = c.project AND t.trace_id = c.trace_id) END`
 
 type scanner interface{ Scan(dest ...any) error }
-
-func scanCall(sc scanner, withTotal bool) (*callRow, error) {
-	var c callRow
-	dest := []any{&c.id, &c.opName, &c.displayName, &c.traceID, &c.parentID, &c.threadID, &c.turnID,
-		&c.startedAt, &c.endedAt, &c.attributes, &c.inputs, &c.output, &c.exception, &c.summary,
-		&c.userID, &c.runID, &c.runStep, &c.runStepEnd, &c.deletedAt, &c.size}
-	if withTotal {
-		dest = append(dest, &c.tot)
-	}
-	if err := sc.Scan(dest...); err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
 
 // rowScanner scans rows of a cursor into one reused callRow; the JSON
 // columns go through sql.RawBytes buffers (no allocation per row), valid
@@ -121,7 +107,10 @@ func (s *Service) handleRead(w http.ResponseWriter, r *http.Request, p *auth.Pri
 		return err
 	}
 	inc := includes{Costs: isTrue(req.IncludeCosts), Size: isTrue(req.IncludeStorageSize), Total: isTrue(req.IncludeTotalStorageSize)}
-	buf, err := s.readCall(r.Context(), entity, name, *req.ID, inc)
+	bp := getReadBuf()
+	defer putReadBuf(bp)
+	buf, err := s.appendRead(r.Context(), (*bp)[:0], entity, name, *req.ID, inc)
+	*bp = buf
 	if err != nil {
 		return err
 	}
@@ -129,46 +118,93 @@ func (s *Service) handleRead(w http.ResponseWriter, r *http.Request, p *auth.Pri
 	return nil
 }
 
-// readCall renders {"call": ...} for one call.
-func (s *Service) readCall(ctx context.Context, entity, name, id string, inc includes) ([]byte, error) {
-	null := []byte("{\"call\": null}\n")
+// readBufs pools the response buffers of /call/read: a read renders into a
+// pooled buffer that goes back once the response is written, so the steady
+// state allocates no response-sized memory (less GC work, a shorter tail).
+var readBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// maxPooledReadBuf caps the buffers kept in readBufs: one huge call does
+// not pin its buffer.
+const maxPooledReadBuf = 64 << 10
+
+func getReadBuf() *[]byte { return readBufs.Get().(*[]byte) }
+
+func putReadBuf(b *[]byte) {
+	if cap(*b) <= maxPooledReadBuf {
+		*b = (*b)[:0]
+		readBufs.Put(b)
+	}
+}
+
+// readScanners pools the row scanners of /call/read, with ([1]) and
+// without ([0]) the total-size column.
+var readScanners = [2]sync.Pool{
+	{New: func() any { return newRowScanner(false) }},
+	{New: func() any { return newRowScanner(true) }},
+}
+
+// readSQL and readTotalSQL select one visible call by id, without and with
+// the root's total storage size (built once: the text is the key of the
+// prepared-statement cache).
+var (
+	readSQL      = `SELECT ` + callColumns + readFrom
+	readTotalSQL = `SELECT ` + callColumns + ", " + totalExpr + readFrom
+)
+
+const readFrom = ` FROM trace_calls c WHERE c.project = ? AND c.id = ? AND c.deleted_at IS NULL AND c.started_at IS NOT NULL`
+
+// appendRead appends {"call": ...}\n for one call to b. The row is scanned
+// into a pooled rowScanner (JSON columns as sql.RawBytes, not copied) and
+// rendered while the cursor is open.
+func (s *Service) appendRead(ctx context.Context, b []byte, entity, name, id string, inc includes) ([]byte, error) {
+	const null = "{\"call\": null}\n"
 	proj, ok, err := s.lookupProject(ctx, s.db, entity, name)
 	if err != nil {
-		return nil, err
+		return b, err
 	}
 	if !ok {
-		return null, nil
+		return append(b, null...), nil
 	}
-	q := `SELECT ` + callColumns
+	q := readSQL
 	if inc.Total {
-		q += ", " + totalExpr
+		q = readTotalSQL
 	}
-	q += ` FROM trace_calls c WHERE c.project = ? AND c.id = ? AND c.deleted_at IS NULL AND c.started_at IS NOT NULL`
 	st, err := s.prepared(q)
 	if err != nil {
-		return nil, err
+		return b, err
 	}
-	row, err := scanCall(st.QueryRowContext(ctx, proj, id), inc.Total)
-	if errors.Is(err, sql.ErrNoRows) {
-		return null, nil
+	pool := &readScanners[0]
+	if inc.Total {
+		pool = &readScanners[1]
 	}
+	rs := pool.Get().(*rowScanner)
+	defer pool.Put(rs) // after rows.Close: rs's RawBytes are the cursor's
+	rows, err := st.QueryContext(ctx, proj, id)
 	if err != nil {
-		return nil, err
+		return b, err
 	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return b, err
+		}
+		return append(b, null...), nil
+	}
+	row, err := rs.scan(rows)
+	if err != nil {
+		return b, err
+	}
+	projectID := entity + "/" + name
 	var book *priceBook
-	if inc.Costs {
-		models := usageModels(row.summary)
-		if len(models) > 0 {
-			if book, err = s.loadPrices(ctx, entity+"/"+name, models); err != nil {
-				return nil, err
-			}
+	if inc.Costs && hasUsage(row.summary) {
+		if book, err = s.loadPrices(ctx, projectID, nil); err != nil {
+			return b, err
 		}
 	}
-	buf := make([]byte, 0, 512+len(row.attributes)+len(row.inputs)+len(row.output)+len(row.summary))
-	buf = append(buf, `{"call": `...)
-	buf = s.appendCall(buf, row, entity+"/"+name, inc, book)
-	buf = append(buf, "}\n"...)
-	return buf, nil
+	b = append(b, `{"call": `...)
+	b = s.appendCall(b, row, projectID, inc, book)
+	b = append(b, "}\n"...)
+	return b, rows.Close()
 }
 
 func appendNullStr(b []byte, v sql.NullString) []byte {
@@ -305,61 +341,17 @@ func statusCountsError(summary []rawMember) float64 {
 
 // appendSummary writes the stored summary with summary.platform derived and
 // merged over any stored platform object (stored keys kept, derived ones set).
+// With several stored "platform" members the last one is the merged one.
 func (s *Service) appendSummary(b []byte, c *callRow, inc includes, book *priceBook) []byte {
 	var members []rawMember
 	if c.summary != nil {
 		members, _ = splitObject(c.summary)
 	}
-	var platform []rawMember
 	platIdx := -1
 	for i, m := range members {
 		if m.Key == "platform" {
 			platIdx = i
-			platform, _ = splitObject(m.Value) // a non-object stored value is replaced
 		}
-	}
-	set := func(key string, val []byte) {
-		for i := range platform {
-			if platform[i].Key == key {
-				platform[i].Value = val
-				return
-			}
-		}
-		platform = append(platform, rawMember{Key: key, Value: val})
-	}
-	set("status", appendPyString(nil, statusOf(c, members)))
-	if c.startedAt.Valid && c.endedAt.Valid {
-		lat := (c.endedAt.Int64 - c.startedAt.Int64) / 1000
-		if lat < 0 {
-			lat = 0 // ended_at before started_at is stored as sent; latency is never negative
-		}
-		set("latency_ms", strconv.AppendInt(nil, lat, 10))
-	}
-	if c.displayName.Valid && c.displayName.String != "" {
-		set("display_name", appendPyString(nil, c.displayName.String))
-	} else if c.opName.Valid {
-		set("trace_name", appendPyString(nil, traceName(c.opName.String)))
-	}
-	if inc.Costs {
-		if costs := s.costsFor(c, members, book); costs != nil {
-			set("costs", costs)
-		}
-	}
-	var pb []byte
-	pb = append(pb, '{')
-	for i, m := range platform {
-		if i > 0 {
-			pb = append(pb, ", "...)
-		}
-		pb = appendPyString(pb, m.Key)
-		pb = append(pb, ": "...)
-		pb = append(pb, m.Value...)
-	}
-	pb = append(pb, '}')
-	if platIdx >= 0 {
-		members[platIdx].Value = pb
-	} else {
-		members = append(members, rawMember{Key: "platform", Value: pb})
 	}
 	b = append(b, '{')
 	for i, m := range members {
@@ -368,9 +360,103 @@ func (s *Service) appendSummary(b []byte, c *callRow, inc includes, book *priceB
 		}
 		b = appendPyString(b, m.Key)
 		b = append(b, ": "...)
-		b = append(b, m.Value...)
+		if i == platIdx {
+			b = s.appendPlatform(b, c, members, m.Value, inc, book)
+		} else {
+			b = append(b, m.Value...)
+		}
+	}
+	if platIdx < 0 {
+		if len(members) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, `"platform": `...)
+		b = s.appendPlatform(b, c, members, nil, inc, book)
 	}
 	return append(b, '}')
+}
+
+// appendPlatform writes summary.platform: the stored platform object's
+// members in order (a non-object stored value counts as {}), where the first
+// member named like a derived key (status, latency_ms, display_name or
+// trace_name, costs) gets the derived value, then the derived keys the stored
+// object lacks, in that order. summary is the stored summary's members.
+func (s *Service) appendPlatform(b []byte, c *callRow, summary []rawMember, stored []byte, inc includes, book *priceBook) []byte {
+	var members []rawMember
+	if stored != nil {
+		members, _ = splitObject(stored)
+	}
+	hasLatency := c.startedAt.Valid && c.endedAt.Valid
+	var nameKey, name string
+	if c.displayName.Valid && c.displayName.String != "" {
+		nameKey, name = "display_name", c.displayName.String
+	} else if c.opName.Valid {
+		nameKey, name = "trace_name", traceName(c.opName.String)
+	}
+	// seen* record that a stored member took the derived value (or, for
+	// costs, was where it would have gone).
+	var seenStatus, seenLatency, seenName, seenCosts bool
+	b = append(b, '{')
+	for i, m := range members {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendPyString(b, m.Key)
+		b = append(b, ": "...)
+		switch {
+		case m.Key == "status" && !seenStatus:
+			seenStatus = true
+			b = appendPyString(b, statusOf(c, summary))
+		case m.Key == "latency_ms" && hasLatency && !seenLatency:
+			seenLatency = true
+			b = appendLatency(b, c)
+		case nameKey != "" && m.Key == nameKey && !seenName:
+			seenName = true
+			b = appendPyString(b, name)
+		case m.Key == "costs" && inc.Costs && !seenCosts:
+			seenCosts = true
+			var ok bool
+			if b, ok = s.appendCosts(b, c, summary, book); !ok {
+				b = append(b, m.Value...) // no priced usage: the stored value stays
+			}
+		default:
+			b = append(b, m.Value...)
+		}
+	}
+	// status is always present, so every key after it needs a separator
+	if !seenStatus {
+		if len(members) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, `"status": `...)
+		b = appendPyString(b, statusOf(c, summary))
+	}
+	if hasLatency && !seenLatency {
+		b = append(b, `, "latency_ms": `...)
+		b = appendLatency(b, c)
+	}
+	if nameKey != "" && !seenName {
+		b = append(b, ", "...)
+		b = appendPyString(b, nameKey)
+		b = append(b, ": "...)
+		b = appendPyString(b, name)
+	}
+	if inc.Costs && !seenCosts {
+		mark := len(b)
+		b = append(b, `, "costs": `...)
+		var ok bool
+		if b, ok = s.appendCosts(b, c, summary, book); !ok {
+			b = b[:mark]
+		}
+	}
+	return append(b, '}')
+}
+
+// appendLatency writes summary.platform.latency_ms (ended_at - started_at,
+// both set): ended_at before started_at is stored as sent, and the latency
+// is then 0, never negative.
+func appendLatency(b []byte, c *callRow) []byte {
+	return strconv.AppendInt(b, max(0, (c.endedAt.Int64-c.startedAt.Int64)/1000), 10)
 }
 
 // usage is one model's entry of summary.usage.
@@ -381,6 +467,53 @@ type usage struct {
 	CompletionTokens json.Number `json:"completion_tokens"`
 	OutputTokens     json.Number `json:"output_tokens"`
 	TotalTokens      json.Number `json:"total_tokens"`
+}
+
+// usageField returns the field of u that a usage key decodes into, matched
+// case-insensitively as encoding/json does, or nil.
+func usageField(u *usage, key string) *json.Number {
+	for _, f := range [...]struct {
+		name string
+		dst  *json.Number
+	}{{"requests", &u.Requests}, {"prompt_tokens", &u.PromptTokens}, {"input_tokens", &u.InputTokens},
+		{"completion_tokens", &u.CompletionTokens}, {"output_tokens", &u.OutputTokens}, {"total_tokens", &u.TotalTokens}} {
+		if strings.EqualFold(key, f.name) {
+			return f.dst
+		}
+	}
+	return nil
+}
+
+// decodeUsage decodes one summary.usage entry as json.Unmarshal into usage
+// would (ok=false where Unmarshal fails or v is not an object), without
+// reflection in the common case: stored canonical members whose values are
+// numbers or null are taken directly (the last of duplicate keys wins, null
+// leaves a field as it is); any other value of a usage field (a string, which
+// Unmarshal takes when it holds a number, or a type error) goes through
+// json.Unmarshal itself.
+func decodeUsage(v []byte) (u usage, ok bool) {
+	if jsonKindOf(v) != 'o' {
+		return u, false
+	}
+	members, ok := splitObject(v)
+	if !ok {
+		return u, json.Unmarshal(v, &u) == nil
+	}
+	for _, m := range members {
+		dst := usageField(&u, m.Key)
+		if dst == nil {
+			continue
+		}
+		switch jsonKindOf(m.Value) {
+		case 'n':
+			*dst = json.Number(m.Value)
+		case 'z':
+		default:
+			u = usage{}
+			return u, json.Unmarshal(v, &u) == nil
+		}
+	}
+	return u, true
 }
 
 func num(n json.Number) float64 {
@@ -405,17 +538,13 @@ func usageOf(summary []rawMember) []rawMember {
 	return nil
 }
 
-// usageModels lists the model keys of summary.usage in a stored summary.
-func usageModels(summary []byte) []string {
+// hasUsage reports whether a stored summary has summary.usage members.
+func hasUsage(summary []byte) bool {
 	if summary == nil {
-		return nil
+		return false
 	}
 	members, _ := splitObject(summary)
-	var out []string
-	for _, m := range usageOf(members) {
-		out = append(out, m.Key)
-	}
-	return out
+	return len(usageOf(members)) > 0
 }
 
 // appendCount writes a token count: an integer when integral, else a float.
@@ -426,25 +555,26 @@ func appendCount(b []byte, f float64) []byte {
 	return appendPyFloat(b, f)
 }
 
-// costsFor builds summary.platform.costs, or nil when no usage has a price.
-func (s *Service) costsFor(c *callRow, summary []rawMember, book *priceBook) []byte {
+// appendCosts appends summary.platform.costs to b. ok is false (and b is
+// returned unchanged) when no usage has a price: the key is then left out.
+func (s *Service) appendCosts(b []byte, c *callRow, summary []rawMember, book *priceBook) (_ []byte, ok bool) {
 	models := usageOf(summary)
 	if len(models) == 0 {
-		return nil
+		return b, false
 	}
 	var started int64
 	if c.startedAt.Valid {
 		started = c.startedAt.Int64
 	}
-	var out []byte
+	out := b
 	n := 0
 	for _, m := range models {
 		pr := s.choosePrice(book, m.Key, started)
 		if pr == nil {
 			continue
 		}
-		var u usage
-		if jsonKindOf(m.Value) != 'o' || json.Unmarshal(m.Value, &u) != nil {
+		u, ok := decodeUsage(m.Value)
+		if !ok {
 			continue
 		}
 		prompt := num(u.PromptTokens) + num(u.InputTokens)
@@ -499,7 +629,7 @@ func (s *Service) costsFor(c *callRow, summary []rawMember, book *priceBook) []b
 		out = append(out, '}')
 	}
 	if n == 0 {
-		return nil
+		return b, false
 	}
-	return append(out, '}')
+	return append(out, '}'), true
 }

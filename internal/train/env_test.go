@@ -167,4 +167,3 @@ func sample(t testing.TB, m *engine.Model, ad *engine.Adapter, prompt []int, n, 
 	}
 	return choices, texts
 }
-
