@@ -34,7 +34,7 @@ func UnmarshalJSON(data []byte, v any) error {
 	if errors.As(err, &te) {
 		path := te.Field
 		if path == "" {
-			return Invalid("", "invalid_type", "request body must be a JSON %s, got %s", te.Type.Kind(), te.Value)
+			return Invalid("", "invalid_type", "request body must be %s, got %s", jsonKind(te.Type.Kind().String()), te.Value)
 		}
 		return Invalid(path, "invalid_type", "%s: expected %s, got %s", path, jsonKind(te.Type.Kind().String()), te.Value)
 	}

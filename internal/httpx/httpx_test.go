@@ -1,0 +1,113 @@
+package httpx
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func decodeBody(t *testing.T, rec *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+		t.Fatalf("response is not JSON: %q", rec.Body.String())
+	}
+	return m
+}
+
+func TestWriteOpenAIErrorEnvelope(t *testing.T) {
+	rec := httptest.NewRecorder()
+	WriteOpenAIError(rec, Invalid("trajectory_groups[3].trajectories[0].reward", "invalid_type", "expected a number"))
+	if rec.Code != 400 || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d, content type %q", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	got := decodeBody(t, rec)["error"].(map[string]any)
+	want := map[string]any{"message": "expected a number", "type": "invalid_request_error",
+		"param": "trajectory_groups[3].trajectories[0].reward", "code": "invalid_type"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("error.%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
+
+func TestInternalErrorsAreOpaque(t *testing.T) {
+	rec := httptest.NewRecorder()
+	WriteOpenAIError(rec, errors.New("sql: database is locked at /var/lib/x.db"))
+	if rec.Code != 500 || strings.Contains(rec.Body.String(), "sql") {
+		t.Fatalf("status %d body %s: internals leaked", rec.Code, rec.Body.String())
+	}
+	got := decodeBody(t, rec)["error"].(map[string]any)
+	if got["type"] != "server_error" || got["param"] != nil {
+		t.Fatalf("error = %v", got)
+	}
+
+	rec = httptest.NewRecorder()
+	WriteReason(rec, errors.New("boom: /etc/secret"))
+	if rec.Code != 500 || decodeBody(t, rec)["reason"] != "internal server error" {
+		t.Fatalf("status %d body %s", rec.Code, rec.Body.String())
+	}
+}
+
+func TestWriteReasonNamesParam(t *testing.T) {
+	rec := httptest.NewRecorder()
+	WriteReason(rec, Invalid("start.op_name", "missing_field", "is required"))
+	if rec.Code != 400 || decodeBody(t, rec)["reason"] != "start.op_name: is required" {
+		t.Fatalf("status %d body %s", rec.Code, rec.Body.String())
+	}
+}
+
+func TestStatusTypes(t *testing.T) {
+	for status, typ := range map[int]string{401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+		409: "conflict_error", 413: "request_too_large", 429: "rate_limit_error", 503: "server_error", 422: "invalid_request_error"} {
+		rec := httptest.NewRecorder()
+		WriteOpenAIError(rec, Errorf(status, "x"))
+		if got := decodeBody(t, rec)["error"].(map[string]any)["type"]; rec.Code != status || got != typ {
+			t.Errorf("status %d: got %d %v, want type %s", status, rec.Code, got, typ)
+		}
+	}
+}
+
+func TestMaxBytesIs413(t *testing.T) {
+	req := httptest.NewRequest("POST", "/", strings.NewReader(`{"a": "0123456789"}`))
+	rec := httptest.NewRecorder()
+	req.Body = http.MaxBytesReader(rec, req.Body, 5)
+	var v map[string]any
+	err := DecodeJSON(req, &v)
+	if e := AsError(err); e.Status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("got %v (status %d), want 413", err, e.Status)
+	}
+}
+
+func TestUnmarshalJSONErrors(t *testing.T) {
+	type inner struct {
+		Reward float64 `json:"reward"`
+	}
+	type body struct {
+		Model string  `json:"model"`
+		Items []inner `json:"items"`
+	}
+	cases := []struct {
+		in, param, code, msg string
+	}{
+		{``, "", "invalid_json", "empty"},
+		{`{"model": `, "", "invalid_json", "unexpected end"},
+		{`{"model": 1}`, "model", "invalid_type", "expected a string, got number"},
+		{`{"items": [{"reward": "high"}]}`, "items.reward", "invalid_type", "expected a number, got string"},
+		{`[1]`, "", "invalid_type", "must be an object, got array"},
+	}
+	for _, c := range cases {
+		var b body
+		e := AsError(UnmarshalJSON([]byte(c.in), &b))
+		if e.Status != 400 || e.Param != c.param || e.Code != c.code || !strings.Contains(e.Message, c.msg) {
+			t.Errorf("%q: got %d %q %q %q, want param %q code %q message containing %q", c.in, e.Status, e.Param, e.Code, e.Message, c.param, c.code, c.msg)
+		}
+	}
+	var b body
+	if err := UnmarshalJSON([]byte(`{"model": "m", "unknown": [1, 2]}`), &b); err != nil || b.Model != "m" {
+		t.Fatalf("unknown fields must be ignored: %v", err)
+	}
+}
