@@ -269,3 +269,37 @@ func BenchmarkDecodeStreamsInterleaved(b *testing.B) {
 	b.ReportMetric(float64(median(ttfts[0]).Microseconds())/1000, "ttft@1_ms")
 	b.ReportMetric(float64(median(ttfts[2]).Microseconds())/1000, "ttft@16_ms")
 }
+
+// BenchmarkChatN8 measures time to last token of one non-streamed request
+// with n=8 choices of 8 tokens each on a ≈300-token prompt, on the
+// SmolLM2-135M shape: the prompt is prefilled once and cloned into the
+// other seven choices.
+func BenchmarkChatN8(b *testing.B) {
+	_, hs := benchServer(b, smolLM2Shape(b), Options{})
+	prompt := strings.Repeat("Sample a group of completions for reinforcement learning. ", 25)
+	body := fmt.Sprintf(`{"model":"bench/smollm2-135m-shape","n":8,"seed":1,"max_tokens":8,"ignore_eos":true,"temperature":1,"messages":[{"role":"user","content":%q}]}`, prompt)
+	post := func() time.Duration {
+		t0 := time.Now()
+		req, _ := http.NewRequest("POST", hs.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var out ChatCompletion
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(out.Choices) != 8 {
+			b.Fatalf("status %d, %d choices, %v", resp.StatusCode, len(out.Choices), err)
+		}
+		b.ReportMetric(float64(out.Usage.PromptTokens), "prompt-tokens")
+		return time.Since(t0)
+	}
+	post() // warm up
+	var ds []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		ds = append(ds, post())
+	}
+	b.ReportMetric(float64(median(ds).Milliseconds()), "ms-last-token")
+}

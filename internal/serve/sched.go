@@ -116,10 +116,19 @@ func (r *genRequest) allDone() bool {
 }
 
 // seqState is the scheduler's view of one running choice.
+//
+// The choices of a request share one prefill: the first choice (the group's
+// leader) is admitted with the prompt pending and holds the others in
+// clones; they have no sequence yet and are not in the running batch. When
+// the leader's prompt is complete, each clone gets a copy of its sequence
+// (KV cache and the prompt's final logits, engine.Seq.Clone), joins the
+// batch and samples its first token from those logits with its own sampler,
+// exactly as if it had prefilled the prompt itself.
 type seqState struct {
 	req     *genRequest
 	out     *seqOut
-	seq     *engine.Seq
+	seq     *engine.Seq // nil for a clone until its leader's prompt is prefilled
+	clones  []*seqState // choices waiting for this leader's prefill
 	sampler tokenSampler
 	pending []int // prompt tokens not yet fed
 	next    int   // token to feed at the next step when pending is empty
@@ -156,7 +165,7 @@ type scheduler struct {
 	computeNs  atomic.Int64 // time in steps: forward passes, sampling, bookkeeping
 	forwardNs  atomic.Int64 // time in engine forward passes
 	genTokens  atomic.Int64 // tokens sampled
-	promptToks atomic.Int64 // prompt tokens admitted (per sequence)
+	promptToks atomic.Int64 // prompt tokens prefilled (once per request, not per choice)
 }
 
 func newScheduler(lm *lmodel, opts *Options) *scheduler {
@@ -282,27 +291,56 @@ func (s *scheduler) admit() {
 			r.signal()
 			continue
 		}
-		if len(s.active) > 0 && len(s.active)+len(r.outs) > s.opts.MaxBatch {
+		running := s.running()
+		if running > 0 && running+len(r.outs) > s.opts.MaxBatch {
 			return
 		}
 		s.waiting = s.waiting[1:]
+		var lead *seqState
 		for i, o := range r.outs {
 			st := &seqState{
 				req:     r,
 				out:     o,
-				seq:     s.lm.m.NewSeq(r.adapter),
 				sampler: r.newSampler(r.params[i]),
-				pending: r.prompt,
 				dec:     s.lm.tok.NewStreamDecoder(),
 			}
 			if r.grammar != nil {
 				st.gm = newMachine(r.grammar)
 			}
-			s.promptToks.Add(int64(len(r.prompt)))
-			s.active = append(s.active, st)
+			if lead == nil {
+				lead = st
+				st.seq = s.lm.m.NewSeq(r.adapter)
+				st.pending = r.prompt
+				s.active = append(s.active, st)
+			} else {
+				lead.clones = append(lead.clones, st)
+			}
 		}
 	}
-	s.activeSeqs.Store(int64(len(s.active)))
+	s.activeSeqs.Store(int64(s.running()))
+}
+
+// running returns the number of choices in the batch, counting the clones
+// waiting for their leader's prefill.
+func (s *scheduler) running() int {
+	n := 0
+	for _, st := range s.active {
+		n += 1 + len(st.clones)
+	}
+	return n
+}
+
+// startClones gives each clone waiting on st, whose prompt is now
+// prefilled, a copy of st's sequence and moves it into the running batch;
+// it returns the clones.
+func (s *scheduler) startClones(st *seqState) []*seqState {
+	cs := st.clones
+	for _, c := range cs {
+		c.seq = st.seq.Clone()
+	}
+	st.clones = nil
+	s.active = append(s.active, cs...)
+	return cs
 }
 
 func (s *scheduler) dropCancelled() {
@@ -316,7 +354,7 @@ func (s *scheduler) dropCancelled() {
 	}
 	clear(s.active[len(kept):])
 	s.active = kept
-	s.activeSeqs.Store(int64(len(s.active)))
+	s.activeSeqs.Store(int64(s.running()))
 }
 
 // step runs one batched forward pass over the running sequences: decode
@@ -340,6 +378,7 @@ func (s *scheduler) step() {
 		}
 		n := min(len(st.pending), budget)
 		budget -= n
+		s.promptToks.Add(int64(n))
 		seqs = append(seqs, st.seq)
 		toks = append(toks, st.pending[:n])
 		st.pending = st.pending[n:]
@@ -363,13 +402,22 @@ func (s *scheduler) step() {
 		s.removeDone()
 		return
 	}
-	// sample, in parallel across sequences
+	// Sequences whose prompt is complete sample; a group leader whose
+	// prompt just completed brings in its clones, which sample their first
+	// token from their copy of the prompt's final logits.
 	var ready []int
-	for i, st := range batch {
-		if len(st.pending) == 0 {
-			ready = append(ready, i)
+	for i, nb := 0, len(batch); i < nb; i++ {
+		if len(batch[i].pending) > 0 {
+			continue
+		}
+		ready = append(ready, i)
+		for _, c := range s.startClones(batch[i]) {
+			ready = append(ready, len(batch))
+			batch = append(batch, c)
+			logits = append(logits, c.seq.Logits())
 		}
 	}
+	// sample, in parallel across sequences
 	sampleOne := func(k int) {
 		i := ready[k]
 		st := batch[i]
@@ -579,6 +627,8 @@ func (st *seqState) stopFilter(delta string) (string, bool) {
 }
 
 // finish ends a sequence: records the reason (or error), frees its cache.
+// A group leader that ends before its prompt is prefilled (cancellation,
+// error, shutdown) ends its waiting clones the same way.
 func (s *scheduler) finish(st *seqState, reason string, err error) {
 	o := st.out
 	o.mu.Lock()
@@ -588,8 +638,14 @@ func (s *scheduler) finish(st *seqState, reason string, err error) {
 		o.err = err
 	}
 	o.mu.Unlock()
-	st.seq.Release()
+	if st.seq != nil {
+		st.seq.Release()
+	}
 	st.pending = nil
+	for _, c := range st.clones {
+		s.finish(c, reason, err)
+	}
+	st.clones = nil
 	st.req.signal()
 }
 
@@ -605,7 +661,7 @@ func (s *scheduler) removeDone() {
 	}
 	clear(s.active[len(kept):])
 	s.active = kept
-	s.activeSeqs.Store(int64(len(s.active)))
+	s.activeSeqs.Store(int64(s.running()))
 }
 
 // adapterCache is an LRU cache of loaded LoRA adapters keyed by folder.

@@ -29,7 +29,11 @@
 // and past that the answer is 429 with retry-after. A request whose prompt
 // plus max_tokens exceeds the context length is a 400. Adapters are loaded
 // once into an LRU cache (Options.AdapterCacheSize). A client that goes
-// away cancels its sequences before the next step.
+// away cancels its sequences before the next step. The n choices of a
+// request prefill the prompt once: the other n-1 start from a copy of the
+// prefilled sequence (engine.Seq.Clone) and sample their first token from
+// the prompt's final logits with their own seeds, as if each had prefilled
+// it; they count against MaxBatch from admission.
 //
 // # Sampling and logprobs
 //
@@ -242,6 +246,9 @@ type Stats struct {
 	Queued   int           // requests waiting
 	Compute  time.Duration // total time in scheduler steps: forward passes, sampling, token bookkeeping
 	Forward  time.Duration // total time in engine forward passes
+	// PromptTokens counts prompt tokens prefilled: once per request, not
+	// per choice (the other choices clone the prefilled sequence).
+	PromptTokens int64
 }
 
 // Stats returns the scheduler statistics of a loaded base model.
@@ -253,7 +260,7 @@ func (s *Server) Stats(baseModel string) Stats {
 		return Stats{}
 	}
 	return Stats{Steps: m.sched.steps.Load(), MaxBatch: m.sched.maxBatch.Load(), Active: m.sched.activeSeqs.Load(), Queued: m.sched.queued(), Compute: time.Duration(m.sched.computeNs.Load()),
-		Forward: time.Duration(m.sched.forwardNs.Load())}
+		Forward: time.Duration(m.sched.forwardNs.Load()), PromptTokens: m.sched.promptToks.Load()}
 }
 
 // model returns the loaded base model with its scheduler.
