@@ -35,6 +35,7 @@ type Config struct {
 	Temperature      float64
 	Target           rune
 	LearningRate     float64 // 0: the server's default for the base model
+	Seed             int64   // > 0: every sampling request carries a seed derived from it (reproducible runs); 0: unseeded
 	Poll             time.Duration
 	HTTP             *http.Client
 }
@@ -57,6 +58,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Float64Var(&c.Temperature, "temperature", 1, "sampling temperature")
 	target := fs.String("target", "e", "the character whose share in the reply is the reward")
 	fs.Float64Var(&c.LearningRate, "learning-rate", 0, "learning rate (0: the server's default for the base model)")
+	fs.Int64Var(&c.Seed, "seed", 0, "seed for sampling requests (0: unseeded)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -108,7 +110,7 @@ func RunConfig(ctx context.Context, c Config, out io.Writer) (Result, error) {
 	fmt.Fprintf(out, "model %s (%s) on %s; reward = share of %q in the reply\n", served, model.ID, c.BaseModel, string(c.Target))
 	res := Result{ModelID: model.ID}
 	for step := 0; step <= c.Steps; step++ {
-		groups, mean, err := cl.sample(ctx, served)
+		groups, mean, err := cl.sample(ctx, served, step)
 		if err != nil {
 			return res, err
 		}
@@ -161,7 +163,8 @@ func Reward(reply string, target rune) float64 {
 type client struct{ c Config }
 
 // sample draws c.Groups groups of c.PerGroup completions and scores them.
-func (cl *client) sample(ctx context.Context, model string) ([]any, float64, error) {
+// step numbers the sampling round, so seeded requests differ between rounds.
+func (cl *client) sample(ctx context.Context, model string, step int) ([]any, float64, error) {
 	c := cl.c
 	groups := make([]any, c.Groups)
 	sums := make([]float64, c.Groups)
@@ -173,15 +176,19 @@ func (cl *client) sample(ctx context.Context, model string) ([]any, float64, err
 			defer wg.Done()
 			user := map[string]any{"role": "user", "content": prompts[g%len(prompts)]}
 			var trajs []any
-			for len(trajs) < c.PerGroup {
+			for attempt := 0; len(trajs) < c.PerGroup; attempt++ {
 				var resp struct {
 					Choices []json.RawMessage `json:"choices"`
 				}
-				err := cl.do(ctx, "POST", "/v1/chat/completions", map[string]any{
+				req := map[string]any{
 					"model": model, "messages": []any{user}, "n": c.PerGroup - len(trajs),
 					"temperature": c.Temperature, "max_tokens": c.MaxTokens,
 					"logprobs": true, "return_tokens_as_token_ids": true,
-				}, &resp)
+				}
+				if c.Seed > 0 {
+					req["seed"] = c.Seed*1_000_003 + int64(step)*10_007 + int64(g)*101 + int64(attempt)
+				}
+				err := cl.do(ctx, "POST", "/v1/chat/completions", req, &resp)
 				if err != nil {
 					errs[g] = fmt.Errorf("chat completions: %w", err)
 					return

@@ -73,7 +73,8 @@ func randAdapter(t testing.TB, cfg *engine.Config, rank int, seed uint64) *engin
 	}
 	rng := rand.New(rand.NewPCG(seed, 9))
 	for _, mods := range ad.Layers {
-		for _, p := range mods {
+		for _, m := range engine.AllModules { // in a fixed order: map order would change the test per run
+			p := mods[m]
 			for i := range p.B {
 				p.B[i] = float32(rng.NormFloat64() * 0.3)
 			}
