@@ -34,9 +34,9 @@ func UnmarshalJSON(data []byte, v any) error {
 	if errors.As(err, &te) {
 		path := te.Field
 		if path == "" {
-			return Invalid("", "invalid_type", "request body must be %s, got %s", jsonKind(te.Type.Kind().String()), te.Value)
+			return Invalid("", "invalid_type", "request body must be %s, got %s", JSONKind(te.Type.Kind().String()), te.Value)
 		}
-		return Invalid(path, "invalid_type", "%s: expected %s, got %s", path, jsonKind(te.Type.Kind().String()), te.Value)
+		return Invalid(path, "invalid_type", "%s: expected %s, got %s", path, JSONKind(te.Type.Kind().String()), te.Value)
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
@@ -48,7 +48,9 @@ func UnmarshalJSON(data []byte, v any) error {
 	return Invalid("", "invalid_json", "malformed JSON: %s", err.Error())
 }
 
-func jsonKind(goKind string) string {
+// JSONKind names, as a JSON type with its article ("an object", "a
+// number"), the Go kind an encoding/json UnmarshalTypeError reports.
+func JSONKind(goKind string) string {
 	switch goKind {
 	case "string":
 		return "a string"
@@ -62,6 +64,8 @@ func jsonKind(goKind string) string {
 		return "an integer"
 	case "float32", "float64":
 		return "a number"
+	case "ptr", "interface":
+		return "a value"
 	}
 	return fmt.Sprintf("a %s", goKind)
 }

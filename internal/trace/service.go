@@ -273,7 +273,7 @@ func decodeAt(data []byte, v any, prefix string) error {
 		if path == "" {
 			return httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", te.Value)
 		}
-		return httpx.Invalid(path, "invalid_type", "expected %s, got %s", kindName(te.Type.Kind().String()), te.Value)
+		return httpx.Invalid(path, "invalid_type", "expected %s, got %s", httpx.JSONKind(te.Type.Kind().String()), te.Value)
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
@@ -290,26 +290,6 @@ func joinPath(prefix, field string) string {
 		return prefix
 	}
 	return prefix + "." + field
-}
-
-func kindName(goKind string) string {
-	switch goKind {
-	case "string":
-		return "a string"
-	case "bool":
-		return "a boolean"
-	case "slice", "array":
-		return "an array"
-	case "map", "struct":
-		return "an object"
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
-		return "an integer"
-	case "float32", "float64":
-		return "a number"
-	case "ptr":
-		return "a value"
-	}
-	return "a " + goKind
 }
 
 // splitProjectID validates an external project id "entity/project".

@@ -86,26 +86,7 @@ func dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int
 }
 
 // parallelFor splits [0, n) into contiguous chunks over the cores.
-func parallelFor(n int, f func(i0, i1 int)) {
-	w := runtime.GOMAXPROCS(0)
-	if w > n {
-		w = n
-	}
-	if w <= 1 {
-		if n > 0 {
-			f(0, n)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	chunk := (n + w - 1) / w
-	for i0 := 0; i0 < n; i0 += chunk {
-		i1 := min(i0+chunk, n)
-		wg.Add(1)
-		go func() { defer wg.Done(); f(i0, i1) }()
-	}
-	wg.Wait()
-}
+func parallelFor(n int, f func(i0, i1 int)) { kernels.ParallelRange(n, f) }
 
 // parallelTasks runs f(i) for i in [0, n) on up to GOMAXPROCS goroutines,
 // handing tasks out one at a time (tasks may differ in size).

@@ -80,7 +80,7 @@ func (Naive) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		}
 		return b[p*ldb+j]
 	}
-	parallelRows(m, func(i0, i1 int) {
+	ParallelRange(m, func(i0, i1 int) {
 		for i := i0; i < i1; i++ {
 			for j := 0; j < n; j++ {
 				var s float32
@@ -97,19 +97,22 @@ func (Naive) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 	})
 }
 
-func parallelRows(m int, f func(i0, i1 int)) {
-	w := runtime.GOMAXPROCS(0)
-	if w > m {
-		w = m
-	}
+// ParallelRange splits [0, n) into one contiguous chunk per core and runs
+// f on each chunk concurrently (f is not called when n is 0). The chunks
+// are fixed by n and GOMAXPROCS, so results that depend on them are
+// reproducible. The trainer shares it.
+func ParallelRange(n int, f func(i0, i1 int)) {
+	w := min(runtime.GOMAXPROCS(0), n)
 	if w <= 1 {
-		f(0, m)
+		if n > 0 {
+			f(0, n)
+		}
 		return
 	}
 	var wg sync.WaitGroup
-	chunk := (m + w - 1) / w
-	for i0 := 0; i0 < m; i0 += chunk {
-		i1 := min(i0+chunk, m)
+	chunk := (n + w - 1) / w
+	for i0 := 0; i0 < n; i0 += chunk {
+		i1 := min(i0+chunk, n)
 		wg.Add(1)
 		go func() { defer wg.Done(); f(i0, i1) }()
 	}
