@@ -1,0 +1,62 @@
+package par
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+func TestRangeCoversEachIndexOnce(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 3, 7, 100, 1001} {
+		for _, cost := range []int{0, 1, 1 << 20} {
+			hits := make([]int32, n)
+			Range(n, cost, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					atomic.AddInt32(&hits[i], 1)
+				}
+			})
+			for i, h := range hits {
+				if h != 1 {
+					t.Fatalf("n=%d cost=%d: index %d visited %d times", n, cost, i, h)
+				}
+			}
+		}
+	}
+}
+
+func TestTasksCoversEachIndexOnceWithDistinctWorkers(t *testing.T) {
+	for _, serial := range []bool{false, true} {
+		n := 500
+		hits := make([]int32, n)
+		busy := make([]int32, Workers())
+		Tasks(n, serial, func(w, i int) {
+			if atomic.AddInt32(&busy[w], 1) != 1 {
+				t.Errorf("worker %d used by two goroutines at once", w)
+			}
+			atomic.AddInt32(&hits[i], 1)
+			atomic.AddInt32(&busy[w], -1)
+		})
+		for i, h := range hits {
+			if h != 1 {
+				t.Fatalf("serial=%v: index %d visited %d times", serial, i, h)
+			}
+		}
+	}
+}
+
+func TestPanicReachesCaller(t *testing.T) {
+	for name, run := range map[string]func(){
+		"Range": func() { Range(64, 0, func(lo, hi int) { panic("boom") }) },
+		"Tasks": func() { Tasks(64, false, func(w, i int) { panic("boom") }) },
+	} {
+		func() {
+			defer func() {
+				r := recover()
+				if r == nil || !strings.Contains(r.(string), "boom") {
+					t.Errorf("%s: recovered %v, want the worker's panic", name, r)
+				}
+			}()
+			run()
+		}()
+	}
+}
