@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
 )
 
@@ -353,4 +354,73 @@ func prefillFLOPs(m *Model, T int) int64 {
 	perTok := int64(c.NumLayers) * 2 * (H*QD + 2*H*KVD + QD*H + 3*H*I)
 	att := int64(c.NumLayers) * int64(c.NumHeads) * 2 * 2 * int64(c.HeadDim) * int64(T) * int64(T+1) / 2
 	return perTok*int64(T) + att + 2*int64(c.VocabSize)*H
+}
+
+// BenchmarkTrainAttention compares the attention's kernels (SmolLM2 heads,
+// 4 x 256 packed tokens, forward with lse + backward).
+func BenchmarkTrainAttention(b *testing.B) {
+	ge := attnGeom{nh: 9, nkv: 3, d: 64}
+	N, Q, KV := 1024, 9*64, 3*64
+	rnd := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i%17)/17 - 0.5
+		}
+		return v
+	}
+	q, k, v, dout := rnd(N*Q), rnd(N*KV), rnd(N*KV), rnd(N*Q)
+	lse, out := make([]float32, N*ge.nh), make([]float32, N*Q)
+	dq, dk, dv := make([]float32, N*Q), make([]float32, N*KV), make([]float32, N*KV)
+	var views []attnView[float32]
+	for s := 0; s < 4; s++ {
+		views = append(views, attnView[float32]{R0: 256 * s, N: 256, K: k[256*s*KV:], V: v[256*s*KV:], RS: KV, HS: ge.d})
+	}
+	scr := make([]attnScratch[float32], par.Workers())
+	for _, be := range []kernels.Backend{kernels.Go{}, kernels.Default()} {
+		b.Run(be.Name(), func(b *testing.B) {
+			prev := attnKernels
+			attnKernels = be
+			defer func() { attnKernels = prev }()
+			for i := 0; i < b.N; i++ {
+				attentionForward(q, views, ge, lse, out, scr)
+				attentionBackward(q, k, v, lse, dout, views, ge, dq, dk, dv, scr)
+			}
+		})
+	}
+}
+
+// BenchmarkTrainLinearLoRA compares backends for the LoRA side products of
+// a gate projection (1024 x 576 -> 1536, r = 16), forward + backward.
+func BenchmarkTrainLinearLoRA(b *testing.B) {
+	n, in, out, r := 1024, 576, 1536, 16
+	rnd := func(k int) []float32 {
+		v := make([]float32, k)
+		for i := range v {
+			v[i] = float32(i%13)/13 - 0.5
+		}
+		return v
+	}
+	W := rnd(out * in)
+	lo := &LoRA[float32]{Rank: r, Scale: 2, Layers: make([][numModules]*Factors[float32], 1)}
+	lo.Layers[0][modGate] = &Factors[float32]{A: rnd(r * in), B: rnd(out * r), DA: make([]float32, r*in), DB: make([]float32, out*r)}
+	gs := []loraRows[float32]{{R0: 0, R1: n, L: lo}}
+	x, dy := rnd(n*in), rnd(n*out)
+	y, xa, dx, dyB := make([]float32, n*out), make([]float32, n*r), make([]float32, n*in), make([]float32, n*r)
+	for _, be := range []kernels.Backend{nil, kernels.Go{}} {
+		name := "default"
+		if be != nil {
+			name = be.Name()
+		}
+		b.Run(name, func(b *testing.B) {
+			prev := loraKernels
+			loraKernels = be
+			defer func() { loraKernels = prev }()
+			for i := 0; i < b.N; i++ {
+				linearForward(x, n, in, W, nil, out, y, out)
+				loraForward(gs, 0, modGate, x, in, y, out, xa, r)
+				linearBackward(dy, n, out, W, in, dx, false)
+				loraBackward(gs, 0, modGate, x, in, xa, r, dy, out, dx, dyB)
+			}
+		})
+	}
 }

@@ -7,8 +7,9 @@ import (
 	"path/filepath"
 )
 
-// RopeScaling is the `rope_scaling` block of config.json. Only the "llama3"
-// type (Llama-3.1/3.2) changes the frequencies; "default"/absent is plain RoPE.
+// RopeScaling is the `rope_scaling` block of config.json: "linear" divides
+// every frequency by factor, "llama3" (Llama-3.1/3.2) rescales the low
+// frequencies; "default"/absent is plain RoPE; any other type is refused.
 type RopeScaling struct {
 	RopeType                      string  `json:"rope_type"`
 	Type                          string  `json:"type"` // older spelling of rope_type
@@ -76,6 +77,10 @@ type rawConfig struct {
 	SlidingWindow         *int            `json:"sliding_window"`
 	UseSlidingWindow      *bool           `json:"use_sliding_window"`
 	MLPBias               bool            `json:"mlp_bias"`
+	PartialRotaryFactor   *float64        `json:"partial_rotary_factor"`
+	LayerTypes            []string        `json:"layer_types"`
+	AttnLogitSoftcapping  *float64        `json:"attn_logit_softcapping"`
+	FinalLogitSoftcapping *float64        `json:"final_logit_softcapping"`
 }
 
 // ReadConfig reads and validates dir/config.json.
@@ -179,8 +184,25 @@ func ParseConfig(data []byte) (*Config, error) {
 				return nil, fmt.Errorf("rope_scaling: llama3 needs factor > 0, 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings")
 			}
 		default:
-			return nil, fmt.Errorf("unsupported rope_scaling type %q (supported: default, linear, llama3)", rs.RopeType)
+			return nil, fmt.Errorf("unsupported rope_scaling.rope_type %q (supported: default, linear, llama3)", rs.RopeType)
 		}
+	}
+	// Fields that change the model's math and that the engine does not
+	// implement are refused, never ignored: a model served or trained
+	// without them would be a different model.
+	if f := r.PartialRotaryFactor; f != nil && *f != 1 {
+		return nil, fmt.Errorf("unsupported partial_rotary_factor %v (only 1: RoPE on the whole head)", *f)
+	}
+	for i, lt := range r.LayerTypes {
+		if lt != "full_attention" {
+			return nil, fmt.Errorf("unsupported layer_types[%d] %q (only full_attention)", i, lt)
+		}
+	}
+	if r.AttnLogitSoftcapping != nil {
+		return nil, fmt.Errorf("unsupported attn_logit_softcapping")
+	}
+	if r.FinalLogitSoftcapping != nil {
+		return nil, fmt.Errorf("unsupported final_logit_softcapping")
 	}
 	switch c.Architecture {
 	case ArchMistral:

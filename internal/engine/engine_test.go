@@ -492,13 +492,22 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := LoadWeights(t.TempDir(), cfg); err == nil || !strings.Contains(err.Error(), "model.safetensors") {
 		t.Fatalf("no weights: got %v", err)
 	}
-	// Unsupported architecture, rope type, activation.
+	// Unsupported architecture, rope type, activation, and every field the
+	// engine cannot honour: each refused with an error naming it.
 	for _, c := range []struct{ json, want string }{
 		{`{"architectures":["GPTNeoXForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10}`, "GPTNeoXForCausalLM"},
 		{`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"rope_scaling":{"rope_type":"yarn","factor":4}}`, "yarn"},
 		{`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"hidden_act":"gelu"}`, "gelu"},
 		{`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"mlp_bias":true}`, "mlp_bias"},
 		{`{"hidden_size":8}`, "architectures"},
+		// Fields that change the math and that the engine does not implement.
+		{`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"rope_scaling":{"type":"dynamic","factor":2}}`, "rope_scaling.rope_type"},
+		{`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"rope_scaling":{"type":"linear"}}`, "rope_scaling"},
+		{`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"partial_rotary_factor":0.5}`, "partial_rotary_factor"},
+		{`{"architectures":["Qwen3ForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"layer_types":["full_attention","sliding_attention"]}`, "layer_types[1]"},
+		{`{"architectures":["Qwen2ForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"use_sliding_window":true,"sliding_window":4}`, "use_sliding_window"},
+		{`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"final_logit_softcapping":30}`, "final_logit_softcapping"},
+		{`{"architectures":["LlamaForCausalLM"],"hidden_size":8,"num_attention_heads":2,"num_hidden_layers":1,"intermediate_size":8,"vocab_size":10,"attn_logit_softcapping":50}`, "attn_logit_softcapping"},
 	} {
 		d := t.TempDir()
 		os.WriteFile(filepath.Join(d, "config.json"), []byte(c.json), 0o644)
@@ -617,7 +626,7 @@ func TestLoadAdapterPEFTVariants(t *testing.T) {
 
 func TestFusedEqualsSeparate(t *testing.T) {
 	m := loadParts(t, writeModel(t, tiny.Spec{Arch: ArchQwen2, Merges: 100}))
-	if m.fused[0].qkv == nil || m.fused[0].gu == nil {
+	if m.net.layers[0].wqkv == nil || m.net.layers[0].wgu == nil {
 		t.Fatal("LoadWeights should store q/k/v and gate/up back to back")
 	}
 	w2 := *m.Weights
@@ -631,7 +640,7 @@ func TestFusedEqualsSeparate(t *testing.T) {
 		L.Wgate, L.Wup = apart(L.Wgate), apart(L.Wup)
 	}
 	sep := NewModel("sep", m.Config, &w2, nil, nil)
-	if sep.fused[0].qkv != nil || sep.fused[0].gu != nil {
+	if sep.net.layers[0].wqkv != nil || sep.net.layers[0].wgu != nil {
 		t.Fatal("cloned weights should not be fused")
 	}
 	a, _ := NewAdapter(m.Config, LoRAConfig{Rank: 2, Alpha: 4, TargetModules: AllModules}, 3)

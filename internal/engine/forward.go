@@ -2,12 +2,8 @@ package engine
 
 import (
 	"fmt"
-	"math"
-	"runtime"
 	"slices"
 	"sync"
-
-	"flywheel/internal/engine/kernels"
 )
 
 // Seq is one sequence being decoded: its KV cache, its length and its LoRA
@@ -37,6 +33,14 @@ func (s *Seq) Len() int { return s.n }
 
 // Adapter is the sequence's LoRA adapter, nil for the base model.
 func (s *Seq) Adapter() *Adapter { return s.adapter }
+
+// layout is the sequence's adapter laid out for the passes (nil: base).
+func (s *Seq) layout() *LoRA[float32] {
+	if s.adapter == nil {
+		return nil
+	}
+	return s.adapter.layout()
+}
 
 // Truncate drops the cached positions from n on, so decoding continues
 // from position n (e.g. to reuse a shared prompt prefix). n must be in
@@ -109,46 +113,30 @@ func (s *Seq) ensure(need int) {
 	s.cap = newCap
 }
 
-// workspace holds the activations of one forward pass; reused through a pool.
+// workspace holds one serving pass's rows and activations; reused through a
+// pool, so a steady decode loop allocates nothing.
 type workspace struct {
-	x, xn, q, k, v, att, tmp, g, u, lt []float32
-	qkv, gu                            []float32 // fused products
-	qg, og                             []float32 // grouped attention blocks
-	cos, sin                           []float32
-	last, logits                       []float32
-	scores                             [][]float32 // per worker
-	s                                  []float32   // attention score block (GEMM path)
-	rowPos                             []int
-	groups                             []adapterGroup
-	rows                               []seqRows
-}
-
-func grow(b []float32, n int) []float32 {
-	if cap(b) < n {
-		return make([]float32, n)
-	}
-	return b[:n]
+	st     rowsState[float32]
+	a      acts[float32]
+	x      []float32
+	pos    []int
+	groups []loraRows[float32]
+	spans  []span
+	rows   []seqRows
+	last   []int
+	hf     []float32
+	logits []float32
 }
 
 // maxPassRows bounds the rows of one pass; longer inputs are split into
 // several passes (chunked prefill) to bound the workspace memory.
 const maxPassRows = 512
 
-// gemmAttnRows is the number of new rows of a sequence from which its
-// attention runs as matrix products rather than dot-product loops.
-const gemmAttnRows = 8
-
 type seqRows struct {
-	s      *Seq
-	toks   []int
-	r0     int // first row in the pass
-	p0     int // position of the first new token
-	outIdx int // index in the caller's slices
-}
-
-type adapterGroup struct {
-	a      *Adapter
-	r0, r1 int
+	s    *Seq
+	toks []int
+	r0   int // first row in the pass
+	p0   int // position of the first new token
 }
 
 // Forward appends tokens[i] to seqs[i] for every i in one batched pass and
@@ -288,15 +276,12 @@ func (a *Adapter) Check(cfg *Config) error {
 
 var wsPool sync.Pool
 
-// pass runs one batched forward pass. With all != nil (one sequence), the
-// logits of every row are written there; otherwise each sequence's last
-// row's logits go to its own buffer.
+// pass runs one batched forward pass through the model definition (net.go).
+// With all != nil (one sequence), the logits of every row are written
+// there; otherwise each sequence's last row's logits go to its own buffer.
 func (m *Model) pass(seqs []*Seq, tokens [][]int, all []float32) {
-	c, w := m.Config, m.Weights
-	H, I, V := c.HiddenSize, c.IntermediateSize, c.VocabSize
-	QD, KVD, D := c.QDim(), c.KVDim(), c.HeadDim
-	half := D / 2
-	eps := float32(c.RMSNormEps)
+	c, net := m.Config, m.net
+	H, V := c.HiddenSize, c.VocabSize
 
 	ws, _ := wsPool.Get().(*workspace)
 	if ws == nil {
@@ -307,365 +292,72 @@ func (m *Model) pass(seqs []*Seq, tokens [][]int, all []float32) {
 	// Order rows by adapter so each adapter's rows are contiguous.
 	groups := ws.groups[:0]
 	for _, s := range seqs {
-		found := false
-		for _, g := range groups {
-			found = found || g.a == s.adapter
-		}
-		if !found {
-			groups = append(groups, adapterGroup{a: s.adapter})
+		lo := s.layout()
+		if !slices.ContainsFunc(groups, func(g loraRows[float32]) bool { return g.L == lo }) {
+			groups = append(groups, loraRows[float32]{L: lo})
 		}
 	}
-	rows := ws.rows[:0]
-	r := 0
+	rows, spans := ws.rows[:0], ws.spans[:0]
+	N := 0
 	for gi := range groups {
 		g := &groups[gi]
-		g.r0 = r
+		g.R0 = N
 		for i, s := range seqs {
-			if s.adapter == g.a {
-				rows = append(rows, seqRows{s: s, toks: tokens[i], r0: r, p0: s.n, outIdx: i})
-				r += len(tokens[i])
+			if s.layout() != g.L {
+				continue
 			}
+			rows = append(rows, seqRows{s: s, toks: tokens[i], r0: N, p0: s.n})
+			spans = append(spans, span{R0: N, N: len(tokens[i]), P0: s.n, seq: s})
+			N += len(tokens[i])
 		}
-		g.r1 = r
+		g.R1 = N
 	}
-	ws.groups, ws.rows = groups, rows
-	N := 0
-	for _, sr := range rows {
-		N += len(sr.toks)
-	}
-	ws.x = grow(ws.x, N*H)
-	ws.xn = grow(ws.xn, N*H)
-	ws.q = grow(ws.q, N*QD)
-	ws.k = grow(ws.k, N*KVD)
-	ws.v = grow(ws.v, N*KVD)
-	ws.att = grow(ws.att, N*QD)
-	ws.tmp = grow(ws.tmp, N*H)
-	ws.g = grow(ws.g, N*I)
-	ws.cos = grow(ws.cos, N*half)
-	ws.sin = grow(ws.sin, N*half)
-	if cap(ws.rowPos) < N {
-		ws.rowPos = make([]int, N)
-	}
-	ws.rowPos = ws.rowPos[:N]
+	ws.groups, ws.rows, ws.spans = groups, rows, spans
 
-	// Embeddings, positions, RoPE tables; grow the caches.
+	// Embeddings and positions; grow the caches.
+	ws.x = grow(ws.x, N*H)
+	ws.pos = grow(ws.pos, N)
 	for _, sr := range rows {
 		sr.s.ensure(sr.p0 + len(sr.toks))
-		for t, id := range sr.toks {
-			r := sr.r0 + t
-			copy(ws.x[r*H:(r+1)*H], w.Embed[id*H:(id+1)*H])
-			pos := sr.p0 + t
-			ws.rowPos[r] = pos
-			for i := 0; i < half; i++ {
-				ang := float64(pos) * m.invFreq[i]
-				ws.cos[r*half+i] = float32(math.Cos(ang))
-				ws.sin[r*half+i] = float32(math.Sin(ang))
-			}
+		embedForward(net.embed, H, sr.toks, ws.x[sr.r0*H:])
+		for t := range sr.toks {
+			ws.pos[sr.r0+t] = sr.p0 + t
 		}
 	}
-
-	for l := range w.Layers {
-		L := &w.Layers[l]
-		// Attention block.
-		parallelRange(N, H, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				rmsNorm(ws.xn[r*H:(r+1)*H], ws.x[r*H:(r+1)*H], L.AttnNorm, eps)
-			}
-		})
-		if f := m.fused[l].qkv; f != nil {
-			W := QD + 2*KVD
-			ws.qkv = grow(ws.qkv, N*W)
-			matmulT(ws.xn, N, H, f, W, ws.qkv)
-			for r := 0; r < N; r++ {
-				row := ws.qkv[r*W : (r+1)*W]
-				copy(ws.q[r*QD:(r+1)*QD], row[:QD])
-				copy(ws.k[r*KVD:(r+1)*KVD], row[QD:QD+KVD])
-				copy(ws.v[r*KVD:(r+1)*KVD], row[QD+KVD:])
-			}
-		} else {
-			matmulT(ws.xn, N, H, L.Wq, QD, ws.q)
-			matmulT(ws.xn, N, H, L.Wk, KVD, ws.k)
-			matmulT(ws.xn, N, H, L.Wv, KVD, ws.v)
-		}
-		m.applyLoRA(ws, groups, l, ModQ, ws.xn, ws.q, QD)
-		m.applyLoRA(ws, groups, l, ModK, ws.xn, ws.k, KVD)
-		m.applyLoRA(ws, groups, l, ModV, ws.xn, ws.v, KVD)
-		parallelRange(N, QD, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				q := ws.q[r*QD : (r+1)*QD]
-				k := ws.k[r*KVD : (r+1)*KVD]
-				v := ws.v[r*KVD : (r+1)*KVD]
-				if L.Bq != nil {
-					addTo(q, L.Bq)
-					addTo(k, L.Bk)
-					addTo(v, L.Bv)
-				}
-				if L.QNorm != nil {
-					for h := 0; h < c.NumHeads; h++ {
-						rmsNorm(q[h*D:(h+1)*D], q[h*D:(h+1)*D], L.QNorm, eps)
-					}
-					for h := 0; h < c.NumKVHeads; h++ {
-						rmsNorm(k[h*D:(h+1)*D], k[h*D:(h+1)*D], L.KNorm, eps)
-					}
-				}
-				cs, sn := ws.cos[r*half:(r+1)*half], ws.sin[r*half:(r+1)*half]
-				ropeApply(q, c.NumHeads, D, cs, sn)
-				ropeApply(k, c.NumKVHeads, D, cs, sn)
-			}
-		})
-		// Append K and V to the caches.
-		for _, sr := range rows {
-			s := sr.s
-			kc, vc := s.k[l], s.v[l]
-			for t := range sr.toks {
-				r, pos := sr.r0+t, sr.p0+t
-				for h := 0; h < c.NumKVHeads; h++ {
-					off := (h*s.cap + pos) * D
-					copy(kc[off:off+D], ws.k[r*KVD+h*D:r*KVD+(h+1)*D])
-					copy(vc[off:off+D], ws.v[r*KVD+h*D:r*KVD+(h+1)*D])
-				}
-			}
-		}
-		m.attention(ws, rows, l)
-		matmulT(ws.att, N, QD, L.Wo, H, ws.tmp)
-		m.applyLoRA(ws, groups, l, ModO, ws.att, ws.tmp, H)
-		addTo(ws.x, ws.tmp)
-
-		// MLP block.
-		parallelRange(N, H, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				rmsNorm(ws.xn[r*H:(r+1)*H], ws.x[r*H:(r+1)*H], L.MLPNorm, eps)
-			}
-		})
-		if f := m.fused[l].gu; f != nil {
-			ws.gu = grow(ws.gu, N*2*I)
-			matmulT(ws.xn, N, H, f, 2*I, ws.gu)
-			m.applyLoRA(ws, groups, l, ModGate, ws.xn, ws.gu, 2*I)
-			m.applyLoRA(ws, groups, l, ModUp, ws.xn, ws.gu[I:], 2*I)
-			parallelRange(N, I*8, func(lo, hi int) {
-				for r := lo; r < hi; r++ {
-					kernels.SwiGLU(ws.g[r*I:(r+1)*I], ws.gu[2*r*I:(2*r+1)*I], ws.gu[(2*r+1)*I:(2*r+2)*I])
-				}
-			})
-		} else {
-			ws.u = grow(ws.u, N*I)
-			matmulT(ws.xn, N, H, L.Wgate, I, ws.g)
-			matmulT(ws.xn, N, H, L.Wup, I, ws.u)
-			m.applyLoRA(ws, groups, l, ModGate, ws.xn, ws.g, I)
-			m.applyLoRA(ws, groups, l, ModUp, ws.xn, ws.u, I)
-			parallelRange(N, I*8, func(lo, hi int) {
-				siluMul(ws.g[lo*I:hi*I], ws.u[lo*I:hi*I])
-			})
-		}
-		matmulT(ws.g, N, I, L.Wdown, H, ws.tmp)
-		m.applyLoRA(ws, groups, l, ModDown, ws.g, ws.tmp, H)
-		addTo(ws.x, ws.tmp)
+	net.setRows(&ws.st, ws.pos, groups, spans)
+	ws.a.ensure(net, N, ws.st.rmax, false)
+	for l := range net.layers {
+		net.blockForward(l, &ws.st, ws.x, &ws.a, ws.x)
 	}
-
 	for _, sr := range rows {
 		sr.s.n = sr.p0 + len(sr.toks)
 	}
 
 	// Final norm and LM head.
+	last := ws.last[:0]
 	if all != nil {
-		parallelRange(N, H, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				rmsNorm(ws.xn[r*H:(r+1)*H], ws.x[r*H:(r+1)*H], w.Norm, eps)
-			}
-		})
-		matmulT(ws.xn, N, H, w.LMHead, V, all)
+		for r := 0; r < N; r++ {
+			last = append(last, r)
+		}
+	} else {
+		for _, sr := range rows {
+			last = append(last, sr.r0+len(sr.toks)-1)
+		}
+	}
+	ws.last = last
+	B := len(last)
+	ws.hf = grow(ws.hf, B*H)
+	net.finalNorm(ws.x, last, ws.hf, ws.hf, nil)
+	if all != nil {
+		net.headForward(ws.hf, B, all)
 		return
 	}
-	B := len(rows)
-	ws.last = grow(ws.last, B*H)
 	ws.logits = grow(ws.logits, B*V)
-	for b, sr := range rows {
-		r := sr.r0 + len(sr.toks) - 1
-		rmsNorm(ws.last[b*H:(b+1)*H], ws.x[r*H:(r+1)*H], w.Norm, eps)
-	}
-	matmulT(ws.last, B, H, w.LMHead, V, ws.logits)
+	net.headForward(ws.hf, B, ws.logits)
 	for b, sr := range rows {
 		if len(sr.s.logits) != V {
 			sr.s.logits = make([]float32, V)
 		}
 		copy(sr.s.logits, ws.logits[b*V:(b+1)*V])
 	}
-}
-
-func addTo(dst, x []float32) { kernels.Add(dst, x) }
-
-// applyLoRA adds scale·(x·Aᵀ)·Bᵀ to y (row stride ldy) for the rows of
-// each adapter group.
-func (m *Model) applyLoRA(ws *workspace, groups []adapterGroup, l int, mod string, x, y []float32, ldy int) {
-	be := kernels.Default()
-	for _, g := range groups {
-		if g.a == nil {
-			continue
-		}
-		p := g.a.Layers[l][mod]
-		if p == nil {
-			continue
-		}
-		r := g.a.Config.Rank
-		n := g.r1 - g.r0
-		ws.lt = grow(ws.lt, n*r)
-		be.Sgemm(false, true, n, r, p.In, 1, x[g.r0*p.In:], p.In, p.A, p.In, 0, ws.lt, r)
-		be.Sgemm(false, true, n, p.Out, r, g.a.Config.Scale(), ws.lt, r, p.B, r, 1, y[g.r0*ldy:], ldy)
-	}
-}
-
-// attention computes, for every new row, causal (optionally windowed)
-// attention over its sequence's cache, writing ws.att [N, QDim].
-func (m *Model) attention(ws *workspace, rows []seqRows, l int) {
-	c := m.Config
-	QD, D := c.QDim(), c.HeadDim
-	rep := c.NumHeads / c.NumKVHeads
-	scale := float32(1 / math.Sqrt(float64(D)))
-	win := c.SlidingWindow
-
-	// Long runs of new rows (prefill): matrix products per head. Short
-	// runs (decode): per KV head, the rep query heads sharing it are one
-	// [rep, D] block, so each cached key and value row is read once for
-	// all of them: S = Q·Kᵀ [rep, P], softmax, O = S·V [rep, D]. These
-	// small products use the Go backend directly: they run inside the
-	// parallel loop below, where handing them to a threaded BLAS would
-	// oversubscribe the cores.
-	type item struct{ sr, kh int }
-	var loops []item
-	work := 0
-	for i, sr := range rows {
-		if len(sr.toks) < gemmAttnRows {
-			for kh := 0; kh < c.NumKVHeads; kh++ {
-				loops = append(loops, item{i, kh})
-			}
-			work += c.NumHeads * len(sr.toks) * (sr.p0 + len(sr.toks)) * D
-			continue
-		}
-		m.attentionGEMM(ws, sr, l, scale)
-	}
-	if len(loops) == 0 {
-		return
-	}
-	workers := runtime.GOMAXPROCS(0)
-	for len(ws.scores) < workers {
-		ws.scores = append(ws.scores, nil)
-	}
-	var be kernels.Go
-	parallelForW(len(loops), work, func(wk, i int) {
-		it := loops[i]
-		sr := rows[it.sr]
-		s := sr.s
-		kc := s.k[l][it.kh*s.cap*D : (it.kh+1)*s.cap*D]
-		vc := s.v[l][it.kh*s.cap*D : (it.kh+1)*s.cap*D]
-		for t := range sr.toks {
-			r, pos := sr.r0+t, sr.p0+t
-			lo := 0
-			if win > 0 && pos-win+1 > 0 {
-				lo = pos - win + 1
-			}
-			P := pos + 1 - lo
-			ws.scores[wk] = grow(ws.scores[wk], rep*P)
-			sc := ws.scores[wk]
-			q := ws.q[r*QD+it.kh*rep*D:]
-			be.Sgemm(false, true, rep, P, D, scale, q, D, kc[lo*D:], D, 0, sc, P)
-			for h := 0; h < rep; h++ {
-				softmaxInPlace(sc[h*P : (h+1)*P])
-			}
-			be.Sgemm(false, false, rep, D, P, 1, sc, P, vc[lo*D:], D, 0, ws.att[r*QD+it.kh*rep*D:], D)
-		}
-	})
-}
-
-// attentionGEMM is the attention of one sequence with many new rows, as
-// matrix products in row blocks, per KV head: the rep query heads sharing
-// it are stacked into one [rep·rows, D] block Q, then S = Q·Kᵀ, masked
-// softmax, O = S·V, and O is scattered back into the heads' columns.
-func (m *Model) attentionGEMM(ws *workspace, sr seqRows, l int, scale float32) {
-	c := m.Config
-	QD, D := c.QDim(), c.HeadDim
-	rep := c.NumHeads / c.NumKVHeads
-	win := c.SlidingWindow
-	be := kernels.Default()
-	s := sr.s
-	T := len(sr.toks)
-	end := sr.p0 + T
-	// Row blocks of at most 128 rows (fewer for long contexts, bounding
-	// the score block to 4M floats): each block only multiplies against
-	// the keys up to its last row, which skips most of the masked half.
-	block := max(1, min(T, 128, (1<<22)/(end*rep)))
-	for kh := 0; kh < c.NumKVHeads; kh++ {
-		kc := s.k[l][kh*s.cap*D:]
-		vc := s.v[l][kh*s.cap*D:]
-		for t0 := 0; t0 < T; t0 += block {
-			t1 := min(T, t0+block)
-			P := sr.p0 + t1
-			nr := t1 - t0
-			M := rep * nr
-			ws.qg = grow(ws.qg, M*D)
-			ws.og = grow(ws.og, M*D)
-			for hl := 0; hl < rep; hl++ {
-				h := kh*rep + hl
-				for t := 0; t < nr; t++ {
-					r := sr.r0 + t0 + t
-					copy(ws.qg[(hl*nr+t)*D:(hl*nr+t+1)*D], ws.q[r*QD+h*D:r*QD+(h+1)*D])
-				}
-			}
-			ws.s = grow(ws.s, M*P)
-			S := ws.s
-			be.Sgemm(false, true, M, P, D, scale, ws.qg, D, kc, D, 0, S, P)
-			parallelRange(M, P, func(a, b int) {
-				for i := a; i < b; i++ {
-					row := S[i*P : (i+1)*P]
-					pos := sr.p0 + t0 + i%nr
-					lo := 0
-					if win > 0 && pos-win+1 > 0 {
-						lo = pos - win + 1
-					}
-					clear(row[:lo])
-					softmaxInPlace(row[lo : pos+1])
-					clear(row[pos+1:])
-				}
-			})
-			be.Sgemm(false, false, M, D, P, 1, S, P, vc, D, 0, ws.og, D)
-			for hl := 0; hl < rep; hl++ {
-				h := kh*rep + hl
-				for t := 0; t < nr; t++ {
-					r := sr.r0 + t0 + t
-					copy(ws.att[r*QD+h*D:r*QD+(h+1)*D], ws.og[(hl*nr+t)*D:(hl*nr+t+1)*D])
-				}
-			}
-		}
-	}
-}
-
-// parallelForW is parallelFor that also passes a worker index in
-// [0, GOMAXPROCS); with little total work it runs serially.
-func parallelForW(n, work int, f func(worker, i int)) {
-	w := min(runtime.GOMAXPROCS(0), n)
-	if w <= 1 || work < 1<<16 {
-		for i := 0; i < n; i++ {
-			f(0, i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	next := 0
-	wg.Add(w)
-	for wk := range w {
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n {
-					return
-				}
-				f(wk, i)
-			}
-		}()
-	}
-	wg.Wait()
 }

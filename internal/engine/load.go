@@ -2,10 +2,10 @@ package engine
 
 import (
 	"encoding/json"
+	"flywheel/internal/par"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"sync"
 
@@ -219,43 +219,31 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 	var (
 		mu       sync.Mutex
 		firstErr error
-		wg       sync.WaitGroup
-		next     = make(chan loadJob)
 	)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range next {
-				t := src.lookup(j.name)
-				var v []float32
-				var err error
-				if j.into != nil {
-					err = t.Float32Into(j.into)
-					v = j.into
-				} else {
-					v, err = t.Float32()
-				}
-				if j.into != nil || t.DType != "F32" {
-					src.fileOf(j.name).DropPages(t)
-				}
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-					continue
-				}
-				*j.dst = v
+	par.Tasks(len(jobs), false, func(_, i int) {
+		j := jobs[i]
+		t := src.lookup(j.name)
+		var v []float32
+		var err error
+		if j.into != nil {
+			err = t.Float32Into(j.into)
+			v = j.into
+		} else {
+			v, err = t.Float32()
+		}
+		if j.into != nil || t.DType != "F32" {
+			src.fileOf(j.name).DropPages(t)
+		}
+		if err != nil {
+			mu.Lock()
+			if firstErr == nil {
+				firstErr = err
 			}
-		}()
-	}
-	for _, j := range jobs {
-		next <- j
-	}
-	close(next)
-	wg.Wait()
+			mu.Unlock()
+			return
+		}
+		*j.dst = v
+	})
 	if firstErr != nil {
 		src.close()
 		return nil, fmt.Errorf("engine: %s: %w", dir, firstErr)

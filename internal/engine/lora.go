@@ -73,6 +73,8 @@ type LoRAPair struct {
 type Adapter struct {
 	Config LoRAConfig
 	Layers []map[string]*LoRAPair
+
+	lay adapterLayout // serving layout, built on first use
 }
 
 // NewAdapter makes the untrained adapter PEFT makes: A ~ Kaiming-uniform

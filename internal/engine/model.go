@@ -24,8 +24,7 @@ type Model struct {
 	TemplateErr error
 	Gen         GenerationConfig
 
-	invFreq []float64
-	fused   []fusedLayer
+	net *Net[float32] // the model definition over these weights
 }
 
 // NewModel assembles a model from parts (tests, benchmarks, and Load).
@@ -34,10 +33,11 @@ type Model struct {
 // matrices lie back to back in memory, as LoadWeights and RandomWeights
 // store them, the forward pass multiplies them as one matrix.
 func NewModel(id string, cfg *Config, w *Weights, tok *tokenizer.Tokenizer, tmpl *chattmpl.Template) *Model {
-	if err := w.Check(cfg); err != nil {
+	net, err := NewNet[float32](cfg, w)
+	if err != nil {
 		panic(err)
 	}
-	m := &Model{ID: id, Config: cfg, Weights: w, Tokenizer: tok, Template: tmpl, invFreq: ropeInvFreq(cfg), fused: fuse(w)}
+	m := &Model{ID: id, Config: cfg, Weights: w, Tokenizer: tok, Template: tmpl, net: net}
 	m.Gen = DefaultGenerationConfig(cfg)
 	if tmpl == nil {
 		m.TemplateErr = fmt.Errorf("engine: model %s has no chat template", id)
@@ -87,6 +87,10 @@ func Load(dir string) (*Model, error) {
 	m.Gen = gen
 	return m, nil
 }
+
+// Net is the model definition over the model's weights in float32, shared
+// by serving and training.
+func (m *Model) Net() *Net[float32] { return m.net }
 
 // EOS returns the token ids that end generation: config.json's eos ids
 // merged with generation_config.json's and the tokenizer's eos_token.

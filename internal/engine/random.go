@@ -1,8 +1,8 @@
 package engine
 
 import (
+	"flywheel/internal/par"
 	"math"
-	"sync"
 )
 
 // RandomWeights makes deterministic random weights of shape cfg (for tests
@@ -51,27 +51,19 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 	if !cfg.TieWordEmbeddings {
 		lin(&w.LMHead, V*H)
 	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4)
-	for i, j := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r := splitmix{seed ^ uint64(i+1)*0x9e3779b97f4a7c15}
-			v := j.into
-			if v == nil {
-				v = make([]float32, j.n)
-			}
-			a := j.sd * math.Sqrt(3) // uniform [-a, a] has standard deviation sd
-			for k := range v {
-				v[k] = float32(j.center + a*(2*r.float64()-1))
-			}
-			*j.dst = v
-		}()
-	}
-	wg.Wait()
+	par.Tasks(len(jobs), false, func(_, i int) {
+		j := jobs[i]
+		r := splitmix{seed ^ uint64(i+1)*0x9e3779b97f4a7c15}
+		v := j.into
+		if v == nil {
+			v = make([]float32, j.n)
+		}
+		a := j.sd * math.Sqrt(3) // uniform [-a, a] has standard deviation sd
+		for k := range v {
+			v[k] = float32(j.center + a*(2*r.float64()-1))
+		}
+		*j.dst = v
+	})
 	if cfg.TieWordEmbeddings {
 		w.LMHead = w.Embed
 	}

@@ -33,7 +33,7 @@ func Range(n, cost int, f func(lo, hi int)) {
 	var wg sync.WaitGroup
 	var p panicked
 	chunk := (n + w - 1) / w
-	for lo := 0; lo < n; lo += chunk {
+	for lo := chunk; lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
 		wg.Add(1)
 		go func() {
@@ -42,6 +42,10 @@ func Range(n, cost int, f func(lo, hi int)) {
 			f(lo, hi)
 		}()
 	}
+	func() {
+		defer p.catch()
+		f(0, min(chunk, n)) // the first chunk on the caller's goroutine
+	}()
 	wg.Wait()
 	p.rethrow()
 }
@@ -65,20 +69,24 @@ func Tasks(n int, serial bool, f func(worker, i int)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var p panicked
-	for wk := range w {
+	work := func(wk int) {
+		defer p.catch()
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			f(wk, i)
+		}
+	}
+	for wk := 1; wk < w; wk++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer p.catch()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				f(wk, i)
-			}
+			work(wk)
 		}()
 	}
+	work(0) // worker 0 is the caller's goroutine
 	wg.Wait()
 	p.rethrow()
 }

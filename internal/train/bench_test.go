@@ -79,15 +79,15 @@ func benchTrainStep(b *testing.B, cfg *engine.Config, nseq, seqLen int, recomput
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := newModel[float32](cfg, w, ad)
+	budget := Options{}.withDefaults().ActivationBudget
+	if recompute {
+		budget = 1 // nothing fits: every layer is recomputed
+	}
+	m, err := newModel(engine.NewModel("bench", cfg, w, nil, nil), ad, budget)
 	if err != nil {
 		b.Fatal(err)
 	}
-	m.ActivationBudget = Options{}.withDefaults().ActivationBudget
-	if recompute {
-		m.ActivationBudget = 0
-	}
-	s := &session{ad: ad, m: m, opt: NewAdamW(), params: adapterParams(ad, m)}
+	s := &session{ad: ad, m: m, opt: NewAdamW(), params: adapterParams(m)}
 	sb := benchBatch(cfg, nseq, seqLen)
 	b.Logf("kernels: %s, GOMAXPROCS %d", kernels.Describe(kernels.Default()), runtime.GOMAXPROCS(0))
 	s.runStep(sb, 1e-4, ceLoss) // warm-up
@@ -117,67 +117,3 @@ func BenchmarkTrainStepSmall_H256_L4_4x256(b *testing.B) {
 	benchTrainStep(b, smallCfg(), 4, 256, false)
 }
 
-// BenchmarkAttention compares the attention's kernels (SmolLM2 heads,
-// 4 x 256 tokens, forward + backward).
-func BenchmarkAttention(b *testing.B) {
-	nh, nkv, d := 9, 3, 64
-	segs := []seg{{0, 256}, {256, 256}, {512, 256}, {768, 256}}
-	N := 1024
-	rnd := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(i%17)/17 - 0.5
-		}
-		return v
-	}
-	q, k, v, dout := rnd(N*nh*d), rnd(N*nkv*d), rnd(N*nkv*d), rnd(N*nh*d)
-	probs, out := make([]float32, N*nh), make([]float32, N*nh*d)
-	dq, dk, dv := make([]float32, N*nh*d), make([]float32, N*nkv*d), make([]float32, N*nkv*d)
-	for _, be := range []kernels.Backend{kernels.Go{}, kernels.Default()} {
-		b.Run(be.Name(), func(b *testing.B) {
-			prev := attnKernels
-			attnKernels = be
-			defer func() { attnKernels = prev }()
-			c0 := cpuSeconds()
-			for i := 0; i < b.N; i++ {
-				attentionForward(q, k, v, segs, nh, nkv, d, probs, out)
-				attentionBackward(q, k, v, probs, dout, segs, nh, nkv, d, dq, dk, dv)
-			}
-			b.ReportMetric((cpuSeconds()-c0)/float64(b.N), "cpu-s/op")
-		})
-	}
-}
-
-// BenchmarkLinearLoRA compares backends for the LoRA side products of a
-// gate projection (1024 x 576 -> 1536, r = 16), forward + backward.
-func BenchmarkLinearLoRA(b *testing.B) {
-	n, in, out, r := 1024, 576, 1536, 16
-	rnd := func(k int) []float32 {
-		v := make([]float32, k)
-		for i := range v {
-			v[i] = float32(i%13)/13 - 0.5
-		}
-		return v
-	}
-	l := linear[float32]{W: rnd(out * in), Out: out, In: in, R: r, S: 2,
-		L: &lora[float32]{A: rnd(r * in), B: rnd(out * r), dA: make([]float32, r*in), dB: make([]float32, out*r)}}
-	x, dy := rnd(n*in), rnd(n*out)
-	y, xa, dx, dyB := make([]float32, n*out), make([]float32, n*r), make([]float32, n*in), make([]float32, n*r)
-	for _, be := range []kernels.Backend{nil, kernels.Go{}} {
-		name := "default"
-		if be != nil {
-			name = be.Name()
-		}
-		b.Run(name, func(b *testing.B) {
-			prev := loraKernels
-			loraKernels = be
-			defer func() { loraKernels = prev }()
-			c0 := cpuSeconds()
-			for i := 0; i < b.N; i++ {
-				l.forward(x, n, y, xa)
-				l.backward(x, xa, dy, n, dx, false, dyB)
-			}
-			b.ReportMetric((cpuSeconds()-c0)/float64(b.N), "cpu-s/op")
-		})
-	}
-}

@@ -96,7 +96,7 @@ func (e *Executor) DefaultLR(baseModel string) float64 {
 type session struct {
 	base   *engine.Model
 	ad     *engine.Adapter
-	m      *model[float32]
+	m      *model
 	opt    *AdamW
 	params []param
 	maxLen int
@@ -115,12 +115,11 @@ func (e *Executor) open(job jobs.Job) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load checkpoint %d: %w", job.FromStep, err)
 	}
-	m, err := newModel[float32](base.Config, base.Weights, ad)
+	m, err := newModel(base, ad, e.opts.ActivationBudget)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("load checkpoint %d: %w", job.FromStep, err)
 	}
-	m.ActivationBudget = e.opts.ActivationBudget
-	s := &session{base: base, ad: ad, m: m, opt: opt, params: adapterParams(ad, m)}
+	s := &session{base: base, ad: ad, m: m, opt: opt, params: adapterParams(m)}
 	s.maxLen = base.Config.MaxPositionEmbeddings
 	if e.opts.MaxSeqLen > 0 && (s.maxLen <= 0 || e.opts.MaxSeqLen < s.maxLen) {
 		s.maxLen = e.opts.MaxSeqLen
@@ -171,12 +170,15 @@ type stepResult struct {
 // runStep does forward, loss, backward, clipping and the AdamW update of
 // one packed batch. lossFn maps the rows' current logprobs to the loss and
 // its gradient.
-func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64) (lossStats, []float64)) stepResult {
+func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64) (lossStats, []float64)) (stepResult, error) {
 	t0 := time.Now()
 	s.m.zeroGrads()
-	p := s.m.forward(sb.b)
+	p, err := s.m.forward(sb.b)
+	if err != nil {
+		return stepResult{}, err
+	}
 	st, g := lossFn(p.LogProb)
-	p.backward(g)
+	p.Backward(g)
 	gn := clipGradNorm(s.params, 1.0)
 	s.opt.update(s.params, lr)
 	var ent float64
@@ -187,7 +189,7 @@ func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64
 		ent /= float64(len(p.Entropy))
 	}
 	return stepResult{Loss: st.Loss, GradNorm: gn, Entropy: ent, NumClipped: st.NumClipped,
-		NumRows: len(sb.b.Rows), NumTokens: sb.ntoken, Seconds: time.Since(t0).Seconds()}
+		NumRows: len(sb.b.Rows), NumTokens: sb.ntoken, Seconds: time.Since(t0).Seconds()}, nil
 }
 
 func stepEvent(i int, r stepResult, lr float64, opt *AdamW) jobs.Event {
@@ -261,7 +263,10 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 			if err := ctx.Err(); err != nil {
 				return jobs.Result{}, err
 			}
-			p := s.m.forward(sb.b)
+			p, err := s.m.forward(sb.b)
+			if err != nil {
+				return jobs.Result{}, err
+			}
 			for i := range sb.toks {
 				sb.toks[i].Old = p.LogProb[i]
 			}
@@ -273,12 +278,15 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 		if err := ctx.Err(); err != nil {
 			return jobs.Result{}, err
 		}
-		r := s.runStep(sb, cfg.LearningRate, func(newLP []float64) (lossStats, []float64) {
+		r, err := s.runStep(sb, cfg.LearningRate, func(newLP []float64) (lossStats, []float64) {
 			for k := range sb.toks {
 				sb.toks[k].New = newLP[k]
 			}
 			return rlLoss(cfg, sb.toks)
 		})
+		if err != nil {
+			return jobs.Result{}, err
+		}
 		clipped += r.NumClipped
 		rows += r.NumRows
 		lossSum += r.Loss

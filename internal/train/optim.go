@@ -1,6 +1,7 @@
 package train
 
 import (
+	"flywheel/internal/par"
 	"fmt"
 	"math"
 	"os"
@@ -35,21 +36,15 @@ type param struct {
 	W, G []float32
 }
 
-// adapterParams lists the adapter's tensors (PEFT names) with the model's
-// gradients, in a fixed order.
-func adapterParams(ad *engine.Adapter, m *model[float32]) []param {
+// adapterParams lists the trained factors (PEFT names) with their
+// gradients, in a fixed order (layer, then AllModules).
+func adapterParams(m *model) []param {
 	var ps []param
-	for l := range ad.Layers {
-		for mi, ln := range m.layers[l].linears() {
-			if ln.L == nil {
-				continue
-			}
-			mod := engine.AllModules[mi]
-			ps = append(ps,
-				param{engine.TensorName(l, mod, "lora_A"), ln.L.A, ln.L.dA},
-				param{engine.TensorName(l, mod, "lora_B"), ln.L.B, ln.L.dB})
-		}
-	}
+	m.lora.Each(func(l int, mod string, f *engine.Factors[float32]) {
+		ps = append(ps,
+			param{engine.TensorName(l, mod, "lora_A"), f.A, f.DA},
+			param{engine.TensorName(l, mod, "lora_B"), f.B, f.DB})
+	})
 	return ps
 }
 
@@ -88,7 +83,7 @@ func (o *AdamW) update(ps []param, lr float64) {
 			o.M[p.Name], o.V[p.Name] = m, v
 		}
 		decay := float32(1 - lr*o.WeightDecay)
-		parallelFor(len(p.W), func(i0, i1 int) {
+		par.Range(len(p.W), 16, func(i0, i1 int) {
 			for i := i0; i < i1; i++ {
 				g := p.G[i]
 				m[i] = b1*m[i] + (1-b1)*g

@@ -60,7 +60,7 @@ func buildBatch(seqs []*sequence) *stepBatch {
 		for t := range s.Tokens {
 			b.Pos = append(b.Pos, t)
 		}
-		b.Segs = append(b.Segs, seg{off, len(s.Tokens)})
+		b.Segs = append(b.Segs, seg{Off: off, Len: len(s.Tokens)})
 		for t := 1; t < len(s.Tokens); t++ {
 			if !s.Mask[t] {
 				continue

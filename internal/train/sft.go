@@ -284,7 +284,10 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 			return jobs.Result{}, err
 		}
 		lr := lrs[min(i, len(lrs)-1)]
-		r := s.runStep(buildBatch(bin), lr, ceLoss)
+		r, err := s.runStep(buildBatch(bin), lr, ceLoss)
+		if err != nil {
+			return jobs.Result{}, err
+		}
 		lossSum += r.Loss
 		e.opts.Logger.Info("train: sft step", "job", job.ID, "step", i+1, "of", len(bins), "loss", r.Loss, "grad_norm", r.GradNorm)
 		if err := emit(stepEvent(i, r, lr, s.opt)); err != nil {

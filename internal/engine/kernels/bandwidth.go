@@ -1,7 +1,7 @@
 package kernels
 
 import (
-	"sync"
+	"flywheel/internal/par"
 	"time"
 )
 
@@ -13,15 +13,9 @@ func SumParallel(x []float32) float32 {
 		W = 1
 	}
 	sums := make([]float32, W)
-	var wg sync.WaitGroup
-	wg.Add(W)
-	for w := range W {
-		go func() {
-			defer wg.Done()
-			sums[w] = sumImpl(x[len(x)*w/W : len(x)*(w+1)/W])
-		}()
-	}
-	wg.Wait()
+	par.Tasks(W, false, func(_, w int) {
+		sums[w] = sumImpl(x[len(x)*w/W : len(x)*(w+1)/W])
+	})
 	var s float32
 	for _, v := range sums {
 		s += v

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"flywheel/internal/par"
 	"fmt"
 	"runtime"
 	"sync"
@@ -132,19 +133,9 @@ func vecOf(s []float32, k int, strided bool, stride int) []float32 {
 	return v
 }
 
-// parallelFor runs f(0..parts-1) on parts goroutines (inline when parts==1).
+// parallelFor runs f(0..parts-1) concurrently (inline when parts==1).
 func parallelFor(parts int, f func(w int)) {
-	if parts <= 1 {
-		f(0)
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Add(parts - 1)
-	for w := 1; w < parts; w++ {
-		go func() { defer wg.Done(); f(w) }()
-	}
-	f(0)
-	wg.Wait()
+	par.Tasks(parts, false, func(_, i int) { f(i) })
 }
 
 // gemvDot: y[r*incy] = alpha*dot(W[r,:cols], x) + beta*y[r*incy] for r < rows.

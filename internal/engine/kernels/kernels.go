@@ -15,7 +15,7 @@
 package kernels
 
 import (
-	"runtime"
+	"flywheel/internal/par"
 	"sync"
 	"sync/atomic"
 )
@@ -80,7 +80,7 @@ func (Naive) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		}
 		return b[p*ldb+j]
 	}
-	ParallelRange(m, func(i0, i1 int) {
+	par.Range(m, 0, func(i0, i1 int) {
 		for i := i0; i < i1; i++ {
 			for j := 0; j < n; j++ {
 				var s float32
@@ -95,26 +95,4 @@ func (Naive) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 			}
 		}
 	})
-}
-
-// ParallelRange splits [0, n) into one contiguous chunk per core and runs
-// f on each chunk concurrently (f is not called when n is 0). The chunks
-// are fixed by n and GOMAXPROCS, so results that depend on them are
-// reproducible. The trainer shares it.
-func ParallelRange(n int, f func(i0, i1 int)) {
-	w := min(runtime.GOMAXPROCS(0), n)
-	if w <= 1 {
-		if n > 0 {
-			f(0, n)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	chunk := (n + w - 1) / w
-	for i0 := 0; i0 < n; i0 += chunk {
-		i1 := min(i0+chunk, n)
-		wg.Add(1)
-		go func() { defer wg.Done(); f(i0, i1) }()
-	}
-	wg.Wait()
 }

@@ -1,4 +1,4 @@
-package train
+package engine
 
 import (
 	"math"
@@ -106,57 +106,75 @@ func caseLinear[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	rng := rand.New(rand.NewPCG(5, 5))
 	W := to[T](rvec(rng, out*inD, 0.5))
 	bias := to[T](rvec(rng, out, 0.1))
-	l := linear[T]{W: W, Bias: bias, Out: out, In: inD, R: r, S: 1.5,
-		L: &lora[T]{A: in[1], B: in[2], dA: make([]T, r*inD), dB: make([]T, out*r)}}
+	// rows 0..2 use the adapter, row 3 is a base row
+	lo := &LoRA[T]{Rank: r, Scale: 1.5, Layers: make([][numModules]*Factors[T], 1)}
+	f := &Factors[T]{A: in[1], B: in[2], DA: make([]T, r*inD), DB: make([]T, out*r)}
+	lo.Layers[0][modGate] = f
+	groups := []loraRows[T]{{R0: 0, R1: 3, L: lo}, {R0: 3, R1: 4}}
 	y, xa := make([]T, n*out), make([]T, n*r)
-	l.forward(in[0], n, y, xa)
+	linearForward(in[0], n, inD, W, bias, out, y, out)
+	loraForward(groups, 0, modGate, in[0], inD, y, out, xa, r)
 	if gy == nil {
 		return y, nil
 	}
 	dx := make([]T, n*inD)
-	l.backward(in[0], xa, gy, n, dx, false, make([]T, n*r))
-	return y, [][]T{dx, l.L.dA, l.L.dB}
+	linearBackward(gy, n, out, W, inD, dx, false)
+	loraBackward(groups, 0, modGate, in[0], inD, xa, r, gy, out, dx, make([]T, n*r))
+	return y, [][]T{dx, f.DA, f.DB}
 }
 
 func caseRoPE[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	const n, heads, d = 3, 2, 4
-	cos, sin := ropeTables[T]([]float64{1, 0.1}, 8)
 	pos := []int{0, 5, 2}
+	cos, sin := make([]T, n*d/2), make([]T, n*d/2)
+	ropeRows([]float64{1, 0.1}, pos, cos, sin)
 	y := append([]T(nil), in[0]...)
-	ropeForward(y, n, heads, d, pos, cos, sin)
+	ropeForward(y, n, heads, d, cos, sin)
 	if gy == nil {
 		return y, nil
 	}
 	dx := append([]T(nil), gy...)
-	ropeBackward(dx, n, heads, d, pos, cos, sin)
+	ropeBackward(dx, n, heads, d, cos, sin)
 	return y, [][]T{dx}
 }
 
-var attnSegs = []seg{{0, 4}, {4, 3}}
+// attnSpans are two packed sequences of 4 and 3 rows.
+var attnSpans = []span{{R0: 0, N: 4}, {R0: 4, N: 3}}
 
 const attnNH, attnNKV, attnD = 4, 2, 3
 
+// attnWin is the sliding window of caseAttention (0: none).
+var attnWin = 0
+
 func caseAttention[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	N := 7
-	probs, out := make([]T, N*attnNH), make([]T, N*attnNH*attnD)
-	attentionForward(in[0], in[1], in[2], attnSegs, attnNH, attnNKV, attnD, probs, out)
+	ge := attnGeom{nh: attnNH, nkv: attnNKV, d: attnD, win: attnWin}
+	KV := attnNKV * attnD
+	views := make([]attnView[T], len(attnSpans))
+	for i, sp := range attnSpans {
+		views[i] = attnView[T]{R0: sp.R0, N: sp.N, K: in[1][sp.R0*KV:], V: in[2][sp.R0*KV:], RS: KV, HS: attnD}
+	}
+	scr := make([]attnScratch[T], 8)
+	lse, out := make([]T, N*attnNH), make([]T, N*attnNH*attnD)
+	attentionForward(in[0], views, ge, lse, out, scr)
 	if gy == nil {
 		return out, nil
 	}
 	dq, dk, dv := make([]T, len(in[0])), make([]T, len(in[1])), make([]T, len(in[2]))
-	attentionBackward(in[0], in[1], in[2], probs, gy, attnSegs, attnNH, attnNKV, attnD, dq, dk, dv)
+	attentionBackward(in[0], in[1], in[2], lse, gy, views, ge, dq, dk, dv, scr)
 	return out, [][]T{dq, dk, dv}
 }
 
 func caseSwiGLU[T Float](in [][]T, gy []T) ([]T, [][]T) {
-	h := make([]T, len(in[0]))
-	swigluForward(in[0], in[1], h)
+	const n, I = 2, 5 // in[0] is gu [n, 2I]
+	h := make([]T, n*I)
+	swigluForward(in[0], n, I, h)
 	if gy == nil {
 		return h, nil
 	}
-	dg, du := make([]T, len(h)), make([]T, len(h))
-	swigluBackward(in[0], in[1], gy, dg, du)
-	return h, [][]T{dg, du}
+	dgu := make([]T, 2*n*I)
+	swigluBackward(in[0], n, I, gy, dgu)
+	return h, [][]T{dgu}
 }
 
 func caseLogSoftmax[T Float](in [][]T, gy []T) ([]T, [][]T) {
@@ -184,8 +202,10 @@ func TestLayerGradients(t *testing.T) {
 	prev := attnBlock
 	attnBlock = 2 // several query blocks per segment
 	checkLayer(t, "attention (blocks of 2 rows)", caseAttention[float64], caseAttention[float32], attnIn, 1e-6, 1e-3)
-	attnBlock = prev
-	checkLayer(t, "swiglu", caseSwiGLU[float64], caseSwiGLU[float32], [][]float64{rvec(rng, 10, 2), rvec(rng, 10, 1)}, 1e-6, 1e-3)
+	attnWin = 2 // sliding window (Mistral): rows see their last 2 keys
+	checkLayer(t, "attention (window 2, blocks of 2 rows)", caseAttention[float64], caseAttention[float32], attnIn, 1e-6, 1e-3)
+	attnBlock, attnWin = prev, 0
+	checkLayer(t, "swiglu", caseSwiGLU[float64], caseSwiGLU[float32], [][]float64{rvec(rng, 20, 2)}, 1e-6, 1e-3)
 	checkLayer(t, "log-softmax", caseLogSoftmax[float64], caseLogSoftmax[float32], [][]float64{rvec(rng, 11, 2)}, 1e-6, 1e-3)
 }
 

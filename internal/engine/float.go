@@ -1,23 +1,22 @@
-package train
+package engine
 
 import (
 	"math"
-	"runtime"
-	"sync"
 	"unsafe"
 
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/par"
 )
 
-// Float is the element type of the training math. Production runs in
-// float32 (every matmul through kernels.Default().Sgemm); the float64
-// instantiation exists so the gradient checks can hold the analytic backward
-// to 1e-6 against finite differences.
+// Float is the element type of the model's math. Serving and training run in
+// float32 (every matrix product through kernels.Default().Sgemm); the
+// float64 instantiation exists so gradient checks can hold the analytic
+// backward to 1e-6 against finite differences.
 type Float interface{ float32 | float64 }
 
 // gemm is C = alpha·op(A)·op(B) + beta·C, row-major, as kernels.Backend.Sgemm.
-// float32 goes to the kernel backend; float64 to a plain (parallel) loop used
-// only by tests.
+// float32 goes to the default kernel backend; float64 to a plain parallel
+// loop used only by tests.
 func gemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	gemmOn(nil, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
@@ -27,12 +26,12 @@ func gemmOn[T Float](be kernels.Backend, transA, transB bool, m, n, k int, alpha
 	if m == 0 || n == 0 {
 		return
 	}
+	if k == 0 {
+		scaleRows(c, m, n, ldc, beta)
+		return
+	}
 	switch av := any(a).(type) {
 	case []float32:
-		if k == 0 {
-			scaleRows(any(c).([]float32), m, n, ldc, float32(beta))
-			return
-		}
 		if be == nil {
 			be = kernels.Default()
 		}
@@ -56,8 +55,9 @@ func scaleRows[T Float](c []T, m, n, ldc int, beta T) {
 	}
 }
 
+// dgemm is the float64 reference product (tests only: no blocking).
 func dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
-	parallelFor(m, func(i0, i1 int) {
+	par.Range(m, n*k, func(i0, i1 int) {
 		for i := i0; i < i1; i++ {
 			for j := 0; j < n; j++ {
 				var s float64
@@ -85,41 +85,6 @@ func dgemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int
 	})
 }
 
-// parallelFor splits [0, n) into contiguous chunks over the cores.
-func parallelFor(n int, f func(i0, i1 int)) { kernels.ParallelRange(n, f) }
-
-// parallelTasks runs f(i) for i in [0, n) on up to GOMAXPROCS goroutines,
-// handing tasks out one at a time (tasks may differ in size).
-func parallelTasks(n int, f func(i int)) {
-	w := min(runtime.GOMAXPROCS(0), n)
-	if w <= 1 {
-		for i := 0; i < n; i++ {
-			f(i)
-		}
-		return
-	}
-	var mu sync.Mutex
-	next := 0
-	var wg sync.WaitGroup
-	for range w {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
 // exp is e^x: the kernels' fast float32 exp (relative error < 2e-7) for
 // float32, math.Exp for float64. The size test is a compile-time constant
 // per instantiation.
@@ -143,4 +108,19 @@ func convert[T Float](x []float32) []T {
 		out[i] = T(v)
 	}
 	return out
+}
+
+// sizeof is the size of T in bytes.
+func sizeof[T Float]() int {
+	var z T
+	return int(unsafe.Sizeof(z))
+}
+
+// grow returns b resized to n elements, reallocating only when its capacity
+// is short (contents are not preserved).
+func grow[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
 }

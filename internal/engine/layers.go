@@ -1,0 +1,536 @@
+package engine
+
+// The layers of the Llama-family decoder, each forward next to its backward,
+// in the style of llm.c. Serving and training run these same functions (see
+// net.go); only training calls the backwards. Activations are row-major
+// [N, C] over the N rows of a pass; weights use the Hugging Face [out, in]
+// layout. Every backward takes the upstream gradient dY of its forward's
+// output and produces dX (added to the destination when accumulate is set,
+// because several branches feed one tensor) plus the gradients of the
+// trainable parameters (only LoRA A/B: the base model is frozen).
+//
+// Shape letters: N rows, H hidden, I intermediate, D head dim, nh query
+// heads, nkv key/value heads, Q = nh·D, KV = nkv·D, V vocabulary, r LoRA rank.
+
+import (
+	"math"
+
+	"flywheel/internal/engine/kernels"
+	"flywheel/internal/par"
+)
+
+// ---------------------------------------------------------------- embedding
+
+// embedForward: x[t,:] = E[tok[t],:]. E [V,H], x [N,H].
+func embedForward[T Float](E []T, H int, toks []int, x []T) {
+	for t, id := range toks {
+		copy(x[t*H:(t+1)*H], E[id*H:(id+1)*H])
+	}
+}
+
+// embedBackward: dE[tok[t],:] += dx[t,:]. (The embedding is frozen in LoRA
+// training, so the trainer never calls it; it is here, tested, for
+// completeness of the backward pass.)
+func embedBackward[T Float](dE []T, H int, toks []int, dx []T) {
+	for t, id := range toks {
+		row := dE[id*H : (id+1)*H]
+		for i, g := range dx[t*H : (t+1)*H] {
+			row[i] += g
+		}
+	}
+}
+
+// ---------------------------------------------------------------- RMSNorm
+
+// rmsnormForward: y = x · rinv · w with rinv = 1/sqrt(mean(x²) + eps), per
+// row. x, y [n,c] (y may be x); w [c]; rinv [n] is saved for the backward
+// (nil: not saved).
+func rmsnormForward[T Float](x, w []T, n, c int, eps float64, y, rinv []T) {
+	if x32, ok := any(x).([]float32); ok {
+		y32, w32 := any(y).([]float32), any(w).([]float32)
+		r32, _ := any(rinv).([]float32)
+		par.Range(n, c, func(lo, hi int) {
+			for t := lo; t < hi; t++ {
+				ri := kernels.RMSNorm(y32[t*c:(t+1)*c], x32[t*c:(t+1)*c], w32, float32(eps))
+				if r32 != nil {
+					r32[t] = ri
+				}
+			}
+		})
+		return
+	}
+	par.Range(n, c, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			xr := x[t*c : (t+1)*c]
+			var ss float64
+			for _, v := range xr {
+				ss += float64(v) * float64(v)
+			}
+			ri := T(1 / math.Sqrt(ss/float64(c)+eps))
+			if rinv != nil {
+				rinv[t] = ri
+			}
+			yr := y[t*c : (t+1)*c]
+			for i, v := range xr {
+				yr[i] = v * ri * w[i]
+			}
+		}
+	})
+}
+
+// rmsnormBackward: with g = w⊙dy,
+// dx = g·rinv − x · rinv³ · (g·x)/c.
+func rmsnormBackward[T Float](x, w, rinv, dy []T, n, c int, dx []T, accumulate bool) {
+	par.Range(n, c, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			xr, dyr, dxr := x[t*c:(t+1)*c], dy[t*c:(t+1)*c], dx[t*c:(t+1)*c]
+			ri := rinv[t]
+			var dot T
+			for i := range xr {
+				dot += w[i] * dyr[i] * xr[i]
+			}
+			k := ri * ri * ri * dot / T(c)
+			for i := range xr {
+				g := w[i]*dyr[i]*ri - xr[i]*k
+				if accumulate {
+					dxr[i] += g
+				} else {
+					dxr[i] = g
+				}
+			}
+		}
+	})
+}
+
+// ---------------------------------------------------------------- linear
+
+// linearForward: y [n,out] (row stride ldy) = x [n,in]·Wᵀ + b (b may be nil).
+func linearForward[T Float](x []T, n, in int, W, b []T, out int, y []T, ldy int) {
+	gemm(false, true, n, out, in, 1, x, in, W, in, 0, y, ldy)
+	if b != nil {
+		addBias(y, n, ldy, b)
+	}
+}
+
+// linearBackward: dx (+)= dy·W. (W and b are frozen.)
+func linearBackward[T Float](dy []T, n, out int, W []T, in int, dx []T, accumulate bool) {
+	var beta T
+	if accumulate {
+		beta = 1
+	}
+	gemm(false, false, n, in, out, 1, dy, out, W, in, beta, dx, in)
+}
+
+// addBias adds b to the first len(b) columns of each of n rows of y.
+func addBias[T Float](y []T, n, ldy int, b []T) {
+	par.Range(n, len(b), func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			yr := y[t*ldy : t*ldy+len(b)]
+			for i, v := range b {
+				yr[i] += v
+			}
+		}
+	})
+}
+
+// ---------------------------------------------------------------- LoRA
+
+// The LoRA products are skinny (one side is the rank r); they run on
+// loraKernels (nil: the default backend).
+var loraKernels kernels.Backend
+
+func loraGemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	gemmOn(loraKernels, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// loraForward adds the low-rank update of one projection to y for the rows
+// of each adapter group: xa = x·Aᵀ [rows, r] (saved in xa, row stride
+// rmax), y += s·xa·Bᵀ. Rows of groups without the module are untouched.
+// x [N,in], y [N,·] with row stride ldy.
+func loraForward[T Float](groups []loraRows[T], l, mod int, x []T, in int, y []T, ldy int, xa []T, rmax int) {
+	for _, g := range groups {
+		f := g.factors(l, mod)
+		if f == nil {
+			continue
+		}
+		n, r, out := g.R1-g.R0, g.L.Rank, len(f.B)/g.L.Rank
+		loraGemm(false, true, n, r, in, 1, x[g.R0*in:], in, f.A, in, 0, xa[g.R0*rmax:], rmax)
+		loraGemm(false, true, n, out, r, g.L.Scale, xa[g.R0*rmax:], rmax, f.B, r, 1, y[g.R0*ldy:], ldy)
+	}
+}
+
+// loraBackward is loraForward's backward: with dyB = dy·B [rows, r] (scratch),
+// dx += s·dyB·A; dB += s·dyᵀ·xa; dA += s·dyBᵀ·x.
+func loraBackward[T Float](groups []loraRows[T], l, mod int, x []T, in int, xa []T, rmax int, dy []T, ldy int, dx, dyB []T) {
+	for _, g := range groups {
+		f := g.factors(l, mod)
+		if f == nil {
+			continue
+		}
+		n, r, out := g.R1-g.R0, g.L.Rank, len(f.B)/g.L.Rank
+		s := g.L.Scale
+		dyg, xg, xag := dy[g.R0*ldy:], x[g.R0*in:], xa[g.R0*rmax:]
+		loraGemm(false, false, n, r, out, 1, dyg, ldy, f.B, r, 0, dyB, r)
+		if dx != nil {
+			loraGemm(false, false, n, in, r, s, dyB, r, f.A, in, 1, dx[g.R0*in:], in)
+		}
+		if f.DB != nil {
+			loraGemm(true, false, out, r, n, s, dyg, ldy, xag, rmax, 1, f.DB, r)
+			loraGemm(true, false, r, in, n, s, dyB, r, xg, in, 1, f.DA, in)
+		}
+	}
+}
+
+// ---------------------------------------------------------------- RoPE
+
+// ropeRows fills cos and sin [n, D/2] for the positions pos [n] and the
+// frequencies invFreq (ropeInvFreq): row t rotates pair i by pos[t]·invFreq[i].
+func ropeRows[T Float](invFreq []float64, pos []int, cos, sin []T) {
+	half := len(invFreq)
+	par.Range(len(pos), 8*half, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			for i, f := range invFreq {
+				a := float64(pos[t]) * f
+				s, c := math.Sincos(a)
+				cos[t*half+i], sin[t*half+i] = T(c), T(s)
+			}
+		}
+	})
+}
+
+// ropeForward rotates x [n, heads, D] in place, row t with cos/sin row t
+// (rotate_half convention): y1 = x1·cos − x2·sin, y2 = x2·cos + x1·sin
+// (x1 = x[:D/2], x2 = x[D/2:]).
+func ropeForward[T Float](x []T, n, heads, d int, cos, sin []T) {
+	half := d / 2
+	par.Range(n, heads*d, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			c, s := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
+			for h := 0; h < heads; h++ {
+				v := x[(t*heads+h)*d : (t*heads+h+1)*d]
+				for i := 0; i < half; i++ {
+					x1, x2 := v[i], v[i+half]
+					v[i] = x1*c[i] - x2*s[i]
+					v[i+half] = x2*c[i] + x1*s[i]
+				}
+			}
+		}
+	})
+}
+
+// ropeBackward applies the transposed rotation to the gradient in place:
+// dx1 = dy1·cos + dy2·sin, dx2 = dy2·cos − dy1·sin.
+func ropeBackward[T Float](dx []T, n, heads, d int, cos, sin []T) {
+	half := d / 2
+	par.Range(n, heads*d, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			c, s := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
+			for h := 0; h < heads; h++ {
+				v := dx[(t*heads+h)*d : (t*heads+h+1)*d]
+				for i := 0; i < half; i++ {
+					g1, g2 := v[i], v[i+half]
+					v[i] = g1*c[i] + g2*s[i]
+					v[i+half] = g2*c[i] - g1*s[i]
+				}
+			}
+		}
+	})
+}
+
+// ---------------------------------------------------------------- attention
+
+// The attention's matrix products are many small ones (per sequence, kv
+// head and block of query rows) run from parallel tasks. Calling a BLAS with
+// its own thread pool from several goroutines at once oversubscribes the
+// cores, so they run on the pure-Go kernels, whose goroutines nest cleanly.
+var attnKernels kernels.Backend = kernels.Go{}
+
+func attnGemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
+	gemmOn(attnKernels, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// attnBlock is the number of query rows of one sequence processed at once.
+// The attention never holds a whole [L, L] probability matrix: the forward
+// keeps only the log-sum-exp of each row (when training), and the backward
+// recomputes each block's probabilities from q, k and that (as
+// FlashAttention does), so its memory is O(workers · attnBlock · L).
+var attnBlock = 64
+
+// attnView is where one sequence's keys and values of the current layer
+// are: the key of position p, kv head g is K[g*HS+p*RS : +D] (V alike).
+// The rows [R0, R0+N) of the pass are the sequence's new tokens at
+// positions P0..P0+N−1; each attends causally to the keys at positions up
+// to its own (the last win of them when win > 0).
+type attnView[T Float] struct {
+	R0, N, P0 int
+	K, V      []T
+	RS, HS    int
+}
+
+// attnScratch is one worker's blocks: gathered queries, scores, outputs.
+type attnScratch[T Float] struct{ qg, s, og, dog, dp []T }
+
+// attnGeom is the shape of an attention call.
+type attnGeom struct{ nh, nkv, d, win int }
+
+// keyRange is the keys [lo, hi) that the query rows [i0, i1) of view v see.
+func (g attnGeom) keyRange(p0, i0, i1 int) (lo, hi int) {
+	hi = p0 + i1
+	if g.win > 0 {
+		lo = max(0, p0+i0-g.win+1)
+	}
+	return lo, hi
+}
+
+// rowKeys is the keys [lo, hi) that the query at position pos sees.
+func (g attnGeom) rowKeys(pos int) (lo, hi int) {
+	if g.win > 0 {
+		lo = max(0, pos-g.win+1)
+	}
+	return lo, pos + 1
+}
+
+// gatherHeads copies rows [r0, r0+B) of the rep heads of kv head g of x
+// [·, nh·D] into dst [rep·B, D], head-major (scatter=false), or back.
+func gatherHeads[T Float](x []T, r0, B, g int, ge attnGeom, dst []T, scatter bool) {
+	rep, d, Q := ge.nh/ge.nkv, ge.d, ge.nh*ge.d
+	for hl := 0; hl < rep; hl++ {
+		h := g*rep + hl
+		for t := 0; t < B; t++ {
+			src := x[(r0+t)*Q+h*d : (r0+t)*Q+(h+1)*d]
+			blk := dst[(hl*B+t)*d : (hl*B+t+1)*d]
+			if scatter {
+				copy(src, blk)
+			} else {
+				copy(blk, src)
+			}
+		}
+	}
+}
+
+// attentionForward is causal grouped-query attention of each view's rows
+// over its keys. q [N,Q] (after RoPE); out [N,Q]; lse [N,nh] is saved when
+// not nil. One task per (view, kv head g, block of query rows [i0,i1)); the
+// rep = nh/nkv query heads sharing g are stacked into one block, so each
+// key and value row is read once for all of them:
+//
+//	Qg [rep·B, D], S = Qg·K[lo:hi]ᵀ/√D, causal (windowed) mask,
+//	lse = log Σ exp S, P = exp(S − lse), Og = P·V[lo:hi] → out.
+func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out []T, scr []attnScratch[T]) {
+	rep, d, nh := ge.nh/ge.nkv, ge.d, ge.nh
+	scale := T(1 / math.Sqrt(float64(d)))
+	type task struct{ v, g, i0, i1 int }
+	var tasks []task
+	work := 0
+	for vi, v := range views {
+		for g := 0; g < ge.nkv; g++ {
+			for i0 := 0; i0 < v.N; i0 += attnBlock {
+				tasks = append(tasks, task{vi, g, i0, min(i0+attnBlock, v.N)})
+			}
+		}
+		work += nh * v.N * (v.P0 + v.N) * d
+	}
+	par.Tasks(len(tasks), work < 1<<16, func(w, ti int) {
+		tk := tasks[ti]
+		v := views[tk.v]
+		B := tk.i1 - tk.i0
+		lo, hi := ge.keyRange(v.P0, tk.i0, tk.i1)
+		P, M := hi-lo, rep*B
+		sc := &scr[w]
+		sc.qg, sc.s, sc.og = grow(sc.qg, M*d), grow(sc.s, M*P), grow(sc.og, M*d)
+		gatherHeads(q, v.R0+tk.i0, B, tk.g, ge, sc.qg, false)
+		K, V := v.K[tk.g*v.HS+lo*v.RS:], v.V[tk.g*v.HS+lo*v.RS:]
+		attnGemm(false, true, M, P, d, scale, sc.qg, d, K, v.RS, 0, sc.s, P)
+		for i := 0; i < M; i++ {
+			hl, t := i/B, i%B
+			row := sc.s[i*P : (i+1)*P]
+			klo, khi := ge.rowKeys(v.P0 + tk.i0 + t)
+			klo, khi = klo-lo, khi-lo
+			clear(row[:klo])
+			clear(row[khi:])
+			m := softmaxRow(row[klo:khi], lse != nil)
+			if lse != nil {
+				lse[(v.R0+tk.i0+t)*nh+tk.g*rep+hl] = m
+			}
+		}
+		attnGemm(false, false, M, d, P, 1, sc.s, P, V, v.RS, 0, sc.og, d)
+		gatherHeads(out, v.R0+tk.i0, B, tk.g, ge, sc.og, true)
+	})
+}
+
+// softmaxRow replaces row with softmax(row) and, when wantLSE, returns
+// log Σ exp(row) (as computed before the replacement).
+func softmaxRow[T Float](row []T, wantLSE bool) T {
+	if r32, ok := any(row).([]float32); ok && !wantLSE {
+		kernels.Softmax(r32)
+		return 0
+	}
+	mx := row[0]
+	for _, v := range row[1:] {
+		mx = max(mx, v)
+	}
+	var sum T
+	for j, v := range row {
+		e := exp(v - mx)
+		row[j] = e
+		sum += e
+	}
+	inv := 1 / sum
+	for j := range row {
+		row[j] *= inv
+	}
+	return mx + T(math.Log(float64(sum)))
+}
+
+// attentionBackward: for views whose keys are their own rows (training:
+// P0 = 0, K = k[R0·KV:], RS = KV, HS = D), given dout [N,Q] and the saved
+// lse, per block of query rows recompute P = exp(q·kᵀ/√D − lse) (causal,
+// windowed), then
+//
+//	dP = dout·vᵀ; dv += Pᵀ·dout; dS = P⊙(dP − rowsum(P⊙dP))/√D;
+//	dq = dS·k; dk += dSᵀ·q.
+//
+// One task per (view, kv head): the heads sharing a kv head accumulate dk
+// and dv in one task, so they do not race. dq, dk, dv are overwritten.
+func attentionBackward[T Float](q, k, v, lse, dout []T, views []attnView[T], ge attnGeom, dq, dk, dv []T, scr []attnScratch[T]) {
+	rep, d, nh, nkv := ge.nh/ge.nkv, ge.d, ge.nh, ge.nkv
+	KV := nkv * d
+	scale := T(1 / math.Sqrt(float64(d)))
+	par.Tasks(len(views)*nkv, false, func(w, task int) {
+		vw, g := views[task/nkv], task%nkv
+		L := vw.N
+		kg, vg := k[vw.R0*KV+g*d:], v[vw.R0*KV+g*d:]
+		dkg, dvg := dk[vw.R0*KV+g*d:], dv[vw.R0*KV+g*d:]
+		for i := 0; i < L; i++ {
+			clear(dkg[i*KV : i*KV+d])
+			clear(dvg[i*KV : i*KV+d])
+		}
+		sc := &scr[w]
+		for i0 := 0; i0 < L; i0 += attnBlock {
+			i1 := min(i0+attnBlock, L)
+			B := i1 - i0
+			lo, hi := ge.keyRange(0, i0, i1)
+			P, M := hi-lo, rep*B
+			sc.qg, sc.dog, sc.og = grow(sc.qg, M*d), grow(sc.dog, M*d), grow(sc.og, M*d)
+			sc.s, sc.dp = grow(sc.s, M*P), grow(sc.dp, M*P)
+			gatherHeads(q, vw.R0+i0, B, g, ge, sc.qg, false)
+			gatherHeads(dout, vw.R0+i0, B, g, ge, sc.dog, false)
+			K, V, dK, dV := kg[lo*KV:], vg[lo*KV:], dkg[lo*KV:], dvg[lo*KV:]
+			// recompute P [M,P]
+			attnGemm(false, true, M, P, d, scale, sc.qg, d, K, KV, 0, sc.s, P)
+			for i := 0; i < M; i++ {
+				hl, t := i/B, i%B
+				row := sc.s[i*P : (i+1)*P]
+				klo, khi := ge.rowKeys(i0 + t)
+				klo, khi = klo-lo, khi-lo
+				m := lse[(vw.R0+i0+t)*nh+g*rep+hl]
+				clear(row[:klo])
+				for j := klo; j < khi; j++ {
+					row[j] = exp(row[j] - m)
+				}
+				clear(row[khi:])
+			}
+			// dV [P,D] += Pᵀ [P,M] · dOg [M,D]
+			attnGemm(true, false, P, d, M, 1, sc.s, P, sc.dog, d, 1, dV, KV)
+			// dP [M,P] = dOg [M,D] · Vᵀ [D,P]
+			attnGemm(false, true, M, P, d, 1, sc.dog, d, V, KV, 0, sc.dp, P)
+			for i := 0; i < M; i++ {
+				pr, dr := sc.s[i*P:(i+1)*P], sc.dp[i*P:(i+1)*P]
+				var dot T
+				for j, p := range pr {
+					dot += p * dr[j]
+				}
+				for j, p := range pr {
+					dr[j] = p * (dr[j] - dot) * scale
+				}
+			}
+			// dQg [M,D] = dS [M,P] · K [P,D]
+			attnGemm(false, false, M, d, P, 1, sc.dp, P, K, KV, 0, sc.og, d)
+			gatherHeads(dq, vw.R0+i0, B, g, ge, sc.og, true)
+			// dK [P,D] += dSᵀ [P,M] · Qg [M,D]
+			attnGemm(true, false, P, d, M, 1, sc.dp, P, sc.qg, d, 1, dK, KV)
+		}
+	})
+}
+
+// ---------------------------------------------------------------- SwiGLU
+
+// swigluForward: h = silu(g) ⊙ u, silu(g) = g·σ(g), per row; gu [n, 2I]
+// holds each row's g then u; h [n, I].
+func swigluForward[T Float](gu []T, n, I int, h []T) {
+	par.Range(n, 8*I, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			g, u, hr := gu[2*t*I:(2*t+1)*I], gu[(2*t+1)*I:(2*t+2)*I], h[t*I:(t+1)*I]
+			if h32, ok := any(hr).([]float32); ok {
+				kernels.SwiGLU(h32, any(g).([]float32), any(u).([]float32))
+				continue
+			}
+			for i, x := range g {
+				hr[i] = x / (1 + exp(-x)) * u[i]
+			}
+		}
+	})
+}
+
+// swigluBackward: du = dh·silu(g); dg = dh·u·σ(g)·(1 + g·(1−σ(g))), into
+// dgu [n, 2I] laid out as gu.
+func swigluBackward[T Float](gu []T, n, I int, dh, dgu []T) {
+	par.Range(n, 8*I, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			g, u := gu[2*t*I:(2*t+1)*I], gu[(2*t+1)*I:(2*t+2)*I]
+			dg, du := dgu[2*t*I:(2*t+1)*I], dgu[(2*t+1)*I:(2*t+2)*I]
+			dhr := dh[t*I : (t+1)*I]
+			for i, x := range g {
+				sg := 1 / (1 + exp(-x))
+				du[i] = dhr[i] * x * sg
+				dg[i] = dhr[i] * u[i] * sg * (1 + x*(1-sg))
+			}
+		}
+	})
+}
+
+// ---------------------------------------------------------------- log-softmax
+
+// logSoftmaxForward turns logits z [V] into probabilities in place and
+// returns log p[target] and the entropy −Σ p·log p.
+func logSoftmaxForward[T Float](z []T, target int) (lp, ent float64) {
+	mx := z[0]
+	for _, v := range z[1:] {
+		mx = max(mx, v)
+	}
+	zt := float64(z[target] - mx)
+	// e_i = exp(z_i − mx); log p_i = (z_i − mx) − log Σe;
+	// entropy = log Σe − Σ e_i (z_i − mx) / Σe.
+	var sum, sez float64
+	for i, v := range z {
+		d := v - mx
+		e := exp(d)
+		z[i] = e
+		sum += float64(e)
+		sez += float64(e) * float64(d)
+	}
+	lse := math.Log(sum)
+	inv := T(1 / sum)
+	for i := range z {
+		z[i] *= inv
+	}
+	return zt - lse, lse - sez/sum
+}
+
+// logSoftmaxBackward: d log p[target] / dz = onehot(target) − p, so
+// dz = g·(onehot − p) for the upstream scalar g.
+func logSoftmaxBackward[T Float](p []T, target int, g T, dz []T) {
+	for i, v := range p {
+		dz[i] = -g * v
+	}
+	dz[target] += g
+}
+
+// parallelRows runs f(i) for each of n rows of cost floats each.
+func parallelRows(n, cost int, f func(i int)) {
+	par.Range(n, cost, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			f(i)
+		}
+	})
+}

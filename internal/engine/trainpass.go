@@ -1,0 +1,222 @@
+package engine
+
+import "fmt"
+
+// Batch is a packed set of training sequences. Segs are the sequences:
+// tokens [Off, Off+Len) of Tokens, at positions 0..Len−1 (Pos). Rows lists
+// the positions t whose next-token logprob log p(Targets[i] | ≤t) is
+// needed.
+type Batch struct {
+	Tokens  []int
+	Pos     []int
+	Segs    []Segment
+	Rows    []int
+	Targets []int
+}
+
+// Segment is one packed sequence: tokens [Off, Off+Len) of a Batch.
+type Segment struct{ Off, Len int }
+
+// Budgets bound the memory a training pass keeps between its forward and
+// its backward.
+type Budgets struct {
+	// Activations bounds the bytes of saved per-layer activations: when a
+	// batch's activations for all layers fit, they are kept from the
+	// forward; otherwise only each layer's input is kept and the layer is
+	// recomputed just before its backward.
+	Activations int64
+	// Head bounds the bytes of lm-head probabilities kept between the
+	// forward and the backward; above it they are recomputed chunk by chunk.
+	Head int64
+}
+
+// DefaultBudgets keeps up to 2 GiB of activations and 256 MiB of head
+// probabilities.
+var DefaultBudgets = Budgets{Activations: 2 << 30, Head: 256 << 20}
+
+// Pass is one training forward over a batch, kept for its backward.
+type Pass[T Float] struct {
+	n       *Net[T]
+	b       *Batch
+	st      rowsState[T]
+	xs      [][]T      // xs[l] input of layer l; xs[L] output of the last layer
+	acts    []*acts[T] // per layer when kept, else nil
+	hx, hf  []T        // [M,H] the rows' last hidden states and their final norm
+	rinvF   []T
+	probs   [][]T // per head chunk [rows, V] when kept
+	budgets Budgets
+	// LogProb and Entropy are, per row of the batch, the logprob of its
+	// target and the entropy of the predicted distribution.
+	LogProb []float64
+	Entropy []float64
+}
+
+const headChunk = 128
+
+// ForwardBatch runs the model with the adapter lo (nil: the base model) over
+// the packed sequences of b, through the same layer code as serving, and
+// keeps what Backward needs.
+func (n *Net[T]) ForwardBatch(b *Batch, lo *LoRA[T], bud Budgets) (*Pass[T], error) {
+	c := n.Config
+	N, H := len(b.Tokens), c.HiddenSize
+	if err := n.checkBatch(b, lo); err != nil {
+		return nil, err
+	}
+	p := &Pass[T]{n: n, b: b, xs: make([][]T, c.NumLayers+1), budgets: bud}
+	spans := make([]span, len(b.Segs))
+	for i, s := range b.Segs {
+		spans[i] = span{R0: s.Off, N: s.Len}
+	}
+	n.setRows(&p.st, b.Pos, []loraRows[T]{{R0: 0, R1: N, L: lo}}, spans)
+	p.xs[0] = make([]T, N*H)
+	embedForward(n.embed, H, b.Tokens, p.xs[0])
+	keep := n.actElems(N, p.st.rmax)*int64(c.NumLayers)*int64(sizeof[T]()) <= bud.Activations
+	var shared *acts[T]
+	if keep {
+		p.acts = make([]*acts[T], c.NumLayers)
+	} else {
+		shared = &acts[T]{}
+		shared.ensure(n, N, p.st.rmax, true)
+	}
+	for l := 0; l < c.NumLayers; l++ {
+		a := shared
+		if keep {
+			a = &acts[T]{}
+			a.ensure(n, N, p.st.rmax, true)
+			p.acts[l] = a
+		}
+		p.xs[l+1] = make([]T, N*H)
+		n.blockForward(l, &p.st, p.xs[l], a, p.xs[l+1])
+	}
+	M := len(b.Rows)
+	p.hx, p.hf, p.rinvF = make([]T, M*H), make([]T, M*H), make([]T, M)
+	n.finalNorm(p.xs[c.NumLayers], b.Rows, p.hx, p.hf, p.rinvF)
+
+	p.LogProb, p.Entropy = make([]float64, M), make([]float64, M)
+	keepHead := int64(M)*int64(c.VocabSize)*int64(sizeof[T]()) <= bud.Head
+	for c0 := 0; c0 < M; c0 += headChunk {
+		pr := p.headChunk(c0, min(c0+headChunk, M))
+		if keepHead {
+			p.probs = append(p.probs, pr)
+		}
+	}
+	return p, nil
+}
+
+// checkBatch verifies the batch's shape: tokens in the vocabulary,
+// segments tiling the tokens at positions 0..Len−1, rows inside them.
+func (n *Net[T]) checkBatch(b *Batch, lo *LoRA[T]) error {
+	c := n.Config
+	if len(b.Pos) != len(b.Tokens) || len(b.Rows) != len(b.Targets) {
+		return fmt.Errorf("engine: batch: %d tokens, %d positions, %d rows, %d targets", len(b.Tokens), len(b.Pos), len(b.Rows), len(b.Targets))
+	}
+	for _, t := range b.Tokens {
+		if t < 0 || t >= c.VocabSize {
+			return fmt.Errorf("engine: token id %d out of range [0,%d)", t, c.VocabSize)
+		}
+	}
+	for _, t := range b.Targets {
+		if t < 0 || t >= c.VocabSize {
+			return fmt.Errorf("engine: target id %d out of range [0,%d)", t, c.VocabSize)
+		}
+	}
+	off := 0
+	for _, s := range b.Segs {
+		if s.Off != off || s.Len <= 0 {
+			return fmt.Errorf("engine: batch segments must tile the tokens in order")
+		}
+		if s.Len > c.MaxPositionEmbeddings {
+			return fmt.Errorf("engine: context length exceeded: a sequence of %d tokens, the model's maximum is %d", s.Len, c.MaxPositionEmbeddings)
+		}
+		for i := 0; i < s.Len; i++ {
+			if b.Pos[s.Off+i] != i {
+				return fmt.Errorf("engine: batch positions must run 0..Len-1 in each segment")
+			}
+		}
+		off += s.Len
+	}
+	if off != len(b.Tokens) {
+		return fmt.Errorf("engine: batch segments cover %d of %d tokens", off, len(b.Tokens))
+	}
+	for _, r := range b.Rows {
+		if r < 0 || r >= len(b.Tokens) {
+			return fmt.Errorf("engine: batch row %d out of range", r)
+		}
+	}
+	return n.checkLoRA(lo)
+}
+
+// headChunk computes the probabilities [c1−c0, V] of rows c0..c1 of the
+// head (logits = hf·LMHeadᵀ, then softmax), filling LogProb and Entropy.
+func (p *Pass[T]) headChunk(c0, c1 int) []T {
+	H, V := p.n.Config.HiddenSize, p.n.Config.VocabSize
+	z := make([]T, (c1-c0)*V)
+	p.n.headForward(p.hf[c0*H:c1*H], c1-c0, z)
+	parallelRows(c1-c0, V, func(i int) {
+		lp, ent := logSoftmaxForward(z[i*V:(i+1)*V], p.b.Targets[c0+i])
+		p.LogProb[c0+i], p.Entropy[c0+i] = lp, ent
+	})
+	return z
+}
+
+// Backward takes dLogProb (∂loss/∂LogProb[i] per row) and adds the gradients
+// of the adapter's factors (Factors.DA, DB; allocated by NewLoRA with
+// grads). It may be called once per Pass.
+func (p *Pass[T]) Backward(dLogProb []float64) {
+	n, b := p.n, p.b
+	c := n.Config
+	N, H, V := len(b.Tokens), c.HiddenSize, c.VocabSize
+	M := len(b.Rows)
+
+	// head: dz = g·(onehot − p); dhf = dz·LMHead
+	dhf := make([]T, M*H)
+	for c0, ci := 0, 0; c0 < M; c0, ci = c0+headChunk, ci+1 {
+		c1 := min(c0+headChunk, M)
+		var pr []T
+		if p.probs != nil {
+			pr = p.probs[ci]
+		} else {
+			save := append([]float64(nil), p.LogProb[c0:c1]...)
+			pr = p.headChunk(c0, c1)
+			copy(p.LogProb[c0:c1], save)
+		}
+		parallelRows(c1-c0, V, func(i int) {
+			row := pr[i*V : (i+1)*V]
+			logSoftmaxBackward(row, b.Targets[c0+i], T(dLogProb[c0+i]), row)
+		})
+		gemm(false, false, c1-c0, H, V, 1, pr, V, n.lmHead, H, 0, dhf[c0*H:], H)
+	}
+	p.probs = nil
+
+	// final norm, on the rows that feed the head
+	dhx := make([]T, M*H)
+	rmsnormBackward(p.hx, n.norm, p.rinvF, dhf, M, H, dhx, false)
+	dx := make([]T, N*H)
+	for i, r := range b.Rows {
+		row := dx[r*H : (r+1)*H]
+		for j, g := range dhx[i*H : (i+1)*H] {
+			row[j] += g
+		}
+	}
+
+	s := newScratch(n, N, p.st.rmax)
+	var shared *acts[T]
+	if p.acts == nil {
+		shared = &acts[T]{}
+		shared.ensure(n, N, p.st.rmax, true)
+	}
+	dnext := make([]T, N*H)
+	for l := c.NumLayers - 1; l >= 0; l-- {
+		a := shared
+		if p.acts != nil {
+			a = p.acts[l]
+		} else {
+			n.blockForward(l, &p.st, p.xs[l], a, p.xs[l+1]) // recompute
+		}
+		n.blockBackward(l, &p.st, p.xs[l], a, dx, dnext, s)
+		dx, dnext = dnext, dx
+		if p.acts != nil {
+			p.acts[l] = nil
+		}
+	}
+}
