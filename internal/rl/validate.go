@@ -1,57 +1,60 @@
-package api
+package rl
 
 import (
 	"flywheel/internal/httpx"
 )
 
-// rlRequest is what validation extracts from an RL training-job body; the
-// body itself is stored as sent.
-type rlRequest struct {
+// Summary is what Validate extracts from an RL training-job body: enough
+// to look up the model, check experimental_config (RecordConfig) and log the
+// job's size. The body itself is stored as sent and parsed again by the
+// trainer (ParseRequest).
+type Summary struct {
 	ModelID            string
-	ExperimentalConfig []byte // raw JSON object; nil when absent or null
-	Groups             int
-	Trajectories       int
+	ExperimentalConfig []byte // raw JSON object, aliasing the body; nil when absent or null
+	Groups             int    // trajectory groups
+	Trajectories       int    // trajectories over all groups
 }
 
-// validateRL checks an RL training-job request body against the wire
+// Validate checks an RL training-job request body against the wire
 // contract (api.md) in one pass over the bytes: required fields, types,
 // non-empty groups, a finite reward on every trajectory, and that every
 // element of messages_and_choices is either a chat message or a choice.
 // Errors are *httpx.Error naming the JSON path. experimental_config is
-// returned raw for validateRLConfig.
-func validateRL(data []byte) (rlRequest, error) {
+// only checked to be an object here and returned raw for RecordConfig: it
+// is small, and its ranges depend on the base model's default learning rate.
+func Validate(data []byte) (Summary, error) {
 	s := &scanner{data: data, full: data, path: make([]seg, 0, 16)}
 	return s.rl()
 }
 
-// validateRLStream is validateRL on a body that is still arriving, so that
+// ValidateStream is Validate on a body that is still arriving, so that
 // validation overlaps reading it: arrived delivers the length of the filled
 // prefix of body as it grows (the final value len(body)), and is closed
-// when reading stops. The result is always validateRL's on the whole body.
+// when reading stops. The result is always Validate's on the whole body.
 // A scan that fails while it sees only part of the body may have failed on
 // a token cut by the window edge (or one longer than fillAhead), so it is
 // repeated over the whole body once it has arrived.
-func validateRLStream(body []byte, arrived <-chan int) (rlRequest, error) {
-	return validateRLStreamAhead(body, arrived, fillAhead)
+func ValidateStream(body []byte, arrived <-chan int) (Summary, error) {
+	return validateStreamAhead(body, arrived, fillAhead)
 }
 
-// validateRLStreamAhead is validateRLStream keeping ahead bytes in the
+// validateStreamAhead is ValidateStream keeping ahead bytes in the
 // window (tests use tiny values to cut tokens at every position).
-func validateRLStreamAhead(body []byte, arrived <-chan int, ahead int) (rlRequest, error) {
+func validateStreamAhead(body []byte, arrived <-chan int, ahead int) (Summary, error) {
 	s := &scanner{data: body[:0], full: body, more: arrived, ahead: ahead, path: make([]seg, 0, 16)}
 	req, err := s.rl()
 	if err != nil && len(s.data) < len(body) {
 		s.wait(len(body))
 		if len(s.data) == len(body) {
-			return validateRL(body)
+			return Validate(body)
 		}
 	}
 	return req, err
 }
 
-// rl validates an RL training-job request (see validateRL).
-func (s *scanner) rl() (rlRequest, error) {
-	var req rlRequest
+// rl validates an RL training-job request (see Validate).
+func (s *scanner) rl() (Summary, error) {
+	var req Summary
 	s.fill()
 	if c := s.peek(); c != '{' {
 		if c == 0 {
@@ -129,7 +132,7 @@ func trimWS(b []byte) []byte {
 }
 
 // group validates one TrajectoryGroup.
-func (s *scanner) group(req *rlRequest) error {
+func (s *scanner) group(req *Summary) error {
 	have := false
 	err := s.wantObject(false, func(key []byte) error {
 		if string(key) != "trajectories" {
