@@ -173,54 +173,21 @@ func (s *scanner) trajectory() error {
 	var haveMC, haveReward bool
 	err := s.wantObject(false, func(key []byte) error {
 		switch k := string(key); k {
-		case "messages_and_choices":
-			haveMC = true
-			s.push("messages_and_choices")
-			if _, err := s.wantArray(false, func(int) error { return s.messageOrChoice() }); err != nil {
-				return err
-			}
-			s.pop()
+		case "messages_and_choices", "tools":
+			return s.historyKey(key, &haveMC)
 		case "reward":
 			haveReward = true
-			s.push("reward")
-			if _, err := s.wantNumber(false); err != nil {
-				return err
-			}
-			s.pop()
-		case "tools":
-			s.push("tools")
-			if _, err := s.wantArray(true, func(int) error { return s.wantObject(false, s.skipKey) }); err != nil {
-				return err
-			}
-			s.pop()
+			return s.numberAt("reward", false)
 		case "additional_histories":
-			s.push("additional_histories")
-			if _, err := s.wantArray(true, func(int) error { return s.history() }); err != nil {
-				return err
-			}
-			s.pop()
+			return s.arrayAt("additional_histories", true, func(int) error { return s.history() })
 		case "initial_policy_version", "final_policy_version":
-			s.push(constKey(k))
-			if _, err := s.wantNumber(true); err != nil {
-				return err
-			}
-			s.pop()
+			return s.numberAt(constKey(k), true)
 		case "metrics", "auto_metrics", "metadata":
-			s.push(constKey(k))
-			if err := s.wantObject(true, s.skipKey); err != nil {
-				return err
-			}
-			s.pop()
+			return s.objectAt(constKey(k), true, s.skipKey)
 		case "logs":
-			s.push("logs")
-			if _, err := s.wantArray(true, func(int) error { return s.skip() }); err != nil {
-				return err
-			}
-			s.pop()
-		default:
-			return s.skip()
+			return s.arrayAt("logs", true, func(int) error { return s.skip() })
 		}
-		return nil
+		return s.skip()
 	})
 	if err != nil {
 		return err
@@ -257,33 +224,56 @@ func (s *scanner) skipKey([]byte) error { return s.skip() }
 // history validates one element of additional_histories.
 func (s *scanner) history() error {
 	have := false
-	err := s.wantObject(false, func(key []byte) error {
-		switch string(key) {
-		case "messages_and_choices":
-			have = true
-			s.push("messages_and_choices")
-			if _, err := s.wantArray(false, func(int) error { return s.messageOrChoice() }); err != nil {
-				return err
-			}
-			s.pop()
-		case "tools":
-			s.push("tools")
-			if _, err := s.wantArray(true, func(int) error { return s.wantObject(false, s.skipKey) }); err != nil {
-				return err
-			}
-			s.pop()
-		default:
-			return s.skip()
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.wantObject(false, func(key []byte) error { return s.historyKey(key, &have) }); err != nil {
 		return err
 	}
 	if !have {
 		return s.missing("messages_and_choices")
 	}
 	return nil
+}
+
+// historyKey validates one key of a history, the keys a trajectory shares
+// with its additional histories (messages_and_choices, tools); others are
+// skipped. have is set when messages_and_choices is seen.
+func (s *scanner) historyKey(key []byte, have *bool) error {
+	switch string(key) {
+	case "messages_and_choices":
+		*have = true
+		return s.arrayAt("messages_and_choices", false, func(int) error { return s.messageOrChoice() })
+	case "tools":
+		return s.arrayAt("tools", true, func(int) error { return s.wantObject(false, s.skipKey) })
+	}
+	return s.skip()
+}
+
+// at runs check on the value of key, where the scanner stands, with key
+// on the path for the errors check reports.
+func (s *scanner) at(key string, check func() error) error {
+	s.push(key)
+	if err := check(); err != nil {
+		return err
+	}
+	s.pop()
+	return nil
+}
+
+// numberAt validates the value of key as a finite number (or null when
+// nullable).
+func (s *scanner) numberAt(key string, nullable bool) error {
+	return s.at(key, func() error { _, err := s.wantNumber(nullable); return err })
+}
+
+// arrayAt validates the value of key as an array (or null when nullable),
+// calling fn for each element.
+func (s *scanner) arrayAt(key string, nullable bool, fn func(i int) error) error {
+	return s.at(key, func() error { _, err := s.wantArray(nullable, fn); return err })
+}
+
+// objectAt validates the value of key as an object (or null when
+// nullable), calling fn for each member.
+func (s *scanner) objectAt(key string, nullable bool, fn func(key []byte) error) error {
+	return s.at(key, func() error { return s.wantObject(nullable, fn) })
 }
 
 // field records where a known key's value starts and its kind.
@@ -414,11 +404,7 @@ func (s *scanner) messageOrChoice() error {
 	}
 	if m.logprobs.pos >= 0 && !m.lpChecked {
 		s.pos = m.logprobs.pos
-		s.push("logprobs")
-		if err := s.wantObject(true, s.logprobsKey); err != nil {
-			return err
-		}
-		s.pop()
+		return s.objectAt("logprobs", true, s.logprobsKey)
 	}
 	return nil
 }
@@ -472,22 +458,12 @@ func (s *scanner) logprobsKey(key []byte) error {
 		err := s.wantObject(false, func(k []byte) error {
 			switch string(k) {
 			case "token":
-				s.push("token")
-				if _, err := s.wantString(false); err != nil {
-					return err
-				}
-				s.pop()
+				return s.at("token", func() error { _, err := s.wantString(false); return err })
 			case "logprob":
 				haveLP = true
-				s.push("logprob")
-				if _, err := s.wantNumber(false); err != nil {
-					return err
-				}
-				s.pop()
-			default:
-				return s.skip()
+				return s.numberAt("logprob", false)
 			}
-			return nil
+			return s.skip()
 		})
 		if err != nil {
 			return err
