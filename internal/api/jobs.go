@@ -11,6 +11,7 @@ import (
 
 	"flywheel/internal/httpx"
 	"flywheel/internal/jobs"
+	"flywheel/internal/rl"
 	"flywheel/internal/store"
 )
 
@@ -74,23 +75,23 @@ func fillBody(body io.Reader, buf []byte, flushed func(from, to int)) error {
 
 // readValidateRL reads an RL training-job body and validates it while it
 // is arriving: validation runs on a second goroutine, a megabyte behind the
-// read at most (see validateRLStream), so reading, validating and writing
+// read at most (see rl.ValidateStream), so reading, validating and writing
 // the request file (sink) overlap on the available cores. The body buffer
 // is the only per-byte allocation. A body of unknown length is read first
 // and validated after.
-func readValidateRL(r *http.Request, sink func([]byte)) ([]byte, rlRequest, error) {
+func readValidateRL(r *http.Request, sink func([]byte)) ([]byte, rl.Summary, error) {
 	if r.ContentLength <= 0 {
 		body, err := readBody(r, sink)
 		if err != nil {
-			return nil, rlRequest{}, err
+			return nil, rl.Summary{}, err
 		}
-		req, err := validateRL(body)
+		req, err := rl.Validate(body)
 		return body, req, err
 	}
 	buf := make([]byte, r.ContentLength)
 	arrived := make(chan int, len(buf)/flushEvery+2) // never blocks the reader
 	type result struct {
-		req   rlRequest
+		req   rl.Summary
 		err   error
 		panic any // re-raised on the handler's goroutine, where middleware recovers it
 	}
@@ -101,7 +102,7 @@ func readValidateRL(r *http.Request, sink func([]byte)) ([]byte, rlRequest, erro
 			res.panic = recover()
 			validated <- res
 		}()
-		res.req, res.err = validateRLStream(buf, arrived)
+		res.req, res.err = rl.ValidateStream(buf, arrived)
 	}()
 	rerr := fillBody(r.Body, buf, func(from, to int) {
 		sink(buf[from:to])
@@ -113,7 +114,7 @@ func readValidateRL(r *http.Request, sink func([]byte)) ([]byte, rlRequest, erro
 		panic(v.panic)
 	}
 	if rerr != nil {
-		return nil, rlRequest{}, rerr
+		return nil, rl.Summary{}, rerr
 	}
 	return buf, v.req, v.err
 }
@@ -166,11 +167,7 @@ func (s *Server) createRLJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := validateRLConfig(req.ExperimentalConfig, s.cfg.DefaultLR(m.BaseModel))
-	if err != nil {
-		return err
-	}
-	exp, err := json.Marshal(cfg)
+	exp, err := rl.RecordConfig(req.ExperimentalConfig, s.cfg.DefaultLR(m.BaseModel))
 	if err != nil {
 		return err
 	}
@@ -210,15 +207,11 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 		}
 		return httpx.Invalid("training_data_url", "unknown_file", "training_data_url %q is not a file you uploaded (POST /v1/files)", req.FileID)
 	}
-	cfg, err := json.Marshal(req.Config)
-	if err != nil {
-		return err
-	}
 	exp, err := json.Marshal(req.ExperimentalConfig)
 	if err != nil {
 		return err
 	}
-	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindSFT, FileID: f.ID, Config: cfg,
+	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindSFT, FileID: f.ID, Config: req.Config,
 		ExperimentalConfig: exp, CreatedBy: principal(r).UserID})
 	if err != nil {
 		return err

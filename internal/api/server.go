@@ -23,6 +23,7 @@ import (
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
 	"flywheel/internal/jobs"
+	"flywheel/internal/rl"
 	"flywheel/internal/store"
 )
 
@@ -71,7 +72,7 @@ type Config struct {
 	DefaultLoRA func() store.LoRA
 	// DefaultLR returns the RL learning rate used when a job's
 	// experimental_config.learning_rate is null, for a base model; it fills
-	// the job record's experimental_config. Nil means DefaultLearningRate.
+	// the job record's experimental_config. Nil means rl.DefaultLearningRate.
 	DefaultLR func(baseModel string) float64
 	// AuthCacheTTL is how long a resolved API key is cached; default 5s,
 	// negative disables the cache.
@@ -108,7 +109,7 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 		cfg.DefaultLoRA = DefaultLoRA
 	}
 	if cfg.DefaultLR == nil {
-		cfg.DefaultLR = func(string) float64 { return DefaultLearningRate }
+		cfg.DefaultLR = func(string) float64 { return rl.DefaultLearningRate }
 	}
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = 5 * time.Second

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"flywheel/internal/httpx"
+	"flywheel/internal/rl"
 )
 
 // decodeGeneric decodes a small JSON body into generic values, numbers kept
@@ -97,27 +98,6 @@ func (f fields) str(key string, required bool) (string, bool, error) {
 	return s, true, nil
 }
 
-func (f fields) boolean(key string) (bool, bool, error) {
-	v, ok := f.m[key]
-	if !ok || v == nil {
-		return false, false, nil
-	}
-	b, ok := v.(bool)
-	if !ok {
-		return false, false, typeErr(join(f.path, key), "a boolean", v)
-	}
-	return b, true, nil
-}
-
-func (f fields) number(key string) (float64, bool, error) {
-	v, ok := f.m[key]
-	if !ok || v == nil {
-		return 0, false, nil
-	}
-	x, err := toNumber(join(f.path, key), v)
-	return x, err == nil, err
-}
-
 func toNumber(path string, v any) (float64, error) {
 	n, ok := v.(json.Number)
 	if !ok {
@@ -158,134 +138,11 @@ func (f fields) array(key string, required bool) ([]any, bool, error) {
 	return a, true, nil
 }
 
-// Importance-sampling levels of rl.md.
-var isLevels = map[string]bool{"token": true, "sequence": true, "average": true, "geometric_average": true}
-
-// DefaultLearningRate is the RL learning rate of rl.md for real models.
-const DefaultLearningRate = 5e-6
-
-// validateRLConfig validates experimental_config (rl.md) and returns it
-// with every known field's default filled in; unknown fields are kept.
-func validateRLConfig(raw []byte, defaultLR float64) (map[string]any, error) {
-	cfg := map[string]any{}
-	if len(raw) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.UseNumber()
-		if err := dec.Decode(&cfg); err != nil {
-			return nil, httpx.Invalid("experimental_config", "invalid_json", "experimental_config: %s", err.Error())
-		}
-	}
-	f := fields{m: cfg, path: "experimental_config"}
-	out := make(map[string]any, len(cfg)+11)
-	for k, v := range cfg {
-		out[k] = v
-	}
-	num := func(key string, def any, check func(float64) string) error {
-		x, ok, err := f.number(key)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			out[key] = def
-			return nil
-		}
-		if check != nil {
-			if msg := check(x); msg != "" {
-				return valueErr(join(f.path, key), "%s", msg)
-			}
-		}
-		out[key] = x
-		return nil
-	}
-	boolean := func(key string, def bool) error {
-		b, ok, err := f.boolean(key)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			b = def
-		}
-		out[key] = b
-		return nil
-	}
-	ppo, _, err := f.boolean("ppo")
-	if err != nil {
-		return nil, err
-	}
-	out["ppo"] = ppo
-	nonNeg := func(x float64) string {
-		if x < 0 {
-			return "must be >= 0"
-		}
-		return ""
-	}
-	if err := num("learning_rate", defaultLR, func(x float64) string {
-		if x <= 0 {
-			return "must be > 0"
-		}
-		return ""
-	}); err != nil {
-		return nil, err
-	}
-	for _, b := range []struct {
-		key string
-		def bool
-	}{{"scale_rewards", true}, {"precalculate_logprobs", false}, {"mask_prob_ratio", false}} {
-		if err := boolean(b.key, b.def); err != nil {
-			return nil, err
-		}
-	}
-	if err := num("advantage_balance", 0.0, func(x float64) string {
-		if x < -1 || x > 1 {
-			return "must be in [-1, 1]"
-		}
-		return ""
-	}); err != nil {
-		return nil, err
-	}
-	level, ok, err := f.str("importance_sampling_level", false)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		level = "token"
-	} else if !isLevels[level] {
-		return nil, valueErr("experimental_config.importance_sampling_level", "must be one of token, sequence, average, geometric_average; got %q", level)
-	}
-	out["importance_sampling_level"] = level
-	epsDef := 1.0
-	if ppo {
-		epsDef = 0.2
-	}
-	if err := num("epsilon", epsDef, nonNeg); err != nil {
-		return nil, err
-	}
-	epsHighDef := 4.0
-	if ppo {
-		epsHighDef = out["epsilon"].(float64)
-	}
-	if err := num("epsilon_high", epsHighDef, nonNeg); err != nil {
-		return nil, err
-	}
-	if err := num("max_negative_advantage_importance_sampling_weight", nil, func(x float64) string {
-		if x <= 0 {
-			return "must be > 0"
-		}
-		return ""
-	}); err != nil {
-		return nil, err
-	}
-	if err := num("x_k2_tau", nil, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // sftRequest is a validated SFT training-job request.
 type sftRequest struct {
 	ModelID            string
 	FileID             string
-	Config             map[string]any // with defaults filled
+	Config             json.RawMessage // as the job record shows it, with defaults filled (rl.ParseSFTConfig)
 	ExperimentalConfig map[string]any
 }
 
@@ -310,69 +167,13 @@ func validateSFT(data []byte) (sftRequest, error) {
 	if err != nil {
 		return req, err
 	}
-	cf := fields{m: cfg, path: "config"}
-	out := map[string]any{}
-	for k, v := range cfg {
-		out[k] = v
-	}
-	switch v := cfg["batch_size"].(type) {
-	case nil:
-		out["batch_size"] = "auto"
-	case string:
-		if v != "auto" {
-			return req, valueErr("config.batch_size", "must be a positive integer or \"auto\"; got %q", v)
-		}
-	case json.Number:
-		n, err := strconv.Atoi(v.String())
-		if err != nil || n <= 0 {
-			return req, valueErr("config.batch_size", "must be a positive integer or \"auto\"; got %s", v)
-		}
-		out["batch_size"] = n
-	default:
-		return req, typeErr("config.batch_size", "an integer or \"auto\"", v)
-	}
-	switch v := cfg["learning_rate"].(type) {
-	case nil:
-		out["learning_rate"] = nil
-	case json.Number:
-		x, err := toNumber("config.learning_rate", v)
-		if err != nil {
-			return req, err
-		}
-		if x <= 0 {
-			return req, valueErr("config.learning_rate", "must be > 0")
-		}
-		out["learning_rate"] = x
-	case []any:
-		if len(v) == 0 {
-			return req, valueErr("config.learning_rate", "must not be an empty array")
-		}
-		lrs := make([]float64, len(v))
-		for i, e := range v {
-			x, err := toNumber(index("config.learning_rate", i), e)
-			if err != nil {
-				return req, err
-			}
-			if x <= 0 {
-				return req, valueErr(index("config.learning_rate", i), "must be > 0")
-			}
-			lrs[i] = x
-		}
-		out["learning_rate"] = lrs
-	default:
-		return req, typeErr("config.learning_rate", "a number or an array of numbers", v)
-	}
-	turns, ok, err := cf.str("assistant_turns", false)
+	raw, err := json.Marshal(cfg) // numbers are json.Number: written back as sent
 	if err != nil {
+		return req, fmt.Errorf("encode config: %w", err)
+	}
+	if _, req.Config, err = rl.ParseSFTConfig(raw); err != nil {
 		return req, err
 	}
-	if !ok {
-		turns = "all"
-	} else if turns != "all" && turns != "last" {
-		return req, valueErr("config.assistant_turns", "must be \"all\" or \"last\"; got %q", turns)
-	}
-	out["assistant_turns"] = turns
-	req.Config = out
 	exp, _, err := f.object("experimental_config")
 	if err != nil {
 		return req, err

@@ -90,11 +90,15 @@ func benchTrainStep(b *testing.B, cfg *engine.Config, nseq, seqLen int, recomput
 	s := &session{ad: ad, m: m, opt: NewAdamW(), params: adapterParams(m)}
 	sb := benchBatch(cfg, nseq, seqLen)
 	b.Logf("kernels: %s, GOMAXPROCS %d", kernels.Describe(kernels.Default()), runtime.GOMAXPROCS(0))
-	s.runStep(sb, 1e-4, ceLoss) // warm-up
+	if _, err := s.runStep(sb, 1e-4, ceLoss); err != nil { // warm-up
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	start, cpu0 := time.Now(), cpuSeconds()
 	for i := 0; i < b.N; i++ {
-		s.runStep(sb, 1e-4, ceLoss)
+		if _, err := s.runStep(sb, 1e-4, ceLoss); err != nil {
+			b.Fatal(err)
+		}
 	}
 	el := time.Since(start).Seconds()
 	b.ReportMetric(float64(b.N*sb.ntoken)/el, "tokens/s")

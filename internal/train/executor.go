@@ -1,14 +1,13 @@
 // Package train makes training jobs train: the LoRA training forward and a
 // hand-written backward through the Llama-family decoder (layers.go,
-// model.go), the RL loss of rl.md (loss.go), trajectory preparation and
-// advantages (prepare.go), packing (pack.go), AdamW with global-norm
+// model.go), trajectory preparation (prepare.go) with the request, config,
+// advantages and loss of package rl, packing (pack.go), AdamW with global-norm
 // clipping and its checkpointed state (optim.go), SFT (sft.go), and the
 // executor that plugs into the job queue (this file).
 package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,16 +18,11 @@ import (
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/tiny"
 	"flywheel/internal/jobs"
+	"flywheel/internal/rl"
 )
 
-// Default learning rates. Real models take rl.md's 5e-6. The built-in tiny
-// model (a 2-layer, hidden-64 random model) learns nothing visible at that
-// rate, so its documented default is 1e-2.
-const (
-	DefaultLearningRate     = 5e-6
-	DefaultTinyLearningRate = 1e-2
-	DefaultTokensPerStep    = 8192
-)
+// DefaultTokensPerStep is the default packing budget (Options.TokensPerStep).
+const DefaultTokensPerStep = 8192
 
 // Options configure the executor.
 type Options struct {
@@ -37,7 +31,8 @@ type Options struct {
 	TokensPerStep int
 	// LearningRate is the default for real models; TinyLearningRate for
 	// flywheel/tiny. Both apply when experimental_config.learning_rate
-	// (RL) or config.learning_rate (SFT) is null.
+	// (RL) or config.learning_rate (SFT) is null; zero means
+	// rl.DefaultLearningRate and rl.DefaultTinyLearningRate.
 	LearningRate, TinyLearningRate float64
 	// MaxSeqLen caps sequence length below the model's context (0: the
 	// model's max_position_embeddings).
@@ -54,10 +49,10 @@ func (o Options) withDefaults() Options {
 		o.TokensPerStep = DefaultTokensPerStep
 	}
 	if o.LearningRate <= 0 {
-		o.LearningRate = DefaultLearningRate
+		o.LearningRate = rl.DefaultLearningRate
 	}
 	if o.TinyLearningRate <= 0 {
-		o.TinyLearningRate = DefaultTinyLearningRate
+		o.TinyLearningRate = rl.DefaultTinyLearningRate
 	}
 	if o.ActivationBudget <= 0 {
 		o.ActivationBudget = 2 << 30
@@ -83,7 +78,8 @@ func New(reg *engine.Registry, opts Options) *Executor {
 
 var _ jobs.Trainer = (*Executor)(nil)
 
-// DefaultLR is the default learning rate for a base model.
+// DefaultLR is the default learning rate for a base model, for RL and SFT
+// jobs alike. The HTTP layer fills job records with it.
 func (e *Executor) DefaultLR(baseModel string) float64 {
 	if baseModel == tiny.ID {
 		return e.opts.TinyLearningRate
@@ -170,7 +166,7 @@ type stepResult struct {
 // runStep does forward, loss, backward, clipping and the AdamW update of
 // one packed batch. lossFn maps the rows' current logprobs to the loss and
 // its gradient.
-func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64) (lossStats, []float64)) (stepResult, error) {
+func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64) (rl.Stats, []float64)) (stepResult, error) {
 	t0 := time.Now()
 	s.m.zeroGrads()
 	p, err := s.m.forward(sb.b)
@@ -229,12 +225,23 @@ func finite(f float64) any {
 	return f
 }
 
-func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Event) error) (jobs.Result, error) {
-	var req RLRequest
-	if err := json.Unmarshal(job.Request, &req); err != nil {
-		return jobs.Result{}, fmt.Errorf("invalid training request: %w", err)
+// rlLoss is the loss function of one RL gradient step over the batch
+// (rl.Loss), for runStep.
+func (sb *stepBatch) rlLoss(cfg rl.Config) func(newLP []float64) (rl.Stats, []float64) {
+	return func(newLP []float64) (rl.Stats, []float64) {
+		for k := range sb.toks {
+			sb.toks[k].New = newLP[k]
+		}
+		return rl.Loss(cfg, sb.toks)
 	}
-	cfg, err := req.ExperimentalConfig.Resolve(e.DefaultLR(job.BaseModel))
+}
+
+func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Event) error) (jobs.Result, error) {
+	req, err := rl.ParseRequest(job.Request)
+	if err != nil {
+		return jobs.Result{}, err
+	}
+	cfg, err := rl.ResolveConfig(req.ExperimentalConfig, e.DefaultLR(job.BaseModel))
 	if err != nil {
 		return jobs.Result{}, err
 	}
@@ -253,7 +260,7 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 	batches := make([]*stepBatch, len(bins))
 	for i, bin := range bins {
 		batches[i] = buildBatch(bin)
-		normalizeRL(batches[i].toks, cfg.AdvantageBalance)
+		rl.Normalize(batches[i].toks, cfg.AdvantageBalance)
 	}
 	if err := emit(jobs.Event{Type: "training_started", Data: map[string]any{"num_sequences": len(batches)}}); err != nil {
 		return jobs.Result{}, err
@@ -278,12 +285,7 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 		if err := ctx.Err(); err != nil {
 			return jobs.Result{}, err
 		}
-		r, err := s.runStep(sb, cfg.LearningRate, func(newLP []float64) (lossStats, []float64) {
-			for k := range sb.toks {
-				sb.toks[k].New = newLP[k]
-			}
-			return rlLoss(cfg, sb.toks)
-		})
+		r, err := s.runStep(sb, cfg.LearningRate, sb.rlLoss(cfg))
 		if err != nil {
 			return jobs.Result{}, err
 		}

@@ -1,8 +1,9 @@
 package train
 
 import (
-	"math"
 	"sort"
+
+	"flywheel/internal/rl"
 )
 
 // packSequences groups sequences into batches of at most budget tokens
@@ -43,7 +44,7 @@ func packSequences(seqs []*sequence, budget int) [][]*sequence {
 // row (trainable token), what the loss needs.
 type stepBatch struct {
 	b      *batch
-	toks   []lossToken
+	toks   []rl.Token
 	seqs   []*sequence
 	ntoken int
 }
@@ -67,43 +68,9 @@ func buildBatch(seqs []*sequence) *stepBatch {
 			}
 			b.Rows = append(b.Rows, off+t-1)
 			b.Targets = append(b.Targets, s.Tokens[t])
-			sb.toks = append(sb.toks, lossToken{Old: s.OldLP[t], A: s.A, W: s.W, Seq: si})
+			sb.toks = append(sb.toks, rl.Token{Old: s.OldLP[t], A: s.A, W: s.W, Seq: si})
 		}
 	}
 	sb.ntoken = len(b.Tokens)
 	return sb
-}
-
-// normalizeRL applies rl.md's batch-level steps over the trainable tokens:
-// w ← w / mean(w); advantage balance b; A ← A / mean(|A|·w).
-func normalizeRL(toks []lossToken, balance float64) {
-	if len(toks) == 0 {
-		return
-	}
-	var sw float64
-	for _, t := range toks {
-		sw += t.W
-	}
-	mw := sw / float64(len(toks))
-	for i := range toks {
-		if mw > 0 {
-			toks[i].W /= mw
-		}
-		switch {
-		case balance > 0 && toks[i].A < 0:
-			toks[i].A *= 1 - balance
-		case balance < 0 && toks[i].A > 0:
-			toks[i].A *= 1 + balance
-		}
-	}
-	var s float64
-	for _, t := range toks {
-		s += math.Abs(t.A) * t.W
-	}
-	m := s / float64(len(toks))
-	if m > 0 {
-		for i := range toks {
-			toks[i].A /= m
-		}
-	}
 }

@@ -1,7 +1,7 @@
 package train
 
-// Trajectory preparation (rl.md "From trajectories to tokens") and
-// advantages (rl.md "Advantages").
+// Trajectory preparation (rl.md "From trajectories to tokens"), with the
+// advantages and weights of rl.md "Advantages" computed by package rl.
 
 import (
 	"bytes"
@@ -15,66 +15,8 @@ import (
 
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/chattmpl"
+	"flywheel/internal/rl"
 )
-
-// RLRequest is the body of POST /v1/preview/training-jobs.
-type RLRequest struct {
-	ModelID            string             `json:"model_id"`
-	TrajectoryGroups   []TrajectoryGroup  `json:"trajectory_groups"`
-	ExperimentalConfig ExperimentalConfig `json:"experimental_config"`
-}
-
-// TrajectoryGroup is a group of trajectories sampled for one prompt.
-type TrajectoryGroup struct {
-	Trajectories []Trajectory `json:"trajectories"`
-}
-
-// Trajectory is one scored rollout.
-type Trajectory struct {
-	MessagesAndChoices  []json.RawMessage `json:"messages_and_choices"`
-	Reward              float64           `json:"reward"`
-	Tools               []json.RawMessage `json:"tools"`
-	AdditionalHistories []History         `json:"additional_histories"`
-}
-
-// History is an additional history of a trajectory (shares its reward).
-type History struct {
-	MessagesAndChoices []json.RawMessage `json:"messages_and_choices"`
-	Tools              []json.RawMessage `json:"tools"`
-}
-
-// element is one item of messages_and_choices: a message (has "role") or a
-// choice (has "message").
-type element struct {
-	Role    *string `json:"role"`
-	Message *struct {
-		Content   *string         `json:"content"`
-		ToolCalls json.RawMessage `json:"tool_calls"`
-	} `json:"message"`
-	Logprobs *struct {
-		Content []TokenLogprob `json:"content"`
-		Refusal []TokenLogprob `json:"refusal"`
-	} `json:"logprobs"`
-}
-
-// TokenLogprob is one entry of choices[i].logprobs.content.
-type TokenLogprob struct {
-	Token   string   `json:"token"`
-	Logprob *float64 `json:"logprob"`
-	Bytes   []int    `json:"bytes"`
-}
-
-func (e *element) isChoice() bool { return e.Role == nil && e.Message != nil }
-
-func (e *element) sampled() []TokenLogprob {
-	if e.Logprobs == nil {
-		return nil
-	}
-	if len(e.Logprobs.Content) > 0 {
-		return e.Logprobs.Content
-	}
-	return e.Logprobs.Refusal
-}
 
 // codec is what preparation needs from a model: its chat template and its
 // tokenizer.
@@ -144,13 +86,13 @@ const sentinelFmt = "\ue000fwchoice%d\ue001"
 
 // tokenizeHistory implements rl.md steps 1–5 for one history.
 func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, maxLen int) (*sequence, bool, error) {
-	els := make([]element, len(items))
+	els := make([]rl.Element, len(items))
 	last := -1
 	for i, raw := range items {
 		if err := json.Unmarshal(raw, &els[i]); err != nil {
 			return nil, false, fmt.Errorf("messages_and_choices[%d]: %w", i, err)
 		}
-		if els[i].isChoice() && len(els[i].sampled()) > 0 {
+		if els[i].IsChoice() && len(els[i].Sampled()) > 0 {
 			last = i
 		}
 	}
@@ -164,7 +106,7 @@ func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, 
 	var slots []int // element index of each trainable choice, in order
 	for i := range els {
 		e := &els[i]
-		if !e.isChoice() {
+		if !e.IsChoice() {
 			msgs[i] = items[i]
 			continue
 		}
@@ -172,7 +114,7 @@ func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, 
 		if e.Message.Content != nil {
 			content = *e.Message.Content
 		}
-		if len(e.sampled()) > 0 {
+		if len(e.Sampled()) > 0 {
 			content = fmt.Sprintf(sentinelFmt, len(slots))
 			slots = append(slots, i)
 		}
@@ -189,7 +131,7 @@ func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, 
 	}
 	spl := make([]splice, len(slots))
 	for k, ei := range slots {
-		samp := els[ei].sampled()
+		samp := els[ei].Sampled()
 		sp := splice{Msg: ei, IDs: make([]int, len(samp)), LPs: make([]float64, len(samp)), Mask: true}
 		for j, tl := range samp {
 			id, err := sampledID(c, tl)
@@ -303,7 +245,7 @@ func (s *sequence) truncate(maxLen int) bool {
 	return true
 }
 
-func sampledID(c codec, tl TokenLogprob) (int, error) {
+func sampledID(c codec, tl rl.TokenLogprob) (int, error) {
 	if s, ok := strings.CutPrefix(tl.Token, "token_id:"); ok {
 		id, err := strconv.Atoi(s)
 		if err != nil || id < 0 {
@@ -360,7 +302,7 @@ type prepared struct {
 // prepareRL tokenizes every trajectory and history and assigns advantages
 // and weights (rl.md). It fails when no trajectory has a choice with
 // logprobs.
-func prepareRL(c codec, groups []TrajectoryGroup, scaleRewards bool, maxLen int) (*prepared, error) {
+func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen int) (*prepared, error) {
 	p := &prepared{}
 	var rsum float64
 	var stdSum float64
@@ -373,26 +315,18 @@ func prepareRL(c codec, groups []TrajectoryGroup, scaleRewards bool, maxLen int)
 			continue
 		}
 		ngroups++
-		var mu float64
-		for _, t := range g.Trajectories {
-			mu += t.Reward
+		rewards := make([]float64, n)
+		for ti, t := range g.Trajectories {
+			rewards[ti] = t.Reward
 		}
-		mu /= float64(n)
-		var vr float64
-		for _, t := range g.Trajectories {
-			vr += (t.Reward - mu) * (t.Reward - mu)
-		}
-		sigma := math.Sqrt(vr / float64(n))
+		adv, _, sigma := rl.GroupAdvantages(rewards, scaleRewards)
 		stdSum += sigma
 		for ti, t := range g.Trajectories {
 			p.NumTrajectories++
 			rsum += t.Reward
 			traj++
-			A := t.Reward - mu
-			if scaleRewards {
-				A /= sigma + 1e-6
-			}
-			hists := append([]History{{t.MessagesAndChoices, t.Tools}}, t.AdditionalHistories...)
+			A := adv[ti]
+			hists := append([]rl.History{{MessagesAndChoices: t.MessagesAndChoices, Tools: t.Tools}}, t.AdditionalHistories...)
 			var seqs []*sequence
 			ntrain := 0
 			sawLogprobs := false
@@ -431,7 +365,7 @@ func prepareRL(c codec, groups []TrajectoryGroup, scaleRewards bool, maxLen int)
 				p.NumSkipped++
 				continue
 			}
-			w := 1 / (float64(ntrain) + 1e-6)
+			w := rl.TrajectoryWeight(ntrain)
 			for _, s := range seqs {
 				s.A, s.W = A, w
 				p.Seqs = append(p.Seqs, s)

@@ -14,7 +14,16 @@ import (
 	"flywheel/internal/engine/chattmpl"
 	"flywheel/internal/engine/tiny"
 	"flywheel/internal/jobs"
+	"flywheel/internal/rl"
 )
+
+// near fails the test unless got is want to a relative 1e-9.
+func near(t *testing.T, what string, got, want float64) {
+	t.Helper()
+	if math.Abs(got-want) > 1e-9*math.Max(1, math.Abs(want)) {
+		t.Fatalf("%s = %.12g, want %.12g", what, got, want)
+	}
+}
 
 func choiceJSON(ids []int, lps []float64, content string, asStrings func(int) string) json.RawMessage {
 	var lc []map[string]any
@@ -186,7 +195,7 @@ func TestPrepareRLAdvantages(t *testing.T) {
 		map[string]any{"trajectories": []any{traj(e, 0.5, true), traj(e, 0.5, true)}}, // equal rewards: skipped
 		map[string]any{"trajectories": []any{traj(e, 1, false), traj(e, 0, true)}},    // one without logprobs
 	}})
-	var req RLRequest
+	var req rl.Request
 	if err := json.Unmarshal(body, &req); err != nil {
 		t.Fatal(err)
 	}
@@ -295,19 +304,21 @@ func TestCheckpointContinuesOptimizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := json.Marshal(req)
-	var rq RLRequest
-	json.Unmarshal(body, &rq)
-	cfg, _ := rq.ExperimentalConfig.Resolve(e2.ex.DefaultLR(tiny.ID))
+	rq, err := rl.ParseRequest(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rl.ResolveConfig(rq.ExperimentalConfig, e2.ex.DefaultLR(tiny.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 2; i++ {
 		p, _ := prepareRL(&modelCodec{m: s.base}, rq.TrajectoryGroups, true, s.maxLen)
 		sb := buildBatch(p.Seqs)
-		normalizeRL(sb.toks, 0)
-		s.runStep(sb, cfg.LearningRate, func(newLP []float64) (lossStats, []float64) {
-			for k := range sb.toks {
-				sb.toks[k].New = newLP[k]
-			}
-			return rlLoss(cfg, sb.toks)
-		})
+		rl.Normalize(sb.toks, 0)
+		if _, err := s.runStep(sb, cfg.LearningRate, sb.rlLoss(cfg)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for l := range two.Layers {
 		for m, pr := range two.Layers[l] {
@@ -351,26 +362,8 @@ func TestCancelStopsBetweenSteps(t *testing.T) {
 	}
 }
 
-func TestSFTConfigParsing(t *testing.T) {
-	c := SFTConfig{BatchSize: json.RawMessage(`"auto"`), LearningRate: json.RawMessage(`[1e-3, 2e-3]`)}
-	if n, err := c.batchSize(); n != 0 || err != nil {
-		t.Fatal(n, err)
-	}
-	if l, err := c.learningRates(); err != nil || !slices.Equal(l, []float64{1e-3, 2e-3}) {
-		t.Fatal(l, err)
-	}
-	c = SFTConfig{BatchSize: json.RawMessage(`4`), LearningRate: json.RawMessage(`0.5`)}
-	if n, _ := c.batchSize(); n != 4 {
-		t.Fatal(n)
-	}
-	if l, _ := c.learningRates(); !slices.Equal(l, []float64{0.5}) {
-		t.Fatal(l)
-	}
-	for _, bad := range []string{`0`, `"x"`, `-1`} {
-		if _, err := (SFTConfig{BatchSize: json.RawMessage(bad)}).batchSize(); err == nil {
-			t.Fatal(bad)
-		}
-	}
+// replaceContent swaps a message's content, keeping the order of its keys.
+func TestReplaceContent(t *testing.T) {
 	r, err := replaceContent(json.RawMessage(`{"role":"assistant","name":"a","content":"x","z":1}`), "NEW")
 	if err != nil || string(r) != `{"role":"assistant","name":"a","content":"NEW","z":1}` {
 		t.Fatalf("%s %v", r, err)

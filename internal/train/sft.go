@@ -9,69 +9,21 @@ import (
 	"os"
 
 	"flywheel/internal/jobs"
+	"flywheel/internal/rl"
 )
 
-// SFTRequest is the body of POST /v1/preview/sft-training-jobs.
+// SFTRequest is the body of POST /v1/preview/sft-training-jobs as the
+// trainer reads it; config is read by rl.ParseSFTConfig.
 type SFTRequest struct {
-	ModelID         string    `json:"model_id"`
-	TrainingDataURL string    `json:"training_data_url"`
-	Config          SFTConfig `json:"config"`
-}
-
-// SFTConfig is the SFT job's `config`.
-type SFTConfig struct {
-	// BatchSize is an int, "auto" or null. "auto"/null packs examples by the
-	// executor's token budget per step.
-	BatchSize json.RawMessage `json:"batch_size"`
-	// LearningRate is a number, a list (one per batch; the last repeats
-	// when there are more batches) or null (the model's default).
-	LearningRate json.RawMessage `json:"learning_rate"`
-	// AssistantTurns is "all" (default) or "last".
-	AssistantTurns string `json:"assistant_turns"`
+	ModelID         string          `json:"model_id"`
+	TrainingDataURL string          `json:"training_data_url"`
+	Config          json.RawMessage `json:"config"`
 }
 
 // SFTExample is one JSONL line of the training file.
 type SFTExample struct {
 	Messages []json.RawMessage `json:"messages"`
 	Tools    []json.RawMessage `json:"tools"`
-}
-
-// batchSize returns the examples per step (0 = pack by token budget).
-func (c SFTConfig) batchSize() (int, error) {
-	b := bytes.TrimSpace(c.BatchSize)
-	if len(b) == 0 || string(b) == "null" || string(b) == `"auto"` {
-		return 0, nil
-	}
-	var n int
-	if err := json.Unmarshal(b, &n); err != nil || n <= 0 {
-		return 0, fmt.Errorf("config.batch_size must be a positive integer, \"auto\" or null")
-	}
-	return n, nil
-}
-
-// learningRates returns the list of learning rates (nil = default).
-func (c SFTConfig) learningRates() ([]float64, error) {
-	b := bytes.TrimSpace(c.LearningRate)
-	if len(b) == 0 || string(b) == "null" {
-		return nil, nil
-	}
-	var one float64
-	if err := json.Unmarshal(b, &one); err == nil {
-		if !(one > 0) {
-			return nil, fmt.Errorf("config.learning_rate must be > 0")
-		}
-		return []float64{one}, nil
-	}
-	var list []float64
-	if err := json.Unmarshal(b, &list); err != nil || len(list) == 0 {
-		return nil, fmt.Errorf("config.learning_rate must be a number or a non-empty list of numbers")
-	}
-	for _, v := range list {
-		if !(v > 0) {
-			return nil, fmt.Errorf("config.learning_rate values must be > 0")
-		}
-	}
-	return list, nil
 }
 
 // readSFTFile reads JSONL examples.
@@ -197,10 +149,10 @@ func replaceContent(raw json.RawMessage, s string) (json.RawMessage, error) {
 
 // ceLoss is the SFT loss: the mean negative logprob of the trainable
 // tokens, and its gradient.
-func ceLoss(newLP []float64) (lossStats, []float64) {
+func ceLoss(newLP []float64) (rl.Stats, []float64) {
 	n := len(newLP)
 	g := make([]float64, n)
-	st := lossStats{N: n}
+	st := rl.Stats{N: n}
 	for i, lp := range newLP {
 		st.Loss -= lp / float64(n)
 		g[i] = -1 / float64(n)
@@ -213,24 +165,13 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 	if err := json.Unmarshal(job.Request, &req); err != nil {
 		return jobs.Result{}, fmt.Errorf("invalid training request: %w", err)
 	}
-	bs, err := req.Config.batchSize()
+	cfg, _, err := rl.ParseSFTConfig(req.Config)
 	if err != nil {
 		return jobs.Result{}, err
 	}
-	lrs, err := req.Config.learningRates()
-	if err != nil {
-		return jobs.Result{}, err
-	}
+	bs, lrs := cfg.BatchSize, cfg.LearningRates
 	if lrs == nil {
 		lrs = []float64{e.DefaultLR(job.BaseModel)}
-	}
-	lastOnly := false
-	switch req.Config.AssistantTurns {
-	case "", "all":
-	case "last":
-		lastOnly = true
-	default:
-		return jobs.Result{}, fmt.Errorf("config.assistant_turns must be \"all\" or \"last\"")
 	}
 	if job.DataFile == "" {
 		return jobs.Result{}, fmt.Errorf("no training data file")
@@ -247,7 +188,7 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 	var seqs []*sequence
 	truncated, skipped := 0, 0
 	for i, ex := range exs {
-		sq, err := tokenizeSFT(c, ex, lastOnly, s.maxLen)
+		sq, err := tokenizeSFT(c, ex, cfg.LastTurnOnly, s.maxLen)
 		if err != nil {
 			return jobs.Result{}, fmt.Errorf("training data example %d: %w", i+1, err)
 		}

@@ -1,4 +1,4 @@
-package api
+package rl
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ func BenchmarkValidateRL(b *testing.B) {
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
-		if _, err := validateRL(data); err != nil {
+		if _, err := Validate(data); err != nil {
 			b.Fatal(err)
 		}
 	}

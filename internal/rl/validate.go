@@ -1,57 +1,60 @@
-package api
+package rl
 
 import (
 	"flywheel/internal/httpx"
 )
 
-// rlRequest is what validation extracts from an RL training-job body; the
-// body itself is stored as sent.
-type rlRequest struct {
+// Summary is what Validate extracts from an RL training-job body: enough
+// to look up the model, check experimental_config (RecordConfig) and log the
+// job's size. The body itself is stored as sent and parsed again by the
+// trainer (ParseRequest).
+type Summary struct {
 	ModelID            string
-	ExperimentalConfig []byte // raw JSON object; nil when absent or null
-	Groups             int
-	Trajectories       int
+	ExperimentalConfig []byte // raw JSON object, aliasing the body; nil when absent or null
+	Groups             int    // trajectory groups
+	Trajectories       int    // trajectories over all groups
 }
 
-// validateRL checks an RL training-job request body against the wire
+// Validate checks an RL training-job request body against the wire
 // contract (api.md) in one pass over the bytes: required fields, types,
 // non-empty groups, a finite reward on every trajectory, and that every
 // element of messages_and_choices is either a chat message or a choice.
 // Errors are *httpx.Error naming the JSON path. experimental_config is
-// returned raw for validateRLConfig.
-func validateRL(data []byte) (rlRequest, error) {
+// only checked to be an object here and returned raw for RecordConfig: it
+// is small, and its ranges depend on the base model's default learning rate.
+func Validate(data []byte) (Summary, error) {
 	s := &scanner{data: data, full: data, path: make([]seg, 0, 16)}
 	return s.rl()
 }
 
-// validateRLStream is validateRL on a body that is still arriving, so that
+// ValidateStream is Validate on a body that is still arriving, so that
 // validation overlaps reading it: arrived delivers the length of the filled
 // prefix of body as it grows (the final value len(body)), and is closed
-// when reading stops. The result is always validateRL's on the whole body.
+// when reading stops. The result is always Validate's on the whole body.
 // A scan that fails while it sees only part of the body may have failed on
 // a token cut by the window edge (or one longer than fillAhead), so it is
 // repeated over the whole body once it has arrived.
-func validateRLStream(body []byte, arrived <-chan int) (rlRequest, error) {
-	return validateRLStreamAhead(body, arrived, fillAhead)
+func ValidateStream(body []byte, arrived <-chan int) (Summary, error) {
+	return validateStreamAhead(body, arrived, fillAhead)
 }
 
-// validateRLStreamAhead is validateRLStream keeping ahead bytes in the
+// validateStreamAhead is ValidateStream keeping ahead bytes in the
 // window (tests use tiny values to cut tokens at every position).
-func validateRLStreamAhead(body []byte, arrived <-chan int, ahead int) (rlRequest, error) {
+func validateStreamAhead(body []byte, arrived <-chan int, ahead int) (Summary, error) {
 	s := &scanner{data: body[:0], full: body, more: arrived, ahead: ahead, path: make([]seg, 0, 16)}
 	req, err := s.rl()
 	if err != nil && len(s.data) < len(body) {
 		s.wait(len(body))
 		if len(s.data) == len(body) {
-			return validateRL(body)
+			return Validate(body)
 		}
 	}
 	return req, err
 }
 
-// rl validates an RL training-job request (see validateRL).
-func (s *scanner) rl() (rlRequest, error) {
-	var req rlRequest
+// rl validates an RL training-job request (see Validate).
+func (s *scanner) rl() (Summary, error) {
+	var req Summary
 	s.fill()
 	if c := s.peek(); c != '{' {
 		if c == 0 {
@@ -129,7 +132,7 @@ func trimWS(b []byte) []byte {
 }
 
 // group validates one TrajectoryGroup.
-func (s *scanner) group(req *rlRequest) error {
+func (s *scanner) group(req *Summary) error {
 	have := false
 	err := s.wantObject(false, func(key []byte) error {
 		if string(key) != "trajectories" {
@@ -170,54 +173,21 @@ func (s *scanner) trajectory() error {
 	var haveMC, haveReward bool
 	err := s.wantObject(false, func(key []byte) error {
 		switch k := string(key); k {
-		case "messages_and_choices":
-			haveMC = true
-			s.push("messages_and_choices")
-			if _, err := s.wantArray(false, func(int) error { return s.messageOrChoice() }); err != nil {
-				return err
-			}
-			s.pop()
+		case "messages_and_choices", "tools":
+			return s.historyKey(key, &haveMC)
 		case "reward":
 			haveReward = true
-			s.push("reward")
-			if _, err := s.wantNumber(false); err != nil {
-				return err
-			}
-			s.pop()
-		case "tools":
-			s.push("tools")
-			if _, err := s.wantArray(true, func(int) error { return s.wantObject(false, s.skipKey) }); err != nil {
-				return err
-			}
-			s.pop()
+			return s.numberAt("reward", false)
 		case "additional_histories":
-			s.push("additional_histories")
-			if _, err := s.wantArray(true, func(int) error { return s.history() }); err != nil {
-				return err
-			}
-			s.pop()
+			return s.arrayAt("additional_histories", true, func(int) error { return s.history() })
 		case "initial_policy_version", "final_policy_version":
-			s.push(constKey(k))
-			if _, err := s.wantNumber(true); err != nil {
-				return err
-			}
-			s.pop()
+			return s.numberAt(constKey(k), true)
 		case "metrics", "auto_metrics", "metadata":
-			s.push(constKey(k))
-			if err := s.wantObject(true, s.skipKey); err != nil {
-				return err
-			}
-			s.pop()
+			return s.objectAt(constKey(k), true, s.skipKey)
 		case "logs":
-			s.push("logs")
-			if _, err := s.wantArray(true, func(int) error { return s.skip() }); err != nil {
-				return err
-			}
-			s.pop()
-		default:
-			return s.skip()
+			return s.arrayAt("logs", true, func(int) error { return s.skip() })
 		}
-		return nil
+		return s.skip()
 	})
 	if err != nil {
 		return err
@@ -254,33 +224,56 @@ func (s *scanner) skipKey([]byte) error { return s.skip() }
 // history validates one element of additional_histories.
 func (s *scanner) history() error {
 	have := false
-	err := s.wantObject(false, func(key []byte) error {
-		switch string(key) {
-		case "messages_and_choices":
-			have = true
-			s.push("messages_and_choices")
-			if _, err := s.wantArray(false, func(int) error { return s.messageOrChoice() }); err != nil {
-				return err
-			}
-			s.pop()
-		case "tools":
-			s.push("tools")
-			if _, err := s.wantArray(true, func(int) error { return s.wantObject(false, s.skipKey) }); err != nil {
-				return err
-			}
-			s.pop()
-		default:
-			return s.skip()
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.wantObject(false, func(key []byte) error { return s.historyKey(key, &have) }); err != nil {
 		return err
 	}
 	if !have {
 		return s.missing("messages_and_choices")
 	}
 	return nil
+}
+
+// historyKey validates one key of a history, the keys a trajectory shares
+// with its additional histories (messages_and_choices, tools); others are
+// skipped. have is set when messages_and_choices is seen.
+func (s *scanner) historyKey(key []byte, have *bool) error {
+	switch string(key) {
+	case "messages_and_choices":
+		*have = true
+		return s.arrayAt("messages_and_choices", false, func(int) error { return s.messageOrChoice() })
+	case "tools":
+		return s.arrayAt("tools", true, func(int) error { return s.wantObject(false, s.skipKey) })
+	}
+	return s.skip()
+}
+
+// at runs check on the value of key, where the scanner stands, with key
+// on the path for the errors check reports.
+func (s *scanner) at(key string, check func() error) error {
+	s.push(key)
+	if err := check(); err != nil {
+		return err
+	}
+	s.pop()
+	return nil
+}
+
+// numberAt validates the value of key as a finite number (or null when
+// nullable).
+func (s *scanner) numberAt(key string, nullable bool) error {
+	return s.at(key, func() error { _, err := s.wantNumber(nullable); return err })
+}
+
+// arrayAt validates the value of key as an array (or null when nullable),
+// calling fn for each element.
+func (s *scanner) arrayAt(key string, nullable bool, fn func(i int) error) error {
+	return s.at(key, func() error { _, err := s.wantArray(nullable, fn); return err })
+}
+
+// objectAt validates the value of key as an object (or null when
+// nullable), calling fn for each member.
+func (s *scanner) objectAt(key string, nullable bool, fn func(key []byte) error) error {
+	return s.at(key, func() error { return s.wantObject(nullable, fn) })
 }
 
 // field records where a known key's value starts and its kind.
@@ -411,11 +404,7 @@ func (s *scanner) messageOrChoice() error {
 	}
 	if m.logprobs.pos >= 0 && !m.lpChecked {
 		s.pos = m.logprobs.pos
-		s.push("logprobs")
-		if err := s.wantObject(true, s.logprobsKey); err != nil {
-			return err
-		}
-		s.pop()
+		return s.objectAt("logprobs", true, s.logprobsKey)
 	}
 	return nil
 }
@@ -469,22 +458,12 @@ func (s *scanner) logprobsKey(key []byte) error {
 		err := s.wantObject(false, func(k []byte) error {
 			switch string(k) {
 			case "token":
-				s.push("token")
-				if _, err := s.wantString(false); err != nil {
-					return err
-				}
-				s.pop()
+				return s.at("token", func() error { _, err := s.wantString(false); return err })
 			case "logprob":
 				haveLP = true
-				s.push("logprob")
-				if _, err := s.wantNumber(false); err != nil {
-					return err
-				}
-				s.pop()
-			default:
-				return s.skip()
+				return s.numberAt("logprob", false)
 			}
-			return nil
+			return s.skip()
 		})
 		if err != nil {
 			return err

@@ -1,4 +1,4 @@
-package api
+package rl
 
 import (
 	"encoding/binary"
@@ -18,7 +18,7 @@ import (
 // encoding/json would be several times slower and would not give indices.
 //
 // The scanner can also run while the body is still arriving (see
-// validateRLStream): data is then the prefix of full received so far, and
+// ValidateStream): data is then the prefix of full received so far, and
 // object and array call fill between members to extend it.
 type scanner struct {
 	data  []byte
@@ -33,7 +33,7 @@ type scanner struct {
 
 // fillAhead is how far ahead of the scanner a streaming window is kept: a
 // token that starts in the window is complete unless it is longer than
-// this (then the scan fails on the window edge and validateRLStream scans
+// this (then the scan fails on the window edge and ValidateStream scans
 // again over the whole body).
 const fillAhead = 1 << 20
 
@@ -42,7 +42,7 @@ const fillAhead = 1 << 20
 // right after consuming '{', '[' or ',', never between reading at the
 // window edge and failing on it: a token cut by the edge (or peek's 0 there)
 // always ends the scan with a syntax error before the window grows, and
-// validateRLStream then scans the whole body again. Syntax errors are never
+// ValidateStream then scans the whole body again. Syntax errors are never
 // swallowed (see eagerLogprobs), so a scan that ends on a complete window
 // took exactly the decisions a scan of the whole body takes.
 func (s *scanner) fill() {

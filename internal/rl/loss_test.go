@@ -1,4 +1,4 @@
-package train
+package rl
 
 import (
 	"math"
@@ -7,7 +7,7 @@ import (
 
 func ptr[T any](v T) *T { return &v }
 
-func resolve(t *testing.T, e ExperimentalConfig) LossConfig {
+func resolve(t *testing.T, e ExperimentalConfig) Config {
 	t.Helper()
 	c, err := e.Resolve(1e-5)
 	if err != nil {
@@ -25,42 +25,14 @@ func near(t *testing.T, what string, got, want float64) {
 
 const den = 1 + 1e-6 // Σm + 1e-6 for one token
 
-func TestResolveDefaults(t *testing.T) {
-	c := resolve(t, ExperimentalConfig{})
-	if c.PPO || c.Epsilon != 1 || c.EpsilonHigh != 4 || c.ISLevel != ISToken || !c.ScaleRewards || c.LearningRate != 1e-5 ||
-		!math.IsInf(c.MaxNegISWeight, 1) || c.Tau != 0 || c.MaskProbRatio || c.PrecalculateLogprobs {
-		t.Fatalf("defaults: %+v", c)
-	}
-	c = resolve(t, ExperimentalConfig{PPO: ptr(true)})
-	if c.Epsilon != 0.2 || c.EpsilonHigh != 0.2 {
-		t.Fatalf("ppo defaults: %+v", c)
-	}
-	c = resolve(t, ExperimentalConfig{PPO: ptr(true), Epsilon: ptr(0.3)})
-	if c.EpsilonHigh != 0.3 {
-		t.Fatalf("ppo epsilon_high defaults to epsilon: %+v", c)
-	}
-	c = resolve(t, ExperimentalConfig{Epsilon: ptr(0.5), EpsilonHigh: ptr(2.0), LearningRate: ptr(0.1)})
-	if c.Epsilon != 0.5 || c.EpsilonHigh != 2 || c.LearningRate != 0.1 {
-		t.Fatalf("explicit: %+v", c)
-	}
-	for _, bad := range []ExperimentalConfig{
-		{Epsilon: ptr(-0.1)}, {AdvantageBalance: ptr(1.5)}, {LearningRate: ptr(0.0)},
-		{ImportanceSamplingLevel: ptr("tokens")}, {XK2Tau: ptr(math.Inf(1))},
-	} {
-		if _, err := bad.Resolve(1e-5); err == nil {
-			t.Fatalf("%+v: want an error", bad)
-		}
-	}
-}
-
 // Default (CISPO-style, ppo=false): L = −clip(sg(ρ), 1−ε, 1+ε_high)·A·new.
 func TestLossDefault(t *testing.T) {
 	c := resolve(t, ExperimentalConfig{})
-	toks := []lossToken{
+	toks := []Token{
 		{New: -1, Old: -1.5, A: 2, W: 1, Seq: 0},    // ρ = e^0.5 inside [0, 5]
 		{New: -0.2, Old: -3, A: -1, W: 0.5, Seq: 0}, // ρ = e^2.8 = 16.4 → 5
 	}
-	st, g := rlLoss(c, toks)
+	st, g := Loss(c, toks)
 	r1 := math.Exp(0.5)
 	d := 2 + 1e-6
 	near(t, "loss", st.Loss, (-r1*2*-1*1+-5*-1*-0.2*0.5)/d)
@@ -89,7 +61,7 @@ func TestLossPPOClipBoundaries(t *testing.T) {
 		{0.7999999, -1, 0.8, 0.0}, // just outside below
 	}
 	for _, k := range cases {
-		st, g := rlLoss(c, []lossToken{{New: math.Log(k.rho), Old: 0, A: k.A, W: 1}})
+		st, g := Loss(c, []Token{{New: math.Log(k.rho), Old: 0, A: k.A, W: 1}})
 		near(t, "loss", st.Loss, k.loss/den)
 		if math.Abs(g[0]-k.grad/den) > 1e-6 {
 			t.Fatalf("ρ=%v A=%v: grad %v, want %v", k.rho, k.A, g[0], k.grad/den)
@@ -110,19 +82,19 @@ func TestLossISLevels(t *testing.T) {
 	}
 	for level, w := range want {
 		c := resolve(t, ExperimentalConfig{PPO: ptr(true), Epsilon: ptr(10.0), ImportanceSamplingLevel: ptr(level)})
-		toks := []lossToken{{New: -1 + d1, Old: -1, A: 1, W: 1}, {New: -2 + d2, Old: -2, A: 1, W: 1},
+		toks := []Token{{New: -1 + d1, Old: -1, A: 1, W: 1}, {New: -2 + d2, Old: -2, A: 1, W: 1},
 			{New: -0.5, Old: -0.1, A: -1, W: 2, Seq: 1}}
-		st, g := rlLoss(c, toks)
+		st, g := Loss(c, toks)
 		// third token alone in its sequence: ρ = e^−0.4 at every level
 		r3 := math.Exp(-0.4)
 		near(t, level+" loss", st.Loss, (w+r3*2)/(3+1e-6))
 		for i := range toks {
 			const h = 1e-6
-			tp := append([]lossToken(nil), toks...)
+			tp := append([]Token(nil), toks...)
 			tp[i].New += h
-			sp, _ := rlLoss(c, tp)
+			sp, _ := Loss(c, tp)
 			tp[i].New -= 2 * h
-			sm, _ := rlLoss(c, tp)
+			sm, _ := Loss(c, tp)
 			num := (sp.Loss - sm.Loss) / (2 * h)
 			if math.Abs(num-g[i]) > 1e-6 {
 				t.Fatalf("%s: grad[%d] = %v, numeric %v", level, i, g[i], num)
@@ -134,23 +106,23 @@ func TestLossISLevels(t *testing.T) {
 // Missing (NaN) old logprobs: old = stop-grad(new), so ρ = 1 and Δ = 0.
 func TestLossMissingOldLogprob(t *testing.T) {
 	c := resolve(t, ExperimentalConfig{})
-	st, g := rlLoss(c, []lossToken{{New: -0.7, Old: math.NaN(), A: 3, W: 1}})
+	st, g := Loss(c, []Token{{New: -0.7, Old: math.NaN(), A: 3, W: 1}})
 	near(t, "loss", st.Loss, -1*3*-0.7/den)
 	near(t, "grad", g[0], -3/den)
 	c = resolve(t, ExperimentalConfig{PPO: ptr(true)})
-	st, g = rlLoss(c, []lossToken{{New: -0.7, Old: math.NaN(), A: 3, W: 1}})
+	st, g = Loss(c, []Token{{New: -0.7, Old: math.NaN(), A: 3, W: 1}})
 	near(t, "ppo loss", st.Loss, -3/den)
 	near(t, "ppo grad", g[0], -3/den) // dρ/dnew = ρ = 1
 	// sequence level: a missing token contributes Δ = 0 to the mean
 	c = resolve(t, ExperimentalConfig{PPO: ptr(true), Epsilon: ptr(10.0), ImportanceSamplingLevel: ptr(ISSequence)})
-	st, _ = rlLoss(c, []lossToken{{New: -0.7, Old: math.NaN(), A: 1, W: 1}, {New: -1, Old: -1.6, A: 1, W: 1}})
+	st, _ = Loss(c, []Token{{New: -0.7, Old: math.NaN(), A: 1, W: 1}, {New: -1, Old: -1.6, A: 1, W: 1}})
 	near(t, "seq loss", st.Loss, -2*math.Exp(0.3)/(2+1e-6))
 }
 
 // x_k2_tau: A_t ← A_t − τ·sg(Δ_t).
 func TestLossTau(t *testing.T) {
 	c := resolve(t, ExperimentalConfig{XK2Tau: ptr(0.5)})
-	st, g := rlLoss(c, []lossToken{{New: -1, Old: -1.5, A: 2, W: 1}})
+	st, g := Loss(c, []Token{{New: -1, Old: -1.5, A: 2, W: 1}})
 	r := math.Exp(0.5)
 	near(t, "loss", st.Loss, -r*(2-0.25)*-1/den)
 	near(t, "grad", g[0], -r*(2-0.25)/den)
@@ -159,10 +131,10 @@ func TestLossTau(t *testing.T) {
 // max_negative_advantage_importance_sampling_weight caps ρ (all tokens).
 func TestLossMaxISWeight(t *testing.T) {
 	c := resolve(t, ExperimentalConfig{MaxNegativeAdvantageImportanceSamplingWeight: ptr(1.2)})
-	_, g := rlLoss(c, []lossToken{{New: -1, Old: -1.5, A: -2, W: 1}})
+	_, g := Loss(c, []Token{{New: -1, Old: -1.5, A: -2, W: 1}})
 	near(t, "grad", g[0], -1.2*-2/den)
 	c = resolve(t, ExperimentalConfig{PPO: ptr(true), Epsilon: ptr(10.0), MaxNegativeAdvantageImportanceSamplingWeight: ptr(1.2)})
-	st, g := rlLoss(c, []lossToken{{New: -1, Old: -1.5, A: -2, W: 1}})
+	st, g := Loss(c, []Token{{New: -1, Old: -1.5, A: -2, W: 1}})
 	near(t, "ppo loss", st.Loss, 1.2*2/den)
 	near(t, "ppo grad (capped: none)", g[0], 0)
 }
@@ -170,20 +142,20 @@ func TestLossMaxISWeight(t *testing.T) {
 // mask_prob_ratio: ρ ← 0 outside (1−ε, 1+ε_high).
 func TestLossMaskProbRatio(t *testing.T) {
 	c := resolve(t, ExperimentalConfig{PPO: ptr(true), MaskProbRatio: ptr(true)})
-	st, g := rlLoss(c, []lossToken{{New: math.Log(1.5), Old: 0, A: 1, W: 1}})
+	st, g := Loss(c, []Token{{New: math.Log(1.5), Old: 0, A: 1, W: 1}})
 	near(t, "masked loss", st.Loss, 0) // −min(0·1, clip(0)·1 = 0.8) = 0
 	near(t, "masked grad", g[0], 0)
-	st, _ = rlLoss(c, []lossToken{{New: math.Log(1.1), Old: 0, A: 1, W: 1}})
+	st, _ = Loss(c, []Token{{New: math.Log(1.1), Old: 0, A: 1, W: 1}})
 	near(t, "kept loss", st.Loss, -1.1/den)
 	c = resolve(t, ExperimentalConfig{MaskProbRatio: ptr(true), Epsilon: ptr(0.2), EpsilonHigh: ptr(0.2)})
-	st, _ = rlLoss(c, []lossToken{{New: -1, Old: -1 - math.Log(1.5), A: 1, W: 1}})
+	st, _ = Loss(c, []Token{{New: -1, Old: -1 - math.Log(1.5), A: 1, W: 1}})
 	near(t, "cispo masked loss", st.Loss, -0.8*1*-1/den) // clip(0) = 0.8
 }
 
 // Batch normalisation: w/mean(w), balance, A/mean(|A|·w).
-func TestNormalizeRLAndBalance(t *testing.T) {
-	toks := []lossToken{{A: 2, W: 0.5}, {A: 2, W: 0.5}, {A: -1, W: 0.25}}
-	normalizeRL(toks, 0.5)
+func TestNormalizeAndBalance(t *testing.T) {
+	toks := []Token{{A: 2, W: 0.5}, {A: 2, W: 0.5}, {A: -1, W: 0.25}}
+	Normalize(toks, 0.5)
 	// w → [1.2, 1.2, 0.6]; A → [2, 2, −0.5]; mean(|A|w) = 1.7
 	for i, w := range []float64{1.2, 1.2, 0.6} {
 		near(t, "w", toks[i].W, w)
@@ -191,8 +163,8 @@ func TestNormalizeRLAndBalance(t *testing.T) {
 	for i, a := range []float64{2 / 1.7, 2 / 1.7, -0.5 / 1.7} {
 		near(t, "A", toks[i].A, a)
 	}
-	toks = []lossToken{{A: 2, W: 1}, {A: -1, W: 1}}
-	normalizeRL(toks, -0.5) // positive scaled by 0.5 → [1, −1]
+	toks = []Token{{A: 2, W: 1}, {A: -1, W: 1}}
+	Normalize(toks, -0.5) // positive scaled by 0.5 → [1, −1]
 	near(t, "A0", toks[0].A, 1)
 	near(t, "A1", toks[1].A, -1)
 }

@@ -1,0 +1,220 @@
+package rl
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// Default learning rates, for RL (experimental_config.learning_rate) and
+// SFT (config.learning_rate) alike, used when the field is null. Real
+// models take rl.md's 5e-6. The built-in tiny model (a 2-layer, hidden-64
+// random model) learns nothing visible at that rate, so its documented
+// default is 1e-2. The trainer picks one per base model; the HTTP layer
+// records the one the trainer will use.
+const (
+	DefaultLearningRate     = 5e-6
+	DefaultTinyLearningRate = 1e-2
+)
+
+// Importance-sampling levels of rl.md (experimental_config.importance_sampling_level).
+const (
+	ISToken            = "token"
+	ISSequence         = "sequence"
+	ISAverage          = "average"
+	ISGeometricAverage = "geometric_average"
+)
+
+// ExperimentalConfig is an RL job's experimental_config as sent (rl.md):
+// every field is nullable and nil means the default. KimiK2Tau is the ART
+// client's spelling of XK2Tau.
+type ExperimentalConfig struct {
+	PPO                                          *bool
+	Epsilon                                      *float64
+	EpsilonHigh                                  *float64
+	ImportanceSamplingLevel                      *string
+	MaskProbRatio                                *bool
+	MaxNegativeAdvantageImportanceSamplingWeight *float64
+	XK2Tau                                       *float64
+	KimiK2Tau                                    *float64
+	AdvantageBalance                             *float64
+	ScaleRewards                                 *bool
+	PrecalculateLogprobs                         *bool
+	LearningRate                                 *float64
+}
+
+// Config is an ExperimentalConfig with rl.md's defaults filled in and its
+// ranges checked: what the advantages and the loss read.
+type Config struct {
+	PPO                  bool
+	Epsilon, EpsilonHigh float64 // the clip range is (1 − Epsilon, 1 + EpsilonHigh)
+	ISLevel              string  // one of the IS* levels
+	MaskProbRatio        bool
+	MaxNegISWeight       float64 // cap on ρ; +Inf when unset
+	Tau                  float64 // x_k2_tau; 0 when unset
+	AdvantageBalance     float64 // in [−1, 1]
+	ScaleRewards         bool
+	PrecalculateLogprobs bool
+	LearningRate         float64 // > 0
+}
+
+// configPath is where experimental_config sits in a request body.
+const configPath = "experimental_config"
+
+// Resolve fills in the defaults of rl.md and checks every range; it is the
+// one place that decides them, for job creation and for the trainer alike.
+// defaultLR is the base model's default learning rate. rl.md's ranges:
+// numbers finite; epsilon and epsilon_high ≥ 0; advantage_balance in
+// [−1, 1]; learning_rate > 0; importance_sampling_level one of the four
+// levels; x_k2_tau and kimi_k2_tau equal when both are given. Any finite
+// max_negative_advantage_importance_sampling_weight is accepted (ρ ←
+// min(ρ, value)), as are negative values of it. Errors are *httpx.Error
+// naming the field's JSON path.
+func (e ExperimentalConfig) Resolve(defaultLR float64) (Config, error) {
+	for _, f := range []struct {
+		key string
+		p   *float64
+	}{
+		{"learning_rate", e.LearningRate}, {"advantage_balance", e.AdvantageBalance},
+		{"epsilon", e.Epsilon}, {"epsilon_high", e.EpsilonHigh},
+		{"max_negative_advantage_importance_sampling_weight", e.MaxNegativeAdvantageImportanceSamplingWeight},
+		{"x_k2_tau", e.XK2Tau}, {"kimi_k2_tau", e.KimiK2Tau},
+	} {
+		if f.p != nil && (math.IsNaN(*f.p) || math.IsInf(*f.p, 0)) {
+			return Config{}, valueError(configPath+"."+f.key, "must be a finite number")
+		}
+	}
+	c := Config{
+		PPO: deref(e.PPO, false), ISLevel: deref(e.ImportanceSamplingLevel, ISToken),
+		MaskProbRatio: deref(e.MaskProbRatio, false), AdvantageBalance: deref(e.AdvantageBalance, 0),
+		ScaleRewards: deref(e.ScaleRewards, true), PrecalculateLogprobs: deref(e.PrecalculateLogprobs, false),
+		LearningRate:   deref(e.LearningRate, defaultLR),
+		MaxNegISWeight: deref(e.MaxNegativeAdvantageImportanceSamplingWeight, math.Inf(1)),
+	}
+	if !(c.LearningRate > 0) {
+		return c, valueError(configPath+".learning_rate", "must be > 0")
+	}
+	if c.AdvantageBalance < -1 || c.AdvantageBalance > 1 {
+		return c, valueError(configPath+".advantage_balance", "must be in [-1, 1]")
+	}
+	switch c.ISLevel {
+	case ISToken, ISSequence, ISAverage, ISGeometricAverage:
+	default:
+		return c, valueError(configPath+".importance_sampling_level",
+			"must be one of token, sequence, average, geometric_average; got %q", c.ISLevel)
+	}
+	// ppo=false (CISPO): ε ?? 1.0, ε_high ?? 4.0; ppo=true: ε ?? 0.2, ε_high ?? ε.
+	c.Epsilon, c.EpsilonHigh = deref(e.Epsilon, 1.0), 4.0
+	if c.PPO {
+		c.Epsilon = deref(e.Epsilon, 0.2)
+		c.EpsilonHigh = c.Epsilon
+	}
+	c.EpsilonHigh = deref(e.EpsilonHigh, c.EpsilonHigh)
+	if c.Epsilon < 0 {
+		return c, valueError(configPath+".epsilon", "must be >= 0")
+	}
+	if c.EpsilonHigh < 0 {
+		return c, valueError(configPath+".epsilon_high", "must be >= 0")
+	}
+	if tau := e.tau(); tau != nil {
+		if e.KimiK2Tau != nil && e.XK2Tau != nil && *e.KimiK2Tau != *e.XK2Tau {
+			return c, valueError(configPath+".kimi_k2_tau", "is another name for x_k2_tau; got %g and x_k2_tau %g", *e.KimiK2Tau, *e.XK2Tau)
+		}
+		c.Tau = *tau
+	}
+	return c, nil
+}
+
+// tau is x_k2_tau under either of its names; nil when unset.
+func (e ExperimentalConfig) tau() *float64 {
+	if e.XK2Tau != nil {
+		return e.XK2Tau
+	}
+	return e.KimiK2Tau
+}
+
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// parseConfig reads raw, an experimental_config object (nil or null: {}),
+// into its typed fields; unknown fields are ignored here.
+func parseConfig(raw []byte) (ExperimentalConfig, object, error) {
+	var e ExperimentalConfig
+	o, err := decodeObject(configPath, raw)
+	if err != nil {
+		return e, o, err
+	}
+	for _, f := range []struct {
+		key string
+		p   **bool
+	}{{"ppo", &e.PPO}, {"scale_rewards", &e.ScaleRewards}, {"precalculate_logprobs", &e.PrecalculateLogprobs}, {"mask_prob_ratio", &e.MaskProbRatio}} {
+		if *f.p, err = o.boolean(f.key); err != nil {
+			return e, o, err
+		}
+	}
+	for _, f := range []struct {
+		key string
+		p   **float64
+	}{
+		{"learning_rate", &e.LearningRate}, {"advantage_balance", &e.AdvantageBalance},
+		{"epsilon", &e.Epsilon}, {"epsilon_high", &e.EpsilonHigh},
+		{"max_negative_advantage_importance_sampling_weight", &e.MaxNegativeAdvantageImportanceSamplingWeight},
+		{"x_k2_tau", &e.XK2Tau}, {"kimi_k2_tau", &e.KimiK2Tau},
+	} {
+		if *f.p, err = o.number(f.key); err != nil {
+			return e, o, err
+		}
+	}
+	e.ImportanceSamplingLevel, err = o.str("importance_sampling_level")
+	return e, o, err
+}
+
+// ResolveConfig parses raw, a job's experimental_config (nil or null: {}),
+// and resolves it (see Resolve): what the trainer runs with.
+func ResolveConfig(raw []byte, defaultLR float64) (Config, error) {
+	e, _, err := parseConfig(raw)
+	if err != nil {
+		return Config{}, err
+	}
+	return e.Resolve(defaultLR)
+}
+
+// RecordConfig validates raw, a job's experimental_config (nil or null:
+// {}), and returns it as the job record shows it (api.md: "with defaults
+// filled in"): every field of rl.md with its value or default —
+// max_negative_advantage_importance_sampling_weight and x_k2_tau null when
+// unset — and unknown fields kept as sent.
+func RecordConfig(raw []byte, defaultLR float64) (json.RawMessage, error) {
+	e, o, err := parseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	c, err := e.Resolve(defaultLR)
+	if err != nil {
+		return nil, err
+	}
+	out := o.record()
+	out["ppo"], out["epsilon"], out["epsilon_high"] = c.PPO, c.Epsilon, c.EpsilonHigh
+	out["importance_sampling_level"], out["mask_prob_ratio"] = c.ISLevel, c.MaskProbRatio
+	out["advantage_balance"], out["scale_rewards"] = c.AdvantageBalance, c.ScaleRewards
+	out["precalculate_logprobs"], out["learning_rate"] = c.PrecalculateLogprobs, c.LearningRate
+	out["max_negative_advantage_importance_sampling_weight"] = nullable(e.MaxNegativeAdvantageImportanceSamplingWeight)
+	out["x_k2_tau"] = nullable(e.tau())
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode experimental_config: %w", err)
+	}
+	return b, nil
+}
+
+// nullable is *p, or nil (JSON null) when p is nil.
+func nullable(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

@@ -1,0 +1,84 @@
+package rl
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Request is the body of POST /v1/preview/training-jobs as the trainer
+// reads it (api.md). experimental_config stays raw: ResolveConfig reads it.
+type Request struct {
+	ModelID            string            `json:"model_id"`
+	TrajectoryGroups   []TrajectoryGroup `json:"trajectory_groups"`
+	ExperimentalConfig json.RawMessage   `json:"experimental_config"`
+}
+
+// TrajectoryGroup is a group of trajectories sampled for one prompt; the
+// advantages of rl.md are computed within a group.
+type TrajectoryGroup struct {
+	Trajectories []Trajectory `json:"trajectories"`
+}
+
+// Trajectory is one scored rollout. Messages and tools stay raw: they go to
+// the chat template as they are.
+type Trajectory struct {
+	MessagesAndChoices  []json.RawMessage `json:"messages_and_choices"`
+	Reward              float64           `json:"reward"`
+	Tools               []json.RawMessage `json:"tools"`
+	AdditionalHistories []History         `json:"additional_histories"`
+}
+
+// History is an additional history of a trajectory; it shares the
+// trajectory's reward (and its tools when it has none of its own).
+type History struct {
+	MessagesAndChoices []json.RawMessage `json:"messages_and_choices"`
+	Tools              []json.RawMessage `json:"tools"`
+}
+
+// Element is one item of messages_and_choices: a chat message (it has
+// "role") or a choice as chat completions return it (no "role", has
+// "message"). Only the fields training reads are decoded.
+type Element struct {
+	Role    *string `json:"role"`
+	Message *struct {
+		Content   *string         `json:"content"`
+		ToolCalls json.RawMessage `json:"tool_calls"`
+	} `json:"message"`
+	Logprobs *struct {
+		Content []TokenLogprob `json:"content"`
+		Refusal []TokenLogprob `json:"refusal"`
+	} `json:"logprobs"`
+}
+
+// TokenLogprob is one entry of a choice's logprobs.content: a sampled
+// token ("token_id:N" or its text), its recorded logprob and its bytes.
+type TokenLogprob struct {
+	Token   string   `json:"token"`
+	Logprob *float64 `json:"logprob"`
+	Bytes   []int    `json:"bytes"`
+}
+
+// IsChoice reports whether the element is a choice rather than a message.
+func (e *Element) IsChoice() bool { return e.Role == nil && e.Message != nil }
+
+// Sampled returns the choice's sampled tokens with their logprobs (the
+// refusal's when the content has none); nil when it has no logprobs.
+func (e *Element) Sampled() []TokenLogprob {
+	if e.Logprobs == nil {
+		return nil
+	}
+	if len(e.Logprobs.Content) > 0 {
+		return e.Logprobs.Content
+	}
+	return e.Logprobs.Refusal
+}
+
+// ParseRequest decodes a stored RL request body (one that Validate
+// accepted when the job was created).
+func ParseRequest(body []byte) (Request, error) {
+	var req Request
+	if err := json.Unmarshal(body, &req); err != nil {
+		return Request{}, fmt.Errorf("invalid training request: %w", err)
+	}
+	return req, nil
+}
