@@ -120,4 +120,3 @@ func BenchmarkTrainStepSmolLM2_135M_4x256_Recompute(b *testing.B) {
 func BenchmarkTrainStepSmall_H256_L4_4x256(b *testing.B) {
 	benchTrainStep(b, smallCfg(), 4, 256, false)
 }
-
