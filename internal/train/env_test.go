@@ -44,6 +44,8 @@ type env struct {
 	step  int
 	ex    *Executor
 	calls int
+	// baseID is the base model's registry id ("" means flywheel/tiny).
+	baseID string
 }
 
 // newEnv sets up flywheel/tiny, as the server ships it, with a step-0
@@ -87,7 +89,11 @@ func (e *env) run(kind string, req any, dataFile string) (jobs.Result, []jobs.Ev
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		e.t.Fatal(err)
 	}
-	job := jobs.Job{ID: fmt.Sprintf("job%d", e.calls), Kind: kind, ModelID: "m", BaseModel: tiny.ID,
+	baseID := e.baseID
+	if baseID == "" {
+		baseID = tiny.ID
+	}
+	job := jobs.Job{ID: fmt.Sprintf("job%d", e.calls), Kind: kind, ModelID: "m", BaseModel: baseID,
 		FromStep: e.step, FromDir: e.dir(e.step), OutDir: out, Request: body, DataFile: dataFile}
 	var evs []jobs.Event
 	res, err := e.ex.Train(e.t.Context(), job, func(ev jobs.Event) error { evs = append(evs, ev); return nil })
