@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"flywheel/internal/api"
+	"flywheel/internal/checkpoints"
 	"flywheel/internal/engine/tiny"
 	"flywheel/internal/jobs"
 	"flywheel/internal/store"
@@ -114,7 +115,8 @@ func serveCmd(args []string, stderr io.Writer) error {
 	if w.Close != nil {
 		defer w.Close()
 	}
-	q := jobs.New(st, jobs.Config{DataDir: d.dataDir, ModelsDir: *modelsDir, Workers: *workers, Trainer: w.Trainer, Logger: log})
+	ck := checkpoints.New(st, store.Layout{DataDir: d.dataDir}, log)
+	q := jobs.New(st, jobs.Config{DataDir: d.dataDir, ModelsDir: *modelsDir, Workers: *workers, Trainer: w.Trainer, Checkpoints: ck, Logger: log})
 	if err := q.Start(ctx); err != nil {
 		return err
 	}
@@ -122,7 +124,7 @@ func serveCmd(args []string, stderr io.Writer) error {
 		log.Warn("no trainer is wired into this build: training jobs will fail with a clear error")
 	}
 	cfg := api.Config{
-		DataDir: d.dataDir, ModelsDir: *modelsDir, MaxBodyBytes: *maxBody, Version: version, Logger: log, Registry: reg,
+		Checkpoints: ck, DataDir: d.dataDir, ModelsDir: *modelsDir, MaxBodyBytes: *maxBody, Version: version, Logger: log, Registry: reg,
 	}
 	if lr, ok := w.Trainer.(defaultLRer); ok {
 		cfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"flywheel/internal/api"
+	"flywheel/internal/checkpoints"
 	"flywheel/internal/demo"
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/tiny"
@@ -47,13 +48,14 @@ func server(t *testing.T) (string, string) {
 	}
 	reg := engine.NewRegistry(modelsDir)
 	log := slog.New(slog.DiscardHandler)
-	q := jobs.New(st, jobs.Config{DataDir: dataDir, ModelsDir: modelsDir, Trainer: train.New(reg, train.Options{Logger: log}), Logger: log, PollInterval: 100 * time.Millisecond})
+	ck := checkpoints.New(st, store.Layout{DataDir: dataDir}, log)
+	q := jobs.New(st, jobs.Config{DataDir: dataDir, ModelsDir: modelsDir, Trainer: train.New(reg, train.Options{Logger: log}), Checkpoints: ck, Logger: log, PollInterval: 100 * time.Millisecond})
 	qctx, cancel := context.WithCancel(ctx)
 	if err := q.Start(qctx); err != nil {
 		t.Fatal(err)
 	}
 	sv := serve.New(reg, serve.NewStoreResolver(st), nil, serve.Options{Logger: log})
-	srv := httptest.NewServer(api.New(api.Config{DataDir: dataDir, ModelsDir: modelsDir, Logger: log}, st, q, sv))
+	srv := httptest.NewServer(api.New(api.Config{Checkpoints: ck, DataDir: dataDir, ModelsDir: modelsDir, Logger: log}, st, q, sv))
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()
