@@ -1,7 +1,9 @@
 package store
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 )
 
@@ -39,4 +41,26 @@ func (l Layout) RequestPath(jobID string) string {
 // FilePath is where an uploaded file's bytes are stored.
 func (l Layout) FilePath(fileID string) string {
 	return filepath.Join(l.DataDir, "files", fileID)
+}
+
+// OpenDataDir opens the store of a data dir: it makes dataDir absolute,
+// creates it when missing, and opens the database dbURL (see Open), or
+// <dataDir>/flywheel.db when dbURL is empty. It returns the layout of the
+// absolute data dir beside the store.
+func OpenDataDir(ctx context.Context, dataDir, dbURL string) (*SQLite, Layout, error) {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, Layout{}, fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, Layout{}, fmt.Errorf("create data dir: %w", err)
+	}
+	if dbURL == "" {
+		dbURL = filepath.Join(abs, "flywheel.db")
+	}
+	st, err := Open(ctx, dbURL)
+	if err != nil {
+		return nil, Layout{}, err
+	}
+	return st.(*SQLite), Layout{DataDir: abs}, nil
 }
