@@ -49,9 +49,6 @@ func New(st store.Models, layout store.Layout, log *slog.Logger) *Manager {
 	return &Manager{st: st, layout: layout, log: log}
 }
 
-// Layout is the data-dir layout the manager writes.
-func (m *Manager) Layout() store.Layout { return m.layout }
-
 // AdapterError is returned by Create when the step-0 adapter could not be
 // written: the base model does not fit the requested adapter, or its
 // config is unreadable. Err is the writer's error.

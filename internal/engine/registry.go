@@ -30,9 +30,6 @@ func NewRegistry(modelsDir string) *Registry {
 	return &Registry{dir: modelsDir, entries: map[string]*regEntry{}}
 }
 
-// Dir is the models dir.
-func (r *Registry) Dir() string { return r.dir }
-
 // List returns the ids of the base models in the models dir (see package
 // basemodels for which folders count), plus the ids of models added with
 // Put, sorted.
