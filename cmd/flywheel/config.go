@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"flywheel/internal/store"
@@ -48,25 +46,14 @@ func (d *dataFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.database, "database", envOr("FLYWHEEL_DATABASE_URL", ""), "database: an SQLite path (env FLYWHEEL_DATABASE_URL; default <data-dir>/flywheel.db)")
 }
 
-// open makes the data dir absolute and opens the store.
+// open opens the store of the data dir (made absolute).
 func (d *dataFlags) open(ctx context.Context) (*store.SQLite, error) {
-	abs, err := filepath.Abs(d.dataDir)
+	st, layout, err := store.OpenDataDir(ctx, d.dataDir, d.database)
 	if err != nil {
 		return nil, err
 	}
-	d.dataDir = abs
-	if err := os.MkdirAll(d.dataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
-	}
-	dbURL := d.database
-	if dbURL == "" {
-		dbURL = filepath.Join(d.dataDir, "flywheel.db")
-	}
-	st, err := store.Open(ctx, dbURL)
-	if err != nil {
-		return nil, err
-	}
-	return st.(*store.SQLite), nil
+	d.dataDir = layout.DataDir
+	return st, nil
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {

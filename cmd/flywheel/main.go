@@ -64,7 +64,8 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: flywheel <command> [flags]
 
 commands:
-  serve     run the HTTP service (flags: --addr, --data-dir, --models-dir, --database, --workers, ...)
+  serve     run the HTTP service (flags: --addr, --data-dir, --models-dir, --database, --workers,
+            --max-batch, --max-queue, --adapter-cache, --prefill-chunk, ...)
   keys      manage API keys: keys create --user NAME [--entity NAME] | keys list [--user NAME] | keys revoke ID|PREFIX
   prices    call-store default prices: prices set --model M --prompt COST --completion COST | prices load FILE | prices list
   demo      train flywheel/tiny against a running server and print the mean reward per step (flags: --url, --api-key, --steps, ...)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"flywheel/internal/app"
 	"flywheel/internal/jobs"
 	"flywheel/internal/store"
 )
@@ -26,7 +26,7 @@ import (
 // slow stand-in trainer instead of running tests.
 func TestMain(m *testing.M) {
 	if os.Getenv("FLYWHEEL_TEST_CHILD") == "1" {
-		wire = func(serveEnv) (wired, error) { return wired{Trainer: slowTrainer{}}, nil }
+		configure = func(c *app.Config) { c.Trainer = slowTrainer{} }
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -269,37 +269,44 @@ func TestKeysCommands(t *testing.T) {
 	}
 }
 
-func TestBootstrapWritesKeyFile(t *testing.T) {
-	dir := t.TempDir()
-	st, err := store.OpenSQLite(context.Background(), filepath.Join(dir, "flywheel.db"))
+// TestServeFlags checks that the scheduler flags and their environment
+// variables reach the inference options, and that the defaults leave them
+// to the scheduler.
+func TestServeFlags(t *testing.T) {
+	var errb bytes.Buffer
+	c, err := parseServe(nil, &errb)
+	if err != nil {
+		t.Fatal(err, errb.String())
+	}
+	if got := c.app.Serve; got.MaxBatch != 0 || got.MaxQueue != 0 || got.AdapterCacheSize != 0 || got.PrefillChunk != 0 {
+		t.Errorf("defaults: %+v", got)
+	}
+	c, err = parseServe([]string{"--max-batch", "8", "--max-queue", "64", "--adapter-cache", "3", "--prefill-chunk", "128",
+		"--workers", "5", "--data-dir", "/tmp/d", "--models-dir", "/tmp/m"}, &errb)
+	if err != nil {
+		t.Fatal(err, errb.String())
+	}
+	if got := c.app.Serve; got.MaxBatch != 8 || got.MaxQueue != 64 || got.AdapterCacheSize != 3 || got.PrefillChunk != 128 {
+		t.Errorf("flags: %+v", got)
+	}
+	if c.app.Workers != 5 || c.app.DataDir != "/tmp/d" || c.app.ModelsDir != "/tmp/m" {
+		t.Errorf("flags: %+v", c.app)
+	}
+	t.Setenv("FLYWHEEL_MAX_BATCH", "4")
+	t.Setenv("FLYWHEEL_ADAPTER_CACHE", "2")
+	t.Setenv("FLYWHEEL_TOKENS_PER_STEP", "1024")
+	c, err = parseServe([]string{"--adapter-cache", "9"}, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	t.Setenv("FLYWHEEL_BOOTSTRAP_API_KEY", "")
-	var errb bytes.Buffer
-	if err := bootstrap(context.Background(), st, dir, &errb, discardLogger()); err != nil {
-		t.Fatal(err)
+	if c.app.Serve.MaxBatch != 4 || c.app.Serve.AdapterCacheSize != 9 || c.app.TokensPerStep != 1024 {
+		t.Errorf("environment (a flag wins over its variable): %+v, tokens per step %d", c.app.Serve, c.app.TokensPerStep)
 	}
-	path := filepath.Join(dir, "admin-api-key")
-	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("key file: %v %v", fi, err)
+	if _, err := parseServe([]string{"--max-queue", "-1"}, &errb); err == nil || !strings.Contains(err.Error(), "--max-queue") {
+		t.Errorf("negative --max-queue: %v", err)
 	}
-	key, _ := os.ReadFile(path)
-	if p, err := st.Authenticate(context.Background(), strings.TrimSpace(string(key))); err != nil || p.UserName != "admin" || !p.Member("admin") {
-		t.Errorf("bootstrap key: %v", err)
-	}
-	if !strings.Contains(errb.String(), path) {
-		t.Errorf("bootstrap did not say where the key is: %q", errb.String())
-	}
-	// A second start with users present changes nothing.
-	if err := bootstrap(context.Background(), st, dir, &errb, discardLogger()); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := st.CountUsers(context.Background()); n != 1 {
-		t.Errorf("%d users", n)
+	errb.Reset()
+	if _, err := parseServe([]string{"-h"}, &errb); err != errUsage || !strings.Contains(errb.String(), "-prefill-chunk") {
+		t.Errorf("help: %v %q", err, errb.String())
 	}
 }
-
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -7,192 +7,133 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"flywheel/internal/api"
-	"flywheel/internal/engine/tiny"
-	"flywheel/internal/jobs"
-	"flywheel/internal/store"
+	"flywheel/internal/app"
+	"flywheel/internal/trace"
 )
 
-// serveEnv is what the service's parts are built from; wire receives it.
-type serveEnv struct {
-	Store     *store.SQLite // Store.DB() for packages keeping their own tables
-	DataDir   string        // absolute
-	ModelsDir string        // absolute
-	Logger    *slog.Logger
-	Registry  *prometheus.Registry // Prometheus registry served at /metrics
+// configure adjusts the service's configuration before it is built. The
+// restart tests (main_test.go) use it to put in a slow stand-in trainer.
+var configure = func(*app.Config) {}
+
+// serveConfig is what `flywheel serve` runs with: the service's
+// configuration and the CLI's own settings.
+type serveConfig struct {
+	app       app.Config
+	addr      string
+	logFormat string
+	logLevel  string
 }
 
-// wired is what other packages contribute to the service.
-type wired struct {
-	Trainer    jobs.Trainer    // nil: training jobs fail with a clear error
-	Registrars []api.Registrar // extra route groups (call store, chat completions, ...)
-	Close      func()          // optional, called at shutdown after the HTTP server stopped
-}
-
-// defaultLRer is implemented by trainers whose default learning rate
-// depends on the base model.
-type defaultLRer interface {
-	DefaultLR(baseModel string) float64
-}
-
-// wire builds the trainer and the extra route groups (see wire.go). Tests
-// replace it to inject a stand-in trainer.
-var wire = wireService
-
-// serveCmd runs the HTTP service until SIGINT or SIGTERM.
-func serveCmd(args []string, stderr io.Writer) error {
+// parseServe reads the flags of `flywheel serve`, each with an environment
+// variable behind it, and the variables that have no flag (see README.md).
+func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
 	var d dataFlags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	d.register(fs)
-	addr := fs.String("addr", envOr("FLYWHEEL_ADDR", "127.0.0.1:8080"), "listen address (env FLYWHEEL_ADDR)")
-	modelsDir := fs.String("models-dir", envOr("FLYWHEEL_MODELS_DIR", ""), "base models directory (env FLYWHEEL_MODELS_DIR; default <data-dir>/models)")
-	workers := fs.Int("workers", envInt("FLYWHEEL_WORKERS", 2), "training jobs run in parallel across models (env FLYWHEEL_WORKERS)")
-	maxBody := fs.Int64("max-body-bytes", envInt64("FLYWHEEL_MAX_BODY_BYTES", api.DefaultMaxBodyBytes), "request body limit in bytes (env FLYWHEEL_MAX_BODY_BYTES)")
-	logFormat := fs.String("log-format", envOr("FLYWHEEL_LOG_FORMAT", "text"), "log format: text or json (env FLYWHEEL_LOG_FORMAT)")
-	logLevel := fs.String("log-level", envOr("FLYWHEEL_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env FLYWHEEL_LOG_LEVEL)")
+	fs.StringVar(&c.addr, "addr", envOr("FLYWHEEL_ADDR", "127.0.0.1:8080"), "listen address (env FLYWHEEL_ADDR)")
+	fs.StringVar(&c.app.ModelsDir, "models-dir", envOr("FLYWHEEL_MODELS_DIR", ""), "base models directory (env FLYWHEEL_MODELS_DIR; default <data-dir>/models)")
+	fs.IntVar(&c.app.Workers, "workers", envInt("FLYWHEEL_WORKERS", 2), "training jobs run in parallel across models (env FLYWHEEL_WORKERS)")
+	fs.Int64Var(&c.app.MaxBodyBytes, "max-body-bytes", envInt64("FLYWHEEL_MAX_BODY_BYTES", api.DefaultMaxBodyBytes), "request body limit in bytes (env FLYWHEEL_MAX_BODY_BYTES)")
+	fs.IntVar(&c.app.Serve.MaxBatch, "max-batch", envInt("FLYWHEEL_MAX_BATCH", 0), "inference: sequences decoded together per step per base model (env FLYWHEEL_MAX_BATCH; 0: the scheduler's default, 32)")
+	fs.IntVar(&c.app.Serve.MaxQueue, "max-queue", envInt("FLYWHEEL_MAX_QUEUE", 0), "inference: requests waiting for a batch slot before 429 (env FLYWHEEL_MAX_QUEUE; 0: the scheduler's default, 256)")
+	fs.IntVar(&c.app.Serve.AdapterCacheSize, "adapter-cache", envInt("FLYWHEEL_ADAPTER_CACHE", 0), "inference: LoRA adapters kept loaded (env FLYWHEEL_ADAPTER_CACHE; 0: the scheduler's default, 16)")
+	fs.IntVar(&c.app.Serve.PrefillChunk, "prefill-chunk", envInt("FLYWHEEL_PREFILL_CHUNK", 0), "inference: prompt tokens fed per step across sequences (env FLYWHEEL_PREFILL_CHUNK; 0: the scheduler's default, 512)")
+	fs.StringVar(&c.logFormat, "log-format", envOr("FLYWHEEL_LOG_FORMAT", "text"), "log format: text or json (env FLYWHEEL_LOG_FORMAT)")
+	fs.StringVar(&c.logLevel, "log-level", envOr("FLYWHEEL_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env FLYWHEEL_LOG_LEVEL)")
 	if err := parseFlags(fs, args); err != nil {
+		return c, err
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--workers", c.app.Workers}, {"--max-batch", c.app.Serve.MaxBatch}, {"--max-queue", c.app.Serve.MaxQueue},
+		{"--adapter-cache", c.app.Serve.AdapterCacheSize}, {"--prefill-chunk", c.app.Serve.PrefillChunk}} {
+		if f.v < 0 {
+			return c, fmt.Errorf("%s must not be negative, got %d", f.name, f.v)
+		}
+	}
+	c.app.DataDir, c.app.Database = d.dataDir, d.database
+	c.app.Version = version
+	c.app.BootstrapKey = strings.TrimSpace(os.Getenv("FLYWHEEL_BOOTSTRAP_API_KEY"))
+	c.app.PricesFile = os.Getenv("FLYWHEEL_PRICES_FILE")
+	pp, cp := os.Getenv("FLYWHEEL_SERVICE_PRICE_PROMPT"), os.Getenv("FLYWHEEL_SERVICE_PRICE_COMPLETION")
+	if pp != "" || cp != "" {
+		prompt, err1 := strconv.ParseFloat(pp, 64)
+		completion, err2 := strconv.ParseFloat(cp, 64)
+		if err1 != nil || err2 != nil || prompt < 0 || completion < 0 {
+			return c, fmt.Errorf("FLYWHEEL_SERVICE_PRICE_PROMPT and FLYWHEEL_SERVICE_PRICE_COMPLETION must both be non-negative numbers")
+		}
+		c.app.ServicePrice = &trace.TokenPrice{Prompt: prompt, Completion: completion}
+	}
+	if v := os.Getenv("FLYWHEEL_TOKENS_PER_STEP"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("FLYWHEEL_TOKENS_PER_STEP must be a positive integer, got %q", v)
+		}
+		c.app.TokensPerStep = n
+	}
+	return c, nil
+}
+
+// logger builds the service's logger from --log-format and --log-level.
+func (c serveConfig) logger(stderr io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.logFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
+}
+
+// serveCmd runs the HTTP service until SIGINT or SIGTERM.
+func serveCmd(args []string, stderr io.Writer) error {
+	c, err := parseServe(args, stderr)
+	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := c.logger(stderr)
+	if err != nil {
+		return err
 	}
-	var handler slog.Handler
-	switch *logFormat {
-	case "json":
-		handler = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
-	case "text":
-		handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
-	default:
-		return fmt.Errorf("--log-format must be text or json, got %q", *logFormat)
-	}
-	log := slog.New(handler)
 	slog.SetDefault(log)
+	c.app.Logger = log
+	configure(&c.app)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	st, err := d.open(ctx)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal during the drain ends the process at once
+	}()
+	a, err := app.New(ctx, c.app)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	if *modelsDir == "" {
-		*modelsDir = filepath.Join(d.dataDir, "models")
+	defer func() {
+		a.Close()
+		log.Info("stopped")
+	}()
+	if a.BootstrapKeyFile != "" {
+		fmt.Fprintf(stderr, "flywheel: created user admin; its API key is in %s\n", a.BootstrapKeyFile)
 	}
-	if *modelsDir, err = filepath.Abs(*modelsDir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(*modelsDir, 0o755); err != nil {
-		return fmt.Errorf("create models dir: %w", err)
-	}
-	if err := tiny.Ensure(*modelsDir); err != nil {
-		return fmt.Errorf("write the built-in tiny model: %w", err)
-	}
-	if err := bootstrap(ctx, st, d.dataDir, stderr, log); err != nil {
-		return err
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := wire(serveEnv{Store: st, DataDir: d.dataDir, ModelsDir: *modelsDir, Logger: log, Registry: reg})
+	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
 	}
-	if w.Close != nil {
-		defer w.Close()
-	}
-	q := jobs.New(st, jobs.Config{DataDir: d.dataDir, ModelsDir: *modelsDir, Workers: *workers, Trainer: w.Trainer, Logger: log})
-	if err := q.Start(ctx); err != nil {
-		return err
-	}
-	if w.Trainer == nil {
-		log.Warn("no trainer is wired into this build: training jobs will fail with a clear error")
-	}
-	cfg := api.Config{
-		DataDir: d.dataDir, ModelsDir: *modelsDir, MaxBodyBytes: *maxBody, Version: version, Logger: log, Registry: reg,
-	}
-	if lr, ok := w.Trainer.(defaultLRer); ok {
-		cfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use
-	}
-	srv := api.New(cfg, st, q, w.Registrars...)
-
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		shutdownQueue(q, log)
-		return err
-	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(handler, slog.LevelWarn)}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	log.Info("flywheel listening", "addr", ln.Addr().String(), "data_dir", d.dataDir, "models_dir", *modelsDir,
-		"workers", *workers, "version", version)
-
-	select {
-	case err := <-errc:
-		shutdownQueue(q, log)
-		return err
-	case <-ctx.Done():
-	}
-	stop()
-	log.Info("shutting down: draining HTTP requests and re-queueing running jobs")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil {
-		log.Warn("HTTP shutdown", "err", err)
-	}
-	shutdownQueue(q, log)
-	log.Info("stopped")
-	return nil
-}
-
-func shutdownQueue(q *jobs.Queue, log *slog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := q.Shutdown(ctx); err != nil {
-		log.Warn("job queue shutdown", "err", err)
-	}
-}
-
-// bootstrap creates user admin (personal entity admin) when the database
-// has no users, with the key in FLYWHEEL_BOOTSTRAP_API_KEY, or a generated
-// key written to <data-dir>/admin-api-key (mode 0600).
-func bootstrap(ctx context.Context, st *store.SQLite, dataDir string, stderr io.Writer, log *slog.Logger) error {
-	n, err := st.CountUsers(ctx)
-	if err != nil || n > 0 {
-		return err
-	}
-	if _, err := st.EnsureUser(ctx, "admin"); err != nil {
-		return fmt.Errorf("bootstrap admin: %w", err)
-	}
-	given := strings.TrimSpace(os.Getenv("FLYWHEEL_BOOTSTRAP_API_KEY"))
-	_, key, err := st.CreateKey(ctx, "admin", "bootstrap", given)
-	if err != nil {
-		return fmt.Errorf("bootstrap admin key: %w", err)
-	}
-	if given != "" {
-		log.Info("created user admin with the key from FLYWHEEL_BOOTSTRAP_API_KEY")
-		return nil
-	}
-	path := filepath.Join(dataDir, "admin-api-key")
-	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write admin key: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil { // the file may have existed
-		return fmt.Errorf("write admin key: %w", err)
-	}
-	fmt.Fprintf(stderr, "flywheel: created user admin; its API key is in %s\n", path)
-	return nil
+	return a.Serve(ctx, ln)
 }

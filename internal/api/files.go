@@ -8,9 +8,9 @@ import (
 	"mime"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 
+	"flywheel/internal/atomicfile"
 	"flywheel/internal/httpx"
 	"flywheel/internal/store"
 )
@@ -44,11 +44,12 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := "file-" + strings.ReplaceAll(store.NewID(), "-", "")
 	dst := s.layout.FilePath(id)
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	tmp := dst + ".part"
-	defer os.Remove(tmp)
+	var f *atomicfile.File // the upload, published at dst once checked
+	defer func() {
+		if f != nil {
+			f.Abort() // a no-op once committed
+		}
+	}()
 	purpose, filename := "", ""
 	var size int64 = -1
 	for {
@@ -72,18 +73,13 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 			purpose = strings.TrimSpace(string(b))
 		case "file":
 			filename = part.FileName()
-			f, err := os.Create(tmp)
-			if err != nil {
+			if f != nil { // a second file part replaces the first
+				f.Abort()
+			}
+			if f, err = atomicfile.Create(dst, 0o644); err != nil {
 				return err
 			}
-			size, err = io.Copy(f, part)
-			if err == nil {
-				err = f.Sync()
-			}
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
+			if size, err = io.Copy(f, part); err != nil {
 				return err
 			}
 		}
@@ -99,23 +95,23 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 		purpose = "fine-tune"
 	}
 	if purpose == "fine-tune" {
-		if err := checkJSONL(tmp); err != nil {
+		if err := checkJSONL(f.TempName()); err != nil {
 			return err
 		}
 	}
-	if err := os.Rename(tmp, dst); err != nil {
+	if err := f.Commit(); err != nil {
 		return err
 	}
-	f := store.File{ID: id, UserID: principal(r).UserID, Filename: filename, Purpose: purpose, Bytes: size, Path: dst}
-	if err := s.st.CreateFile(r.Context(), f); err != nil {
+	rec := store.File{ID: id, UserID: principal(r).UserID, Filename: filename, Purpose: purpose, Bytes: size, Path: dst}
+	if err := s.st.CreateFile(r.Context(), rec); err != nil {
 		os.Remove(dst)
 		return err
 	}
-	f, err = s.st.FileByID(r.Context(), id)
+	rec, err = s.st.FileByID(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	httpx.WriteJSON(w, http.StatusOK, fileJSON(f))
+	httpx.WriteJSON(w, http.StatusOK, fileJSON(rec))
 	return nil
 }
 

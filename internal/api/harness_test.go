@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"flywheel/internal/api"
+	"flywheel/internal/checkpoints"
 	"flywheel/internal/jobs"
 	"flywheel/internal/store"
 )
@@ -131,7 +132,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if workers == 0 {
 		workers = 2
 	}
-	e.q = jobs.New(st, jobs.Config{DataDir: dir, ModelsDir: modelsDir, Workers: workers, Trainer: tr, Logger: log, PollInterval: 50 * time.Millisecond})
+	ck := checkpoints.New(st, store.Layout{DataDir: dir}, log)
+	e.q = jobs.New(st, jobs.Config{DataDir: dir, ModelsDir: modelsDir, Workers: workers, Trainer: tr, Checkpoints: ck, Logger: log, PollInterval: 50 * time.Millisecond})
 	if err := e.q.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +141,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.noAuthTT {
 		ttl = -1
 	}
-	h := api.New(api.Config{DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl}, st, e.q, o.extra...)
+	h := api.New(api.Config{Checkpoints: ck, DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl}, st, e.q, o.extra...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

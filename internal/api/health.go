@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
+	"flywheel/internal/basemodels"
 	"flywheel/internal/httpx"
-	"flywheel/internal/store"
 )
 
 // minFreeBytes is the free space under which the storage check fails.
@@ -47,7 +47,7 @@ func (s *Server) systemCheck(w http.ResponseWriter, r *http.Request) {
 	}
 
 	engine := map[string]any{"ok": true, "models_dir": s.cfg.ModelsDir}
-	if bases, err := store.BaseModels(s.cfg.ModelsDir); err != nil {
+	if bases, err := basemodels.List(s.cfg.ModelsDir); err != nil {
 		engine["ok"], engine["error"], ok = false, "models dir is not readable", false
 	} else {
 		engine["base_models"] = bases

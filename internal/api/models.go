@@ -6,9 +6,10 @@ import (
 	"hash/fnv"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 
+	"flywheel/internal/basemodels"
+	"flywheel/internal/checkpoints"
 	"flywheel/internal/httpx"
 	"flywheel/internal/store"
 )
@@ -127,12 +128,12 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
-	baseDir, err := store.BaseModelDir(s.cfg.ModelsDir, *req.BaseModel)
+	baseDir, err := basemodels.Dir(s.cfg.ModelsDir, *req.BaseModel)
 	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
+		if !errors.Is(err, basemodels.ErrNotFound) {
 			return err
 		}
-		avail, _ := store.BaseModels(s.cfg.ModelsDir)
+		avail, _ := basemodels.List(s.cfg.ModelsDir)
 		return httpx.Invalid("base_model", "unknown_base_model", "base model %q is not in the models dir (available: %s)", *req.BaseModel, strings.Join(avail, ", "))
 	}
 	lora := s.cfg.DefaultLoRA()
@@ -153,24 +154,18 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 
 	m := store.Model{ID: store.NewID(), Entity: entity, Project: *req.Project, Name: *req.Name,
 		BaseModel: *req.BaseModel, LoRA: lora, CreatedBy: p.UserID}
-	modelDir := s.layout.ModelDir(m.ID)
-	tmp := s.layout.WorkDir(m.ID, "create")
-	final := s.layout.CheckpointDir(m.ID, 0)
 	h := fnv.New64a()
 	io.WriteString(h, m.ID)
-	if err := s.cfg.NewAdapter(baseDir, m.BaseModel, lora, h.Sum64(), tmp); err != nil {
-		os.RemoveAll(modelDir)
-		s.log.Error("create step-0 adapter", "model_id", m.ID, "base_model", m.BaseModel, "err", err)
-		msg := strings.ReplaceAll(err.Error(), baseDir, "<base model folder>")
-		return httpx.Invalid("base_model", "unsupported_base_model", "cannot make an adapter for base model %q: %s", m.BaseModel, msg)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.RemoveAll(modelDir)
-		return err
-	}
-	created, err := s.st.CreateModel(ctx, m, store.Checkpoint{Step: 0, Dir: final})
+	created, err := s.ck.Create(ctx, m, func(dir string) error {
+		return s.cfg.NewAdapter(baseDir, m.BaseModel, lora, h.Sum64(), dir)
+	})
 	if err != nil {
-		os.RemoveAll(modelDir)
+		var ae *checkpoints.AdapterError
+		if errors.As(err, &ae) {
+			s.log.Error("create step-0 adapter", "model_id", m.ID, "base_model", m.BaseModel, "err", ae.Err)
+			msg := strings.ReplaceAll(ae.Err.Error(), baseDir, "<base model folder>")
+			return httpx.Invalid("base_model", "unsupported_base_model", "cannot make an adapter for base model %q: %s", m.BaseModel, msg)
+		}
 		if errors.Is(err, store.ErrConflict) { // lost a race with a concurrent create
 			if existing, gerr := s.st.ModelByName(ctx, entity, *req.Project, *req.Name); gerr == nil && returnExisting {
 				httpx.WriteJSON(w, http.StatusOK, modelJSON(existing))
@@ -213,16 +208,13 @@ func (s *Server) deleteModel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	cks, err := s.st.DeleteModel(r.Context(), m.ID)
+	cks, err := s.ck.DeleteModel(r.Context(), m.ID)
 	if errors.Is(err, store.ErrConflict) {
 		return &httpx.Error{Status: http.StatusConflict, Code: "job_running",
 			Message: "a training job of this model is running; cancel it before deleting the model"}
 	}
 	if err != nil {
 		return err
-	}
-	if err := os.RemoveAll(s.layout.ModelDir(m.ID)); err != nil {
-		s.log.Error("remove model files", "model_id", m.ID, "err", err)
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"model_id": m.ID, "deleted_checkpoints": len(cks), "deleted_run": false})
 	return nil
@@ -259,17 +251,12 @@ func (s *Server) deleteCheckpoints(w http.ResponseWriter, r *http.Request) error
 	if req.Steps == nil {
 		return httpx.Invalid("steps", "missing_field", "steps is required")
 	}
-	deleted, notFound, err := s.st.DeleteCheckpoints(r.Context(), m.ID, *req.Steps)
+	deleted, notFound, err := s.ck.Delete(r.Context(), m.ID, *req.Steps)
 	if errors.Is(err, store.ErrConflict) {
 		return &httpx.Error{Status: http.StatusConflict, Param: "steps", Code: "checkpoint_in_use", Message: strings.TrimSuffix(err.Error(), ": "+store.ErrConflict.Error())}
 	}
 	if err != nil {
 		return err
-	}
-	for _, c := range deleted {
-		if err := os.RemoveAll(c.Dir); err != nil {
-			s.log.Error("remove checkpoint files", "model_id", m.ID, "step", c.Step, "err", err)
-		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"deleted_count": len(deleted), "not_found_steps": notFound})
 	return nil

@@ -5,7 +5,7 @@
 // Prometheus metrics, body limits and authentication.
 //
 // Handlers only translate between the wire format of the contract
-// (docs: api.md) and the store and job queue.
+// (docs: api.md) and the store, the checkpoint lifecycle and the job queue.
 package api
 
 import (
@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"flywheel/internal/auth"
+	"flywheel/internal/checkpoints"
 	"flywheel/internal/httpx"
 	"flywheel/internal/jobs"
 	"flywheel/internal/rl"
@@ -56,7 +57,9 @@ const DefaultMaxBodyBytes = 256 << 20
 
 // Config configures the HTTP server.
 type Config struct {
-	DataDir      string // absolute data dir (uploaded files, checkpoints)
+	// Checkpoints creates and deletes models' checkpoint folders (required).
+	Checkpoints  *checkpoints.Manager
+	DataDir      string // absolute data dir (uploaded files)
 	ModelsDir    string // absolute models dir (base models)
 	MaxBodyBytes int64  // request body limit; default DefaultMaxBodyBytes
 	Version      string // reported by /v1/health
@@ -87,6 +90,7 @@ type Server struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	layout  store.Layout
+	ck      *checkpoints.Manager
 	log     *slog.Logger
 	metrics *metrics
 	auth    *authCache
@@ -122,7 +126,7 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 	}
 	s := &Server{
 		cfg: cfg, st: st, q: q, mux: http.NewServeMux(),
-		layout: store.Layout{DataDir: cfg.DataDir}, log: cfg.Logger,
+		layout: store.Layout{DataDir: cfg.DataDir}, ck: cfg.Checkpoints, log: cfg.Logger,
 		auth: newAuthCache(cfg.AuthCacheTTL), started: time.Now(),
 	}
 	s.metrics = newMetrics(cfg.Registry, st)

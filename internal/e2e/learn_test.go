@@ -1,68 +1,42 @@
-// Package e2e holds end-to-end tests that run the whole service in process
-// (store, API, job queue with the trainer, chat completions) and talk to it
+// Package e2e holds end-to-end tests that run the whole service in process,
+// built by app.New exactly as `flywheel serve` builds it (store, API, job
+// queue with the real trainer, chat completions, call store), and talk to it
 // over HTTP like a client.
 package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
-	"time"
 
-	"flywheel/internal/api"
+	"flywheel/internal/app"
 	"flywheel/internal/demo"
-	"flywheel/internal/engine"
-	"flywheel/internal/engine/tiny"
-	"flywheel/internal/jobs"
-	"flywheel/internal/serve"
-	"flywheel/internal/store"
-	"flywheel/internal/train"
 )
 
-// server runs the service on a temp data dir, with flywheel/tiny as it
-// ships, and returns its URL and an API key.
+// testKey is the bootstrap key of user admin in the tests' service.
+const testKey = "fw_e2e_bootstrap_key_0123456789"
+
+// server builds the service with app.New, as `flywheel serve` does (the
+// real trainer, the call store, flywheel/tiny as it ships), on a temp data
+// dir, serves it over HTTP and returns its URL and an API key.
 func server(t *testing.T) (string, string) {
-	ctx := context.Background()
 	dir := t.TempDir()
-	dataDir, modelsDir := filepath.Join(dir, "data"), filepath.Join(dir, "models")
-	if err := tiny.Ensure(modelsDir); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.OpenSQLite(ctx, filepath.Join(dir, "flywheel.db"))
+	a, err := app.New(t.Context(), app.Config{DataDir: filepath.Join(dir, "data"), ModelsDir: filepath.Join(dir, "models"),
+		BootstrapKey: testKey, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.EnsureUser(ctx, "alice"); err != nil {
-		t.Fatal(err)
-	}
-	_, key, err := st.CreateKey(ctx, "alice", "e2e", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := engine.NewRegistry(modelsDir)
-	log := slog.New(slog.DiscardHandler)
-	q := jobs.New(st, jobs.Config{DataDir: dataDir, ModelsDir: modelsDir, Trainer: train.New(reg, train.Options{Logger: log}), Logger: log, PollInterval: 100 * time.Millisecond})
-	qctx, cancel := context.WithCancel(ctx)
-	if err := q.Start(qctx); err != nil {
-		t.Fatal(err)
-	}
-	sv := serve.New(reg, serve.NewStoreResolver(st), nil, serve.Options{Logger: log})
-	srv := httptest.NewServer(api.New(api.Config{DataDir: dataDir, ModelsDir: modelsDir, Logger: log}, st, q, sv))
+	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(func() {
 		srv.Close()
-		cancel()
-		sctx, c2 := context.WithTimeout(context.Background(), 10*time.Second)
-		defer c2()
-		q.Shutdown(sctx)
-		sv.Close()
+		a.Close()
 	})
-	return srv.URL, key
+	return srv.URL, testKey
 }
 
 // The "see it learn" loop over HTTP: the mean reward over 8 sampled groups
@@ -111,6 +85,19 @@ func TestTrainingJobOverHTTP(t *testing.T) {
 	}
 	if _, ok := cks.Data[0].Metrics["reward"]; !ok {
 		t.Fatalf("checkpoint metrics lack reward: %+v", cks.Data[0].Metrics)
+	}
+
+	// The shipped wiring records completions in the call store.
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(
+		`{"model": "flywheel/tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("x-call-id") == "" {
+		t.Errorf("chat completion: %d, x-call-id %q", resp.StatusCode, resp.Header.Get("x-call-id"))
 	}
 }
 

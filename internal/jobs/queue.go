@@ -6,7 +6,7 @@
 // lives in the database, so a restart loses nothing: jobs found RUNNING at
 // start-up (the process died mid-job) are re-queued and their partial
 // output discarded. Each successful job turns the model's latest checkpoint
-// N into checkpoint N+1, renamed atomically into place.
+// N into checkpoint N+1, published by the checkpoints package.
 package jobs
 
 import (
@@ -22,6 +22,8 @@ import (
 	"sync"
 	"time"
 
+	"flywheel/internal/atomicfile"
+	"flywheel/internal/checkpoints"
 	"flywheel/internal/store"
 )
 
@@ -34,9 +36,9 @@ type Job struct {
 	BaseModelDir               string // absolute path of the base model folder
 	FromStep                   int    // step of the latest checkpoint when the job starts
 	FromDir                    string // that checkpoint's folder (adapter_config.json, adapter_model.safetensors, optimizer.safetensors when present)
-	// OutDir is an empty temp folder; the trainer writes the new checkpoint
-	// (PEFT adapter + optimizer state) here; the queue renames it atomically
-	// into place after success and records checkpoint FromStep+1.
+	// OutDir is an empty work folder; the trainer writes the new checkpoint
+	// (PEFT adapter + optimizer state) here; after success it is published
+	// (renamed into place) as checkpoint FromStep+1.
 	OutDir   string
 	Request  json.RawMessage // the stored, validated request body as the client sent it
 	DataFile string          // SFT: absolute path of the uploaded JSONL file ("" for RL)
@@ -75,9 +77,12 @@ type Store interface {
 
 // Config configures a Queue.
 type Config struct {
-	DataDir   string // absolute; checkpoints and requests live under it (see store.Layout)
+	DataDir   string // absolute; request bodies live under it (see store.Layout)
 	ModelsDir string // absolute; base models live under it
 	Workers   int    // jobs run in parallel (across models); default 2
+	// Checkpoints prepares work folders, publishes new checkpoints and
+	// sweeps leftovers at Start (required).
+	Checkpoints *checkpoints.Manager
 	// Trainer runs the jobs. When nil every job fails with a clear error
 	// saying that training is unavailable in this build.
 	Trainer Trainer
@@ -139,14 +144,13 @@ func New(st Store, cfg Config) *Queue {
 	}
 }
 
-// Layout returns the data-dir layout the queue writes.
-func (q *Queue) Layout() store.Layout { return q.layout }
-
 // Workers returns the configured worker count.
 func (q *Queue) Workers() int { return q.cfg.Workers }
 
-// Start re-queues jobs left RUNNING by a previous process and starts the
-// dispatcher.
+// Start re-queues jobs left RUNNING by a previous process, sweeps what
+// crashed runs left (work folders and unrecorded checkpoint folders, request
+// bodies no job needs) and starts the dispatcher. Call it before the HTTP
+// server serves: the sweep takes every work folder for a leftover.
 func (q *Queue) Start(ctx context.Context) error {
 	ids, err := q.st.RequeueRunning(ctx)
 	if err != nil {
@@ -154,10 +158,9 @@ func (q *Queue) Start(ctx context.Context) error {
 	}
 	for _, id := range ids {
 		q.log.Info("re-queued job interrupted by a restart", "job_id", id)
-		matches, _ := filepath.Glob(filepath.Join(q.cfg.DataDir, "checkpoints", "*", ".tmp-"+id))
-		for _, m := range matches {
-			os.RemoveAll(m)
-		}
+	}
+	if err := q.cfg.Checkpoints.Sweep(ctx); err != nil {
+		q.log.Warn("sweep of checkpoint leftovers", "err", err) // garbage only; the next start retries
 	}
 	q.sweepRequests(ctx)
 	q.mu.Lock()
@@ -218,7 +221,7 @@ func (q *Queue) Submit(ctx context.Context, j store.Job, body []byte) (store.Job
 type Pending struct {
 	q     *Queue
 	id    string
-	f     *os.File
+	f     *atomicfile.File
 	ch    chan []byte
 	done  chan error
 	n     int64
@@ -229,11 +232,7 @@ type Pending struct {
 // background as Write hands it slices of the body.
 func (q *Queue) Prepare() (*Pending, error) {
 	id := store.NewID()
-	path := q.layout.RequestPath(id)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("store request: %w", err)
-	}
-	f, err := os.Create(path + ".part")
+	f, err := atomicfile.Create(q.layout.RequestPath(id), 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("store request: %w", err)
 	}
@@ -244,9 +243,6 @@ func (q *Queue) Prepare() (*Pending, error) {
 			if werr == nil {
 				_, werr = f.Write(b)
 			}
-		}
-		if cerr := f.Close(); werr == nil {
-			werr = cerr
 		}
 		p.done <- werr
 	}()
@@ -274,23 +270,23 @@ func (p *Pending) finish() error {
 func (p *Pending) Discard() {
 	if !p.ended {
 		p.finish()
-		os.Remove(p.f.Name())
+		p.f.Abort()
 	}
 }
 
 // Submit waits for the request file, publishes it, and queues the job (see
-// Queue.Submit for the fields of j).
+// Queue.Submit for the fields of j). The file is not flushed to disk: like
+// the job's row (the database runs with synchronous=NORMAL) it survives a
+// crash of the process, not necessarily a power loss.
 func (p *Pending) Submit(ctx context.Context, j store.Job) (store.Job, error) {
-	tmp := p.f.Name()
 	if err := p.finish(); err != nil {
-		os.Remove(tmp)
+		p.f.Abort()
 		return j, fmt.Errorf("store request: %w", err)
 	}
 	j.ID = p.id
 	j.RequestPath = p.q.layout.RequestPath(p.id)
 	j.RequestBytes = p.n
-	if err := os.Rename(tmp, j.RequestPath); err != nil {
-		os.Remove(tmp)
+	if err := p.f.CommitUnsynced(); err != nil {
 		return j, fmt.Errorf("store request: %w", err)
 	}
 	j, err := p.q.st.CreateJob(ctx, j)
@@ -416,10 +412,9 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	log := q.log.With("job_id", j.ID, "model_id", j.ModelID, "kind", j.Kind)
 	log.Info("job started")
 	start := time.Now()
-	outDir := q.layout.WorkDir(j.ModelID, j.ID)
-	defer os.RemoveAll(outDir) // a no-op after a successful rename
+	defer q.cfg.Checkpoints.Discard(j.ModelID, j.ID) // a no-op after a successful publish
 
-	res, err := q.train(ctx, j, outDir, r)
+	res, err := q.train(ctx, j, r)
 	cause := context.Cause(ctx)
 	bg := context.Background()
 	if !errors.Is(cause, errShutdown) {
@@ -439,7 +434,7 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 		log.Warn("job failed", "err", err, "duration", time.Since(start))
 		q.fail(bg, j.ID, r, err.Error())
 	default:
-		if err := q.complete(bg, j, outDir, res, r); err != nil {
+		if err := q.complete(bg, j, res, r); err != nil {
 			log.Error("job failed while saving its checkpoint", "err", err)
 			q.fail(bg, j.ID, r, "saving the new checkpoint failed")
 			return
@@ -460,7 +455,7 @@ func (q *Queue) fail(ctx context.Context, id string, r *run, msg string) {
 }
 
 // train prepares the trainer's view of the job and runs it.
-func (q *Queue) train(ctx context.Context, j store.Job, outDir string, r *run) (Result, error) {
+func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) {
 	if j.FromStep == nil {
 		return Result{}, errors.New("the model has no checkpoint to train from")
 	}
@@ -483,7 +478,7 @@ func (q *Queue) train(ctx context.Context, j store.Job, outDir string, r *run) (
 		ID: j.ID, Kind: j.Kind, ModelID: j.ModelID,
 		Entity: m.Entity, Project: m.Project, ModelName: m.Name,
 		BaseModel: m.BaseModel, BaseModelDir: filepath.Join(q.cfg.ModelsDir, filepath.FromSlash(m.BaseModel)),
-		FromStep: from.Step, FromDir: from.Dir, OutDir: outDir, Request: req,
+		FromStep: from.Step, FromDir: from.Dir, Request: req,
 	}
 	if j.Kind == store.KindSFT {
 		f, err := q.st.FileByID(ctx, j.FileID)
@@ -492,11 +487,8 @@ func (q *Queue) train(ctx context.Context, j store.Job, outDir string, r *run) (
 		}
 		tj.DataFile = f.Path
 	}
-	if err := os.RemoveAll(outDir); err != nil {
-		return Result{}, fmt.Errorf("prepare work folder: %w", err)
-	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return Result{}, fmt.Errorf("prepare work folder: %w", err)
+	if tj.OutDir, err = q.cfg.Checkpoints.WorkDir(j.ModelID, j.ID); err != nil {
+		return Result{}, err
 	}
 	emit := func(e Event) error {
 		r.mu.Lock()
@@ -513,24 +505,19 @@ func (q *Queue) train(ctx context.Context, j store.Job, outDir string, r *run) (
 	return q.cfg.Trainer.Train(ctx, tj, emit)
 }
 
-// complete renames the work folder into place and records the checkpoint.
-func (q *Queue) complete(ctx context.Context, j store.Job, outDir string, res Result, r *run) error {
+// complete publishes the work folder as the model's next checkpoint and, in
+// one transaction, records it and marks the job COMPLETED. The run's lock is
+// held throughout, so a cancel either ends the job before (and the output
+// is discarded) or finds it completed.
+func (q *Queue) complete(ctx context.Context, j store.Job, res Result, r *run) error {
 	step := *j.FromStep + 1
-	dst := q.layout.CheckpointDir(j.ModelID, step)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ended {
-		return nil // cancelled at the last moment: discard
-	}
-	if _, err := os.Stat(filepath.Join(outDir, "adapter_model.safetensors")); err != nil {
-		return fmt.Errorf("trainer wrote no adapter_model.safetensors: %w", err)
-	}
-	// A folder left at dst by a crash between rename and commit is stale.
-	if err := os.RemoveAll(dst); err != nil {
-		return err
-	}
-	if err := os.Rename(outDir, dst); err != nil {
-		return err
+	fence := func() error {
+		if r.ended {
+			return errCancelled
+		}
+		return nil
 	}
 	metrics := map[string]float64{}
 	for k, v := range res.Metrics {
@@ -545,12 +532,14 @@ func (q *Queue) complete(ctx context.Context, j store.Job, outDir string, res Re
 		}
 		jobMetrics[k] = v
 	}
-	_, err := q.st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: j.ModelID, Step: step, Dir: dst, Metrics: metrics}, jobMetrics)
-	if err != nil {
-		os.RemoveAll(dst)
+	err := q.cfg.Checkpoints.Publish(j.ModelID, j.ID, step, fence, func(dir string) error {
+		_, err := q.st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: j.ModelID, Step: step, Dir: dir, Metrics: metrics}, jobMetrics)
 		return err
+	})
+	if errors.Is(err, errCancelled) {
+		return nil // cancelled at the last moment: the output is discarded
 	}
-	return nil
+	return err
 }
 
 // number converts a numeric metric value to float64; NaN and infinities are

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"flywheel/internal/checkpoints"
 	"flywheel/internal/jobs"
 	"flywheel/internal/store"
 )
@@ -107,8 +107,9 @@ func (f *fixture) model(t *testing.T, name string) string {
 }
 
 func (f *fixture) queue(tr jobs.Trainer, workers int) *jobs.Queue {
+	log := slog.New(slog.DiscardHandler)
 	return jobs.New(f.st, jobs.Config{DataDir: f.dataDir, ModelsDir: f.dataDir, Workers: workers, Trainer: tr,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), PollInterval: 20 * time.Millisecond})
+		Checkpoints: checkpoints.New(f.st, f.layout, log), Logger: log, PollInterval: 20 * time.Millisecond})
 }
 
 func submit(t *testing.T, q *jobs.Queue, modelID string) string {

@@ -13,10 +13,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"syscall"
 	"unsafe"
+
+	"flywheel/internal/atomicfile"
 )
 
 // Tensor is one tensor of a file: its dtype, shape and raw little-endian bytes.
@@ -366,17 +367,16 @@ func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) e
 	for len(hb)%8 != 0 { // pad so the data starts 8-byte aligned
 		hb = append(hb, ' ')
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	tmp, err := atomicfile.Create(path, 0o644)
 	if err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
-	defer os.Remove(tmp.Name())
+	defer tmp.Abort()
 	buf := make([]byte, 8, 8+len(hb))
 	binary.LittleEndian.PutUint64(buf, uint64(len(hb)))
 	buf = append(buf, hb...)
 	if _, err := tmp.Write(buf); err != nil {
-		tmp.Close()
-		return fmt.Errorf("safetensors: write %s: %w", path, err)
+		return fmt.Errorf("safetensors: %w", err)
 	}
 	var conv []byte
 	for _, t := range sorted {
@@ -409,23 +409,11 @@ func WriteFile(path string, tensors []WriteTensor, metadata map[string]string) e
 			b = conv
 		}
 		if _, err := tmp.Write(b); err != nil {
-			tmp.Close()
-			return fmt.Errorf("safetensors: write %s: %w", path, err)
+			return fmt.Errorf("safetensors: %w", err)
 		}
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("safetensors: chmod %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("safetensors: sync %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("safetensors: close %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("safetensors: rename into %s: %w", path, err)
+	if err := tmp.Commit(); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
 }

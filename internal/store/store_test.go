@@ -174,27 +174,3 @@ func TestModelsAndCheckpoints(t *testing.T) {
 		t.Errorf("job survives its model: %v", err)
 	}
 }
-
-func TestBaseModels(t *testing.T) {
-	dir := t.TempDir()
-	for _, p := range []string{"Qwen/Qwen2.5-0.5B-Instruct", "flywheel/tiny", ".hidden/x", "a/b/c"} {
-		os.MkdirAll(filepath.Join(dir, p), 0o755)
-		os.WriteFile(filepath.Join(dir, p, "config.json"), []byte("{}"), 0o644)
-	}
-	os.MkdirAll(filepath.Join(dir, "empty/folder"), 0o755)
-	got, err := store.BaseModels(dir)
-	if err != nil || strings.Join(got, ",") != "Qwen/Qwen2.5-0.5B-Instruct,a/b/c,flywheel/tiny" {
-		t.Errorf("base models %v %v", got, err)
-	}
-	if _, err := store.BaseModelDir(dir, "flywheel/tiny"); err != nil {
-		t.Error(err)
-	}
-	for _, bad := range []string{"", "/etc", "../x", "flywheel/../flywheel/tiny", "empty/folder", ".hidden/x", "flywheel\\tiny"} {
-		if _, err := store.BaseModelDir(dir, bad); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("BaseModelDir(%q) = %v", bad, err)
-		}
-	}
-	if got, err := store.BaseModels(filepath.Join(dir, "missing")); err != nil || len(got) != 0 {
-		t.Errorf("missing dir: %v %v", got, err)
-	}
-}

@@ -1,0 +1,253 @@
+// Package app is the one constructor of the flywheel service: it opens the
+// store, writes the built-in tiny model, creates the first user, and wires
+// the engine registry, the call store, the trainer, the inference server,
+// the checkpoint lifecycle, the job queue and the HTTP layer together.
+// cmd/flywheel and the end-to-end tests both build the service with New, so
+// what the tests run is the wiring that ships.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"flywheel/internal/api"
+	"flywheel/internal/atomicfile"
+	"flywheel/internal/checkpoints"
+	"flywheel/internal/engine"
+	"flywheel/internal/engine/tiny"
+	"flywheel/internal/jobs"
+	"flywheel/internal/serve"
+	"flywheel/internal/store"
+	"flywheel/internal/trace"
+	"flywheel/internal/train"
+)
+
+// Config is what the service is built from; cmd/flywheel fills it from
+// flags and environment variables (README.md lists them). Zero values mean
+// the defaults noted.
+type Config struct {
+	DataDir   string // database, checkpoints, uploads, job requests; created when missing (required)
+	Database  string // SQLite path (PATH, sqlite://PATH, file:PATH); default <DataDir>/flywheel.db
+	ModelsDir string // base models; default <DataDir>/models; created, with flywheel/tiny written into it
+
+	Workers      int   // training jobs run in parallel across models; default 2
+	MaxBodyBytes int64 // request body limit; default api.DefaultMaxBodyBytes
+	Version      string
+	Logger       *slog.Logger // default slog.Default()
+
+	// Serve configures inference: the scheduler (MaxBatch, MaxQueue,
+	// PrefillChunk, AdapterCacheSize, ...). Its Logger defaults to Logger.
+	Serve serve.Options
+	// TokensPerStep is the training packing budget per gradient step
+	// (default: the trainer's).
+	TokensPerStep int
+
+	// PricesFile is a JSON file of the call store's default-level prices,
+	// loaded at start; ServicePrice the per-token price of the service's
+	// own models. Both optional.
+	PricesFile   string
+	ServicePrice *trace.TokenPrice
+
+	// BootstrapKey is the API key of user admin, created when the database
+	// has no users; when empty a key is generated and written to
+	// <DataDir>/admin-api-key (see App.BootstrapKeyFile).
+	BootstrapKey string
+
+	// Trainer runs training jobs; nil means the built-in trainer
+	// (internal/train) over the shared engine registry. The restart tests
+	// of cmd/flywheel put a slow stand-in here.
+	Trainer jobs.Trainer
+}
+
+// App is the built service. Its parts are exported for the CLI and tests
+// that look inside (the store, the queue); the HTTP handler serves them all.
+type App struct {
+	DataDir, ModelsDir string // absolute
+
+	Store       *store.SQLite
+	Models      *engine.Registry // base models, loaded once, shared by training and inference
+	Calls       *trace.Service   // the call store
+	Chat        *serve.Server    // chat completions, /v1/models, /tokenize
+	Checkpoints *checkpoints.Manager
+	Queue       *jobs.Queue
+
+	// BootstrapKeyFile is where New wrote the generated key of user admin;
+	// empty when no user was created or the key came from BootstrapKey.
+	BootstrapKeyFile string
+
+	handler *api.Server
+	version string
+	log     *slog.Logger
+	closers []func() // run in reverse order by Close
+}
+
+// defaultLRer is implemented by trainers whose default learning rate
+// depends on the base model.
+type defaultLRer interface {
+	DefaultLR(baseModel string) float64
+}
+
+// New builds the service and starts its job queue: jobs interrupted by a
+// previous process are re-queued and crash leftovers swept before New
+// returns, so serve its Handler only after. Close releases everything.
+func New(ctx context.Context, cfg Config) (a *App, err error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("app: no data dir")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	a = &App{version: cfg.Version, log: cfg.Logger}
+	defer func() {
+		if err != nil {
+			a.Close()
+			a = nil
+		}
+	}()
+	var layout store.Layout
+	if a.Store, layout, err = store.OpenDataDir(ctx, cfg.DataDir, cfg.Database); err != nil {
+		return nil, err
+	}
+	a.DataDir = layout.DataDir
+	a.closers = append(a.closers, func() { a.Store.Close() })
+
+	a.ModelsDir = cfg.ModelsDir
+	if a.ModelsDir == "" {
+		a.ModelsDir = filepath.Join(a.DataDir, "models")
+	}
+	if a.ModelsDir, err = filepath.Abs(a.ModelsDir); err != nil {
+		return nil, fmt.Errorf("models dir: %w", err)
+	}
+	if err := os.MkdirAll(a.ModelsDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create models dir: %w", err)
+	}
+	if err := tiny.Ensure(a.ModelsDir); err != nil {
+		return nil, fmt.Errorf("write the built-in tiny model: %w", err)
+	}
+	if err := a.bootstrap(ctx, cfg.BootstrapKey); err != nil {
+		return nil, err
+	}
+
+	a.Models = engine.NewRegistry(a.ModelsDir)
+	topts := trace.Options{PricesFile: cfg.PricesFile, DefaultServicePrice: cfg.ServicePrice, Logger: cfg.Logger}
+	if bases, err := a.Models.List(); err == nil {
+		topts.BaseModels = bases
+	}
+	if a.Calls, err = trace.New(a.Store.DB(), topts); err != nil {
+		return nil, fmt.Errorf("call store: %w", err)
+	}
+	a.closers = append(a.closers, func() { a.Calls.Close() })
+
+	trainer := cfg.Trainer
+	if trainer == nil {
+		trainer = train.New(a.Models, train.Options{TokensPerStep: cfg.TokensPerStep, Logger: cfg.Logger})
+	}
+	sopts := cfg.Serve
+	if sopts.Logger == nil {
+		sopts.Logger = cfg.Logger
+	}
+	a.Chat = serve.New(a.Models, serve.NewStoreResolver(a.Store), a.Calls, sopts)
+	a.closers = append(a.closers, a.Chat.Close)
+
+	a.Checkpoints = checkpoints.New(a.Store, layout, cfg.Logger)
+	a.Queue = jobs.New(a.Store, jobs.Config{DataDir: a.DataDir, ModelsDir: a.ModelsDir, Workers: cfg.Workers,
+		Trainer: trainer, Checkpoints: a.Checkpoints, Logger: cfg.Logger})
+	if err := a.Queue.Start(ctx); err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, a.shutdownQueue)
+
+	acfg := api.Config{Checkpoints: a.Checkpoints, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
+		MaxBodyBytes: cfg.MaxBodyBytes, Version: cfg.Version, Logger: cfg.Logger}
+	if lr, ok := trainer.(defaultLRer); ok {
+		acfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use
+	}
+	a.handler = api.New(acfg, a.Store, a.Queue, a.Chat, a.Calls)
+	if err := a.handler.Registry().Register(a.Chat); err != nil {
+		cfg.Logger.Warn("serve metrics not registered", "err", err)
+	}
+	return a, nil
+}
+
+// Handler serves the whole HTTP API (control plane, inference, call store,
+// health and metrics) through the middleware.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Serve serves HTTP on ln until ctx ends, then drains the requests in
+// flight (up to 30 s). It returns the listener's error when serving stops
+// on its own; call Close afterwards either way.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: a.handler, ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	a.log.Info("flywheel listening", "addr", ln.Addr().String(), "data_dir", a.DataDir, "models_dir", a.ModelsDir,
+		"workers", a.Queue.Workers(), "version", a.version)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down: draining HTTP requests and re-queueing running jobs")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		a.log.Warn("HTTP shutdown", "err", err)
+	}
+	return nil
+}
+
+// Close stops the service: running training jobs are stopped and
+// re-queued (waiting up to 30 s), the schedulers stop, and the call store
+// and the database are closed. Stop serving the Handler first.
+func (a *App) Close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+	a.closers = nil
+}
+
+func (a *App) shutdownQueue() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Queue.Shutdown(ctx); err != nil {
+		a.log.Warn("job queue shutdown", "err", err)
+	}
+}
+
+// bootstrap creates user admin (personal entity admin) when the database
+// has no users, with key, or a generated key written to
+// <data-dir>/admin-api-key (mode 0600).
+func (a *App) bootstrap(ctx context.Context, key string) error {
+	n, err := a.Store.CountUsers(ctx)
+	if err != nil {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := a.Store.EnsureUser(ctx, "admin"); err != nil {
+		return fmt.Errorf("bootstrap admin: %w", err)
+	}
+	_, created, err := a.Store.CreateKey(ctx, "admin", "bootstrap", key)
+	if err != nil {
+		return fmt.Errorf("bootstrap admin key: %w", err)
+	}
+	if key != "" {
+		a.log.Info("created user admin with the given bootstrap key")
+		return nil
+	}
+	path := filepath.Join(a.DataDir, "admin-api-key")
+	if err := atomicfile.WriteFile(path, []byte(created+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write admin key: %w", err)
+	}
+	a.BootstrapKeyFile = path
+	return nil
+}

@@ -1,0 +1,272 @@
+// Package checkpoints owns the lifecycle of checkpoint folders: it creates a
+// new model's step 0, publishes a job's output as step N+1, deletes
+// checkpoints and models, and sweeps what crashed runs left behind. It is the
+// only code that renames or removes checkpoint folders; the HTTP handlers
+// and the job queue call it, and it keeps the folders (named by
+// store.Layout) and the checkpoint rows of the store in step.
+//
+// The invariant it keeps: a step-<N> folder is complete before its row
+// exists (folders are only ever published by rename), and a row's folder is
+// removed only after the row is gone. A crash between the two steps leaves a
+// folder with no row, or a work folder (.tmp-*), which Sweep removes at the
+// next start.
+package checkpoints
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"flywheel/internal/store"
+)
+
+// AdapterFile is the file every published checkpoint holds: the PEFT
+// adapter weights (adapter_config.json and optimizer state sit beside it).
+const AdapterFile = "adapter_model.safetensors"
+
+// createWork names the work folder of a model's step 0.
+const createWork = "create"
+
+// Manager runs the checkpoint lifecycle over a store and a data dir. Safe
+// for concurrent use; it keeps no state of its own.
+type Manager struct {
+	st     store.Models
+	layout store.Layout
+	log    *slog.Logger
+}
+
+// New returns a manager of the checkpoints under layout's data dir, whose
+// rows live in st. log may be nil (slog.Default).
+func New(st store.Models, layout store.Layout, log *slog.Logger) *Manager {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Manager{st: st, layout: layout, log: log}
+}
+
+// AdapterError is returned by Create when the step-0 adapter could not be
+// written: the base model does not fit the requested adapter, or its
+// config is unreadable. Err is the writer's error.
+type AdapterError struct{ Err error }
+
+func (e *AdapterError) Error() string { return "write the step-0 adapter: " + e.Err.Error() }
+func (e *AdapterError) Unwrap() error { return e.Err }
+
+// Create makes a new model with its step 0: writeAdapter fills an empty
+// work folder with the untrained adapter, the folder is renamed to step-0,
+// and the model and its step-0 checkpoint are inserted in one transaction.
+// On any failure the model's folder is removed. A writeAdapter failure is an
+// *AdapterError; store errors (ErrConflict for a taken name) are wrapped.
+func (m *Manager) Create(ctx context.Context, model store.Model, writeAdapter func(dir string) error) (store.Model, error) {
+	modelDir := m.layout.ModelDir(model.ID)
+	work := m.layout.WorkDir(model.ID, createWork)
+	final := m.layout.CheckpointDir(model.ID, 0)
+	if err := writeAdapter(work); err != nil {
+		m.removeAll(modelDir, "model_id", model.ID)
+		return store.Model{}, &AdapterError{Err: err}
+	}
+	if err := os.Rename(work, final); err != nil {
+		m.removeAll(modelDir, "model_id", model.ID)
+		return store.Model{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
+	}
+	created, err := m.st.CreateModel(ctx, model, store.Checkpoint{Step: 0, Dir: final})
+	if err != nil {
+		m.removeAll(modelDir, "model_id", model.ID)
+		return store.Model{}, fmt.Errorf("create model %s: %w", model.ID, err)
+	}
+	return created, nil
+}
+
+// WorkDir returns an empty work folder for job jobID's new checkpoint of
+// model modelID (what it held from an earlier attempt is removed). Publish
+// renames it into place; Discard removes it.
+func (m *Manager) WorkDir(modelID, jobID string) (string, error) {
+	dir := m.layout.WorkDir(modelID, jobID)
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("prepare work folder: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("prepare work folder: %w", err)
+	}
+	return dir, nil
+}
+
+// Discard removes job jobID's work folder; nothing is left to remove after
+// a successful Publish.
+func (m *Manager) Discard(modelID, jobID string) {
+	m.removeAll(m.layout.WorkDir(modelID, jobID), "model_id", modelID, "job_id", jobID)
+}
+
+// Fence tells Publish whether the caller still owns the job whose output
+// it publishes; a non-nil error stops the publish before anything is
+// renamed, and Publish returns it (wrapped).
+//
+// This is the seam for job leases: today the queue's fence is its
+// in-process run state (a cancelled run no longer owns its job, and the
+// queue holds the run's lock across Publish so a cancel cannot slip in).
+// With leases, the fence checks that the worker's lease on the job is still
+// current, and record re-checks it inside the transaction that inserts the
+// checkpoint, so a worker whose lease was taken over can neither rename
+// over nor record the new owner's step.
+type Fence func() error
+
+// Publish makes job jobID's work folder checkpoint step of model modelID:
+// it checks the fence and that the folder holds the adapter, replaces a
+// stale step folder left by a crash, renames the work folder into place,
+// then calls record with the checkpoint's folder. record inserts the
+// checkpoint row (the queue does it in the transaction that completes the
+// job); if it fails the folder is removed again and its error returned.
+func (m *Manager) Publish(modelID, jobID string, step int, fence Fence, record func(dir string) error) error {
+	if fence != nil {
+		if err := fence(); err != nil {
+			return fmt.Errorf("publish step %d: %w", step, err)
+		}
+	}
+	work := m.layout.WorkDir(modelID, jobID)
+	if _, err := os.Stat(filepath.Join(work, AdapterFile)); err != nil {
+		return fmt.Errorf("trainer wrote no %s: %w", AdapterFile, err)
+	}
+	dst := m.layout.CheckpointDir(modelID, step)
+	// A folder at dst has no row (rows are recorded after the rename): it is
+	// left by a crash between rename and commit, and is stale.
+	if err := os.RemoveAll(dst); err != nil {
+		return fmt.Errorf("publish step %d: remove stale folder: %w", step, err)
+	}
+	if err := os.Rename(work, dst); err != nil {
+		return fmt.Errorf("publish step %d: %w", step, err)
+	}
+	if err := record(dst); err != nil {
+		m.removeAll(dst, "model_id", modelID, "step", step)
+		return err
+	}
+	return nil
+}
+
+// DeleteModel deletes model id with its checkpoints, jobs and metrics, then
+// its folder, and returns the deleted checkpoints. Store errors are returned
+// as they are (ErrConflict while a job of the model runs); a folder that
+// cannot be removed is logged and left to Sweep's warning.
+func (m *Manager) DeleteModel(ctx context.Context, id string) ([]store.Checkpoint, error) {
+	cks, err := m.st.DeleteModel(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	m.removeAll(m.layout.ModelDir(id), "model_id", id)
+	return cks, nil
+}
+
+// Delete deletes the given steps of model modelID, rows first, then their
+// folders. It returns the deleted checkpoints and the steps that did not
+// exist; store errors are returned as they are (ErrConflict when a step is
+// what a running job trains from).
+func (m *Manager) Delete(ctx context.Context, modelID string, steps []int) ([]store.Checkpoint, []int, error) {
+	deleted, notFound, err := m.st.DeleteCheckpoints(ctx, modelID, steps)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range deleted {
+		m.removeAll(m.layout.CheckpointDir(modelID, c.Step), "model_id", modelID, "step", c.Step)
+	}
+	return deleted, notFound, nil
+}
+
+// Sweep removes what crashed runs left under the checkpoints folder: work
+// folders (.tmp-*: a job or a model creation cut short), and step folders of
+// a known model with no checkpoint row (a crash between a publish's rename
+// and its commit, or between a delete's commit and the removal). Folders of
+// models the store does not know are only reported: they may belong to
+// another database pointed at this data dir, so nothing is inferred from a
+// missing row there.
+//
+// Call it at start-up, before jobs run or requests are served: every work
+// folder is taken for a leftover.
+func (m *Manager) Sweep(ctx context.Context) error {
+	root := filepath.Join(m.layout.DataDir, "checkpoints")
+	models, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sweep checkpoints: %w", err)
+	}
+	for _, md := range models {
+		if !md.IsDir() {
+			continue
+		}
+		if err := m.sweepModel(ctx, md.Name()); err != nil {
+			return fmt.Errorf("sweep checkpoints of model %s: %w", md.Name(), err)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) sweepModel(ctx context.Context, modelID string) error {
+	dir := m.layout.ModelDir(modelID)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	known := true
+	if _, err := m.st.ModelByID(ctx, modelID); errors.Is(err, store.ErrNotFound) {
+		known = false
+	} else if err != nil {
+		return err
+	}
+	rows := map[int]bool{}
+	if known {
+		cks, _, err := m.st.ListCheckpoints(ctx, modelID, store.Page{Limit: -1})
+		if err != nil {
+			return err
+		}
+		for _, c := range cks {
+			rows[c.Step] = true
+		}
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".tmp-") {
+			m.log.Info("removing a work folder left by an interrupted run", "model_id", modelID, "folder", name)
+			m.removeAll(filepath.Join(dir, name), "model_id", modelID)
+			continue
+		}
+		step, ok := stepOf(name)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if !known {
+			m.log.Warn("checkpoint folder of a model the database does not know; left in place", "model_id", modelID, "folder", name)
+			continue
+		}
+		if !rows[step] {
+			m.log.Info("removing a checkpoint folder with no checkpoint row", "model_id", modelID, "step", step)
+			m.removeAll(filepath.Join(dir, name), "model_id", modelID, "step", step)
+		}
+	}
+	return nil
+}
+
+// stepOf parses a "step-<N>" folder name.
+func stepOf(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, "step-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || strconv.Itoa(n) != s {
+		return 0, false
+	}
+	return n, true
+}
+
+// removeAll removes a folder, logging (with the attributes) when it cannot:
+// what is left is garbage that the next Sweep retries, never state.
+func (m *Manager) removeAll(dir string, attrs ...any) {
+	if err := os.RemoveAll(dir); err != nil {
+		m.log.Error("remove checkpoint files", append(attrs, "dir", dir, "err", err)...)
+	}
+}
