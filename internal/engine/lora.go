@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"flywheel/internal/atomicfile"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -173,7 +174,7 @@ func (a *Adapter) Save(dir string, baseModel string) error {
 	if err != nil {
 		return fmt.Errorf("engine: save adapter: %w", err)
 	}
-	return WriteFileAtomic(filepath.Join(dir, AdapterConfigFile), append(data, '\n'))
+	return atomicfile.WriteFile(filepath.Join(dir, AdapterConfigFile), append(data, '\n'), 0o644)
 }
 
 // LoadAdapter reads a PEFT adapter folder for a model of shape cfg. Tensors
@@ -256,30 +257,4 @@ func LoadAdapter(dir string, cfg *Config) (*Adapter, error) {
 		}
 	}
 	return a, nil
-}
-
-// WriteFileAtomic writes data to path (mode 0644) through a temp file in
-// the same folder, fsync and a rename.
-func WriteFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

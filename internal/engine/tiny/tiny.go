@@ -10,6 +10,7 @@ package tiny
 import (
 	"bytes"
 	"encoding/json"
+	"flywheel/internal/atomicfile"
 	"fmt"
 	"math"
 	"os"
@@ -477,27 +478,7 @@ func tokenizerConfigJSON(b *bpeResult, s Spec) []byte {
 }
 
 func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("tiny: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("tiny: write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("tiny: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("tiny: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("tiny: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("tiny: %w", err)
 	}
 	return nil
