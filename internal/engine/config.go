@@ -37,6 +37,7 @@ type Config struct {
 	RopeScaling           *RopeScaling
 	TieWordEmbeddings     bool
 	AttentionBias         bool // q/k/v projections carry biases (Qwen2 always)
+	OutputBias            bool // o_proj carries a bias (Llama and Qwen3 with attention_bias)
 	QKNorm                bool // per-head RMSNorm of q and k before RoPE (Qwen3)
 	BOSTokenID            int  // -1 when absent
 	EOSTokenIDs           []int
@@ -131,8 +132,11 @@ func ParseConfig(data []byte) (*Config, error) {
 	default:
 		return nil, fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
 	}
-	if r.AttentionBias != nil {
+	if r.AttentionBias != nil && c.Architecture != ArchMistral { // Mistral has no biases, whatever the field says
 		c.AttentionBias = *r.AttentionBias
+		// Hugging Face's Llama and Qwen3 put the bias on all four
+		// projections; Qwen2 only on q/k/v.
+		c.OutputBias = c.AttentionBias && (c.Architecture == ArchLlama || c.Architecture == ArchQwen3)
 	}
 	if r.HiddenAct != "" && r.HiddenAct != "silu" {
 		return nil, fmt.Errorf("unsupported hidden_act %q (only silu)", r.HiddenAct)

@@ -2,13 +2,13 @@ package engine
 
 import (
 	"encoding/json"
-	"flywheel/internal/par"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
 	"sync"
 
+	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
 )
 
@@ -180,6 +180,9 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			add(p+"self_attn.k_proj.bias", &L.Bk, KV)
 			add(p+"self_attn.v_proj.bias", &L.Bv, KV)
 		}
+		if cfg.OutputBias {
+			add(p+"self_attn.o_proj.bias", &L.Bo, H)
+		}
 		if cfg.QKNorm {
 			add(p+"self_attn.q_norm.weight", &L.QNorm, D)
 			add(p+"self_attn.k_norm.weight", &L.KNorm, D)
@@ -310,6 +313,9 @@ func (w *Weights) Check(cfg *Config) error {
 		}
 		if cfg.AttentionBias {
 			checks = append(checks, wcheck{"q_proj.bias", L.Bq, Q}, wcheck{"k_proj.bias", L.Bk, KV}, wcheck{"v_proj.bias", L.Bv, KV})
+		}
+		if cfg.OutputBias {
+			checks = append(checks, wcheck{"o_proj.bias", L.Bo, H})
 		}
 		if cfg.QKNorm {
 			checks = append(checks, wcheck{"q_norm", L.QNorm, D}, wcheck{"k_norm", L.KNorm, D})

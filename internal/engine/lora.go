@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/json"
-	"flywheel/internal/atomicfile"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"flywheel/internal/atomicfile"
 	"flywheel/internal/safetensors"
 )
 

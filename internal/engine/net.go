@@ -45,6 +45,7 @@ type netLayer[T Float] struct {
 	wq, wk, wv, wo    []T
 	wgate, wup, wdown []T
 	bq, bk, bv        []T // [Q],[KV],[KV] or nil
+	bo                []T // [H] or nil
 	wqkv, wgu         []T
 }
 
@@ -64,7 +65,7 @@ func NewNet[T Float](cfg *Config, w *Weights) (*Net[T], error) {
 		L := &w.Layers[l]
 		nl := netLayer[T]{attnNorm: convert[T](L.AttnNorm), mlpNorm: convert[T](L.MLPNorm),
 			wo: convert[T](L.Wo), wdown: convert[T](L.Wdown),
-			bq: convert[T](L.Bq), bk: convert[T](L.Bk), bv: convert[T](L.Bv)}
+			bq: convert[T](L.Bq), bk: convert[T](L.Bk), bv: convert[T](L.Bv), bo: convert[T](L.Bo)}
 		if cfg.QKNorm {
 			nl.qNorm, nl.kNorm = convert[T](L.QNorm), convert[T](L.KNorm)
 		}
@@ -279,7 +280,7 @@ func (a *acts[T]) ensure(n *Net[T], N, rmax int, train bool) {
 //	q, k, v = xn1·Wqᵀ(+bq), xn1·Wkᵀ(+bk), xn1·Wvᵀ(+bv)     (+ LoRA)
 //	q, k = per-head RMSNorm (Qwen3); RoPE(q), RoPE(k)
 //	att = causal GQA softmax(q·kᵀ/√D)·v   (over each sequence's keys)
-//	x2 = x + att·Woᵀ                                       (+ LoRA)
+//	x2 = x + att·Woᵀ(+bo)                                  (+ LoRA)
 //	xn2 = RMSNorm(x2)·w2
 //	out = x2 + (silu(xn2·Wgᵀ) ⊙ xn2·Wuᵀ)·Wdᵀ               (+ LoRA)
 func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []T) {
@@ -332,7 +333,7 @@ func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []
 		lse = a.lse
 	}
 	attentionForward(a.qr, st.views, n.geom(), lse, a.att, st.scr)
-	linearForward(a.att, N, Q, L.wo, nil, H, a.x2, H)
+	linearForward(a.att, N, Q, L.wo, L.bo, H, a.x2, H)
 	loraForward(gs, l, modO, a.att, Q, a.x2, H, a.oa, rm)
 	addInto(a.x2, x)
 

@@ -31,6 +31,8 @@ func variantSpecs() []struct {
 			{"mistral-window", tiny.Spec{Arch: ArchMistral, Heads: 4, KVHeads: 1, SlidingWindow: 6}},
 			{"qwen2", tiny.Spec{Arch: ArchQwen2, Heads: 4, KVHeads: 2}},
 			{"qwen3", tiny.Spec{Arch: ArchQwen3, Heads: 4, KVHeads: 2, HeadDim: 32}},
+			{"llama-attention-bias", tiny.Spec{Arch: ArchLlama, Heads: 4, KVHeads: 2, AttentionBias: true}},
+			{"qwen3-attention-bias", tiny.Spec{Arch: ArchQwen3, Heads: 4, KVHeads: 2, AttentionBias: true}},
 		} {
 			v.spec.Untied, v.spec.Merges, v.spec.Layers = untied, 100, 2
 			v.name += map[bool]string{false: "/tied", true: "/untied"}[untied]

@@ -1,8 +1,9 @@
 package engine
 
 import (
-	"flywheel/internal/par"
 	"math"
+
+	"flywheel/internal/par"
 )
 
 // RandomWeights makes deterministic random weights of shape cfg (for tests
@@ -36,6 +37,9 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 			lin(&L.Bq, Q)
 			lin(&L.Bk, KV)
 			lin(&L.Bv, KV)
+		}
+		if cfg.OutputBias {
+			lin(&L.Bo, H)
 		}
 		if cfg.QKNorm {
 			norm(&L.QNorm, D)

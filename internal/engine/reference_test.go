@@ -164,7 +164,7 @@ func refForward(cfg *Config, w *Weights, a *Adapter, tokens []int) [][]float64 {
 					}
 				}
 			}
-			o := linear(att, Wo, nil)
+			o := linear(att, Wo, L.Bo)
 			for i := range hs[t] {
 				hs[t][i] += o[i]
 			}

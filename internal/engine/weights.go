@@ -41,6 +41,7 @@ type Layer struct {
 	Wv           []float32 // [KV, H]
 	Wo           []float32 // [H, Q]
 	Bq, Bk, Bv   []float32 // [Q], [KV], [KV]; nil without attention bias
+	Bo           []float32 // [H] o_proj bias; nil unless Config.OutputBias
 	QNorm, KNorm []float32 // [D] per-head RMSNorm weights (Qwen3); nil otherwise
 	MLPNorm      []float32 // [H]   post_attention_layernorm
 	Wgate        []float32 // [I, H]

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"flywheel/internal/par"
 	"fmt"
 	"math"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"strconv"
 
 	"flywheel/internal/engine"
+	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
 )
 

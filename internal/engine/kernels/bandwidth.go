@@ -1,8 +1,9 @@
 package kernels
 
 import (
-	"flywheel/internal/par"
 	"time"
+
+	"flywheel/internal/par"
 )
 
 // SumParallel returns the sum of x, split across GOMAXPROCS goroutines (the

@@ -1,11 +1,12 @@
 package kernels
 
 import (
-	"flywheel/internal/par"
 	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"flywheel/internal/par"
 )
 
 // Go is the pure-Go backend (Go plus Go assembly, no cgo): packed,

@@ -15,9 +15,10 @@
 package kernels
 
 import (
-	"flywheel/internal/par"
 	"sync"
 	"sync/atomic"
+
+	"flywheel/internal/par"
 )
 
 // Backend computes C = alpha·op(A)·op(B) + beta·C for row-major matrices,

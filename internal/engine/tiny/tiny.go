@@ -10,13 +10,13 @@ package tiny
 import (
 	"bytes"
 	"encoding/json"
-	"flywheel/internal/atomicfile"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 
+	"flywheel/internal/atomicfile"
 	"flywheel/internal/safetensors"
 )
 
@@ -51,7 +51,7 @@ type Spec struct {
 	RopeTheta     float64
 	RopeScaling   map[string]any // written as rope_scaling when set
 	Untied        bool           // separate lm_head (DefaultSpec: true; zero value: tied)
-	AttentionBias bool           // q/k/v biases for Llama/Mistral (Qwen2 always has them)
+	AttentionBias bool           // biases on q/k/v (and o for Llama and Qwen3), as attention_bias does; Qwen2 always has q/k/v ones, Mistral none
 	Merges        int            // BPE merges to learn (default 1000; fewer if the corpus runs out)
 	Seed          uint64         // weight seed (default 1)
 	DType         string         // stored dtype: F32 (default), F16, BF16
@@ -211,7 +211,7 @@ func configJSON(s Spec, tk Tokens) ([]byte, error) {
 	if modelType == "" {
 		return nil, fmt.Errorf("tiny: unsupported architecture %q", s.Arch)
 	}
-	bias := s.AttentionBias || s.Arch == "Qwen2ForCausalLM"
+	bias := (s.AttentionBias && s.Arch != "MistralForCausalLM") || s.Arch == "Qwen2ForCausalLM"
 	dtype := map[string]string{"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[s.DType]
 	if dtype == "" {
 		return nil, fmt.Errorf("tiny: unsupported dtype %q", s.DType)
@@ -294,7 +294,7 @@ func writeWeights(dir string, s Spec, vocab int) error {
 	}
 	lin := func(name string, shape ...int) { gen(name, 0, 0.02, shape...) }
 	norm := func(name string, shape ...int) { gen(name, 1, 0.1, shape...) }
-	bias := s.AttentionBias || s.Arch == "Qwen2ForCausalLM"
+	bias := (s.AttentionBias && s.Arch != "MistralForCausalLM") || s.Arch == "Qwen2ForCausalLM"
 	// An untied lm_head is wider than the other weights (std 0.2, not 0.02):
 	// with 0.02 the final hidden state (norm ~sqrt(H)) could move a logit by
 	// only ~1 nat, too little for the demo's RL loop to change what the model
@@ -313,6 +313,9 @@ func writeWeights(dir string, s Spec, vocab int) error {
 			lin(p+"self_attn.q_proj.bias", Q)
 			lin(p+"self_attn.k_proj.bias", KV)
 			lin(p+"self_attn.v_proj.bias", KV)
+		}
+		if s.AttentionBias && (s.Arch == "" || s.Arch == "LlamaForCausalLM" || s.Arch == "Qwen3ForCausalLM") {
+			lin(p+"self_attn.o_proj.bias", H) // Llama and Qwen3 bias o_proj too
 		}
 		if s.Arch == "Qwen3ForCausalLM" {
 			norm(p+"self_attn.q_norm.weight", D)
