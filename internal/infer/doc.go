@@ -7,10 +7,13 @@
 //
 //	s, err := infer.NewScheduler(infer.Model{Engine: m}, infer.Options{MaxBatch: 32})
 //	gen, err := s.Submit(ctx, infer.Request{Prompt: ids, Sampling: params, MaxTokens: 64})
-//	for !gen.Done() {
-//		<-gen.Changed()
+//	for {
 //		ev := gen.Poll(0) // new tokens and text of choice 0
 //		...
+//		if ev.Done {
+//			break
+//		}
+//		<-gen.Changed()
 //	}
 //
 // Cancelling ctx ends the request's choices before the next step

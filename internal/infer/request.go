@@ -181,7 +181,10 @@ func (g *Generation) signal() {
 func (o *choiceOut) since(tok, text int) Event {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return Event{Tokens: o.toks[tok:], Text: o.text.String()[text:], Done: o.done, Finish: o.finish, Err: o.err}
+	n := len(o.toks)
+	// capped, so that a caller's append copies instead of writing where
+	// the scheduler appends next
+	return Event{Tokens: o.toks[tok:n:n], Text: o.text.String()[text:], Done: o.done, Finish: o.finish, Err: o.err}
 }
 
 // end marks the choice ended, unless it already is.
