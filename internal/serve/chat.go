@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,7 +18,12 @@ import (
 	"flywheel/internal/auth"
 	"flywheel/internal/engine"
 	"flywheel/internal/httpx"
+	"flywheel/internal/infer"
 )
+
+// finishToolCalls is the finish_reason of a choice that stopped with tool
+// calls in its output (infer's reasons are the others).
+const finishToolCalls = "tool_calls"
 
 // chatPlan is a validated chat completion request.
 type chatPlan struct {
@@ -302,42 +306,47 @@ func (pl *chatPlan) parseTools() bool { return len(pl.tools) > 0 && pl.toolChoic
 
 // sampling builds the per-choice sampling parameters, defaults from the
 // model's generation config.
-func (pl *chatPlan) sampling(lm *lmodel) []samplingParams {
+func (pl *chatPlan) sampling(lm *lmodel) []engine.SamplingParams {
 	g := lm.m.Gen
-	base := samplingParams{temperature: g.Temperature, topP: g.TopP, topK: g.TopK, minP: g.MinP}
+	base := engine.SamplingParams{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, MinP: g.MinP}
 	if pl.temperature != nil {
-		base.temperature = *pl.temperature
+		base.Temperature = *pl.temperature
 	}
 	if pl.topP != nil {
-		base.topP = *pl.topP
+		base.TopP = *pl.topP
 	}
 	if pl.topK != nil {
-		base.topK = *pl.topK
+		base.TopK = *pl.topK
 	}
 	if pl.minP != nil {
-		base.minP = *pl.minP
+		base.MinP = *pl.minP
 	}
 	if pl.logprobs {
-		base.topLogprobs = pl.topLogprobs
+		base.TopLogprobs = pl.topLogprobs
 	}
-	out := make([]samplingParams, pl.n)
+	out := make([]engine.SamplingParams, pl.n)
+	seeds := make([]uint64, pl.n)
 	for i := range out {
 		out[i] = base
 		if pl.seed != nil {
-			out[i].seed = *pl.seed + uint64(i)
+			seeds[i] = *pl.seed + uint64(i)
 		} else {
-			out[i].seed = rand.Uint64()
+			seeds[i] = rand.Uint64()
 		}
+		out[i].Seed = &seeds[i]
 	}
 	return out
 }
 
-// prepared is a request ready for the scheduler.
+// prepared is a request ready for the scheduler, and once submitted its
+// generation.
 type prepared struct {
 	plan   *chatPlan
 	target Target
 	lm     *lmodel
-	gr     *genRequest
+	ctx    context.Context // the request's; cancelling it ends the generation
+	req    infer.Request
+	gen    *infer.Generation
 }
 
 func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRequest, body []byte) (*prepared, error) {
@@ -380,37 +389,31 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
 				lm.maxLen, len(prompt)+max(maxTokens, 0), len(prompt), max(maxTokens, 0))}
 	}
-	gr := &genRequest{
-		ctx:        ctx,
-		prompt:     prompt,
-		params:     pl.sampling(lm),
-		maxTokens:  maxTokens,
-		stop:       pl.stop,
-		stopIDs:    pl.stopIDs,
-		ignoreEOS:  pl.ignoreEOS,
-		notify:     make(chan struct{}, 1),
-		newSampler: s.newSampler,
+	ir := infer.Request{
+		Prompt:     prompt,
+		Sampling:   pl.sampling(lm),
+		MaxTokens:  maxTokens,
+		Stop:       pl.stop,
+		StopIDs:    pl.stopIDs,
+		IgnoreEOS:  pl.ignoreEOS,
+		NewSampler: s.newSampler,
 	}
 	if fns := pl.forcedFunctions(); fns != nil {
 		g, err := toolCallGrammar(fns, lm.format)
 		if err != nil {
 			return nil, httpx.Invalid("tools", "unsupported_value", "cannot force a call of these tools: %v", err)
 		}
-		gr.grammar = g
+		ir.NewConstraint = newToolConstraint(lm, g)
 	}
 	if target.AdapterDir != "" {
-		a, err := s.adapters.get(adapterKey(target.BaseModel, target.AdapterDir), target.AdapterDir, lm.m.Config)
+		a, err := s.adapters.Get(target.BaseModel, target.AdapterDir, lm.m.Config)
 		if err != nil {
 			s.log.Error("serve: load adapter", "model", target.Name, "dir", target.AdapterDir, "err", err)
 			return nil, &httpx.Error{Status: http.StatusInternalServerError, Message: "the checkpoint of " + target.Name + " could not be loaded", Code: "adapter_load_failed"}
 		}
-		gr.adapter = a
+		ir.Adapter = a
 	}
-	gr.outs = make([]*seqOut, pl.n)
-	for i := range gr.outs {
-		gr.outs[i] = &seqOut{}
-	}
-	return &prepared{plan: pl, target: target, lm: lm, gr: gr}, nil
+	return &prepared{plan: pl, target: target, lm: lm, ctx: ctx, req: ir}, nil
 }
 
 // handleChat is POST /v1/chat/completions.
@@ -438,13 +441,17 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	if err := pr.lm.sched.submit(pr.gr); err != nil {
-		if err == errQueueFull {
+	pr.gen, err = pr.lm.sched.Submit(ctx, pr.req)
+	if err != nil {
+		if errors.Is(err, infer.ErrQueueFull) {
 			secs := int(math.Ceil(s.opts.RetryAfter.Seconds()))
 			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 			writeErr(w, &httpx.Error{Status: http.StatusTooManyRequests, Code: "queue_full",
-				Message: fmt.Sprintf("the server is at capacity (%d requests queued for %s); retry later", s.opts.MaxQueue, pr.target.BaseModel)})
+				Message: fmt.Sprintf("the server is at capacity (%d requests queued for %s); retry later", pr.lm.sched.Options().MaxQueue, pr.target.BaseModel)})
 			return
+		}
+		if !errors.Is(err, infer.ErrClosed) {
+			s.log.Error("serve: submit", "model", pr.target.Name, "err", err)
 		}
 		writeErr(w, httpx.Errorf(http.StatusServiceUnavailable, "server is shutting down"))
 		return
@@ -455,16 +462,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.streamChat(w, r, pr, p, id, created, started, body)
 		return
 	}
-	// wait for every choice
-	for !pr.gr.allDone() {
-		select {
-		case <-pr.gr.notify:
-		case <-ctx.Done():
-			s.record(pr, p, started, body, nil, "client disconnected")
-			return
-		}
-	}
-	if ctx.Err() != nil { // the client went away as the last choice ended
+	// Wait for every choice; a client that went away (even as the last
+	// choice ended) gets nothing.
+	if pr.gen.Wait(ctx) != nil || ctx.Err() != nil {
 		s.record(pr, p, started, body, nil, "client disconnected")
 		return
 	}
@@ -483,13 +483,14 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 
 // buildResponse assembles the finished choices.
 func (s *Server) buildResponse(pr *prepared, id string, created int64) (*ChatCompletion, error) {
-	resp := &ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: pr.plan.req.Model, Choices: make([]Choice, len(pr.gr.outs))}
-	usage := &Usage{PromptTokens: len(pr.gr.prompt)}
-	for i, o := range pr.gr.outs {
-		toks, text, _, finish, err := o.snapshot(0, 0)
-		if err != nil {
-			return nil, err
+	resp := &ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: pr.plan.req.Model, Choices: make([]Choice, pr.gen.N())}
+	usage := &Usage{PromptTokens: len(pr.req.Prompt)}
+	for i := range resp.Choices {
+		ev := pr.gen.Result(i)
+		if ev.Err != nil {
+			return nil, ev.Err
 		}
+		toks, text, finish := ev.Tokens, ev.Text, ev.Finish
 		usage.CompletionTokens += len(toks)
 		ch := Choice{Index: i, Message: ResponseMessage{Role: "assistant"}, FinishReason: finish}
 		content := &text
@@ -498,7 +499,7 @@ func (s *Server) buildResponse(pr *prepared, id string, created int64) (*ChatCom
 			if len(calls) > 0 {
 				content = c
 				ch.Message.ToolCalls = calls
-				if finish == finishStop {
+				if finish == infer.FinishStop {
 					ch.FinishReason = finishToolCalls
 				}
 			}
@@ -521,13 +522,13 @@ func clampLP(lp float32) float64 {
 	return float64(lp)
 }
 
-func (s *Server) logprobEntries(pr *prepared, toks []genToken) []TokenLogprob {
+func (s *Server) logprobEntries(pr *prepared, toks []infer.Token) []TokenLogprob {
 	out := make([]TokenLogprob, len(toks))
 	lm, asIDs := pr.lm, pr.plan.asIDs
 	for j, t := range toks {
-		e := TokenLogprob{Token: lm.tokenString(t.id, asIDs), Logprob: clampLP(t.lp), Bytes: lm.tokenBytesInts(t.id), TopLogprobs: []TopLogprob{}}
-		for _, alt := range t.top {
-			e.TopLogprobs = append(e.TopLogprobs, TopLogprob{Token: lm.tokenString(alt.id, asIDs), Logprob: clampLP(alt.lp), Bytes: lm.tokenBytesInts(alt.id)})
+		e := TokenLogprob{Token: lm.tokenString(t.ID, asIDs), Logprob: clampLP(t.Logprob), Bytes: lm.tokenBytesInts(t.ID), TopLogprobs: []TopLogprob{}}
+		for _, alt := range t.Top {
+			e.TopLogprobs = append(e.TopLogprobs, TopLogprob{Token: lm.tokenString(alt.ID, asIDs), Logprob: clampLP(alt.Logprob), Bytes: lm.tokenBytesInts(alt.ID)})
 		}
 		out[j] = e
 	}
@@ -545,7 +546,7 @@ func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body
 		project = pr.target.Entity + "/" + pr.target.Project
 	}
 	var output json.RawMessage = json.RawMessage("null")
-	u := Usage{PromptTokens: len(pr.gr.prompt)}
+	u := Usage{PromptTokens: len(pr.req.Prompt)}
 	if resp != nil {
 		if b, err := json.Marshal(resp); err == nil {
 			output = b
@@ -554,11 +555,7 @@ func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body
 			u = *resp.Usage
 		}
 	} else {
-		for _, o := range pr.gr.outs {
-			o.mu.Lock()
-			u.CompletionTokens += len(o.toks)
-			o.mu.Unlock()
-		}
+		u.CompletionTokens = pr.gen.TokenCount()
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	}
 	summary, _ := json.Marshal(map[string]any{"usage": map[string]any{pr.plan.req.Model: map[string]int{
@@ -568,7 +565,7 @@ func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body
 	if !json.Valid(inputs) {
 		inputs = json.RawMessage("null")
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.gr.ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.ctx), 5*time.Second)
 	defer cancel()
 	id, err := s.recorder.RecordCall(ctx, p, project, s.opts.OpName, started, time.Now(), inputs, output, summary, exception)
 	if err != nil {
@@ -576,15 +573,4 @@ func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body
 		return ""
 	}
 	return id
-}
-
-// adapterKey identifies a loaded adapter: its base model, folder, and the
-// weights file's size and modification time, so a folder rewritten in place
-// (a step deleted and trained again) is loaded afresh.
-func adapterKey(base, dir string) string {
-	key := base + "\x00" + dir
-	if fi, err := os.Stat(filepath.Join(dir, engine.AdapterWeightsFile)); err == nil {
-		key += fmt.Sprintf("\x00%d\x00%d", fi.Size(), fi.ModTime().UnixNano())
-	}
-	return key
 }

@@ -698,8 +698,8 @@ func TestAdaptersShareBatch(t *testing.T) {
 	if projects["alice/proj"] != 3 || projects["alice/inference"] != 1 {
 		t.Fatalf("calls recorded in %v, want 3 in alice/proj and 1 in alice/inference", projects)
 	}
-	if env.srv.adapters.loads.Load() != 2 {
-		t.Fatalf("%d adapter loads, want 2 (cached)", env.srv.adapters.loads.Load())
+	if env.srv.adapters.Loads() != 2 {
+		t.Fatalf("%d adapter loads, want 2 (cached)", env.srv.adapters.Loads())
 	}
 }
 

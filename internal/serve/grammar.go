@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
+
+	"flywheel/internal/infer"
 )
 
 // Forced tool calls are generated under a byte-level grammar: every token the
@@ -663,4 +666,110 @@ func toolCallGrammar(fns []ToolFunction, format toolFormat) (*gnode, error) {
 		return call, nil
 	}
 	return gseq(glit("<tool_call>\n"), call, glit("\n</tool_call>")), nil
+}
+
+// toolConstraint is the forced tool call as an infer.Constraint: one choice
+// of a request with a forced tool choice generates under the grammar.
+type toolConstraint struct {
+	lm     *lmodel
+	gm     gmachine
+	masked []float32
+}
+
+var _ infer.Constraint = (*toolConstraint)(nil)
+
+// newToolConstraint returns the per-choice factory of the grammar root for
+// the model lm.
+func newToolConstraint(lm *lmodel, root *gnode) func() infer.Constraint {
+	return func() infer.Constraint { return &toolConstraint{lm: lm, gm: newMachine(root)} }
+}
+
+// Advance feeds the sampled token's bytes to the grammar; once the call is
+// complete an end-of-turn token ends the choice (even with ignore_eos).
+func (c *toolConstraint) Advance(tok int) bool {
+	if c.gm.done() && c.lm.isEOS(tok) {
+		return true
+	}
+	c.gm.feedBytes(c.lm.tok.TokenBytes(tok))
+	return false
+}
+
+// Mask returns logits where every token that would break the grammar is
+// -Inf. Tool-call markers that are added tokens are produced as those single
+// tokens; once the call is complete only the end-of-turn token is allowed.
+// When nothing fits (a vocabulary without the needed bytes) the logits are
+// left unconstrained.
+func (c *toolConstraint) Mask(lg []float32) []float32 {
+	if cap(c.masked) < len(lg) {
+		c.masked = make([]float32, len(lg))
+	}
+	m := c.masked[:len(lg)]
+	neg := float32(math.Inf(-1))
+	for i := range m {
+		m[i] = neg
+	}
+	lm := c.lm
+	any := false
+	if c.gm.done() {
+		for _, id := range lm.endIDs {
+			if id >= 0 && id < len(m) {
+				m[id] = lg[id]
+				any = true
+			}
+		}
+	} else if id, ok := lm.markerFor(c.gm.pendingLiteral()); ok && id < len(m) {
+		// A tool-call marker (e.g. <tool_call>, an added token) is
+		// produced as its own token, as the template renders it, never
+		// spelled out in pieces.
+		m[id] = lg[id]
+		any = true
+	} else if rem, ok := c.gm.inString(); ok {
+		// Fast path inside a string body: a token of plain string bytes
+		// fits while there is room; only tokens that close the string
+		// need a trial through the machine.
+		g := lm.grammarVocab()
+		for _, id := range g.ids {
+			b := g.bytes[id]
+			pl := int(g.plain[id])
+			if pl > rem || int(id) >= len(m) {
+				continue
+			}
+			if pl == len(b) {
+				m[id] = lg[id]
+				any = true
+				continue
+			}
+			if b[pl] != '"' {
+				continue
+			}
+			t2 := c.gm
+			if t2.feedBytes(b) {
+				m[id] = lg[id]
+				any = true
+			}
+		}
+	} else {
+		g := lm.grammarVocab()
+		for b := 0; b < 256; b++ {
+			ids := g.byFirst[b]
+			if len(ids) == 0 {
+				continue
+			}
+			trial := c.gm
+			if !trial.feed(byte(b)) {
+				continue
+			}
+			for _, id := range ids {
+				t2 := c.gm
+				if t2.feedBytes(g.bytes[id]) && int(id) < len(m) {
+					m[id] = lg[id]
+					any = true
+				}
+			}
+		}
+	}
+	if !any {
+		return lg
+	}
+	return m
 }

@@ -31,15 +31,15 @@ func (s *Server) Collect(ch chan<- prometheus.Metric) {
 	}
 	s.mu.Unlock()
 	for _, m := range ms {
-		sc := m.sched
-		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(sc.activeSeqs.Load()), m.id)
-		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(sc.queued()), m.id)
-		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(sc.steps.Load()), m.id)
-		ch <- prometheus.MustNewConstMetric(descGen, prometheus.CounterValue, float64(sc.genTokens.Load()), m.id)
-		ch <- prometheus.MustNewConstMetric(descPrompt, prometheus.CounterValue, float64(sc.promptToks.Load()), m.id)
-		ch <- prometheus.MustNewConstMetric(descForward, prometheus.CounterValue, float64(sc.forwardNs.Load())/1e9, m.id)
+		st := m.sched.Stats()
+		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(st.Active), m.id)
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(st.Queued), m.id)
+		ch <- prometheus.MustNewConstMetric(descSteps, prometheus.CounterValue, float64(st.Steps), m.id)
+		ch <- prometheus.MustNewConstMetric(descGen, prometheus.CounterValue, float64(st.GenTokens), m.id)
+		ch <- prometheus.MustNewConstMetric(descPrompt, prometheus.CounterValue, float64(st.PromptTokens), m.id)
+		ch <- prometheus.MustNewConstMetric(descForward, prometheus.CounterValue, st.Forward.Seconds(), m.id)
 	}
-	ch <- prometheus.MustNewConstMetric(descAdapter, prometheus.CounterValue, float64(s.adapters.loads.Load()))
+	ch <- prometheus.MustNewConstMetric(descAdapter, prometheus.CounterValue, float64(s.adapters.Loads()))
 }
 
 var _ prometheus.Collector = (*Server)(nil)

@@ -11,10 +11,11 @@ import (
 	"flywheel/internal/engine/chattmpl"
 	"flywheel/internal/engine/tokenizer"
 	"flywheel/internal/httpx"
+	"flywheel/internal/infer"
 )
 
 // lmodel is a loaded base model with what serving derives from it, and its
-// scheduler.
+// inference scheduler.
 type lmodel struct {
 	id     string
 	m      *engine.Model
@@ -25,7 +26,7 @@ type lmodel struct {
 	endIDs []int        // tokens a forced tool call ends with: the template's end-of-turn token, else every EOS
 	keep   map[int]bool // special tokens whose text stays in the output (tool-call markers)
 	format toolFormat
-	sched  *scheduler
+	sched  *infer.Scheduler
 
 	gvOnce sync.Once
 	gv     *grammarVocab
@@ -78,6 +79,16 @@ func newLModel(m *engine.Model, opts *Options) (*lmodel, error) {
 	if l.endIDs == nil {
 		l.endIDs = l.eos
 	}
+	keep := make([]int, 0, len(l.keep))
+	for id := range l.keep {
+		keep = append(keep, id)
+	}
+	sched, err := infer.NewScheduler(infer.Model{Engine: m, MaxLen: l.maxLen, EOS: l.eos, KeepSpecial: keep},
+		infer.Options{MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, PrefillChunk: opts.PrefillChunk, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("serve: model %s: %w", m.ID, err)
+	}
+	l.sched = sched
 	return l, nil
 }
 
@@ -129,29 +140,6 @@ func (l *lmodel) grammarVocab() *grammarVocab {
 		l.gv = g
 	})
 	return l.gv
-}
-
-// engineSampler adapts engine.Sampler.
-type engineSampler struct{ s *engine.Sampler }
-
-func (e engineSampler) sample(logits []float32) (int, float32, []topLP) {
-	id, lp, top := e.s.Sample(logits)
-	var out []topLP
-	if len(top) > 0 {
-		out = make([]topLP, len(top))
-		for i, t := range top {
-			out[i] = topLP{id: t.ID, lp: t.Logprob}
-		}
-	}
-	return id, lp, out
-}
-
-func newEngineSampler(p samplingParams) tokenSampler {
-	seed := p.seed
-	return engineSampler{engine.NewSampler(engine.SamplingParams{
-		Temperature: p.temperature, TopP: p.topP, MinP: p.minP, TopK: p.topK,
-		Seed: &seed, TopLogprobs: p.topLogprobs,
-	})}
 }
 
 // chatInput is a conversation to render.

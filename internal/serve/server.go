@@ -17,34 +17,30 @@
 // A trained model of an entity the caller is not a member of, or a missing
 // one, is 404; a missing step is 404 naming the step; anything else is a 400.
 //
-// # Scheduling
+// # Inference
 //
-// Each base model has one scheduler goroutine running a continuous-batching
-// loop: every step is one engine.Forward over all running sequences, decode
-// rows (one token) and prefill chunks (up to Options.PrefillChunk prompt
-// tokens per step across sequences) together, sequences of different LoRA
-// adapters and of the base model in the same batch. Requests that arrive
-// join at the next step while the batch has room (Options.MaxBatch
-// sequences); beyond it they wait in a queue of Options.MaxQueue requests,
-// and past that the answer is 429 with retry-after. A request whose prompt
-// plus max_tokens exceeds the context length is a 400. Adapters are loaded
-// once into an LRU cache (Options.AdapterCacheSize). A client that goes
-// away cancels its sequences before the next step. The n choices of a
-// request prefill the prompt once: the other n-1 start from a copy of the
-// prefilled sequence (engine.Seq.Clone) and sample their first token from
-// the prompt's final logits with their own seeds, as if each had prefilled
-// it; they count against MaxBatch from admission.
+// Generation runs in internal/infer: one continuous-batching scheduler per
+// base model (created on the model's first request), sequences of different
+// LoRA checkpoints in the same batch, adapters in an LRU cache. Options
+// carries its settings (MaxBatch, MaxQueue, PrefillChunk, AdapterCacheSize).
+// This package turns a request into an infer.Request: the chat template
+// renders the messages and the tokenizer encodes the prompt; temperature (0
+// = greedy), top_p, top_k, min_p and seed (choice i of n uses seed+i) select
+// engine.Sampler's settings, those a request leaves out taken from the
+// model's generation_config.json; stop, stop_token_ids, ignore_eos and
+// max_tokens pass through; a forced tool choice becomes an
+// infer.Constraint. The model's EOS tokens include the token its chat
+// template ends assistant turns with. A full queue is 429 with retry-after;
+// a request whose prompt plus max_tokens exceeds the context length is a
+// 400. A client that goes away cancels its request.
 //
-// # Sampling and logprobs
+// # Logprobs
 //
-// Sampling is engine.Sampler's: temperature (0 = greedy), top_p, top_k,
-// min_p, seed (choice i of n uses seed+i). Settings a request leaves out come
-// from the model's generation_config.json. The logprob of each sampled token
-// is under the distribution it was sampled from: log_softmax(logits /
-// temperature), before top-p/top-k/min-p truncation (temperature 0 reports
-// log_softmax(logits)). With return_tokens_as_token_ids the token is written
-// "token_id:N"; bytes are the token's exact bytes. The end-of-turn token that
-// ends a choice is included in logprobs (its text is not in the content).
+// The logprob of each sampled token is under the distribution it was
+// sampled from (see infer and engine.Sampler). With
+// return_tokens_as_token_ids the token is written "token_id:N"; bytes are
+// the token's exact bytes. The end-of-turn token that ends a choice is
+// included in logprobs (its text is not in the content).
 //
 // # Tool calls
 //
@@ -59,26 +55,26 @@
 // it works even on a model with random weights: generation runs under a
 // byte-level grammar of one call in the model's syntax (the <tool_call>
 // opener included), the function name one of the allowed ones, the
-// arguments following the function's JSON schema (properties in schema order,
-// the required ones when "required" is given; string, integer, number,
-// boolean, null, enum, const, arrays and nested objects; anything else any
-// JSON value). At each step every token whose bytes would leave the grammar
-// is masked to -Inf before sampling; tool-call markers that are added tokens
-// (<tool_call>, </tool_call>) are produced as those single tokens, as the
-// template renders them; once the call is complete only the end-of-turn
-// token is allowed. The grammar is bounded (strings up to 16
-// printable ASCII bytes, numbers up to 6 digits, up to 3 array items or free
-// object members, nesting depth 2), so a call completes within a bounded
-// number of tokens. Logprobs of constrained steps are under the masked
-// distribution.
+// arguments following the function's JSON schema (properties in schema
+// order, the required ones when "required" is given; string, integer,
+// number, boolean, null, enum, const, arrays and nested objects; anything
+// else any JSON value). The grammar is an infer.Constraint: at each step
+// every token whose bytes would leave it is masked to -Inf before sampling;
+// tool-call markers that are added tokens (<tool_call>, </tool_call>) are
+// produced as those single tokens, as the template renders them; once the
+// call is complete only the end-of-turn token is allowed. The grammar is
+// bounded (strings up to 16 printable ASCII bytes, numbers up to 6 digits,
+// up to 3 array items or free object members, nesting depth 2), so a call
+// completes within a bounded number of tokens. Logprobs of constrained
+// steps are under the masked distribution.
 //
 // # Streaming
 //
 // SSE chunks: one role chunk per choice, content deltas (with their logprobs),
 // tool calls as whole deltas once parsed, a finish chunk per choice, a usage
 // chunk (choices: []) with stream_options.include_usage, then data: [DONE].
-// Text that might begin a stop string or a <tool_call> is held back until
-// it is decided.
+// Text that might begin a <tool_call> is held back here until it is decided
+// (infer holds back text that might begin a stop string).
 //
 // # Tracing
 //
@@ -106,6 +102,7 @@ import (
 	"flywheel/internal/auth"
 	"flywheel/internal/engine"
 	"flywheel/internal/httpx"
+	"flywheel/internal/infer"
 )
 
 // Target is a resolved model address: the base model to run and, for a
@@ -153,17 +150,9 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = 32
-	}
-	if o.MaxQueue <= 0 {
-		o.MaxQueue = 256
-	}
+	// MaxBatch, MaxQueue and PrefillChunk take infer's defaults there.
 	if o.MaxN <= 0 {
 		o.MaxN = 16
-	}
-	if o.PrefillChunk <= 0 {
-		o.PrefillChunk = 512
 	}
 	if o.AdapterCacheSize <= 0 {
 		o.AdapterCacheSize = 16
@@ -189,7 +178,7 @@ type Server struct {
 	recorder CallRecorder
 	opts     Options
 	log      *slog.Logger
-	adapters *adapterCache
+	adapters *infer.AdapterCache
 
 	mu     sync.Mutex
 	models map[string]*lmodel
@@ -200,7 +189,8 @@ type Server struct {
 	baseAt    time.Time
 	baseOrder []string
 
-	newSampler func(samplingParams) tokenSampler
+	// newSampler makes each choice's sampler (tests replace it).
+	newSampler func(engine.SamplingParams) infer.Sampler
 }
 
 // New returns a server over the models of reg. resolver (trained models)
@@ -209,7 +199,7 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 	opts.defaults()
 	return &Server{
 		reg: reg, resolver: resolver, recorder: recorder, opts: opts, log: opts.Logger,
-		adapters:   newAdapterCache(opts.AdapterCacheSize),
+		adapters:   infer.NewAdapterCache(opts.AdapterCacheSize),
 		models:     map[string]*lmodel{},
 		newSampler: newEngineSampler,
 	}
@@ -234,22 +224,12 @@ func (s *Server) Close() {
 	}
 	s.mu.Unlock()
 	for _, m := range ms {
-		m.sched.close()
+		m.sched.Close()
 	}
 }
 
 // Stats describes the scheduler of a base model (tests, metrics).
-type Stats struct {
-	Steps    int64         // forward passes run
-	MaxBatch int64         // largest batch seen
-	Active   int64         // sequences running now
-	Queued   int           // requests waiting
-	Compute  time.Duration // total time in scheduler steps: forward passes, sampling, token bookkeeping
-	Forward  time.Duration // total time in engine forward passes
-	// PromptTokens counts prompt tokens prefilled: once per request, not
-	// per choice (the other choices clone the prefilled sequence).
-	PromptTokens int64
-}
+type Stats = infer.Stats
 
 // Stats returns the scheduler statistics of a loaded base model.
 func (s *Server) Stats(baseModel string) Stats {
@@ -259,9 +239,11 @@ func (s *Server) Stats(baseModel string) Stats {
 	if m == nil {
 		return Stats{}
 	}
-	return Stats{Steps: m.sched.steps.Load(), MaxBatch: m.sched.maxBatch.Load(), Active: m.sched.activeSeqs.Load(), Queued: m.sched.queued(), Compute: time.Duration(m.sched.computeNs.Load()),
-		Forward: time.Duration(m.sched.forwardNs.Load()), PromptTokens: m.sched.promptToks.Load()}
+	return m.sched.Stats()
 }
+
+// newEngineSampler is the sampler of a choice: engine.Sampler.
+func newEngineSampler(p engine.SamplingParams) infer.Sampler { return engine.NewSampler(p) }
 
 // model returns the loaded base model with its scheduler.
 func (s *Server) model(id string) (*lmodel, error) {
@@ -287,9 +269,9 @@ func (s *Server) model(id string) (*lmodel, error) {
 	}
 	lm, err := newLModel(em, &s.opts)
 	if err != nil {
+		s.log.Error("serve: start base model", "model", id, "err", err)
 		return nil, &httpx.Error{Status: http.StatusInternalServerError, Message: "base model " + id + " cannot be served", Code: "model_load_failed"}
 	}
-	lm.sched = newScheduler(lm, &s.opts)
 	s.models[id] = lm
 	return lm, nil
 }

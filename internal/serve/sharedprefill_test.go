@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -45,44 +44,6 @@ func TestChatNSharesPrefill(t *testing.T) {
 			if e.Token != a.Token || e.Logprob != a.Logprob || len(e.TopLogprobs) != len(a.TopLogprobs) {
 				t.Fatalf("choice %d token %d: %+v vs alone %+v", i, k, e, a)
 			}
-		}
-	}
-}
-
-// TestFinishLeaderEndsClones checks that ending a group leader before its
-// prompt is prefilled (cancellation, a failed prefill, shutdown) ends the
-// choices waiting to clone it with the same reason or error.
-func TestFinishLeaderEndsClones(t *testing.T) {
-	s := &scheduler{}
-	for _, c := range []struct {
-		reason string
-		err    error
-	}{{finishCancelled, nil}, {"", errors.New("prefill failed")}} {
-		r := &genRequest{notify: make(chan struct{}, 1)}
-		var sts []*seqState
-		for range 4 {
-			o := &seqOut{}
-			r.outs = append(r.outs, o)
-			sts = append(sts, &seqState{req: r, out: o})
-		}
-		lead := sts[0]
-		lead.clones = sts[1:]
-		s.active = []*seqState{lead}
-		if s.running() != 4 {
-			t.Fatalf("running %d, want 4", s.running())
-		}
-		s.finish(lead, c.reason, c.err)
-		if !r.allDone() {
-			t.Fatal("clones not finished with their leader")
-		}
-		for i, o := range r.outs {
-			if o.finish != c.reason || o.err != c.err {
-				t.Fatalf("choice %d: finish %q err %v, want %q %v", i, o.finish, o.err, c.reason, c.err)
-			}
-		}
-		s.removeDone()
-		if s.running() != 0 || len(lead.clones) != 0 {
-			t.Fatalf("running %d after finish", s.running())
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"flywheel/internal/auth"
+	"flywheel/internal/infer"
 )
 
 // sseWriter writes server-sent events.
@@ -48,11 +49,10 @@ func (s *sseWriter) flush() {
 
 // choiceStream tracks what has been sent of one choice.
 type choiceStream struct {
-	tokAt, textAt int
-	tools         *toolStreamer
-	calls         []ToolCall
-	content       bytes.Buffer
-	finished      bool
+	tools    *toolStreamer
+	calls    []ToolCall
+	content  bytes.Buffer
+	finished bool
 }
 
 // streamChat sends the completion as SSE chunks: a role chunk per choice,
@@ -74,7 +74,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 	chunk := func(choices []ChunkChoice) *ChatCompletionChunk {
 		return &ChatCompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Choices: choices}
 	}
-	states := make([]*choiceStream, len(pr.gr.outs))
+	states := make([]*choiceStream, pr.gen.N())
 	empty := ""
 	for i := range states {
 		states[i] = &choiceStream{}
@@ -84,7 +84,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 		sw.event(chunk([]ChunkChoice{{Index: i, Delta: Delta{Role: "assistant", Content: &empty}}}))
 	}
 	sw.flush()
-	ctx := pr.gr.ctx
+	ctx := pr.ctx
 	var genErr error
 	for {
 		if ctx.Err() != nil {
@@ -92,16 +92,14 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 			return
 		}
 		allDone := true
-		for i, o := range pr.gr.outs {
-			st := states[i]
+		for i, st := range states {
 			if st.finished {
 				continue
 			}
-			toks, text, done, finish, err := o.snapshot(st.tokAt, st.textAt)
-			st.tokAt += len(toks)
-			st.textAt += len(text)
-			if err != nil {
-				genErr = err
+			ev := pr.gen.Poll(i)
+			toks, text, done, finish := ev.Tokens, ev.Text, ev.Done, ev.Finish
+			if ev.Err != nil {
+				genErr = ev.Err
 				st.finished = true
 				continue
 			}
@@ -140,11 +138,11 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 			if done {
 				st.finished = true
 				fr := finish
-				if len(st.calls) > 0 && fr == finishStop {
+				if len(st.calls) > 0 && fr == infer.FinishStop {
 					fr = finishToolCalls
 				}
 				if fr == "" {
-					fr = finishStop
+					fr = infer.FinishStop
 				}
 				sw.event(chunk([]ChunkChoice{{Index: i, Delta: Delta{}, FinishReason: &fr}}))
 			} else {
@@ -161,7 +159,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 			break
 		}
 		select {
-		case <-pr.gr.notify:
+		case <-pr.gen.Changed():
 		case <-ctx.Done():
 			s.record(pr, p, started, body, nil, "client disconnected")
 			return
@@ -191,7 +189,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 				if c == "" {
 					resp.Choices[i].Message.Content = nil
 				}
-				if resp.Choices[i].FinishReason == finishStop {
+				if resp.Choices[i].FinishReason == infer.FinishStop {
 					resp.Choices[i].FinishReason = finishToolCalls
 				}
 			}

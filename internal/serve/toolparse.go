@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"strings"
+
+	"flywheel/internal/infer"
 )
 
 const (
@@ -180,7 +182,7 @@ func (t *toolStreamer) push(s string) (string, []ToolCall) {
 		if !t.inCall {
 			i := strings.Index(t.buf, hermesOpen)
 			if i < 0 {
-				keep := partialSuffix(t.buf, hermesOpen)
+				keep := infer.HeldPrefix(t.buf, hermesOpen)
 				content.WriteString(t.buf[:len(t.buf)-keep])
 				t.buf = t.buf[len(t.buf)-keep:]
 				return content.String(), calls
@@ -235,15 +237,4 @@ func (t *toolStreamer) flush() (string, []ToolCall) {
 		return hermesOpen + buf, nil
 	}
 	return buf, nil
-}
-
-// partialSuffix is the length of the longest suffix of s that is a proper
-// prefix of tag.
-func partialSuffix(s, tag string) int {
-	for k := min(len(s), len(tag)-1); k > 0; k-- {
-		if strings.HasSuffix(s, tag[:k]) {
-			return k
-		}
-	}
-	return 0
 }

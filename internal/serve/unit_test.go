@@ -185,23 +185,6 @@ func TestModelRefs(t *testing.T) {
 	}
 }
 
-func TestStopFilter(t *testing.T) {
-	st := &seqState{req: &genRequest{stop: []string{"END", "xyz"}}}
-	var out strings.Builder
-	stopped := false
-	for _, d := range []string{"hel", "lo E", "N", "D more"} {
-		s, stop := st.stopFilter(d)
-		out.WriteString(s)
-		if stop {
-			stopped = true
-			break
-		}
-	}
-	if !stopped || out.String() != "hello " {
-		t.Fatalf("%q %v", out.String(), stopped)
-	}
-}
-
 type fakeStore struct {
 	models map[string]store.Model
 	cks    map[string][]store.Checkpoint

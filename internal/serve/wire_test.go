@@ -9,6 +9,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"flywheel/internal/engine"
+	"flywheel/internal/infer"
 	"flywheel/internal/store"
 )
 
@@ -19,11 +21,11 @@ var _ ModelStore = store.Store(nil)
 
 type panicSampler struct{}
 
-func (panicSampler) sample([]float32) (int, float32, []topLP) { panic("boom") }
+func (panicSampler) Sample([]float32) (int, float32, []engine.TokenLogprob) { panic("boom") }
 
 func TestSchedulerPanicFailsRequestOnly(t *testing.T) {
 	env := newTestEnv(t, Options{})
-	env.srv.newSampler = func(samplingParams) tokenSampler { return panicSampler{} }
+	env.srv.newSampler = func(engine.SamplingParams) infer.Sampler { return panicSampler{} }
 	_, err := env.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: tinyID, Messages: userMsgs("x"), MaxTokens: openai.Int(2)})
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 500 || strings.Contains(apiErr.Message, "boom") {

@@ -1,0 +1,73 @@
+// Package infer is flywheel's inference core: it turns prompts (token ids)
+// into sampled tokens and text for one base model and any of its LoRA
+// adapters. It knows nothing of HTTP, chat messages, tools or the call
+// store; internal/serve puts the OpenAI-compatible API on top of it.
+//
+// # Use
+//
+//	s, err := infer.NewScheduler(infer.Model{Engine: m}, infer.Options{MaxBatch: 32})
+//	gen, err := s.Submit(ctx, infer.Request{Prompt: ids, Sampling: params, MaxTokens: 64})
+//	for {
+//		ev := gen.Poll(0) // new tokens and text of choice 0
+//		...
+//		if ev.Done {
+//			break
+//		}
+//		<-gen.Changed()
+//	}
+//
+// Cancelling ctx ends the request's choices before the next step
+// (FinishCancelled); Scheduler.Close fails whatever is still running.
+//
+// # Scheduling
+//
+// Each Scheduler runs one goroutine with a continuous-batching loop: every
+// step is one engine.Model.Forward over all running sequences, decode rows
+// (one token) and prefill chunks (up to Options.PrefillChunk prompt tokens
+// per step across sequences) together, sequences of different LoRA adapters
+// and of the base model in the same batch. Requests that arrive join at the
+// next step while the batch has room (Options.MaxBatch sequences); beyond it
+// they wait in a queue of Options.MaxQueue requests, and past that Submit
+// answers ErrQueueFull. The n choices of a request prefill the prompt once:
+// the other n-1 start from a copy of the prefilled sequence
+// (engine.Seq.Clone) and sample their first token from the prompt's final
+// logits with their own samplers, as if each had prefilled it; they count
+// against MaxBatch from admission. Sampling runs in parallel across the
+// batch (internal/par). A panic in a step (an engine bug) fails the running
+// requests, not the process.
+//
+// # Sampling and logprobs
+//
+// A choice samples with an engine.Sampler of its Request.Sampling entry
+// (temperature, top-p, top-k, min-p, seed). The logprob of each sampled
+// token is under the distribution it was sampled from (see engine.Sampler);
+// under a Constraint it is the masked distribution.
+//
+// # Output processing
+//
+// Tokens are detokenised incrementally (tokenizer.StreamDecoder: bytes of a
+// character split across tokens are held back until complete); special
+// tokens produce no text except those in Model.KeepSpecial. A choice ends
+// with FinishStop on an end-of-sequence token (Model.EOS, unless
+// Request.IgnoreEOS), on one of Request.StopIDs, or on a stop string
+// (Request.Stop): the text up to the stop string is output, the stop string
+// and what follows are not. Text that may begin a stop string is held back
+// until it is decided (HeldPrefix). A choice ends with FinishLength after
+// Request.MaxTokens tokens or at the context length; held-back text is then
+// output after all. Every sampled token, the one that ends the choice
+// included, is in the choice's Tokens.
+//
+// # Constraints
+//
+// A Request may carry a Constraint per choice (Request.NewConstraint): before
+// each sampling step it masks the logits of the tokens it forbids, and it
+// advances on the token sampled. The scheduler only calls that interface;
+// serve's forced tool-call grammar is one implementation.
+//
+// # Adapters
+//
+// AdapterCache keeps loaded LoRA adapters in an LRU cache keyed by folder
+// and weights file (size and modification time, so a checkpoint rewritten
+// in place is loaded afresh); concurrent requests for one adapter load it
+// once.
+package infer

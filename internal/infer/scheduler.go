@@ -1,0 +1,511 @@
+package infer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"flywheel/internal/engine"
+	"flywheel/internal/engine/tokenizer"
+	"flywheel/internal/par"
+)
+
+// Model is a base model as a scheduler runs it.
+type Model struct {
+	Engine *engine.Model // with a tokenizer
+	// MaxLen is the context length (prompt and generated tokens); 0 or more
+	// than the model's: Engine.MaxContext().
+	MaxLen int
+	// EOS are the tokens that end a choice unless Request.IgnoreEOS; nil:
+	// Engine.EOS().
+	EOS []int
+	// KeepSpecial are special tokens whose text is output (e.g. tool-call
+	// markers); the text of other special tokens is left out
+	// (skip_special_tokens).
+	KeepSpecial []int
+}
+
+// Options tune a scheduler. Zero values take the defaults.
+type Options struct {
+	MaxBatch     int // sequences run per step (default 32)
+	MaxQueue     int // requests waiting for a batch slot before ErrQueueFull (default 256)
+	PrefillChunk int // prompt tokens fed per step across sequences (default 512)
+	Logger       *slog.Logger
+}
+
+func (o *Options) defaults() {
+	o.MaxBatch = positiveOr(o.MaxBatch, 32)
+	o.MaxQueue = positiveOr(o.MaxQueue, 256)
+	o.PrefillChunk = positiveOr(o.PrefillChunk, 512)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// positiveOr is v, or def when v is not positive.
+func positiveOr(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// Stats describes a scheduler's work so far (tests, metrics).
+type Stats struct {
+	Steps    int64         // forward passes run
+	MaxBatch int64         // largest batch seen
+	Active   int64         // sequences running now
+	Queued   int           // requests waiting
+	Compute  time.Duration // total time in steps: forward passes, sampling, token bookkeeping
+	Forward  time.Duration // total time in engine forward passes
+	// PromptTokens counts prompt tokens prefilled: once per request, not
+	// per choice (the other choices clone the prefilled sequence).
+	PromptTokens int64
+	GenTokens    int64 // tokens sampled
+}
+
+// Scheduler runs the continuous-batching loop of one base model (see the
+// package doc). It is safe for concurrent use.
+type Scheduler struct {
+	m      *engine.Model
+	tok    *tokenizer.Tokenizer
+	maxLen int
+	eos    map[int]bool
+	keep   map[int]bool
+	opts   Options
+
+	mu      sync.Mutex
+	waiting []*Generation
+	closed  bool
+	wake    chan struct{}
+	quit    chan struct{}
+	stopped chan struct{}
+
+	active []*seqState // owned by the loop goroutine
+
+	steps      atomic.Int64
+	maxBatch   atomic.Int64
+	activeSeqs atomic.Int64
+	computeNs  atomic.Int64
+	forwardNs  atomic.Int64
+	genTokens  atomic.Int64
+	promptToks atomic.Int64
+}
+
+// NewScheduler starts the scheduler of m; Close stops it.
+func NewScheduler(m Model, opts Options) (*Scheduler, error) {
+	if m.Engine == nil || m.Engine.Tokenizer == nil {
+		return nil, errors.New("infer: the model has no tokenizer")
+	}
+	opts.defaults()
+	s := newScheduler(m, opts)
+	go s.run()
+	return s, nil
+}
+
+// newScheduler builds a scheduler without starting its loop.
+func newScheduler(m Model, opts Options) *Scheduler {
+	s := &Scheduler{m: m.Engine, tok: m.Engine.Tokenizer, maxLen: m.Engine.MaxContext(), eos: map[int]bool{}, keep: map[int]bool{}, opts: opts,
+		wake: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
+	if m.MaxLen > 0 && m.MaxLen < s.maxLen {
+		s.maxLen = m.MaxLen
+	}
+	eos := m.EOS
+	if eos == nil {
+		eos = m.Engine.EOS()
+	}
+	for _, id := range eos {
+		s.eos[id] = true
+	}
+	for _, id := range m.KeepSpecial {
+		s.keep[id] = true
+	}
+	return s
+}
+
+// Submit queues a request; its choices join the batch in arrival order as
+// it has room. Cancelling ctx ends them (FinishCancelled). Errors:
+// ErrQueueFull, ErrClosed, or an invalid request.
+func (s *Scheduler) Submit(ctx context.Context, r Request) (*Generation, error) {
+	switch {
+	case len(r.Prompt) == 0:
+		return nil, errors.New("infer: empty prompt")
+	case len(r.Sampling) == 0:
+		return nil, errors.New("infer: no choices (Request.Sampling is empty)")
+	case r.MaxTokens < 1:
+		return nil, fmt.Errorf("infer: MaxTokens %d, want at least 1", r.MaxTokens)
+	case len(r.Prompt) >= s.maxLen:
+		return nil, fmt.Errorf("infer: a %d-token prompt leaves no room in the context length %d", len(r.Prompt), s.maxLen)
+	case slices.Contains(r.Stop, ""):
+		return nil, errors.New("infer: empty stop string")
+	}
+	if r.NewSampler == nil {
+		r.NewSampler = func(p engine.SamplingParams) Sampler { return engine.NewSampler(p) }
+	}
+	g := newGeneration(ctx, r)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if len(s.waiting) >= s.opts.MaxQueue {
+		s.mu.Unlock()
+		return nil, ErrQueueFull
+	}
+	s.waiting = append(s.waiting, g)
+	s.mu.Unlock()
+	s.signal()
+	return g, nil
+}
+
+// Close stops the loop; the choices still running or waiting end with
+// ErrClosed.
+func (s *Scheduler) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	s.mu.Unlock()
+	close(s.quit)
+	<-s.stopped
+}
+
+// Options returns the scheduler's options, defaults filled in.
+func (s *Scheduler) Options() Options { return s.opts }
+
+// MaxLen is the context length the scheduler enforces.
+func (s *Scheduler) MaxLen() int { return s.maxLen }
+
+// Stats returns the scheduler's counters.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	queued := len(s.waiting)
+	s.mu.Unlock()
+	return Stats{Steps: s.steps.Load(), MaxBatch: s.maxBatch.Load(), Active: s.activeSeqs.Load(), Queued: queued,
+		Compute: time.Duration(s.computeNs.Load()), Forward: time.Duration(s.forwardNs.Load()),
+		PromptTokens: s.promptToks.Load(), GenTokens: s.genTokens.Load()}
+}
+
+func (s *Scheduler) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// seqState is the loop's view of one running choice.
+//
+// The choices of a request share one prefill: the first choice (the group's
+// leader) is admitted with the prompt pending and holds the others in
+// clones; they have no sequence yet and are not in the running batch. When
+// the leader's prompt is complete, each clone gets a copy of its sequence
+// (KV cache and the prompt's final logits, engine.Seq.Clone), joins the
+// batch and samples its first token from those logits with its own sampler,
+// exactly as if it had prefilled the prompt itself.
+type seqState struct {
+	gen     *Generation
+	out     *choiceOut
+	seq     *engine.Seq // nil for a clone until its leader's prompt is prefilled
+	clones  []*seqState // choices waiting for this leader's prefill
+	sampler Sampler
+	cons    Constraint // nil: unconstrained
+	pending []int      // prompt tokens not yet fed
+	next    int        // token to feed at the next step when pending is empty
+	n       int        // tokens generated
+	text    textOutput
+	// results of this step's sampling
+	tok Token
+}
+
+func (s *Scheduler) run() {
+	defer close(s.stopped)
+	defer func() {
+		// fail whatever is left
+		for _, st := range s.active {
+			s.finish(st, "", ErrClosed)
+		}
+		s.mu.Lock()
+		w := s.waiting
+		s.waiting = nil
+		s.mu.Unlock()
+		for _, g := range w {
+			for _, o := range g.outs {
+				o.end("", ErrClosed)
+			}
+			g.signal()
+		}
+	}()
+	for {
+		select {
+		case <-s.quit:
+			return
+		default:
+		}
+		s.admit()
+		s.dropCancelled()
+		if len(s.active) == 0 {
+			select {
+			case <-s.wake:
+			case <-s.quit:
+				return
+			}
+			continue
+		}
+		s.safeStep()
+	}
+}
+
+// safeStep runs a step; a panic (an engine bug) fails the running
+// sequences instead of taking the process down.
+func (s *Scheduler) safeStep() {
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("infer: scheduler step panicked: %v", p)
+			s.opts.Logger.Error("infer: scheduler step panicked", "model", s.m.ID, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			for _, st := range s.active {
+				s.finish(st, "", err)
+			}
+			s.removeDone()
+		}
+	}()
+	s.step()
+}
+
+// admit moves waiting requests into the running batch, in arrival order,
+// while the batch has room.
+func (s *Scheduler) admit() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.waiting) > 0 {
+		g := s.waiting[0]
+		if g.ctx.Err() != nil {
+			s.waiting = s.waiting[1:]
+			for _, o := range g.outs {
+				o.end(FinishCancelled, nil)
+			}
+			g.signal()
+			continue
+		}
+		running := s.running()
+		if running > 0 && running+len(g.outs) > s.opts.MaxBatch {
+			return
+		}
+		s.waiting = s.waiting[1:]
+		var lead *seqState
+		for i, o := range g.outs {
+			st := &seqState{
+				gen:     g,
+				out:     o,
+				sampler: g.req.NewSampler(g.req.Sampling[i]),
+				text:    textOutput{dec: s.tok.NewStreamDecoder(), stop: g.req.Stop},
+			}
+			if g.req.NewConstraint != nil {
+				st.cons = g.req.NewConstraint()
+			}
+			if lead == nil {
+				lead = st
+				st.seq = s.m.NewSeq(g.req.Adapter)
+				st.pending = g.req.Prompt
+				s.active = append(s.active, st)
+			} else {
+				lead.clones = append(lead.clones, st)
+			}
+		}
+	}
+	s.activeSeqs.Store(int64(s.running()))
+}
+
+// running returns the number of choices in the batch, counting the clones
+// waiting for their leader's prefill.
+func (s *Scheduler) running() int {
+	n := 0
+	for _, st := range s.active {
+		n += 1 + len(st.clones)
+	}
+	return n
+}
+
+// startClones gives each clone waiting on st, whose prompt is now
+// prefilled, a copy of st's sequence and moves it into the running batch;
+// it returns the clones.
+func (s *Scheduler) startClones(st *seqState) []*seqState {
+	cs := st.clones
+	for _, c := range cs {
+		c.seq = st.seq.Clone()
+	}
+	st.clones = nil
+	s.active = append(s.active, cs...)
+	return cs
+}
+
+func (s *Scheduler) dropCancelled() {
+	kept := s.active[:0]
+	for _, st := range s.active {
+		if st.gen.ctx.Err() != nil {
+			s.finish(st, FinishCancelled, nil)
+			continue
+		}
+		kept = append(kept, st)
+	}
+	clear(s.active[len(kept):])
+	s.active = kept
+	s.activeSeqs.Store(int64(s.running()))
+}
+
+// step runs one batched forward pass over the running sequences: decode
+// rows for those generating and prompt chunks for those prefilling, then
+// samples a token for every sequence whose prompt is complete.
+func (s *Scheduler) step() {
+	budget := s.opts.PrefillChunk
+	var seqs []*engine.Seq
+	var toks [][]int
+	var batch []*seqState
+	for _, st := range s.active {
+		if len(st.pending) == 0 {
+			seqs = append(seqs, st.seq)
+			toks = append(toks, []int{st.next})
+			batch = append(batch, st)
+			continue
+		}
+		if budget <= 0 {
+			continue
+		}
+		n := min(len(st.pending), budget)
+		budget -= n
+		s.promptToks.Add(int64(n))
+		seqs = append(seqs, st.seq)
+		toks = append(toks, st.pending[:n])
+		st.pending = st.pending[n:]
+		batch = append(batch, st)
+	}
+	if len(batch) == 0 {
+		return
+	}
+	s.steps.Add(1)
+	if int64(len(batch)) > s.maxBatch.Load() {
+		s.maxBatch.Store(int64(len(batch)))
+	}
+	t0 := time.Now()
+	defer func() { s.computeNs.Add(int64(time.Since(t0))) }()
+	logits, err := s.m.Forward(seqs, toks)
+	s.forwardNs.Add(int64(time.Since(t0)))
+	if err != nil {
+		err = fmt.Errorf("infer: forward pass of %s: %w", s.m.ID, err)
+		for _, st := range batch {
+			s.finish(st, "", err)
+		}
+		s.removeDone()
+		return
+	}
+	// Sequences whose prompt is complete sample; a group leader whose
+	// prompt just completed brings in its clones, which sample their first
+	// token from their copy of the prompt's final logits.
+	var ready []int
+	for i, nb := 0, len(batch); i < nb; i++ {
+		if len(batch[i].pending) > 0 {
+			continue
+		}
+		ready = append(ready, i)
+		for _, c := range s.startClones(batch[i]) {
+			ready = append(ready, len(batch))
+			batch = append(batch, c)
+			logits = append(logits, c.seq.Logits())
+		}
+	}
+	// sample, in parallel across sequences
+	par.Tasks(len(ready), false, func(_, k int) {
+		i := ready[k]
+		st := batch[i]
+		lg := logits[i]
+		if st.cons != nil {
+			lg = st.cons.Mask(lg)
+		}
+		st.tok.ID, st.tok.Logprob, st.tok.Top = st.sampler.Sample(lg)
+	})
+	s.genTokens.Add(int64(len(ready)))
+	for _, i := range ready {
+		s.afterSample(batch[i])
+	}
+	s.removeDone()
+}
+
+// afterSample records the sampled token, decodes its text, applies the stop
+// conditions and ends the choice when one holds.
+func (s *Scheduler) afterSample(st *seqState) {
+	r := &st.gen.req
+	tok := st.tok.ID
+	st.n++
+	st.next = tok
+	end := !r.IgnoreEOS && s.eos[tok]
+	if st.cons != nil && st.cons.Advance(tok) {
+		end = true
+	}
+	finish := ""
+	var text string
+	if end || r.StopIDs[tok] {
+		finish = FinishStop
+	} else {
+		var stopped bool
+		text, stopped = st.text.add(tok, s.tok.IsSpecial(tok) && !s.keep[tok])
+		if stopped {
+			finish = FinishStop
+		}
+	}
+	if finish == "" && (st.n >= r.MaxTokens || st.seq.Len()+1 > s.maxLen) {
+		finish = FinishLength
+	}
+	// Ended by length, EOS or a stop id: text held back (an incomplete
+	// character, a possible stop-string start) is output after all.
+	if finish == FinishLength || end || r.StopIDs[tok] {
+		text += st.text.flush()
+	}
+	o := st.out
+	o.mu.Lock()
+	o.toks = append(o.toks, st.tok)
+	o.text.WriteString(text)
+	o.mu.Unlock()
+	if finish != "" {
+		s.finish(st, finish, nil)
+	} else {
+		st.gen.signal()
+	}
+}
+
+// finish ends a sequence: records the reason (or error), frees its cache.
+// A group leader that ends before its prompt is prefilled (cancellation,
+// error, shutdown) ends its waiting clones the same way.
+func (s *Scheduler) finish(st *seqState, reason string, err error) {
+	st.out.end(reason, err)
+	if st.seq != nil {
+		st.seq.Release()
+	}
+	st.pending = nil
+	for _, c := range st.clones {
+		s.finish(c, reason, err)
+	}
+	st.clones = nil
+	st.gen.signal()
+}
+
+func (s *Scheduler) removeDone() {
+	kept := s.active[:0]
+	for _, st := range s.active {
+		st.out.mu.Lock()
+		d := st.out.done
+		st.out.mu.Unlock()
+		if !d {
+			kept = append(kept, st)
+		}
+	}
+	clear(s.active[len(kept):])
+	s.active = kept
+	s.activeSeqs.Store(int64(s.running()))
+}
