@@ -15,6 +15,8 @@ import (
 
 	"flywheel/internal/api"
 	"flywheel/internal/app"
+	"flywheel/internal/infer"
+	"flywheel/internal/serve"
 	"flywheel/internal/trace"
 )
 
@@ -43,10 +45,10 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.app.ModelsDir, "models-dir", envOr("FLYWHEEL_MODELS_DIR", ""), "base models directory (env FLYWHEEL_MODELS_DIR; default <data-dir>/models)")
 	fs.IntVar(&c.app.Workers, "workers", envInt("FLYWHEEL_WORKERS", 2), "training jobs run in parallel across models (env FLYWHEEL_WORKERS)")
 	fs.Int64Var(&c.app.MaxBodyBytes, "max-body-bytes", envInt64("FLYWHEEL_MAX_BODY_BYTES", api.DefaultMaxBodyBytes), "request body limit in bytes (env FLYWHEEL_MAX_BODY_BYTES)")
-	fs.IntVar(&c.app.Serve.MaxBatch, "max-batch", envInt("FLYWHEEL_MAX_BATCH", 0), "inference: sequences decoded together per step per base model (env FLYWHEEL_MAX_BATCH; 0: the scheduler's default, 32)")
-	fs.IntVar(&c.app.Serve.MaxQueue, "max-queue", envInt("FLYWHEEL_MAX_QUEUE", 0), "inference: requests waiting for a batch slot before 429 (env FLYWHEEL_MAX_QUEUE; 0: the scheduler's default, 256)")
-	fs.IntVar(&c.app.Serve.AdapterCacheSize, "adapter-cache", envInt("FLYWHEEL_ADAPTER_CACHE", 0), "inference: LoRA adapters kept loaded (env FLYWHEEL_ADAPTER_CACHE; 0: the scheduler's default, 16)")
-	fs.IntVar(&c.app.Serve.PrefillChunk, "prefill-chunk", envInt("FLYWHEEL_PREFILL_CHUNK", 0), "inference: prompt tokens fed per step across sequences (env FLYWHEEL_PREFILL_CHUNK; 0: the scheduler's default, 512)")
+	fs.IntVar(&c.app.Serve.MaxBatch, "max-batch", envInt("FLYWHEEL_MAX_BATCH", 0), fmt.Sprintf("inference: sequences decoded together per step per base model (env FLYWHEEL_MAX_BATCH; 0: the default, %d)", infer.DefaultMaxBatch))
+	fs.IntVar(&c.app.Serve.MaxQueue, "max-queue", envInt("FLYWHEEL_MAX_QUEUE", 0), fmt.Sprintf("inference: requests waiting for a batch slot before 429 (env FLYWHEEL_MAX_QUEUE; 0: the default, %d)", infer.DefaultMaxQueue))
+	fs.IntVar(&c.app.Serve.AdapterCacheSize, "adapter-cache", envInt("FLYWHEEL_ADAPTER_CACHE", 0), fmt.Sprintf("inference: LoRA adapters kept loaded (env FLYWHEEL_ADAPTER_CACHE; 0: the default, %d)", serve.DefaultAdapterCacheSize))
+	fs.IntVar(&c.app.Serve.PrefillChunk, "prefill-chunk", envInt("FLYWHEEL_PREFILL_CHUNK", 0), fmt.Sprintf("inference: prompt tokens fed per step across sequences (env FLYWHEEL_PREFILL_CHUNK; 0: the default, %d)", infer.DefaultPrefillChunk))
 	fs.StringVar(&c.logFormat, "log-format", envOr("FLYWHEEL_LOG_FORMAT", "text"), "log format: text or json (env FLYWHEEL_LOG_FORMAT)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("FLYWHEEL_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env FLYWHEEL_LOG_LEVEL)")
 	if err := parseFlags(fs, args); err != nil {

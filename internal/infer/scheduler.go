@@ -31,6 +31,13 @@ type Model struct {
 	KeepSpecial []int
 }
 
+// The scheduler's defaults (an Options field left at zero takes them).
+const (
+	DefaultMaxBatch     = 32
+	DefaultMaxQueue     = 256
+	DefaultPrefillChunk = 512
+)
+
 // Options tune a scheduler. Zero values take the defaults.
 type Options struct {
 	MaxBatch     int // sequences run per step (default 32)
@@ -40,9 +47,9 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	o.MaxBatch = positiveOr(o.MaxBatch, 32)
-	o.MaxQueue = positiveOr(o.MaxQueue, 256)
-	o.PrefillChunk = positiveOr(o.PrefillChunk, 512)
+	o.MaxBatch = positiveOr(o.MaxBatch, DefaultMaxBatch)
+	o.MaxQueue = positiveOr(o.MaxQueue, DefaultMaxQueue)
+	o.PrefillChunk = positiveOr(o.PrefillChunk, DefaultPrefillChunk)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

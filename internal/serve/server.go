@@ -135,6 +135,10 @@ type CallRecorder interface {
 	RecordCall(ctx context.Context, p *auth.Principal, projectID, opName string, startedAt, endedAt time.Time, inputs, output, summary json.RawMessage, exception string) (callID string, err error)
 }
 
+// DefaultAdapterCacheSize is how many LoRA adapters are kept loaded when
+// Options.AdapterCacheSize is zero.
+const DefaultAdapterCacheSize = 16
+
 // Options tune the server. Zero values take the defaults.
 type Options struct {
 	MaxBatch         int           // sequences decoded per step per base model (default 32)
@@ -155,7 +159,7 @@ func (o *Options) defaults() {
 		o.MaxN = 16
 	}
 	if o.AdapterCacheSize <= 0 {
-		o.AdapterCacheSize = 16
+		o.AdapterCacheSize = DefaultAdapterCacheSize
 	}
 	if o.MaxTopLogprobs <= 0 {
 		o.MaxTopLogprobs = 20
