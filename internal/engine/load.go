@@ -171,6 +171,7 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 		p := "model.layers." + itoa(l) + "."
 		add(p+"input_layernorm.weight", &L.AttnNorm, H)
 		qkv := make([]float32, (Q+2*KV)*H)
+		L.QKV = qkv
 		addInto(p+"self_attn.q_proj.weight", &L.Wq, qkv[:Q*H:Q*H], Q, H)
 		addInto(p+"self_attn.k_proj.weight", &L.Wk, qkv[Q*H:(Q+KV)*H:(Q+KV)*H], KV, H)
 		addInto(p+"self_attn.v_proj.weight", &L.Wv, qkv[(Q+KV)*H:], KV, H)
@@ -189,6 +190,7 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 		}
 		add(p+"post_attention_layernorm.weight", &L.MLPNorm, H)
 		gu := make([]float32, 2*I*H)
+		L.GateUp = gu
 		addInto(p+"mlp.gate_proj.weight", &L.Wgate, gu[:I*H:I*H], I, H)
 		addInto(p+"mlp.up_proj.weight", &L.Wup, gu[I*H:], I, H)
 		add(p+"mlp.down_proj.weight", &L.Wdown, H, I)

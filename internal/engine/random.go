@@ -29,6 +29,7 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 		L := &w.Layers[l]
 		norm(&L.AttnNorm, H)
 		qkv := make([]float32, (Q+2*KV)*H) // fused layout, as LoadWeights makes
+		L.QKV = qkv
 		linInto(&L.Wq, qkv[:Q*H:Q*H])
 		linInto(&L.Wk, qkv[Q*H:(Q+KV)*H:(Q+KV)*H])
 		linInto(&L.Wv, qkv[(Q+KV)*H:])
@@ -47,6 +48,7 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 		}
 		norm(&L.MLPNorm, H)
 		gu := make([]float32, 2*I*H)
+		L.GateUp = gu
 		linInto(&L.Wgate, gu[:I*H:I*H])
 		linInto(&L.Wup, gu[I*H:])
 		lin(&L.Wdown, H*I)

@@ -1,29 +1,36 @@
 package engine
 
-import "unsafe"
-
 // fusedLayer views a layer's q/k/v weights as one [Q+2KV, H] matrix and
-// its gate/up weights as one [2I, H] matrix when they are stored back to
-// back in memory (LoadWeights and RandomWeights store them so), so the
-// forward pass runs one matrix product instead of three and two; nil
-// fields mean the weights are separate (e.g. built by hand).
+// its gate/up weights as one [2I, H] matrix when the layer carries them as
+// one buffer (Layer.QKV, Layer.GateUp, which LoadWeights and RandomWeights
+// fill) and the separate matrices are exactly its parts, so the forward
+// pass runs one matrix product instead of three and two; nil fields mean
+// the weights are separate (e.g. built by hand, or replaced after loading).
 type fusedLayer struct{ qkv, gu []float32 }
 
-// adjacent reports whether b starts exactly where a ends in memory.
-func adjacent(a, b []float32) bool {
-	return len(a) > 0 && len(b) > 0 &&
-		unsafe.Add(unsafe.Pointer(unsafe.SliceData(a)), 4*len(a)) == unsafe.Pointer(unsafe.SliceData(b))
+// partsOf reports whether the slices parts lie back to back at the start of
+// buf and fill it exactly (compared element address by element address, so
+// no pointer leaves its allocation).
+func partsOf(buf []float32, parts ...[]float32) bool {
+	off := 0
+	for _, p := range parts {
+		if len(p) == 0 || off+len(p) > len(buf) || &buf[off] != &p[0] {
+			return false
+		}
+		off += len(p)
+	}
+	return off == len(buf)
 }
 
 func fuse(w *Weights) []fusedLayer {
 	f := make([]fusedLayer, len(w.Layers))
 	for l := range w.Layers {
 		L := &w.Layers[l]
-		if adjacent(L.Wq, L.Wk) && adjacent(L.Wk, L.Wv) {
-			f[l].qkv = unsafe.Slice(unsafe.SliceData(L.Wq), len(L.Wq)+len(L.Wk)+len(L.Wv))
+		if partsOf(L.QKV, L.Wq, L.Wk, L.Wv) {
+			f[l].qkv = L.QKV
 		}
-		if adjacent(L.Wgate, L.Wup) {
-			f[l].gu = unsafe.Slice(unsafe.SliceData(L.Wgate), len(L.Wgate)+len(L.Wup))
+		if partsOf(L.GateUp, L.Wgate, L.Wup) {
+			f[l].gu = L.GateUp
 		}
 	}
 	return f
@@ -47,6 +54,10 @@ type Layer struct {
 	Wgate        []float32 // [I, H]
 	Wup          []float32 // [I, H]
 	Wdown        []float32 // [H, I]
+	// QKV and GateUp, when set, are one buffer holding Wq, Wk, Wv (resp.
+	// Wgate, Wup) back to back; the forward pass then multiplies by each as
+	// one matrix. LoadWeights and RandomWeights set them.
+	QKV, GateUp []float32
 }
 
 // Weights is a whole model's parameters in float32.
