@@ -373,9 +373,11 @@ func BenchmarkTrainAttention(b *testing.B) {
 	dq, dk, dv := make([]float32, N*Q), make([]float32, N*KV), make([]float32, N*KV)
 	var views []attnView[float32]
 	for s := 0; s < 4; s++ {
-		views = append(views, attnView[float32]{R0: 256 * s, N: 256, K: k[256*s*KV:], V: v[256*s*KV:], RS: KV, HS: ge.d})
+		views = append(views, attnView[float32]{R0: 256 * s, N: 256,
+			KV: []kvChunk[float32]{{K: k[256*s*KV:], V: v[256*s*KV:], RS: KV, HS: ge.d, N: 256, R0: 256 * s}}})
 	}
 	scr := make([]attnScratch[float32], par.Workers())
+	anc := make([]attnGrads[float32], len(views))
 	for _, be := range []kernels.Backend{kernels.Go{}, kernels.Default()} {
 		b.Run(be.Name(), func(b *testing.B) {
 			prev := attnKernels
@@ -383,7 +385,7 @@ func BenchmarkTrainAttention(b *testing.B) {
 			defer func() { attnKernels = prev }()
 			for i := 0; i < b.N; i++ {
 				attentionForward(q, views, ge, lse, out, scr)
-				attentionBackward(q, k, v, lse, dout, views, ge, dq, dk, dv, scr)
+				attentionBackward(q, lse, dout, views, ge, dq, dk, dv, anc, scr)
 			}
 		})
 	}

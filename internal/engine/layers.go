@@ -256,15 +256,31 @@ func attnGemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int
 // FlashAttention does), so its memory is O(workers · attnBlock · L).
 var attnBlock = 64
 
-// attnView is where one sequence's keys and values of the current layer
-// are: the key of position p, kv head g is K[g*HS+p*RS : +D] (V alike).
-// The rows [R0, R0+N) of the pass are the sequence's new tokens at
-// positions P0..P0+N−1; each attends causally to the keys at positions up
-// to its own (the last win of them when win > 0).
-type attnView[T Float] struct {
-	R0, N, P0 int
+// kvChunk is a run of one sequence's keys and values for the current layer:
+// positions [P0, P0+N), the key of position P0+j for kv head g at
+// K[g*HS+j*RS : +D] (V alike). R0 is the chunk's first row in the pass when
+// its keys are rows of the pass (training), −1 for a KV cache (serving).
+type kvChunk[T Float] struct {
 	K, V      []T
 	RS, HS    int
+	P0, N, R0 int
+}
+
+// at is the chunk's key and value rows of kv head g from position p on.
+func (c *kvChunk[T]) at(g, p int) (K, V []T) {
+	o := g*c.HS + (p-c.P0)*c.RS
+	return c.K[o:], c.V[o:]
+}
+
+// attnView is one sequence's rows in a pass and where its keys are: rows
+// [R0, R0+N) are its new tokens at positions P0..P0+N−1; each attends
+// causally (to the last win keys when win > 0) to the keys at positions up
+// to its own, which KV covers in order from position 0: a KV cache
+// (serving), or the rows of the sequence's ancestors in a tree of shared
+// prefixes followed by its own rows (training).
+type attnView[T Float] struct {
+	R0, N, P0 int
+	KV        []kvChunk[T]
 }
 
 // attnScratch is one worker's blocks: gathered queries, scores, outputs.
@@ -273,7 +289,8 @@ type attnScratch[T Float] struct{ qg, s, og, dog, dp []T }
 // attnGeom is the shape of an attention call.
 type attnGeom struct{ nh, nkv, d, win int }
 
-// keyRange is the keys [lo, hi) that the query rows [i0, i1) of view v see.
+// keyRange is the keys [lo, hi) that the query rows [i0, i1) of a view
+// whose first row is at position p0 see.
 func (g attnGeom) keyRange(p0, i0, i1 int) (lo, hi int) {
 	hi = p0 + i1
 	if g.win > 0 {
@@ -288,6 +305,12 @@ func (g attnGeom) rowKeys(pos int) (lo, hi int) {
 		lo = max(0, pos-g.win+1)
 	}
 	return lo, pos + 1
+}
+
+// overlap is the part [a, b) of the positions [lo, hi) that chunk c holds
+// (a >= b: none).
+func (c *kvChunk[T]) overlap(lo, hi int) (a, b int) {
+	return max(lo, c.P0), min(hi, c.P0+c.N)
 }
 
 // gatherHeads copies rows [r0, r0+B) of the rep heads of kv head g of x
@@ -305,6 +328,20 @@ func gatherHeads[T Float](x []T, r0, B, g int, ge attnGeom, dst []T, scatter boo
 				copy(blk, src)
 			}
 		}
+	}
+}
+
+// scores sets S [M, hi−lo] = Qg·K[lo:hi]ᵀ·scale over the chunks of v.
+func scores[T Float](v *attnView[T], g, lo, hi, M, d int, scale T, qg, S []T) {
+	P := hi - lo
+	for ci := range v.KV {
+		c := &v.KV[ci]
+		a, b := c.overlap(lo, hi)
+		if a >= b {
+			continue
+		}
+		K, _ := c.at(g, a)
+		attnGemm(false, true, M, b-a, d, scale, qg, d, K, c.RS, 0, S[a-lo:], P)
 	}
 }
 
@@ -332,15 +369,14 @@ func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out
 	}
 	par.Tasks(len(tasks), work < 1<<16, func(w, ti int) {
 		tk := tasks[ti]
-		v := views[tk.v]
+		v := &views[tk.v]
 		B := tk.i1 - tk.i0
 		lo, hi := ge.keyRange(v.P0, tk.i0, tk.i1)
 		P, M := hi-lo, rep*B
 		sc := &scr[w]
 		sc.qg, sc.s, sc.og = grow(sc.qg, M*d), grow(sc.s, M*P), grow(sc.og, M*d)
 		gatherHeads(q, v.R0+tk.i0, B, tk.g, ge, sc.qg, false)
-		K, V := v.K[tk.g*v.HS+lo*v.RS:], v.V[tk.g*v.HS+lo*v.RS:]
-		attnGemm(false, true, M, P, d, scale, sc.qg, d, K, v.RS, 0, sc.s, P)
+		scores(v, tk.g, lo, hi, M, d, scale, sc.qg, sc.s)
 		for i := 0; i < M; i++ {
 			hl, t := i/B, i%B
 			row := sc.s[i*P : (i+1)*P]
@@ -353,7 +389,17 @@ func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out
 				lse[(v.R0+tk.i0+t)*nh+tk.g*rep+hl] = m
 			}
 		}
-		attnGemm(false, false, M, d, P, 1, sc.s, P, V, v.RS, 0, sc.og, d)
+		var beta T
+		for ci := range v.KV {
+			c := &v.KV[ci]
+			a, b := c.overlap(lo, hi)
+			if a >= b {
+				continue
+			}
+			_, V := c.at(tk.g, a)
+			attnGemm(false, false, M, d, b-a, 1, sc.s[a-lo:], P, V, c.RS, beta, sc.og, d)
+			beta = 1
+		}
 		gatherHeads(out, v.R0+tk.i0, B, tk.g, ge, sc.og, true)
 	})
 }
@@ -382,46 +428,67 @@ func softmaxRow[T Float](row []T, wantLSE bool) T {
 	return mx + T(math.Log(float64(sum)))
 }
 
-// attentionBackward: for views whose keys are their own rows (training:
-// P0 = 0, K = k[R0·KV:], RS = KV, HS = D), given dout [N,Q] and the saved
-// lse, per block of query rows recompute P = exp(q·kᵀ/√D − lse) (causal,
+// attnGrads holds, per view, the gradients of the keys and values of its
+// ancestors' rows (training with shared prefixes): [P0, KV] each, added
+// into the ancestors' rows once every view is done, so views sharing a
+// prefix never write the same rows at once.
+type attnGrads[T Float] struct{ dk, dv []T }
+
+// attentionBackward: for training views (every chunk's keys are rows of the
+// pass, the last chunk the view's own), given dout [N,Q] and the saved lse,
+// per block of query rows recompute P = exp(q·kᵀ/√D − lse) (causal,
 // windowed), then
 //
 //	dP = dout·vᵀ; dv += Pᵀ·dout; dS = P⊙(dP − rowsum(P⊙dP))/√D;
 //	dq = dS·k; dk += dSᵀ·q.
 //
-// One task per (view, kv head): the heads sharing a kv head accumulate dk
-// and dv in one task, so they do not race. dq, dk, dv are overwritten.
-func attentionBackward[T Float](q, k, v, lse, dout []T, views []attnView[T], ge attnGeom, dq, dk, dv []T, scr []attnScratch[T]) {
+// One task per (view, kv head): the heads sharing a kv head accumulate the
+// view's own dk and dv rows in one task; gradients of ancestor rows go to
+// the view's anc buffers and are summed into dk, dv afterwards in view
+// order (deterministic). dq, dk, dv are overwritten.
+func attentionBackward[T Float](q, lse, dout []T, views []attnView[T], ge attnGeom, dq, dk, dv []T, anc []attnGrads[T], scr []attnScratch[T]) {
 	rep, d, nh, nkv := ge.nh/ge.nkv, ge.d, ge.nh, ge.nkv
 	KV := nkv * d
 	scale := T(1 / math.Sqrt(float64(d)))
+	for vi, vw := range views {
+		anc[vi].dk, anc[vi].dv = grow(anc[vi].dk, vw.P0*KV), grow(anc[vi].dv, vw.P0*KV)
+	}
 	par.Tasks(len(views)*nkv, false, func(w, task int) {
-		vw, g := views[task/nkv], task%nkv
+		vi, g := task/nkv, task%nkv
+		vw := &views[vi]
 		L := vw.N
-		kg, vg := k[vw.R0*KV+g*d:], v[vw.R0*KV+g*d:]
-		dkg, dvg := dk[vw.R0*KV+g*d:], dv[vw.R0*KV+g*d:]
-		for i := 0; i < L; i++ {
-			clear(dkg[i*KV : i*KV+d])
-			clear(dvg[i*KV : i*KV+d])
+		// gradient destinations, chunk by chunk: the view's own rows, or its
+		// ancestor buffers
+		dst := func(c *kvChunk[T], p int) (dK, dV []T) {
+			if c.P0 >= vw.P0 { // own rows
+				o := (c.R0+p-c.P0)*KV + g*d
+				return dk[o:], dv[o:]
+			}
+			o := p*KV + g*d
+			return anc[vi].dk[o:], anc[vi].dv[o:]
+		}
+		for p := 0; p < vw.P0+L; p++ {
+			c := vw.chunkOf(p)
+			dK, dV := dst(c, p)
+			clear(dK[:d])
+			clear(dV[:d])
 		}
 		sc := &scr[w]
 		for i0 := 0; i0 < L; i0 += attnBlock {
 			i1 := min(i0+attnBlock, L)
 			B := i1 - i0
-			lo, hi := ge.keyRange(0, i0, i1)
+			lo, hi := ge.keyRange(vw.P0, i0, i1)
 			P, M := hi-lo, rep*B
 			sc.qg, sc.dog, sc.og = grow(sc.qg, M*d), grow(sc.dog, M*d), grow(sc.og, M*d)
 			sc.s, sc.dp = grow(sc.s, M*P), grow(sc.dp, M*P)
 			gatherHeads(q, vw.R0+i0, B, g, ge, sc.qg, false)
 			gatherHeads(dout, vw.R0+i0, B, g, ge, sc.dog, false)
-			K, V, dK, dV := kg[lo*KV:], vg[lo*KV:], dkg[lo*KV:], dvg[lo*KV:]
 			// recompute P [M,P]
-			attnGemm(false, true, M, P, d, scale, sc.qg, d, K, KV, 0, sc.s, P)
+			scores(vw, g, lo, hi, M, d, scale, sc.qg, sc.s)
 			for i := 0; i < M; i++ {
 				hl, t := i/B, i%B
 				row := sc.s[i*P : (i+1)*P]
-				klo, khi := ge.rowKeys(i0 + t)
+				klo, khi := ge.rowKeys(vw.P0 + i0 + t)
 				klo, khi = klo-lo, khi-lo
 				m := lse[(vw.R0+i0+t)*nh+g*rep+hl]
 				clear(row[:klo])
@@ -430,10 +497,19 @@ func attentionBackward[T Float](q, k, v, lse, dout []T, views []attnView[T], ge 
 				}
 				clear(row[khi:])
 			}
-			// dV [P,D] += Pᵀ [P,M] · dOg [M,D]
-			attnGemm(true, false, P, d, M, 1, sc.s, P, sc.dog, d, 1, dV, KV)
-			// dP [M,P] = dOg [M,D] · Vᵀ [D,P]
-			attnGemm(false, true, M, P, d, 1, sc.dog, d, V, KV, 0, sc.dp, P)
+			for ci := range vw.KV {
+				c := &vw.KV[ci]
+				a, b := c.overlap(lo, hi)
+				if a >= b {
+					continue
+				}
+				_, V := c.at(g, a)
+				_, dV := dst(c, a)
+				// dV [b−a,D] += Pᵀ [b−a,M] · dOg [M,D]
+				attnGemm(true, false, b-a, d, M, 1, sc.s[a-lo:], P, sc.dog, d, 1, dV, KV)
+				// dP [M,b−a] = dOg [M,D] · Vᵀ [D,b−a]
+				attnGemm(false, true, M, b-a, d, 1, sc.dog, d, V, c.RS, 0, sc.dp[a-lo:], P)
+			}
 			for i := 0; i < M; i++ {
 				pr, dr := sc.s[i*P:(i+1)*P], sc.dp[i*P:(i+1)*P]
 				var dot T
@@ -444,13 +520,49 @@ func attentionBackward[T Float](q, k, v, lse, dout []T, views []attnView[T], ge 
 					dr[j] = p * (dr[j] - dot) * scale
 				}
 			}
-			// dQg [M,D] = dS [M,P] · K [P,D]
-			attnGemm(false, false, M, d, P, 1, sc.dp, P, K, KV, 0, sc.og, d)
+			var beta T
+			for ci := range vw.KV {
+				c := &vw.KV[ci]
+				a, b := c.overlap(lo, hi)
+				if a >= b {
+					continue
+				}
+				K, _ := c.at(g, a)
+				dK, _ := dst(c, a)
+				// dQg [M,D] (+)= dS [M,b−a] · K [b−a,D]
+				attnGemm(false, false, M, d, b-a, 1, sc.dp[a-lo:], P, K, c.RS, beta, sc.og, d)
+				beta = 1
+				// dK [b−a,D] += dSᵀ [b−a,M] · Qg [M,D]
+				attnGemm(true, false, b-a, d, M, 1, sc.dp[a-lo:], P, sc.qg, d, 1, dK, KV)
+			}
 			gatherHeads(dq, vw.R0+i0, B, g, ge, sc.og, true)
-			// dK [P,D] += dSᵀ [P,M] · Qg [M,D]
-			attnGemm(true, false, P, d, M, 1, sc.dp, P, sc.qg, d, 1, dK, KV)
 		}
 	})
+	// ancestors' key/value gradients, in view order
+	for vi := range views {
+		vw := &views[vi]
+		for ci := range vw.KV {
+			c := &vw.KV[ci]
+			if c.P0 >= vw.P0 {
+				continue
+			}
+			for j := 0; j < c.N; j++ {
+				r, p := c.R0+j, c.P0+j
+				addInto(dk[r*KV:(r+1)*KV], anc[vi].dk[p*KV:(p+1)*KV])
+				addInto(dv[r*KV:(r+1)*KV], anc[vi].dv[p*KV:(p+1)*KV])
+			}
+		}
+	}
+}
+
+// chunkOf is the chunk holding position p.
+func (v *attnView[T]) chunkOf(p int) *kvChunk[T] {
+	for ci := range v.KV {
+		if c := &v.KV[ci]; p < c.P0+c.N {
+			return c
+		}
+	}
+	panic("engine: position outside the view's keys")
 }
 
 // ---------------------------------------------------------------- SwiGLU

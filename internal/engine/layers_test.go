@@ -138,8 +138,13 @@ func caseRoPE[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	return y, [][]T{dx}
 }
 
-// attnSpans are two packed sequences of 4 and 3 rows.
-var attnSpans = []span{{R0: 0, N: 4}, {R0: 4, N: 3}}
+// attnSpans are two packed sequences of 4 and 3 rows; attnTree is a prefix
+// of 3 rows continued by two sequences of 2 rows each (rows 3–4 and 5–6).
+var (
+	attnSpans = []span{{R0: 0, N: 4}, {R0: 4, N: 3}}
+	attnTree  = []span{{R0: 0, N: 3}, {R0: 3, N: 2, P0: 3, anc: []int{0}}, {R0: 5, N: 2, P0: 3, anc: []int{0}}}
+	attnCase  = attnSpans
+)
 
 const attnNH, attnNKV, attnD = 4, 2, 3
 
@@ -150,9 +155,16 @@ func caseAttention[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	N := 7
 	ge := attnGeom{nh: attnNH, nkv: attnNKV, d: attnD, win: attnWin}
 	KV := attnNKV * attnD
-	views := make([]attnView[T], len(attnSpans))
-	for i, sp := range attnSpans {
-		views[i] = attnView[T]{R0: sp.R0, N: sp.N, K: in[1][sp.R0*KV:], V: in[2][sp.R0*KV:], RS: KV, HS: attnD}
+	views := make([]attnView[T], len(attnCase))
+	chunk := func(sp span) kvChunk[T] {
+		return kvChunk[T]{K: in[1][sp.R0*KV:], V: in[2][sp.R0*KV:], RS: KV, HS: attnD, P0: sp.P0, N: sp.N, R0: sp.R0}
+	}
+	for i, sp := range attnCase {
+		var kv []kvChunk[T]
+		for _, a := range sp.anc {
+			kv = append(kv, chunk(attnCase[a]))
+		}
+		views[i] = attnView[T]{R0: sp.R0, N: sp.N, P0: sp.P0, KV: append(kv, chunk(sp))}
 	}
 	scr := make([]attnScratch[T], 8)
 	lse, out := make([]T, N*attnNH), make([]T, N*attnNH*attnD)
@@ -161,7 +173,7 @@ func caseAttention[T Float](in [][]T, gy []T) ([]T, [][]T) {
 		return out, nil
 	}
 	dq, dk, dv := make([]T, len(in[0])), make([]T, len(in[1])), make([]T, len(in[2]))
-	attentionBackward(in[0], in[1], in[2], lse, gy, views, ge, dq, dk, dv, scr)
+	attentionBackward(in[0], lse, gy, views, ge, dq, dk, dv, make([]attnGrads[T], len(views)), scr)
 	return out, [][]T{dq, dk, dv}
 }
 
@@ -204,7 +216,11 @@ func TestLayerGradients(t *testing.T) {
 	checkLayer(t, "attention (blocks of 2 rows)", caseAttention[float64], caseAttention[float32], attnIn, 1e-6, 1e-3)
 	attnWin = 2 // sliding window (Mistral): rows see their last 2 keys
 	checkLayer(t, "attention (window 2, blocks of 2 rows)", caseAttention[float64], caseAttention[float32], attnIn, 1e-6, 1e-3)
-	attnBlock, attnWin = prev, 0
+	attnCase = attnTree // shared prefix: the continuations' key gradients reach the prefix rows
+	checkLayer(t, "attention (shared prefix, window 2, blocks of 2 rows)", caseAttention[float64], caseAttention[float32], attnIn, 1e-6, 1e-3)
+	attnWin = 0
+	checkLayer(t, "attention (shared prefix)", caseAttention[float64], caseAttention[float32], attnIn, 1e-6, 1e-3)
+	attnBlock, attnCase = prev, attnSpans
 	checkLayer(t, "swiglu", caseSwiGLU[float64], caseSwiGLU[float32], [][]float64{rvec(rng, 20, 2)}, 1e-6, 1e-3)
 	checkLayer(t, "log-softmax", caseLogSoftmax[float64], caseLogSoftmax[float32], [][]float64{rvec(rng, 11, 2)}, 1e-6, 1e-3)
 }

@@ -173,10 +173,12 @@ func (g loraRows[T]) factors(l, mod int) *Factors[T] {
 // span is one sequence's rows in a pass: rows [R0, R0+N) are its tokens at
 // positions P0..P0+N−1. With seq set (serving) the rows' keys and values are
 // appended to its KV cache and attention reads the cache; otherwise
-// (training) the sequence is the rows themselves (P0 = 0).
+// (training) its keys are the rows of its ancestor spans anc (root first,
+// covering positions [0, P0): a shared prefix) and then its own rows.
 type span struct {
 	R0, N, P0 int
 	seq       *Seq
+	anc       []int
 }
 
 // rowsState is what the layers need to know about the rows of a pass, and
@@ -188,6 +190,8 @@ type rowsState[T Float] struct {
 	rmax     int // largest LoRA rank of the groups (at least 1)
 	spans    []span
 	views    []attnView[T]
+	chunks   []kvChunk[T]     // the views' chunks
+	anc      []attnGrads[T]   // per view, for the backward
 	scr      []attnScratch[T] // per worker
 	qkv      []T              // fused q/k/v product
 }
@@ -206,6 +210,14 @@ func (n *Net[T]) setRows(st *rowsState[T], pos []int, groups []loraRows[T], span
 		}
 	}
 	st.views = grow(st.views, len(spans))
+	nc := 0
+	for _, sp := range spans {
+		nc += len(sp.anc) + 1
+	}
+	st.chunks = grow(st.chunks, nc)
+	if len(st.anc) < len(spans) {
+		st.anc = append(st.anc, make([]attnGrads[T], len(spans)-len(st.anc))...)
+	}
 	if w := par.Workers(); len(st.scr) < w {
 		st.scr = append(st.scr, make([]attnScratch[T], w-len(st.scr))...)
 	}
@@ -359,24 +371,33 @@ func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []
 func (n *Net[T]) attendViews(l int, st *rowsState[T], a *acts[T]) {
 	c := n.Config
 	KV, D := c.KVDim(), c.HeadDim
-	for i, sp := range st.spans {
-		if sp.seq == nil {
-			st.views[i] = attnView[T]{R0: sp.R0, N: sp.N, P0: sp.P0,
-				K: a.kr[sp.R0*KV:], V: a.v[sp.R0*KV:], RS: KV, HS: D}
-			continue
-		}
-		s := sp.seq
-		kc, vc := any(s.k[l]).([]T), any(s.v[l]).([]T)
-		for t := 0; t < sp.N; t++ {
-			r, pos := sp.R0+t, sp.P0+t
-			for h := 0; h < c.NumKVHeads; h++ {
-				off := (h*s.cap + pos) * D
-				copy(kc[off:off+D], a.kr[r*KV+h*D:r*KV+(h+1)*D])
-				copy(vc[off:off+D], a.v[r*KV+h*D:r*KV+(h+1)*D])
-			}
-		}
-		st.views[i] = attnView[T]{R0: sp.R0, N: sp.N, P0: sp.P0, K: kc, V: vc, RS: D, HS: s.cap * D}
+	chunks := st.chunks[:0]
+	rows := func(sp span) kvChunk[T] {
+		return kvChunk[T]{K: a.kr[sp.R0*KV:], V: a.v[sp.R0*KV:], RS: KV, HS: D, P0: sp.P0, N: sp.N, R0: sp.R0}
 	}
+	for i, sp := range st.spans {
+		k0 := len(chunks)
+		if sp.seq == nil {
+			for _, ai := range sp.anc {
+				chunks = append(chunks, rows(st.spans[ai]))
+			}
+			chunks = append(chunks, rows(sp))
+		} else {
+			s := sp.seq
+			kc, vc := any(s.k[l]).([]T), any(s.v[l]).([]T)
+			for t := 0; t < sp.N; t++ {
+				r, pos := sp.R0+t, sp.P0+t
+				for h := 0; h < c.NumKVHeads; h++ {
+					off := (h*s.cap + pos) * D
+					copy(kc[off:off+D], a.kr[r*KV+h*D:r*KV+(h+1)*D])
+					copy(vc[off:off+D], a.v[r*KV+h*D:r*KV+(h+1)*D])
+				}
+			}
+			chunks = append(chunks, kvChunk[T]{K: kc, V: vc, RS: D, HS: s.cap * D, P0: 0, N: sp.P0 + sp.N, R0: -1})
+		}
+		st.views[i] = attnView[T]{R0: sp.R0, N: sp.N, P0: sp.P0, KV: chunks[k0:len(chunks):len(chunks)]}
+	}
+	st.chunks = chunks
 }
 
 // addInto adds x to dst elementwise.
@@ -445,11 +466,8 @@ func (n *Net[T]) blockBackward(l int, st *rowsState[T], x []T, a *acts[T], dout,
 	if L.qNorm != nil {
 		dq, dk = s.dqn, s.dkn
 	}
-	views := st.views[:len(st.spans)]
-	for i, sp := range st.spans {
-		views[i] = attnView[T]{R0: sp.R0, N: sp.N}
-	}
-	attentionBackward(a.qr, a.kr, a.v, a.lse, s.datt, views, n.geom(), dq, dk, s.dv, st.scr)
+	n.attendViews(l, st, a)
+	attentionBackward(a.qr, a.lse, s.datt, st.views[:len(st.spans)], n.geom(), dq, dk, s.dv, st.anc, st.scr)
 	ropeBackward(dq, N, nh, D, st.cos, st.sin)
 	ropeBackward(dk, N, nkv, D, st.cos, st.sin)
 	if L.qNorm != nil {

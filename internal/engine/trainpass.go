@@ -2,14 +2,21 @@ package engine
 
 import "fmt"
 
-// Batch is a packed set of training sequences. Segs are the sequences:
-// tokens [Off, Off+Len) of Tokens, at positions 0..Len−1 (Pos). Rows lists
-// the positions t whose next-token logprob log p(Targets[i] | ≤t) is
-// needed.
+// Batch is a packed set of training sequences. Segs are the segments:
+// tokens [Off, Off+Len) of Tokens. A segment may continue another (Parent):
+// sequences that share a prefix (the prompt of a group of trajectories)
+// hold it once, as a segment that their own segments continue, so its
+// forward and backward run once. A segment's tokens are at positions
+// P0..P0+Len−1 (Pos), where P0 is the total length of its ancestors, and
+// attend to its ancestors' tokens and its own. Rows lists the rows t whose
+// next-token logprob log p(Targets[i] | ≤t) is needed; a row may appear
+// several times (the last row of a shared prefix predicts the first token
+// of each continuation).
 type Batch struct {
 	Tokens  []int
 	Pos     []int
 	Segs    []Segment
+	Parent  []int // per segment, the segment it continues (−1: none); nil: none does
 	Rows    []int
 	Targets []int
 }
@@ -66,6 +73,10 @@ func (n *Net[T]) ForwardBatch(b *Batch, lo *LoRA[T], bud Budgets) (*Pass[T], err
 	spans := make([]span, len(b.Segs))
 	for i, s := range b.Segs {
 		spans[i] = span{R0: s.Off, N: s.Len}
+		if p := b.parent(i); p >= 0 {
+			spans[i].anc = append(append([]int(nil), spans[p].anc...), p)
+			spans[i].P0 = spans[p].P0 + spans[p].N
+		}
 	}
 	n.setRows(&p.st, b.Pos, []loraRows[T]{{R0: 0, R1: N, L: lo}}, spans)
 	p.xs[0] = make([]T, N*H)
@@ -120,17 +131,27 @@ func (n *Net[T]) checkBatch(b *Batch, lo *LoRA[T]) error {
 			return fmt.Errorf("engine: target id %d out of range [0,%d)", t, c.VocabSize)
 		}
 	}
+	if b.Parent != nil && len(b.Parent) != len(b.Segs) {
+		return fmt.Errorf("engine: batch: %d segments, %d parents", len(b.Segs), len(b.Parent))
+	}
 	off := 0
-	for _, s := range b.Segs {
+	p0 := make([]int, len(b.Segs))
+	for si, s := range b.Segs {
 		if s.Off != off || s.Len <= 0 {
 			return fmt.Errorf("engine: batch segments must tile the tokens in order")
 		}
-		if s.Len > c.MaxPositionEmbeddings {
-			return fmt.Errorf("engine: context length exceeded: a sequence of %d tokens, the model's maximum is %d", s.Len, c.MaxPositionEmbeddings)
+		if p := b.parent(si); p >= 0 || p < -1 {
+			if p >= si || p < -1 {
+				return fmt.Errorf("engine: batch segment %d continues segment %d, which does not come before it", si, p)
+			}
+			p0[si] = p0[p] + b.Segs[p].Len
+		}
+		if n := p0[si] + s.Len; n > c.MaxPositionEmbeddings {
+			return fmt.Errorf("engine: context length exceeded: a sequence of %d tokens, the model's maximum is %d", n, c.MaxPositionEmbeddings)
 		}
 		for i := 0; i < s.Len; i++ {
-			if b.Pos[s.Off+i] != i {
-				return fmt.Errorf("engine: batch positions must run 0..Len-1 in each segment")
+			if b.Pos[s.Off+i] != p0[si]+i {
+				return fmt.Errorf("engine: batch positions must run on from the parent's in each segment")
 			}
 		}
 		off += s.Len
@@ -144,6 +165,14 @@ func (n *Net[T]) checkBatch(b *Batch, lo *LoRA[T]) error {
 		}
 	}
 	return n.checkLoRA(lo)
+}
+
+// parent is segment i's parent (−1: none).
+func (b *Batch) parent(i int) int {
+	if b.Parent == nil {
+		return -1
+	}
+	return b.Parent[i]
 }
 
 // headChunk computes the probabilities [c1−c0, V] of rows c0..c1 of the
