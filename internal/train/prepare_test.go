@@ -228,8 +228,12 @@ func TestPrepareRLAdvantages(t *testing.T) {
 // A job whose sequences fit one batch takes one step; the first-fit
 // packing respects the budget.
 func TestPacking(t *testing.T) {
-	mk := func(n int) *sequence {
-		return &sequence{Tokens: make([]int, n), Mask: make([]bool, n), OldLP: make([]float64, n)}
+	first := 0
+	mk := func(n int) *sequence { // sequences that share no prefix
+		first++
+		s := &sequence{Tokens: make([]int, n), Mask: make([]bool, n), OldLP: make([]float64, n)}
+		s.Tokens[0] = first
+		return s
 	}
 	seqs := []*sequence{mk(100), mk(300), mk(200), mk(50)}
 	if b := packSequences(seqs, 1000); len(b) != 1 {
