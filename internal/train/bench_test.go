@@ -11,6 +11,7 @@ import (
 
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/rl"
 )
 
 // smolCfg is the SmolLM2-135M shape; smallCfg a small model of the same
@@ -115,6 +116,81 @@ func BenchmarkTrainStepSmolLM2_135M_4x256(b *testing.B) {
 // Every layer recomputed before its backward (what larger batches do).
 func BenchmarkTrainStepSmolLM2_135M_4x256_Recompute(b *testing.B) {
 	benchTrainStep(b, smolCfg(), 4, 256, true)
+}
+
+// benchRLStep measures the gradient step of an RL job for one group of 8
+// trajectories that share a 480-token prompt and each add 64 sampled
+// tokens (trainable), the step the RL-job figure is made of: the
+// trie batch holds the prompt once. With shared false every trajectory gets
+// a distinct first token, so nothing is shared (the cost of training each
+// sequence in full, for comparison).
+func benchRLStep(b *testing.B, shared bool) {
+	cfg := smolCfg()
+	w := engine.RandomWeights(cfg, 1)
+	ad, err := engine.NewAdapter(cfg, engine.DefaultLoRAConfig(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := newModel(engine.NewModel("bench", cfg, w, nil, nil), ad, Options{}.withDefaults().ActivationBudget)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &session{ad: ad, m: m, opt: NewAdamW(), params: adapterParams(m)}
+	x := uint64(777)
+	rnd := func() int {
+		x = x*6364136223846793005 + 1442695040888963407
+		return int(x>>33) % cfg.VocabSize
+	}
+	prompt := make([]int, 480)
+	for i := range prompt {
+		prompt[i] = rnd()
+	}
+	var seqs []*sequence
+	for k := 0; k < 8; k++ {
+		sq := &sequence{A: float64(k%2*2 - 1), W: 1.0 / 64}
+		sq.Tokens = append(sq.Tokens, prompt...)
+		if !shared {
+			sq.Tokens[0] = k
+		}
+		for t := 0; t < 64; t++ {
+			sq.Tokens = append(sq.Tokens, rnd())
+		}
+		sq.Mask = make([]bool, len(sq.Tokens))
+		sq.OldLP = make([]float64, len(sq.Tokens))
+		for t := 480; t < len(sq.Tokens); t++ {
+			sq.Mask[t], sq.OldLP[t] = true, -10
+		}
+		sq.count()
+		seqs = append(seqs, sq)
+	}
+	sb := buildBatch(seqs)
+	rl.Normalize(sb.toks, 0)
+	cfgRL, err := rl.ResolveConfig(nil, 1e-5)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("kernels: %s, GOMAXPROCS %d, batch rows %d for %d tokens", kernels.Describe(kernels.Default()), runtime.GOMAXPROCS(0), len(sb.b.Tokens), sb.ntoken)
+	if _, err := s.runStep(sb, 1e-5, sb.rlLoss(cfgRL)); err != nil { // warm-up
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuSeconds()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.runStep(sb, 1e-5, sb.rlLoss(cfgRL)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(start).Seconds()
+	b.ReportMetric(el/float64(b.N), "s/step")
+	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/step")
+	b.ReportMetric(peakRSS(), "peakRSS-MiB")
+}
+
+// The RL step of one group, 8 × (480 prompt + 64 sampled) tokens, SmolLM2
+// shape: the prompt shared (as the trainer runs it) and not.
+func BenchmarkRLStepSmolLM2_8x544(b *testing.B) {
+	b.Run("shared-prefix", func(b *testing.B) { benchRLStep(b, true) })
+	b.Run("full", func(b *testing.B) { benchRLStep(b, false) })
 }
 
 func BenchmarkTrainStepSmall_H256_L4_4x256(b *testing.B) {

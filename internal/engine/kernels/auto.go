@@ -11,8 +11,11 @@ import (
 const EnvKernels = "FLYWHEEL_KERNELS"
 
 // Auto picks a backend: the one FLYWHEEL_KERNELS names, else OpenBLAS when
-// its shared library loads, else the Go backend. When FLYWHEEL_KERNELS=openblas
-// but the library cannot be loaded, it logs a warning and returns Go.
+// its shared library loads and runs vector kernels at least as wide as the
+// Go backend's (an OpenBLAS that fell back to SSE-era kernels on an AVX2
+// machine is passed over, with a log line), else the Go backend. When
+// FLYWHEEL_KERNELS=openblas but the library cannot be loaded, it logs a
+// warning and returns Go.
 func Auto() Backend {
 	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvKernels))); v {
 	case "go":
@@ -31,7 +34,10 @@ func Auto() Backend {
 		slog.Warn("kernels: unknown "+EnvKernels+" value; choosing automatically", "value", v)
 	}
 	if ob, err := LoadOpenBLAS(); err == nil {
-		return ob
+		if !haveAVX2 || ob.vectorCore() {
+			return ob
+		}
+		slog.Info("kernels: OpenBLAS runs "+ob.Core()+" kernels on this CPU; using the Go backend (set "+EnvKernels+"=openblas to override)", "openblas", ob.Path())
 	}
 	return Go{}
 }

@@ -31,11 +31,11 @@ func (d openBLASDirect) Sgemm(transA, transB bool, m, n, k int, alpha float32, a
 }
 
 func TestAutoAndEnv(t *testing.T) {
-	_, obErr := LoadOpenBLAS()
+	ob, obErr := LoadOpenBLAS()
 	cases := map[string]string{"go": "go", "naive": "naive", "GO": "go", "bogus": "", "": "", "auto": ""}
 	auto := "go"
-	if obErr == nil {
-		auto = "openblas"
+	if obErr == nil && (!haveAVX2 || ob.vectorCore()) {
+		auto = "openblas" // chosen only when its kernels are vector ones
 	}
 	for env, want := range cases {
 		t.Setenv(EnvKernels, env)
@@ -46,9 +46,13 @@ func TestAutoAndEnv(t *testing.T) {
 			t.Errorf("%s=%q: Auto() = %s, want %s", EnvKernels, env, got, want)
 		}
 	}
+	forced := "go"
+	if obErr == nil {
+		forced = "openblas" // forced, whatever its kernels
+	}
 	t.Setenv(EnvKernels, "openblas")
-	if got := Auto().Name(); got != auto {
-		t.Errorf("%s=openblas: Auto() = %s, want %s", EnvKernels, got, auto)
+	if got := Auto().Name(); got != forced {
+		t.Errorf("%s=openblas: Auto() = %s, want %s", EnvKernels, got, forced)
 	}
 }
 
@@ -74,5 +78,14 @@ func TestDescribe(t *testing.T) {
 	}
 	if d := Describe(Naive{}); d != "naive" {
 		t.Fatalf("Describe(Naive{}) = %q", d)
+	}
+}
+
+// OpenBLAS counts as vector kernels only for AVX2-or-better core names.
+func TestOpenBLASVectorCore(t *testing.T) {
+	for core, want := range map[string]bool{"Haswell": true, "SkylakeX": true, "Zen": true, "Prescott": false, "Core2": false, "Sandybridge": false, "": false} {
+		if got := (&OpenBLAS{core: core}).vectorCore(); got != want {
+			t.Errorf("core %q: vectorCore %v, want %v", core, got, want)
+		}
 	}
 }

@@ -50,6 +50,11 @@ func loadOpenBLAS() (ob *OpenBLAS, err error) {
 		}
 		o.setThreads(int32(o.threads))
 	}
+	if s, e := purego.Dlsym(lib, "openblas_get_corename"); e == nil {
+		var get func() string
+		purego.RegisterFunc(&get, s)
+		o.core = strings.TrimSpace(get())
+	}
 	if s, e := purego.Dlsym(lib, "openblas_get_config"); e == nil {
 		var get func() string
 		purego.RegisterFunc(&get, s)
