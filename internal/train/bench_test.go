@@ -96,11 +96,19 @@ func benchTrainStep(b *testing.B, cfg *engine.Config, nseq, seqLen int, recomput
 	}
 	b.ResetTimer()
 	start, cpu0 := time.Now(), cpuSeconds()
+	var ph [3]float64
 	for i := 0; i < b.N; i++ {
-		if _, err := s.runStep(sb, 1e-4, ceLoss); err != nil {
+		r, err := s.runStep(sb, 1e-4, ceLoss)
+		if err != nil {
 			b.Fatal(err)
 		}
+		for k := range ph {
+			ph[k] += r.Phases[k] / float64(b.N)
+		}
 	}
+	b.ReportMetric(ph[0], "s-forward")
+	b.ReportMetric(ph[1], "s-backward")
+	b.ReportMetric(ph[2], "s-optimizer")
 	el := time.Since(start).Seconds()
 	b.ReportMetric(float64(b.N*sb.ntoken)/el, "tokens/s")
 	b.ReportMetric(el/float64(b.N), "s/step")
@@ -175,11 +183,19 @@ func benchRLStep(b *testing.B, shared bool) {
 	}
 	b.ResetTimer()
 	start, cpu0 := time.Now(), cpuSeconds()
+	var ph [3]float64
 	for i := 0; i < b.N; i++ {
-		if _, err := s.runStep(sb, 1e-5, sb.rlLoss(cfgRL)); err != nil {
+		r, err := s.runStep(sb, 1e-5, sb.rlLoss(cfgRL))
+		if err != nil {
 			b.Fatal(err)
 		}
+		for k := range ph {
+			ph[k] += r.Phases[k] / float64(b.N)
+		}
 	}
+	b.ReportMetric(ph[0], "s-forward")
+	b.ReportMetric(ph[1], "s-backward")
+	b.ReportMetric(ph[2], "s-optimizer")
 	el := time.Since(start).Seconds()
 	b.ReportMetric(el/float64(b.N), "s/step")
 	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/step")

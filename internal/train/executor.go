@@ -161,6 +161,9 @@ type stepResult struct {
 	NumClipped, NumRows     int
 	NumTokens               int
 	Seconds                 float64
+	// Phases is the step's time in forward, loss + backward, and
+	// clipping + optimizer (seconds).
+	Phases [3]float64
 }
 
 // runStep does forward, loss, backward, clipping and the AdamW update of
@@ -173,8 +176,10 @@ func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64
 	if err != nil {
 		return stepResult{}, err
 	}
+	t1 := time.Now()
 	st, g := lossFn(p.LogProb)
 	p.Backward(g)
+	t2 := time.Now()
 	gn := clipGradNorm(s.params, 1.0)
 	s.opt.update(s.params, lr)
 	var ent float64
@@ -185,7 +190,8 @@ func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64
 		ent /= float64(len(p.Entropy))
 	}
 	return stepResult{Loss: st.Loss, GradNorm: gn, Entropy: ent, NumClipped: st.NumClipped,
-		NumRows: len(sb.b.Rows), NumTokens: sb.ntoken, Seconds: time.Since(t0).Seconds()}, nil
+		NumRows: len(sb.b.Rows), NumTokens: sb.ntoken, Seconds: time.Since(t0).Seconds(),
+		Phases: [3]float64{t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), time.Since(t2).Seconds()}}, nil
 }
 
 func stepEvent(i int, r stepResult, lr float64, opt *AdamW) jobs.Event {
