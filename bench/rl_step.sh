@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Side by side on this machine, in one run: flywheel's RL step and training
-# step against the same steps in PyTorch (Debian python3-torch), with PyTorch
+# Side by side on this machine, in one run: flywheel's RL step, training
+# step, n=8 sampling and one-stream decode against the same work in PyTorch
+# (Debian python3-torch), with PyTorch
 # configured fairly: 2 threads, OMP_WAIT_POLICY=PASSIVE (without it OpenMP
 # spins on 2 cores and PyTorch looks ~8x slower than it is), logits only
 # where the loss needs them. Prints each side and the ratios.
@@ -14,6 +15,7 @@ command -v /usr/bin/python3 >/dev/null && /usr/bin/python3 -c 'import torch' 2>/
 }
 export OMP_WAIT_POLICY=PASSIVE
 go test -c -o /tmp/flywheel-train.test ./internal/train >/dev/null
+go test -c -o /tmp/flywheel-engine.test ./internal/engine >/dev/null
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 fw_rl=$(cd internal/train && /tmp/flywheel-train.test -test.run '^$' -test.bench 'RLStepSmolLM2_8x544/shared-prefix' -test.benchtime 2x -test.timeout 30m | grep -E '^Benchmark')
@@ -25,11 +27,33 @@ echo "flywheel 4x256 step: $fw_tr"
 pt_tr=$(/usr/bin/python3 internal/train/testdata/torch_bench.py smol 2 2)
 echo "PyTorch  4x256 step: $pt_tr"
 
+fw_n8=$(cd internal/engine && /tmp/flywheel-engine.test -test.run '^$' -test.bench 'SampleN8_480x64' -test.benchtime 2x | grep -E '^Benchmark')
+echo "flywheel n=8 x 64:   $fw_n8"
+pt_n8=$(/usr/bin/python3 bench/torch_generate.py n8 2)
+echo "PyTorch  n=8 x 64:   $pt_n8"
+fw_one=$(cd internal/engine && /tmp/flywheel-engine.test -test.run '^$' -test.bench 'SampleOne128|DecodeVsBandwidth135M' -test.benchtime 3x | grep -E '^Benchmark')
+echo "flywheel one stream: $fw_one"
+pt_one=$(/usr/bin/python3 bench/torch_generate.py one 2)
+echo "PyTorch  one stream: $pt_one"
+
 field() { grep -oE "[0-9.]+ $1" <<<"$2" | head -1 | cut -d' ' -f1; }
-pyfield() { grep -oE "$1=[0-9.]+" <<<"$2" | cut -d= -f2; }
+pyfw_n8=$(cd internal/engine && /tmp/flywheel-engine.test -test.run '^$' -test.bench 'SampleN8_480x64' -test.benchtime 2x | grep -E '^Benchmark')
+echo "flywheel n=8 x 64:   $fw_n8"
+pt_n8=$(/usr/bin/python3 bench/torch_generate.py n8 2)
+echo "PyTorch  n=8 x 64:   $pt_n8"
+fw_one=$(cd internal/engine && /tmp/flywheel-engine.test -test.run '^$' -test.bench 'SampleOne128|DecodeVsBandwidth135M' -test.benchtime 3x | grep -E '^Benchmark')
+echo "flywheel one stream: $fw_one"
+pt_one=$(/usr/bin/python3 bench/torch_generate.py one 2)
+echo "PyTorch  one stream: $pt_one"
+
+field() { grep -oE "$1=[0-9.]+" <<<"$2" | cut -d= -f2; }
 a=$(field 's/step' "$fw_rl"); b=$(pyfield 'wall_s/step' "$pt_rl")
 echo "RL step (8 x (480+64)): flywheel ${a}s, PyTorch ${b}s, speed-up $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", b/a}')x"
 a=$(field 's/step' "$fw_tr"); b=$(pyfield 'wall_s/step' "$pt_tr")
 echo "Training step (4 x 256): flywheel ${a}s, PyTorch ${b}s, speed-up $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", b/a}')x"
 a=$(field 'peakRSS-MiB' "$fw_rl"); b=$(pyfield 'peakRSS_MiB' "$pt_rl")
 echo "RL step peak RSS: flywheel ${a} MiB, PyTorch ${b} MiB"
+a=$(field 's/request' "$fw_n8"); b=$(pyfield 'wall_s' "$pt_n8")
+echo "Sampling n=8 x 64 on a 480-token prompt: flywheel ${a}s, PyTorch ${b}s, speed-up $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", b/a}')x"
+a=$(field 'tok/s' "$(grep SampleOne <<<"$fw_one")"); b=$(pyfield 'tok/s' "$pt_one"); l=$(field 'limit-tok/s' "$fw_one")
+echo "One stream, 128 tokens: flywheel ${a} tok/s, PyTorch ${b} tok/s, speed-up $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", a/b}')x; bandwidth limit ${l} tok/s (flywheel at $(awk -v a="$a" -v l="$l" 'BEGIN{printf "%.2f", a/l}') of it)"

@@ -426,3 +426,58 @@ func BenchmarkTrainLinearLoRA(b *testing.B) {
 		})
 	}
 }
+
+// benchSample samples n tokens for each of batch choices of one prompt of
+// plen tokens at temperature 1, as a request with n choices runs: the
+// prompt prefilled once, the other choices cloned from it, then batched
+// decode steps. It reports the wall time of the whole request.
+func benchSample(b *testing.B, batch, plen, n int) {
+	m := model135M(b)
+	prompt := randTokens(plen, m.Config.VocabSize, 11)
+	b.ResetTimer()
+	start := time.Now()
+	for it := 0; it < b.N; it++ {
+		s0 := m.NewSeq(nil)
+		lg, err := m.Forward([]*Seq{s0}, [][]int{prompt})
+		if err != nil {
+			b.Fatal(err)
+		}
+		seqs, logits := []*Seq{s0}, [][]float32{lg[0]}
+		for i := 1; i < batch; i++ {
+			c := s0.Clone()
+			seqs, logits = append(seqs, c), append(logits, c.Logits())
+		}
+		samplers := make([]*Sampler, batch)
+		for i := range samplers {
+			seed := uint64(i + 1)
+			samplers[i] = NewSampler(SamplingParams{Temperature: 1, Seed: &seed})
+		}
+		toks := make([][]int, batch)
+		for step := 0; step < n; step++ {
+			for i := range seqs {
+				id, _, _ := samplers[i].Sample(logits[i])
+				toks[i] = []int{id}
+			}
+			if step+1 == n {
+				break
+			}
+			if logits, err = m.Forward(seqs, toks); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, s := range seqs {
+			s.Release()
+		}
+	}
+	el := time.Since(start).Seconds() / float64(b.N)
+	b.ReportMetric(el, "s/request")
+	b.ReportMetric(float64(batch*n)/el, "tok/s")
+}
+
+// BenchmarkSampleN8_480x64: n=8 choices of 64 tokens on a 480-token prompt
+// (bench/torch_generate.py n8 is PyTorch's batch-8 generate of the same).
+func BenchmarkSampleN8_480x64(b *testing.B) { benchSample(b, 8, 480, 64) }
+
+// BenchmarkSampleOne128: one stream, 128 tokens after a 16-token prompt
+// (bench/torch_generate.py one).
+func BenchmarkSampleOne128(b *testing.B) { benchSample(b, 1, 16, 128) }
