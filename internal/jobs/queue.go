@@ -18,6 +18,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -232,7 +233,7 @@ type Pending struct {
 // background as Write hands it slices of the body.
 func (q *Queue) Prepare() (*Pending, error) {
 	id := store.NewID()
-	f, err := atomicfile.Create(q.layout.RequestPath(id), 0o644)
+	f, err := atomicfile.Create(q.layout.RequestPath(id), 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("store request: %w", err)
 	}
@@ -449,9 +450,26 @@ func (q *Queue) fail(ctx context.Context, id string, r *run, msg string) {
 	if r.ended {
 		return
 	}
-	if err := q.st.FinishJob(ctx, id, store.StatusFailed, msg); err != nil && !errors.Is(err, store.ErrConflict) {
+	if err := q.st.FinishJob(ctx, id, store.StatusFailed, q.clientMessage(msg)); err != nil && !errors.Is(err, store.ErrConflict) {
 		q.log.Error("record job failure", "job_id", id, "err", err)
 	}
+}
+
+// absPath matches an absolute path that starts a word of a message.
+var absPath = regexp.MustCompile(`(^|[\s"'(=])/[^\s"'(),;]+`)
+
+// clientMessage is a failure message as clients see it (the job's
+// error_message and its training_failed event): the server's folders are
+// replaced by <models-dir> and <data-dir>, and any other absolute path by
+// <path>. The log keeps the message as it was.
+func (q *Queue) clientMessage(msg string) string {
+	for _, d := range []struct{ dir, name string }{{q.cfg.ModelsDir, "<models-dir>"}, {q.cfg.DataDir, "<data-dir>"}} {
+		if d.dir != "" && d.dir != "/" {
+			re := regexp.MustCompile(regexp.QuoteMeta(d.dir) + `($|[/\s"'(),;:])`)
+			msg = re.ReplaceAllString(msg, d.name+"$1")
+		}
+	}
+	return absPath.ReplaceAllString(msg, "$1<path>")
 }
 
 // train prepares the trainer's view of the job and runs it.
