@@ -79,7 +79,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 			if f != nil { // a second file part replaces the first
 				f.Abort()
 			}
-			if f, err = atomicfile.Create(dst, 0o644); err != nil {
+			if f, err = atomicfile.Create(dst, store.FileMode); err != nil {
 				return err
 			}
 			if size, err = io.Copy(f, part); err != nil {

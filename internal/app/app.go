@@ -114,8 +114,10 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 		}
 	}
 	a = &App{version: cfg.Version, log: cfg.Logger}
+	built := a // "return nil, err" sets a to nil before this runs
 	defer func() {
 		if err != nil {
+			a = built // the closers refer to a
 			a.Close()
 			a = nil
 		}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -233,7 +234,7 @@ type Pending struct {
 // background as Write hands it slices of the body.
 func (q *Queue) Prepare() (*Pending, error) {
 	id := store.NewID()
-	f, err := atomicfile.Create(q.layout.RequestPath(id), 0o600)
+	f, err := atomicfile.Create(q.layout.RequestPath(id), store.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("store request: %w", err)
 	}
@@ -415,7 +416,7 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	start := time.Now()
 	defer q.cfg.Checkpoints.Discard(j.ModelID, j.ID) // a no-op after a successful publish
 
-	res, err := q.train(ctx, j, r)
+	res, err := q.trainRecovered(ctx, j, r)
 	cause := context.Cause(ctx)
 	bg := context.Background()
 	if !errors.Is(cause, errShutdown) {
@@ -470,6 +471,19 @@ func (q *Queue) clientMessage(msg string) string {
 		}
 	}
 	return absPath.ReplaceAllString(msg, "$1<path>")
+}
+
+// trainRecovered is train with a panic turned into the job's error: a
+// trainer's bug fails its job and leaves the process (and the jobs
+// re-queued after a crash) alone.
+func (q *Queue) trainRecovered(ctx context.Context, j store.Job, r *run) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			q.log.Error("trainer panic", "job_id", j.ID, "panic", p, "stack", string(debug.Stack()))
+			res, err = Result{}, fmt.Errorf("internal error in the trainer: %v", p)
+		}
+	}()
+	return q.train(ctx, j, r)
 }
 
 // train prepares the trainer's view of the job and runs it.

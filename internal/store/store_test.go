@@ -185,3 +185,40 @@ func TestModelsAndCheckpoints(t *testing.T) {
 		t.Errorf("job survives its model: %v", err)
 	}
 }
+
+// User, entity and key names refuse control and bidirectional-override
+// characters; operator-given keys are checked before anything is written.
+func TestNamesAndKeysRefused(t *testing.T) {
+	ctx := context.Background()
+	st, _ := open(t)
+	for _, bad := range []string{"a\u0000b", "a\u0007b", "a\u202eb", "a\rb"} {
+		if _, err := st.EnsureUser(ctx, bad); err == nil {
+			t.Errorf("user %q accepted", bad)
+		}
+	}
+	st.EnsureUser(ctx, "ann")
+	if err := st.AddMembership(ctx, "ann", "lab\u202e"); err == nil {
+		t.Error("entity with a bidi override accepted")
+	}
+	if _, _, err := st.CreateKey(ctx, "ann", "laptop\u0000", ""); err == nil {
+		t.Error("key name with NUL accepted")
+	}
+	for _, bad := range []string{"short", "sixteen chars ok", "fw_0123456789abc\u00e9"} {
+		if err := store.ValidateKey(bad); err == nil {
+			t.Errorf("key %q accepted", bad)
+		}
+		if _, _, err := st.Bootstrap(ctx, "admin", "bootstrap", bad, nil); err == nil {
+			t.Errorf("bootstrap with key %q", bad)
+		}
+	}
+	if n, _ := st.CountUsers(ctx); n != 1 {
+		t.Errorf("refused bootstraps left %d users", n)
+	}
+	key, ok, err := st.Bootstrap(ctx, "admin", "bootstrap", "", nil)
+	if err != nil || !ok || len(key) != 43 {
+		t.Fatalf("bootstrap: %q %v %v", key, ok, err)
+	}
+	if _, ok, err := st.Bootstrap(ctx, "admin", "bootstrap", "", nil); err != nil || ok {
+		t.Errorf("second bootstrap: %v %v", ok, err)
+	}
+}
