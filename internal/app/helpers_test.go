@@ -24,7 +24,6 @@ func serveApp(t *testing.T, a *app.App) (string, string) {
 	return srv.URL, key
 }
 
-
 func mustDo(t *testing.T, url, key, method, path, body string) map[string]any {
 	t.Helper()
 	req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
