@@ -81,8 +81,8 @@ func breakLeases() {
 	}
 	guards.mu.Unlock()
 	for _, f := range files {
-		detached, err := f.detachIfBreaking()
-		if !detached && err == nil {
+		size, err := f.detachIfBreaking()
+		if size == 0 && err == nil {
 			continue
 		}
 		if err != nil {
@@ -90,28 +90,29 @@ func breakLeases() {
 				"file", filepath.Base(f.Path), "err", err)
 		} else {
 			slog.Warn("safetensors: weights file is being written on disk; the loaded weights were moved to memory and keep serving; restart to load the new weights",
-				"file", filepath.Base(f.Path), "bytes", len(f.mapped))
+				"file", filepath.Base(f.Path), "bytes", size)
 		}
 	}
 }
 
 // detachIfBreaking moves f's mapping into anonymous shared memory at the
 // same addresses when its lease is being broken, then releases the lease so
-// the writer proceeds. detached is false when there was nothing to do.
-func (f *File) detachIfBreaking() (detached bool, err error) {
+// the writer proceeds. It returns the bytes moved, 0 when there was nothing
+// to do.
+func (f *File) detachIfBreaking() (int, error) {
 	f.gmu.Lock()
 	defer f.gmu.Unlock()
 	if f.lease == nil {
-		return false, nil
+		return 0, nil
 	}
 	if t, err := unix.FcntlInt(f.lease.Fd(), unix.F_GETLEASE, 0); err == nil && t == unix.F_RDLCK {
-		return false, nil // not this file's lease
+		return 0, nil // not this file's lease
 	}
 	defer f.unguardLocked()
 	if len(f.mapped) == 0 {
-		return false, nil
+		return 0, nil
 	}
-	return true, f.moveToMemory()
+	return len(f.mapped), f.moveToMemory()
 }
 
 // moveToMemory maps a memfd holding a copy of f's bytes over f's mapping.
