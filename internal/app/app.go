@@ -272,8 +272,8 @@ func (a *App) bootstrap(ctx context.Context, key string) error {
 }
 
 // sweepUploads removes uploads cut short by a crash (atomicfile's .tmp-*
-// files under <data-dir>/files): a request in flight when the process
-// died, even by kill -9. Run at start-up, before requests are served.
+// files under <data-dir>/files, and .part files of earlier versions): a
+// request in flight when the process died, even by kill -9. Run at start-up, before requests are served.
 func (a *App) sweepUploads() {
 	dir := filepath.Join(a.DataDir, "files")
 	entries, err := os.ReadDir(dir)
@@ -281,7 +281,7 @@ func (a *App) sweepUploads() {
 		return
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".tmp-") {
+		if strings.HasPrefix(e.Name(), ".tmp-") || strings.HasSuffix(e.Name(), ".part") {
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				a.log.Warn("remove an interrupted upload", "file", e.Name(), "err", err)
 			} else {

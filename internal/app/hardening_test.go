@@ -147,14 +147,18 @@ func TestStartSweepsInterruptedUploads(t *testing.T) {
 	srv, key := serveApp(t, a)
 	id := mustUpload(t, srv, key, "train.jsonl", `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}`+"\n")
 	a.Close()
-	part := filepath.Join(dir, "files", ".tmp-file-0123-456789")
-	if err := os.WriteFile(part, []byte("half an upload"), 0o600); err != nil {
-		t.Fatal(err)
+	parts := []string{filepath.Join(dir, "files", ".tmp-file-0123-456789"), filepath.Join(dir, "files", "file-0123.part")}
+	for _, p := range parts {
+		if err := os.WriteFile(p, []byte("half an upload"), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	b := newApp(t, app.Config{DataDir: dir})
 	defer b.Close()
-	if _, err := os.Stat(part); !os.IsNotExist(err) {
-		t.Errorf("interrupted upload survived the start: %v", err)
+	for _, p := range parts {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("interrupted upload %s survived the start: %v", filepath.Base(p), err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "files", id)); err != nil {
 		t.Errorf("uploaded file: %v", err)
