@@ -73,10 +73,13 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 			purpose = strings.TrimSpace(string(b))
 		case "file":
 			filename = part.FileName()
+			if err := checkChars("filename", filename); err != nil {
+				return err
+			}
 			if f != nil { // a second file part replaces the first
 				f.Abort()
 			}
-			if f, err = atomicfile.Create(dst, 0o644); err != nil {
+			if f, err = atomicfile.Create(dst, store.FileMode); err != nil {
 				return err
 			}
 			if size, err = io.Copy(f, part); err != nil {
@@ -94,6 +97,10 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	if purpose == "" {
 		purpose = "fine-tune"
 	}
+	if err := checkChars("purpose", purpose); err != nil {
+		return err
+	}
+
 	if purpose == "fine-tune" {
 		if err := checkJSONL(f.TempName()); err != nil {
 			return err

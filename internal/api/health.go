@@ -46,14 +46,15 @@ func (s *Server) systemCheck(w http.ResponseWriter, r *http.Request) {
 		queue["queued"], queue["running"], queue["oldest_queued_age_s"] = qs.Queued, qs.Running, age
 	}
 
-	engine := map[string]any{"ok": true, "models_dir": s.cfg.ModelsDir}
+	// No server paths here: the route answers without a key.
+	engine := map[string]any{"ok": true}
 	if bases, err := basemodels.List(s.cfg.ModelsDir); err != nil {
 		engine["ok"], engine["error"], ok = false, "models dir is not readable", false
 	} else {
 		engine["base_models"] = bases
 	}
 
-	storage := map[string]any{"ok": true, "data_dir": s.cfg.DataDir}
+	storage := map[string]any{"ok": true}
 	if st, err := os.Stat(s.cfg.DataDir); err != nil || !st.IsDir() {
 		storage["ok"], storage["error"], ok = false, "data dir is missing", false
 	} else if free, err := freeBytes(s.cfg.DataDir); err == nil {

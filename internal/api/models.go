@@ -11,6 +11,7 @@ import (
 	"flywheel/internal/basemodels"
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/httpx"
+	"flywheel/internal/names"
 	"flywheel/internal/store"
 )
 
@@ -60,13 +61,23 @@ func (s *Server) visibleModel(r *http.Request, id, param string) (store.Model, e
 
 // checkName validates an entity, project or model name: non-empty, at most
 // 128 characters, without '/', ':' or white space (they delimit model
-// references "entity/project/name:stepN").
+// references "entity/project/name:stepN"), nor control or invisible
+// formatting characters (names.Check).
 func checkName(param, v string) error {
 	if v == "" {
 		return httpx.Invalid(param, "invalid_value", "%s must not be empty", param)
 	}
 	if len(v) > 128 || strings.ContainsAny(v, "/: \t\r\n") {
 		return httpx.Invalid(param, "invalid_value", "%s must be at most 128 characters without '/', ':' or white space", param)
+	}
+	return checkChars(param, v)
+}
+
+// checkChars refuses control, bidirectional-override and other invisible
+// characters in a user-chosen name (names.Check), naming the field.
+func checkChars(param, v string) error {
+	if err := names.Check(v); err != nil {
+		return httpx.Invalid(param, "invalid_value", "%s %s", param, err.Error())
 	}
 	return nil
 }

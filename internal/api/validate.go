@@ -235,6 +235,9 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 	if !ok || split == "" {
 		split = "val"
 	}
+	if err := checkChars("split", split); err != nil {
+		return "", nil, err
+	}
 	groups, _, err := f.array("trajectory_groups", true)
 	if err != nil {
 		return "", nil, err
@@ -280,6 +283,9 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 				return "", nil, err
 			}
 			for k, v := range metrics {
+				if err := checkChars(join(join(tp, "metrics"), k), k); err != nil {
+					return "", nil, err
+				}
 				var x float64
 				switch v := v.(type) {
 				case json.Number:

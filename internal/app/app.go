@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"flywheel/internal/api"
@@ -56,8 +57,9 @@ type Config struct {
 	ServicePrice *trace.TokenPrice
 
 	// BootstrapKey is the API key of user admin, created when the database
-	// has no users; when empty a key is generated and written to
-	// <DataDir>/admin-api-key (see App.BootstrapKeyFile).
+	// has no API key (a fresh data dir); when empty a key is generated and
+	// written to <DataDir>/admin-api-key (see App.BootstrapKeyFile). A key
+	// store.ValidateKey refuses makes New fail before anything is written.
 	BootstrapKey string
 
 	// Trainer runs training jobs; nil means the built-in trainer
@@ -104,9 +106,18 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Checked before anything is written: a key that cannot be used must
+	// not leave a half-made admin behind.
+	if cfg.BootstrapKey != "" {
+		if err := store.ValidateKey(cfg.BootstrapKey); err != nil {
+			return nil, fmt.Errorf("FLYWHEEL_BOOTSTRAP_API_KEY: %w", err)
+		}
+	}
 	a = &App{version: cfg.Version, log: cfg.Logger}
+	built := a // "return nil, err" sets a to nil before this runs
 	defer func() {
 		if err != nil {
+			a = built // the closers refer to a
 			a.Close()
 			a = nil
 		}
@@ -134,6 +145,7 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	if err := a.bootstrap(ctx, cfg.BootstrapKey); err != nil {
 		return nil, err
 	}
+	a.sweepUploads()
 
 	a.Models = engine.NewRegistry(a.ModelsDir)
 	topts := trace.Options{PricesFile: cfg.PricesFile, DefaultServicePrice: cfg.ServicePrice, Logger: cfg.Logger}
@@ -222,32 +234,59 @@ func (a *App) shutdownQueue() {
 	}
 }
 
-// bootstrap creates user admin (personal entity admin) when the database
-// has no users, with key, or a generated key written to
-// <data-dir>/admin-api-key (mode 0600).
+// bootstrap gives user admin (personal entity admin) a key when nobody can
+// log in: the database holds no API key at all. The key is key, or a
+// generated one written to <data-dir>/admin-api-key (mode 0600). User, key
+// and key file are written together (store.Bootstrap): a failure leaves
+// none of them, so the next start bootstraps again instead of leaving an
+// admin nobody can log in as.
 func (a *App) bootstrap(ctx context.Context, key string) error {
-	n, err := a.Store.CountUsers(ctx)
-	if err != nil {
-		return fmt.Errorf("bootstrap: %w", err)
-	}
-	if n > 0 {
+	path := filepath.Join(a.DataDir, "admin-api-key")
+	wrote := false
+	_, ok, err := a.Store.Bootstrap(ctx, "admin", "bootstrap", key, func(created string) error {
+		if key != "" {
+			return nil
+		}
+		if err := atomicfile.WriteFile(path, []byte(created+"\n"), store.FileMode); err != nil {
+			return fmt.Errorf("write admin key: %w", err)
+		}
+		wrote = true
 		return nil
-	}
-	if _, err := a.Store.EnsureUser(ctx, "admin"); err != nil {
-		return fmt.Errorf("bootstrap admin: %w", err)
-	}
-	_, created, err := a.Store.CreateKey(ctx, "admin", "bootstrap", key)
+	})
 	if err != nil {
-		return fmt.Errorf("bootstrap admin key: %w", err)
+		if wrote {
+			os.Remove(path) // the key it holds was never committed
+		}
+		return fmt.Errorf("bootstrap user admin: %w", err)
+	}
+	if !ok {
+		return nil
 	}
 	if key != "" {
 		a.log.Info("created user admin with the given bootstrap key")
 		return nil
 	}
-	path := filepath.Join(a.DataDir, "admin-api-key")
-	if err := atomicfile.WriteFile(path, []byte(created+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write admin key: %w", err)
-	}
+	a.log.Info("created user admin; its API key is in the data dir", "file", "admin-api-key")
 	a.BootstrapKeyFile = path
 	return nil
+}
+
+// sweepUploads removes uploads cut short by a crash (atomicfile's .tmp-*
+// files under <data-dir>/files, and .part files of earlier versions): a
+// request in flight when the process died, even by kill -9. Run at start-up, before requests are served.
+func (a *App) sweepUploads() {
+	dir := filepath.Join(a.DataDir, "files")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".tmp-") || strings.HasSuffix(e.Name(), ".part") {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				a.log.Warn("remove an interrupted upload", "file", e.Name(), "err", err)
+			} else {
+				a.log.Info("removed an upload interrupted by a restart", "file", e.Name())
+			}
+		}
+	}
 }

@@ -2,9 +2,7 @@ package app_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -66,18 +64,7 @@ func TestNewServesAndSweeps(t *testing.T) {
 	srv := httptest.NewServer(a.Handler())
 	do := func(method, path, body string) map[string]any {
 		t.Helper()
-		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var out map[string]any
-		if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != 200 {
-			t.Fatalf("%s %s: %d %v %v", method, path, res.StatusCode, out, err)
-		}
-		return out
+		return mustDo(t, srv.URL, key, method, path, body)
 	}
 	if a.BootstrapKeyFile != "" {
 		t.Error("a given bootstrap key was written to a file")

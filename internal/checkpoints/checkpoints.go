@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -66,9 +67,16 @@ func (m *Manager) Create(ctx context.Context, model store.Model, writeAdapter fu
 	modelDir := m.layout.ModelDir(model.ID)
 	work := m.layout.WorkDir(model.ID, createWork)
 	final := m.layout.CheckpointDir(model.ID, 0)
+	if err := os.MkdirAll(modelDir, 0o700); err != nil {
+		return store.Model{}, fmt.Errorf("create the folder of model %s: %w", model.ID, err)
+	}
 	if err := writeAdapter(work); err != nil {
 		m.removeAll(modelDir, "model_id", model.ID)
 		return store.Model{}, &AdapterError{Err: err}
+	}
+	if err := private(work); err != nil {
+		m.removeAll(modelDir, "model_id", model.ID)
+		return store.Model{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
 	}
 	if err := os.Rename(work, final); err != nil {
 		m.removeAll(modelDir, "model_id", model.ID)
@@ -90,7 +98,7 @@ func (m *Manager) WorkDir(modelID, jobID string) (string, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return "", fmt.Errorf("prepare work folder: %w", err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("prepare work folder: %w", err)
 	}
 	return dir, nil
@@ -130,6 +138,9 @@ func (m *Manager) Publish(modelID, jobID string, step int, fence Fence, record f
 	work := m.layout.WorkDir(modelID, jobID)
 	if _, err := os.Stat(filepath.Join(work, AdapterFile)); err != nil {
 		return fmt.Errorf("trainer wrote no %s: %w", AdapterFile, err)
+	}
+	if err := private(work); err != nil {
+		return fmt.Errorf("publish step %d: %w", step, err)
 	}
 	dst := m.layout.CheckpointDir(modelID, step)
 	// A folder at dst has no row (rows are recorded after the rename): it is
@@ -248,6 +259,24 @@ func (m *Manager) sweepModel(ctx context.Context, modelID string) error {
 		}
 	}
 	return nil
+}
+
+// private makes a checkpoint folder readable by the service's user only
+// before it is published: folders 0700, files 0600 (the engine writes them
+// world-readable). Adapters are tenants' data.
+func private(dir string) error {
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.Chmod(path, 0o700)
+		case d.Type().IsRegular():
+			return os.Chmod(path, 0o600)
+		}
+		return nil
+	})
 }
 
 // stepOf parses a "step-<N>" folder name.

@@ -250,3 +250,49 @@ func TestSweep(t *testing.T) {
 		t.Error("work folder of an unknown model remains")
 	}
 }
+
+// Checkpoints are tenants' data: every published folder is 0700 and every
+// file in it 0600, whatever mode the writer gave them (the engine writes
+// 0644).
+func TestPublishedCheckpointsArePrivate(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	m := f.create(t, "m")
+	j := f.claim(t, m)
+	work, err := f.ck.WorkDir(m.ID, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAdapter(work); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(work, "sub"), 0o755)
+	os.WriteFile(filepath.Join(work, "sub", "x"), []byte("x"), 0o644)
+	if err := f.ck.Publish(m.ID, j.ID, 1, nil, func(dir string) error {
+		_, err := f.st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{filepath.Join(f.layout.DataDir, "checkpoints"), f.layout.ModelDir(m.ID)} {
+		if st, err := os.Stat(root); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v %v", root, st.Mode(), err)
+		}
+	}
+	for _, step := range []int{0, 1} {
+		filepath.WalkDir(f.layout.CheckpointDir(m.ID, step), func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := d.Info()
+			want := os.FileMode(0o600)
+			if d.IsDir() {
+				want = 0o700
+			}
+			if st.Mode().Perm() != want {
+				t.Errorf("%s: mode %v, want %v", path, st.Mode().Perm(), want)
+			}
+			return nil
+		})
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -232,7 +234,7 @@ type Pending struct {
 // background as Write hands it slices of the body.
 func (q *Queue) Prepare() (*Pending, error) {
 	id := store.NewID()
-	f, err := atomicfile.Create(q.layout.RequestPath(id), 0o644)
+	f, err := atomicfile.Create(q.layout.RequestPath(id), store.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("store request: %w", err)
 	}
@@ -414,7 +416,7 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	start := time.Now()
 	defer q.cfg.Checkpoints.Discard(j.ModelID, j.ID) // a no-op after a successful publish
 
-	res, err := q.train(ctx, j, r)
+	res, err := q.trainRecovered(ctx, j, r)
 	cause := context.Cause(ctx)
 	bg := context.Background()
 	if !errors.Is(cause, errShutdown) {
@@ -449,9 +451,39 @@ func (q *Queue) fail(ctx context.Context, id string, r *run, msg string) {
 	if r.ended {
 		return
 	}
-	if err := q.st.FinishJob(ctx, id, store.StatusFailed, msg); err != nil && !errors.Is(err, store.ErrConflict) {
+	if err := q.st.FinishJob(ctx, id, store.StatusFailed, q.clientMessage(msg)); err != nil && !errors.Is(err, store.ErrConflict) {
 		q.log.Error("record job failure", "job_id", id, "err", err)
 	}
+}
+
+// absPath matches an absolute path that starts a word of a message.
+var absPath = regexp.MustCompile(`(^|[\s"'(=])/[^\s"'(),;]+`)
+
+// clientMessage is a failure message as clients see it (the job's
+// error_message and its training_failed event): the server's folders are
+// replaced by <models-dir> and <data-dir>, and any other absolute path by
+// <path>. The log keeps the message as it was.
+func (q *Queue) clientMessage(msg string) string {
+	for _, d := range []struct{ dir, name string }{{q.cfg.ModelsDir, "<models-dir>"}, {q.cfg.DataDir, "<data-dir>"}} {
+		if d.dir != "" && d.dir != "/" {
+			re := regexp.MustCompile(regexp.QuoteMeta(d.dir) + `($|[/\s"'(),;:])`)
+			msg = re.ReplaceAllString(msg, d.name+"$1")
+		}
+	}
+	return absPath.ReplaceAllString(msg, "$1<path>")
+}
+
+// trainRecovered is train with a panic turned into the job's error: a
+// trainer's bug fails its job and leaves the process (and the jobs
+// re-queued after a crash) alone.
+func (q *Queue) trainRecovered(ctx context.Context, j store.Job, r *run) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			q.log.Error("trainer panic", "job_id", j.ID, "panic", p, "stack", string(debug.Stack()))
+			res, err = Result{}, fmt.Errorf("internal error in the trainer: %v", p)
+		}
+	}()
+	return q.train(ctx, j, r)
 }
 
 // train prepares the trainer's view of the job and runs it.

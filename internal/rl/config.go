@@ -17,6 +17,13 @@ const (
 	DefaultTinyLearningRate = 1e-2
 )
 
+// MaxLearningRate is the largest learning rate a job may ask for, RL and
+// SFT alike. AdamW moves every parameter by about the learning rate per
+// step, so a rate above 1 rewrites a LoRA adapter's weights wholesale each
+// step: the job diverges (1e30 turned every weight to infinity) and its
+// checkpoint serves garbage. Larger values are refused at job creation.
+const MaxLearningRate = 1.0
+
 // Importance-sampling levels of rl.md (experimental_config.importance_sampling_level).
 const (
 	ISToken            = "token"
@@ -65,7 +72,7 @@ const configPath = "experimental_config"
 // one place that decides them, for job creation and for the trainer alike.
 // defaultLR is the base model's default learning rate. rl.md's ranges:
 // numbers finite; epsilon and epsilon_high ≥ 0; advantage_balance in
-// [−1, 1]; learning_rate > 0; importance_sampling_level one of the four
+// [−1, 1]; learning_rate in (0, MaxLearningRate]; importance_sampling_level one of the four
 // levels; x_k2_tau and kimi_k2_tau equal when both are given. Any finite
 // max_negative_advantage_importance_sampling_weight is accepted (ρ ←
 // min(ρ, value)), as are negative values of it. Errors are *httpx.Error
@@ -93,6 +100,9 @@ func (e ExperimentalConfig) Resolve(defaultLR float64) (Config, error) {
 	}
 	if !(c.LearningRate > 0) {
 		return c, valueError(configPath+".learning_rate", "must be > 0")
+	}
+	if c.LearningRate > MaxLearningRate {
+		return c, valueError(configPath+".learning_rate", "must be at most %g (got %g)", MaxLearningRate, c.LearningRate)
 	}
 	if c.AdvantageBalance < -1 || c.AdvantageBalance > 1 {
 		return c, valueError(configPath+".advantage_balance", "must be in [-1, 1]")

@@ -92,7 +92,7 @@ func TestConfigRanges(t *testing.T) {
 	ok := []string{
 		`{"epsilon": 0}`, `{"epsilon_high": 0}`, `{"ppo": true, "epsilon": 0}`,
 		`{"advantage_balance": -1}`, `{"advantage_balance": 1}`, `{"advantage_balance": 0}`,
-		`{"learning_rate": 1e-300}`, `{"learning_rate": 5}`,
+		`{"learning_rate": 1e-300}`, `{"learning_rate": 1}`,
 		`{"importance_sampling_level": "token"}`, `{"importance_sampling_level": "sequence"}`,
 		`{"importance_sampling_level": "average"}`, `{"importance_sampling_level": "geometric_average"}`,
 		// rl.md sets no range on the cap: ρ ← min(ρ, value) for any finite value.
@@ -118,6 +118,8 @@ func TestConfigRanges(t *testing.T) {
 		{`{"advantage_balance": 1.000001}`, p + "advantage_balance", "invalid_value", p + "advantage_balance: must be in [-1, 1]"},
 		{`{"learning_rate": 0}`, p + "learning_rate", "invalid_value", p + "learning_rate: must be > 0"},
 		{`{"learning_rate": -1e-6}`, p + "learning_rate", "invalid_value", p + "learning_rate: must be > 0"},
+		{`{"learning_rate": 1e30}`, p + "learning_rate", "invalid_value", p + "learning_rate: must be at most 1 (got 1e+30)"},
+		{`{"learning_rate": 1.000001}`, p + "learning_rate", "invalid_value", ""},
 		{`{"importance_sampling_level": "tokens"}`, p + "importance_sampling_level", "invalid_value",
 			p + `importance_sampling_level: must be one of token, sequence, average, geometric_average; got "tokens"`},
 		{`{"importance_sampling_level": ""}`, p + "importance_sampling_level", "invalid_value", ""},

@@ -99,7 +99,7 @@ func (o object) batchSize() (rec any, n int, err error) {
 }
 
 // learningRates reads learning_rate: a number or a non-empty array of
-// numbers, each > 0; nil when null.
+// numbers, each in (0, MaxLearningRate]; nil when null.
 func (o object) learningRates() ([]float64, error) {
 	p := o.keyPath("learning_rate")
 	v := o.get("learning_rate")
@@ -107,7 +107,7 @@ func (o object) learningRates() ([]float64, error) {
 	case v == nil:
 		return nil, nil
 	case isNumber(v):
-		x, err := positive(p, v)
+		x, err := learningRate(p, v)
 		return []float64{x}, err
 	case v[0] != '[':
 		return nil, typeError(p, "a number or an array of numbers", v)
@@ -122,18 +122,23 @@ func (o object) learningRates() ([]float64, error) {
 	lrs := make([]float64, len(elems))
 	for i, e := range elems {
 		var err error
-		if lrs[i], err = positive(p+"["+strconv.Itoa(i)+"]", e); err != nil {
+		if lrs[i], err = learningRate(p+"["+strconv.Itoa(i)+"]", e); err != nil {
 			return nil, err
 		}
 	}
 	return lrs, nil
 }
 
-// positive reads the JSON value v at path as a finite number > 0.
-func positive(path string, v json.RawMessage) (float64, error) {
+// learningRate reads the JSON value v at path as a learning rate: a finite
+// number > 0 and at most MaxLearningRate.
+func learningRate(path string, v json.RawMessage) (float64, error) {
 	x, err := number(path, v)
-	if err == nil && x <= 0 {
+	switch {
+	case err != nil:
+	case x <= 0:
 		err = valueError(path, "must be > 0")
+	case x > MaxLearningRate:
+		err = valueError(path, "must be at most %g (got %g)", MaxLearningRate, x)
 	}
 	return x, err
 }

@@ -39,6 +39,8 @@ func TestParseSFTConfigRanges(t *testing.T) {
 		{`{"batch_size": true}`, "config.batch_size", "invalid_type", `config.batch_size: expected an integer or "auto", got a boolean`},
 		{`{"learning_rate": 0}`, "config.learning_rate", "invalid_value", "config.learning_rate: must be > 0"},
 		{`{"learning_rate": 1e999}`, "config.learning_rate", "invalid_value", ""},
+		{`{"learning_rate": 1e30}`, "config.learning_rate", "invalid_value", "config.learning_rate: must be at most 1 (got 1e+30)"},
+		{`{"learning_rate": [1e-4, 2]}`, "config.learning_rate[1]", "invalid_value", "config.learning_rate[1]: must be at most 1 (got 2)"},
 		{`{"learning_rate": []}`, "config.learning_rate", "invalid_value", "config.learning_rate: must not be an empty array"},
 		{`{"learning_rate": [1e-4, "x"]}`, "config.learning_rate[1]", "invalid_type", "config.learning_rate[1]: expected a number, got a string"},
 		{`{"learning_rate": [1e-4, 0]}`, "config.learning_rate[1]", "invalid_value", "config.learning_rate[1]: must be > 0"},

@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -149,6 +150,9 @@ type File struct {
 	tensors  map[string]*Tensor
 	names    []string
 	mapped   []byte
+
+	gmu   sync.Mutex // guards lease (guard_linux.go)
+	lease *os.File   // the mapped file, open while it holds a read lease
 }
 
 type headerEntry struct {
@@ -157,13 +161,20 @@ type headerEntry struct {
 	DataOffsets [2]int `json:"data_offsets"`
 }
 
-// Open memory-maps path and parses its header.
+// Open memory-maps path and parses its header. On Linux the mapping is
+// guarded against the file being truncated or written while mapped (see
+// guard_linux.go).
 func Open(path string) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
-	defer f.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
@@ -182,6 +193,9 @@ func Open(path string) (*File, error) {
 		return nil, err
 	}
 	sf.mapped = data
+	if sf.guard(f) {
+		keep = true // f holds the lease until Close
+	}
 	return sf, nil
 }
 
@@ -255,6 +269,7 @@ func (f *File) Close() error {
 	if f.mapped == nil {
 		return nil
 	}
+	f.unguard()
 	err := syscall.Munmap(f.mapped)
 	f.mapped = nil
 	return err

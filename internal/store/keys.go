@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"flywheel/internal/auth"
+	"flywheel/internal/names"
 )
 
 // KeyPrefixLen is how many leading characters of a key are kept in clear to
@@ -26,6 +27,25 @@ func GenerateKey() string {
 		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms
 	}
 	return "fw_" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// MinKeyLen is the shortest API key accepted (a key given by the operator,
+// e.g. FLYWHEEL_BOOTSTRAP_API_KEY; generated keys are 43 characters).
+const MinKeyLen = 16
+
+// ValidateKey checks a key given by the operator before anything is
+// written: at least MinKeyLen characters, printable ASCII without spaces
+// (it travels in an Authorization header and a Basic-auth password).
+func ValidateKey(key string) error {
+	if len(key) < MinKeyLen {
+		return fmt.Errorf("API key must be at least %d characters (got %d)", MinKeyLen, len(key))
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("API key must be printable ASCII without spaces (byte %d is 0x%02x)", i, c)
+		}
+	}
+	return nil
 }
 
 func keyPrefix(key string) string {
@@ -53,8 +73,11 @@ func validName(name string) error {
 	if name == "" {
 		return errors.New("name is empty")
 	}
-	if len(name) > 128 || strings.ContainsAny(name, "/: \t\n") {
+	if len(name) > 128 || strings.ContainsAny(name, "/: \t\r\n") {
 		return fmt.Errorf("name %q must be at most 128 characters without '/', ':' or spaces", name)
+	}
+	if err := names.Check(name); err != nil {
+		return fmt.Errorf("name %q %w", name, err)
 	}
 	return nil
 }
@@ -129,8 +152,14 @@ func (s *SQLite) CreateKey(ctx context.Context, userName, name, key string) (API
 	if key == "" {
 		key = GenerateKey()
 	}
-	if len(key) < 16 {
-		return APIKey{}, "", errors.New("API key must be at least 16 characters")
+	if err := ValidateKey(key); err != nil {
+		return APIKey{}, "", err
+	}
+	if err := names.Check(name); err != nil || len(name) > 128 {
+		if err == nil {
+			err = errors.New("must be at most 128 bytes")
+		}
+		return APIKey{}, "", fmt.Errorf("key name %q %w", name, err)
 	}
 	k := APIKey{ID: NewID(), UserName: userName, Name: name, Prefix: keyPrefix(key), CreatedAt: now()}
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -151,6 +180,59 @@ func (s *SQLite) CreateKey(ctx context.Context, userName, name, key string) (API
 		return APIKey{}, "", err
 	}
 	return k, key, nil
+}
+
+// Bootstrap creates the first user's access when nobody can log in: when
+// the database holds no API key at all (revoked keys count: a database
+// whose keys were all revoked on purpose is left alone), it creates user
+// userName with its personal entity and the key (generated when empty),
+// all in one transaction, and returns the key in clear; ok is false and
+// nothing is written otherwise. The key is checked (ValidateKey) before
+// anything is written. publish, when not nil, runs inside the transaction
+// once the rows are written (e.g. to write the key to a file); its error
+// rolls everything back, so the user never exists without its key.
+func (s *SQLite) Bootstrap(ctx context.Context, userName, keyName, key string, publish func(key string) error) (created string, ok bool, err error) {
+	if err := validName(userName); err != nil {
+		return "", false, fmt.Errorf("user: %w", err)
+	}
+	if key == "" {
+		key = GenerateKey()
+	}
+	if err := ValidateKey(key); err != nil {
+		return "", false, err
+	}
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM api_keys").Scan(&n); err != nil {
+			return fmt.Errorf("count keys: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+		u, err := ensureUser(ctx, tx, userName)
+		if err != nil {
+			return err
+		}
+		if err := addMembership(ctx, tx, u.ID, userName); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO api_keys (id, user_id, name, prefix, key_hash, created_at)
+			VALUES (?, ?, ?, ?, ?, ?)`, NewID(), u.ID, keyName, keyPrefix(key), hashKey(key), FormatTime(now()))
+		if err != nil {
+			return fmt.Errorf("insert key: %w", err)
+		}
+		if publish != nil {
+			if err := publish(key); err != nil {
+				return err
+			}
+		}
+		ok = true
+		return nil
+	})
+	if err != nil || !ok {
+		return "", false, err
+	}
+	return key, true, nil
 }
 
 // ListKeys lists the keys of userName, or every key when it is empty.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,7 +45,8 @@ func (l Layout) FilePath(fileID string) string {
 }
 
 // OpenDataDir opens the store of a data dir: it makes dataDir absolute,
-// creates it when missing, and opens the database dbURL (see Open), or
+// creates it and its folders when missing, readable by this user only
+// (DirMode, tightened when they exist with more), and opens the database dbURL (see Open), or
 // <dataDir>/flywheel.db when dbURL is empty. It returns the layout of the
 // absolute data dir beside the store.
 func OpenDataDir(ctx context.Context, dataDir, dbURL string) (*SQLite, Layout, error) {
@@ -52,8 +54,9 @@ func OpenDataDir(ctx context.Context, dataDir, dbURL string) (*SQLite, Layout, e
 	if err != nil {
 		return nil, Layout{}, fmt.Errorf("data dir: %w", err)
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return nil, Layout{}, fmt.Errorf("create data dir: %w", err)
+	l := Layout{DataDir: abs}
+	if err := l.prepare(); err != nil {
+		return nil, Layout{}, err
 	}
 	if dbURL == "" {
 		dbURL = filepath.Join(abs, "flywheel.db")
@@ -62,5 +65,44 @@ func OpenDataDir(ctx context.Context, dataDir, dbURL string) (*SQLite, Layout, e
 	if err != nil {
 		return nil, Layout{}, err
 	}
-	return st.(*SQLite), Layout{DataDir: abs}, nil
+	return st.(*SQLite), l, nil
+}
+
+// Modes of what the service keeps under its data dir: readable by its own
+// user only (tenants' request bodies, uploads and adapters, the database
+// with its key hashes).
+const (
+	DirMode  = 0o700
+	FileMode = 0o600
+)
+
+// prepare creates the data dir and its folders with DirMode, and takes
+// group and other permissions away from them when they exist with more.
+func (l Layout) prepare() error {
+	for _, d := range []string{l.DataDir, filepath.Join(l.DataDir, "checkpoints"),
+		filepath.Join(l.DataDir, "requests"), filepath.Join(l.DataDir, "files")} {
+		if err := os.MkdirAll(d, DirMode); err != nil {
+			return fmt.Errorf("create data dir: %w", err)
+		}
+		if err := tighten(d, DirMode); err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// tighten removes the permission bits of path outside mode (it never adds
+// any); a path that does not exist is left alone.
+func tighten(path string, mode os.FileMode) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm()&^mode != 0 {
+		return os.Chmod(path, st.Mode().Perm()&mode)
+	}
+	return nil
 }

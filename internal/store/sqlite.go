@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -31,6 +32,9 @@ var _ Store = (*SQLite)(nil)
 // OpenSQLite opens (creating if needed) the SQLite database at path and
 // applies pending migrations.
 func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
+	if err := privateDB(path); err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
+	}
 	q := url.Values{}
 	q.Add("_pragma", "foreign_keys(1)")
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -55,6 +59,27 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// privateDB creates the database file with FileMode when it is missing
+// (SQLite gives its -wal and -shm files the database's mode) and tightens
+// the modes of existing ones, so key hashes and recorded calls are not
+// readable by other users. In-memory databases are left alone.
+func privateDB(path string) error {
+	if path == "" || path == ":memory:" || strings.ContainsAny(path, "?") {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, FileMode)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm", path + "-journal"} {
+		if err := tighten(p, FileMode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Open opens the database named by url: a plain file path, "sqlite://PATH"

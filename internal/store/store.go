@@ -164,6 +164,10 @@ type Keys interface {
 	// key is generated. It returns the key's record and the key in clear,
 	// which is never retrievable again.
 	CreateKey(ctx context.Context, userName, name, key string) (APIKey, string, error)
+	// Bootstrap creates userName with the key (generated when empty) in one
+	// transaction when the database holds no API key at all; ok is false
+	// when it holds one. publish runs inside the transaction.
+	Bootstrap(ctx context.Context, userName, keyName, key string, publish func(key string) error) (created string, ok bool, err error)
 	// ListKeys lists keys, of one user or of all when userName is empty.
 	ListKeys(ctx context.Context, userName string) ([]APIKey, error)
 	// RevokeKey revokes the key with the given id or prefix.

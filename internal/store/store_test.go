@@ -23,6 +23,17 @@ func open(t *testing.T) (*store.SQLite, string) {
 	return st, path
 }
 
+// otherLast returns key with its last character changed: always another
+// key (replacing it with a fixed character is the same key when the key
+// already ends in it, one time in 64).
+func otherLast(key string) string {
+	c := byte('A')
+	if key[len(key)-1] == c {
+		c = 'B'
+	}
+	return key[:len(key)-1] + string(c)
+}
+
 func TestKeys(t *testing.T) {
 	ctx := context.Background()
 	st, path := open(t)
@@ -52,7 +63,7 @@ func TestKeys(t *testing.T) {
 	if p.UserName != "ann" || p.PersonalEntity != "ann" || !p.Member("ann") || !p.Member("lab") || p.Member("other") || p.KeyID != rec.ID {
 		t.Errorf("principal %+v", p)
 	}
-	for _, bad := range []string{"", key + "x", key[:len(key)-1] + "A", rec.Prefix} {
+	for _, bad := range []string{"", key + "x", otherLast(key), rec.Prefix} {
 		if _, err := st.Authenticate(ctx, bad); !errors.Is(err, store.ErrUnauthorized) {
 			t.Errorf("Authenticate(%q) = %v", bad, err)
 		}
@@ -172,5 +183,42 @@ func TestModelsAndCheckpoints(t *testing.T) {
 	}
 	if _, err := st.JobByID(ctx, j.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("job survives its model: %v", err)
+	}
+}
+
+// User, entity and key names refuse control and bidirectional-override
+// characters; operator-given keys are checked before anything is written.
+func TestNamesAndKeysRefused(t *testing.T) {
+	ctx := context.Background()
+	st, _ := open(t)
+	for _, bad := range []string{"a\u0000b", "a\u0007b", "a\u202eb", "a\rb"} {
+		if _, err := st.EnsureUser(ctx, bad); err == nil {
+			t.Errorf("user %q accepted", bad)
+		}
+	}
+	st.EnsureUser(ctx, "ann")
+	if err := st.AddMembership(ctx, "ann", "lab\u202e"); err == nil {
+		t.Error("entity with a bidi override accepted")
+	}
+	if _, _, err := st.CreateKey(ctx, "ann", "laptop\u0000", ""); err == nil {
+		t.Error("key name with NUL accepted")
+	}
+	for _, bad := range []string{"short", "sixteen chars ok", "fw_0123456789abc\u00e9"} {
+		if err := store.ValidateKey(bad); err == nil {
+			t.Errorf("key %q accepted", bad)
+		}
+		if _, _, err := st.Bootstrap(ctx, "admin", "bootstrap", bad, nil); err == nil {
+			t.Errorf("bootstrap with key %q", bad)
+		}
+	}
+	if n, _ := st.CountUsers(ctx); n != 1 {
+		t.Errorf("refused bootstraps left %d users", n)
+	}
+	key, ok, err := st.Bootstrap(ctx, "admin", "bootstrap", "", nil)
+	if err != nil || !ok || len(key) != 43 {
+		t.Fatalf("bootstrap: %q %v %v", key, ok, err)
+	}
+	if _, ok, err := st.Bootstrap(ctx, "admin", "bootstrap", "", nil); err != nil || ok {
+		t.Errorf("second bootstrap: %v %v", ok, err)
 	}
 }

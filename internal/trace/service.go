@@ -20,6 +20,7 @@ import (
 
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
+	"flywheel/internal/names"
 )
 
 //go:embed migrations/*.sql
@@ -301,6 +302,9 @@ func splitProjectID(projectID, param string) (entity, name string, err error) {
 	if i <= 0 || i == len(projectID)-1 || strings.IndexByte(projectID[i+1:], '/') >= 0 || len(projectID) > 512 ||
 		strings.TrimSpace(projectID) != projectID {
 		return "", "", httpx.Invalid(param, "invalid_value", "invalid project id %q: expected entity/project", projectID)
+	}
+	if err := names.Check(projectID); err != nil {
+		return "", "", httpx.Invalid(param, "invalid_value", "%s %s", param, err.Error())
 	}
 	return projectID[:i], projectID[i+1:], nil
 }

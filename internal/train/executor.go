@@ -178,10 +178,19 @@ func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64
 	}
 	t1 := time.Now()
 	st, g := lossFn(p.LogProb)
+	if !isFinite(st.Loss) {
+		return stepResult{}, &DivergedError{What: fmt.Sprintf("the loss is %v", st.Loss)}
+	}
 	p.Backward(g)
 	t2 := time.Now()
 	gn := clipGradNorm(s.params, 1.0)
+	if !isFinite(gn) {
+		return stepResult{}, &DivergedError{What: fmt.Sprintf("the gradient norm is %v", gn)}
+	}
 	s.opt.update(s.params, lr)
+	if name, ok := nonFiniteParam(s.params); !ok {
+		return stepResult{}, &DivergedError{What: "weight " + name + " is not finite after the update"}
+	}
 	var ent float64
 	for _, e := range p.Entropy {
 		ent += e
@@ -192,6 +201,43 @@ func (s *session) runStep(sb *stepBatch, lr float64, lossFn func(newLP []float64
 	return stepResult{Loss: st.Loss, GradNorm: gn, Entropy: ent, NumClipped: st.NumClipped,
 		NumRows: len(sb.b.Rows), NumTokens: sb.ntoken, Seconds: time.Since(t0).Seconds(),
 		Phases: [3]float64{t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), time.Since(t2).Seconds()}}, nil
+}
+
+// DivergedError fails a job whose training diverged: a non-finite loss,
+// gradient norm or updated weight. Nothing of the run is saved: the job
+// fails and the model keeps its latest checkpoint.
+type DivergedError struct {
+	What string // "the loss is NaN", ...
+	Step int    // the gradient step (1-based), set by the caller
+}
+
+func (e *DivergedError) Error() string {
+	return fmt.Sprintf("training diverged at gradient step %d: %s; no checkpoint was saved (lower the learning rate)", e.Step, e.What)
+}
+
+// withStep sets the gradient step (1-based) of a *DivergedError.
+func withStep(err error, step int) error {
+	var de *DivergedError
+	if errors.As(err, &de) {
+		de.Step = step
+	}
+	return err
+}
+
+func isFinite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// nonFiniteParam reports the first parameter holding a NaN or an infinity
+// (ok false), checked after each update: a step that overflows the weights
+// would otherwise be saved and served.
+func nonFiniteParam(ps []param) (string, bool) {
+	for _, p := range ps {
+		for _, w := range p.W {
+			if w-w != 0 { // NaN or ±Inf
+				return p.Name, false
+			}
+		}
+	}
+	return "", true
 }
 
 func stepEvent(i int, r stepResult, lr float64, opt *AdamW) jobs.Event {
@@ -293,7 +339,7 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 		}
 		r, err := s.runStep(sb, cfg.LearningRate, sb.rlLoss(cfg))
 		if err != nil {
-			return jobs.Result{}, err
+			return jobs.Result{}, withStep(err, i+1)
 		}
 		clipped += r.NumClipped
 		rows += r.NumRows

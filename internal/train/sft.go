@@ -227,7 +227,7 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 		lr := lrs[min(i, len(lrs)-1)]
 		r, err := s.runStep(buildBatch(bin), lr, ceLoss)
 		if err != nil {
-			return jobs.Result{}, err
+			return jobs.Result{}, withStep(err, i+1)
 		}
 		lossSum += r.Loss
 		e.opts.Logger.Info("train: sft step", "job", job.ID, "step", i+1, "of", len(bins), "loss", r.Loss, "grad_norm", r.GradNorm)

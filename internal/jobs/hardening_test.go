@@ -1,0 +1,118 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"flywheel/internal/jobs"
+	"flywheel/internal/store"
+)
+
+// leakyTrainer writes part of a checkpoint, then fails with an error that
+// names server paths (or panics).
+type leakyTrainer struct {
+	modelsDir string
+	panics    bool
+}
+
+func (l leakyTrainer) Train(ctx context.Context, j jobs.Job, emit func(jobs.Event) error) (jobs.Result, error) {
+	if err := os.WriteFile(filepath.Join(j.OutDir, "adapter_model.safetensors"), []byte("half"), 0o644); err != nil {
+		return jobs.Result{}, err
+	}
+	if l.panics {
+		panic("index out of range in " + j.FromDir)
+	}
+	return jobs.Result{}, errors.New("open " + filepath.Join(j.OutDir, "x") + ": disk full; base " +
+		filepath.Join(l.modelsDir, "org/base", "model.safetensors") + ", also /etc/passwd")
+}
+
+// A failed job leaves nothing behind: its work folder and request body
+// are removed; the message clients see names no server path; a trainer's
+// panic fails its job instead of the process.
+func TestFailedJobLeavesNothingAndNoPaths(t *testing.T) {
+	for _, panics := range []bool{false, true} {
+		f := newFixture(t)
+		m := f.model(t, "m")
+		q := f.queue(leakyTrainer{modelsDir: f.dataDir, panics: panics}, 1)
+		if err := q.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		id := submit(t, q, m)
+		req := f.layout.RequestPath(id)
+		if st, err := os.Stat(req); err != nil || st.Mode().Perm() != store.FileMode {
+			t.Errorf("request body: %v %v", st, err)
+		}
+		waitAll(t, f.st, []string{id}, store.StatusFailed)
+		q.Shutdown(context.Background())
+
+		j, _ := f.st.JobByID(context.Background(), id)
+		evs, _, _ := f.st.ListEvents(context.Background(), id, store.Page{Limit: 100})
+		last := string(evs[len(evs)-1].Data)
+		for _, msg := range []string{j.ErrorMessage, last} {
+			if strings.Contains(msg, f.dataDir) || strings.Contains(msg, "/etc/") || !strings.Contains(msg, "-dir\\u003e/") && !strings.Contains(msg, "-dir>/") {
+				t.Errorf("panics=%v: client message %q", panics, msg)
+			}
+		}
+		if !panics && !strings.Contains(j.ErrorMessage, "disk full") {
+			t.Errorf("message lost its cause: %q", j.ErrorMessage)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			_, e1 := os.Stat(req)
+			_, e2 := os.Stat(f.layout.WorkDir(m, id))
+			if os.IsNotExist(e1) && os.IsNotExist(e2) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("panics=%v: leftovers: request %v, work folder %v", panics, e1, e2)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// What kill -9 leaves (a job's work folder, a request body cut short, the
+// request of a job that ended) is swept at the next start; the request of a
+// queued job is kept.
+func TestStartSweepsLeftovers(t *testing.T) {
+	f := newFixture(t)
+	m := f.model(t, "m")
+	q := f.queue(nil, 1)
+	ended := submit(t, q, m) // no trainer and not started: stays queued
+	if err := f.st.FinishJob(context.Background(), ended, store.StatusFailed, "x"); err != nil {
+		t.Fatal(err)
+	}
+	queued := submit(t, q, m)
+	work := f.layout.WorkDir(m, ended)
+	os.MkdirAll(work, 0o700)
+	os.WriteFile(filepath.Join(work, "adapter_model.safetensors"), []byte("half"), 0o600)
+	part := filepath.Join(f.dataDir, "requests", ".tmp-"+store.NewID()+".json-123")
+	os.WriteFile(part, []byte(`{"model_id": "`), 0o600)
+
+	q2 := f.queue(blockTrainer{}, 1)
+	if err := q2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Shutdown(context.Background())
+	for _, p := range []string{work, part, f.layout.RequestPath(ended)} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s survived the start: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(f.layout.RequestPath(queued)); err != nil {
+		t.Errorf("queued job's request: %v", err)
+	}
+}
+
+// blockTrainer runs until cancelled.
+type blockTrainer struct{}
+
+func (blockTrainer) Train(ctx context.Context, j jobs.Job, emit func(jobs.Event) error) (jobs.Result, error) {
+	<-ctx.Done()
+	return jobs.Result{}, ctx.Err()
+}
