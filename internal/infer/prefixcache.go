@@ -251,14 +251,16 @@ func (s *Scheduler) cacheSequence(st *seqState) {
 	st.cached = n
 }
 
-// cutAtCacheEnd shortens a prefill chunk of n tokens that would cross the
-// end of the part of the prompt a later request could take from the cache
-// (its last full block before the final token), so that the rest is
-// always prefilled in a pass of its own. A later request with the same
-// prompt then runs exactly the passes this one ran (it copies the keys
-// and values of the first, then runs the second), so it gets bit-identical
-// logits: the engine's kernels round differently for different row counts.
-func (st *seqState) cutAtCacheEnd(n int) int {
+// cutAtLastBlock shortens a prefill chunk of n tokens that would cross the
+// end of the prompt's last full block before its final token (the most a
+// later request can take from the prefix cache), so that the rest of the
+// prompt is always prefilled in a pass of its own, with the cache or
+// without. A request whose prompt was prefilled before then runs exactly
+// the passes the first one ran (it copies the keys and values of the
+// first, then runs the second) and gets bit-identical logits, as without
+// the cache; this matters because the engine's kernels round differently
+// for different numbers of rows.
+func (st *seqState) cutAtLastBlock(n int) int {
 	p := st.gen.req.Prompt
 	fed := len(p) - len(st.pending)
 	end := (len(p) - 1) / PrefixBlockTokens * PrefixBlockTokens

@@ -411,10 +411,7 @@ func (s *Scheduler) step() {
 		if budget <= 0 {
 			continue
 		}
-		n := min(len(st.pending), budget)
-		if s.opts.PrefixCache != nil {
-			n = st.cutAtCacheEnd(n)
-		}
+		n := st.cutAtLastBlock(min(len(st.pending), budget))
 		budget -= n
 		s.promptToks.Add(int64(n))
 		seqs = append(seqs, st.seq)
