@@ -22,7 +22,7 @@ func multiTurnBodies(model string, id int) []string {
 		if turn > 0 {
 			msgs = append(msgs,
 				map[string]string{"role": "assistant", "content": fmt.Sprintf("Answer %d, in brief.", turn)},
-				map[string]string{"role": "user", "content": fmt.Sprintf("Turn %d: expand on the second point.", turn+1)})
+				map[string]string{"role": "user", "content": fmt.Sprintf("Turn %d: expand on the second point, in a few more words.", turn+1)})
 		}
 		m, _ := json.Marshal(msgs)
 		bodies = append(bodies, fmt.Sprintf(`{"model":%q,"max_tokens":8,"ignore_eos":true,"stream":true,"logprobs":true,"temperature":0,"messages":%s}`, model, m))

@@ -8,7 +8,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestPrefixCacheSecondTurn: the second turn of a chat re-sends the first
@@ -56,32 +55,12 @@ func TestPrefixCacheSecondTurn(t *testing.T) {
 		}
 	}
 
-	metrics := func(env *testEnv) map[string]float64 {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(env.srv)
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		found := map[string]float64{}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				switch {
-				case m.Counter != nil:
-					found[mf.GetName()] = m.Counter.GetValue()
-				case m.Gauge != nil:
-					found[mf.GetName()] = m.Gauge.GetValue()
-				}
-			}
-		}
-		return found
-	}
-	mo := metrics(on)
+	mo := gatherMetrics(t, on.srv)
 	if mo["flywheel_prefix_cache_hit_tokens_total"] != float64(P-prefilled) || mo["flywheel_prefix_cache_lookups_total"] != 2 ||
 		mo["flywheel_prefix_cache_hits_total"] != 1 || mo["flywheel_prefix_cache_bytes"] <= 0 || mo["flywheel_prefix_cache_budget_bytes"] != DefaultPrefixCacheMB<<20 {
 		t.Fatalf("metrics %v (second turn: %d prompt tokens, %d prefilled)", mo, P, prefilled)
 	}
-	if _, ok := metrics(off)["flywheel_prefix_cache_hit_tokens_total"]; ok {
+	if _, ok := gatherMetrics(t, off.srv)["flywheel_prefix_cache_hit_tokens_total"]; ok {
 		t.Fatal("prefix cache metrics with the cache off")
 	}
 }
