@@ -75,7 +75,8 @@ type Stats struct {
 	Compute  time.Duration // total time in steps: forward passes, sampling, token bookkeeping
 	Forward  time.Duration // total time in engine forward passes
 	// PromptTokens counts prompt tokens prefilled: once per request, not
-	// per choice (the other choices clone the prefilled sequence).
+	// per choice (the other choices clone the prefilled sequence), and not
+	// those taken from the prefix cache.
 	PromptTokens int64
 	GenTokens    int64 // tokens sampled
 	// Prefix cache: requests that looked their prompt up, those that found

@@ -9,7 +9,7 @@ var (
 	descQueued  = prometheus.NewDesc("flywheel_serve_queued_requests", "Requests waiting for a batch slot.", []string{"model"}, nil)
 	descSteps   = prometheus.NewDesc("flywheel_serve_steps_total", "Batched forward steps run.", []string{"model"}, nil)
 	descGen     = prometheus.NewDesc("flywheel_serve_generated_tokens_total", "Tokens sampled.", []string{"model"}, nil)
-	descPrompt  = prometheus.NewDesc("flywheel_serve_prompt_tokens_total", "Prompt tokens prefilled (once per request; the other choices of n > 1 clone the prefilled prompt).", []string{"model"}, nil)
+	descPrompt  = prometheus.NewDesc("flywheel_serve_prompt_tokens_total", "Prompt tokens prefilled (once per request; the other choices of n > 1 clone the prefilled prompt; tokens taken from the prefix cache are not prefilled).", []string{"model"}, nil)
 	descForward = prometheus.NewDesc("flywheel_serve_forward_seconds_total", "Time in engine forward passes.", []string{"model"}, nil)
 	descAdapter = prometheus.NewDesc("flywheel_serve_adapter_loads_total", "LoRA adapters loaded from disk (cache misses).", nil, nil)
 
