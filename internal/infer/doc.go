@@ -64,6 +64,34 @@
 // advances on the token sampled. The scheduler only calls that interface;
 // serve's forced tool-call grammar is one implementation.
 //
+// # Prefix cache
+//
+// With Options.PrefixCache (a PrefixCache, which several schedulers may
+// share), the keys and values of prompts are kept across requests in
+// blocks of PrefixBlockTokens positions, keyed by the base model, the
+// adapter (the loaded *engine.Adapter) and a SHA-256 hash chain of the
+// whole token prefix up to the block's end. Before each step a prefilling
+// sequence copies in the cached blocks that continue its prompt from where
+// it is (engine.Seq.AppendKV) and skips prefilling them, so a multi-turn
+// conversation that re-sends its history prefills only the new tokens, and
+// concurrent requests with a common prefix take it from the first that
+// prefilled it. The prompt's last token is always prefilled (its logits
+// are needed), so at most len(prompt)-1 tokens come from the cache. Blocks
+// are added as prefill completes them and, when a sequence ends, for the
+// tokens it generated too; the least recently used are evicted to stay
+// within the cache's byte budget. Stats counts lookups, hits and the
+// tokens taken from the cache.
+//
+// The engine's kernels round differently for passes of different numbers
+// of rows, so outputs are bit-identical only for the same passes. The
+// scheduler therefore always (cache or not) prefills the tail of a prompt
+// after its last full block before the final token in a pass of its own:
+// a prompt seen before then gets exactly the tokens and logprobs it gets
+// without the cache. When the cached part was computed differently (the
+// tokens a previous turn generated were decoded one by one, not
+// prefilled), the output is the same to float rounding, as it is under
+// batching.
+//
 // # Adapters
 //
 // AdapterCache keeps loaded LoRA adapters in an LRU cache keyed by folder

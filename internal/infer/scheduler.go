@@ -43,7 +43,10 @@ type Options struct {
 	MaxBatch     int // sequences run per step (default 32)
 	MaxQueue     int // requests waiting for a batch slot before ErrQueueFull (default 256)
 	PrefillChunk int // prompt tokens fed per step across sequences (default 512)
-	Logger       *slog.Logger
+	// PrefixCache, when not nil, keeps prompts' KV blocks across requests
+	// (it may be shared by the schedulers of several base models).
+	PrefixCache *PrefixCache
+	Logger      *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -72,9 +75,14 @@ type Stats struct {
 	Compute  time.Duration // total time in steps: forward passes, sampling, token bookkeeping
 	Forward  time.Duration // total time in engine forward passes
 	// PromptTokens counts prompt tokens prefilled: once per request, not
-	// per choice (the other choices clone the prefilled sequence).
+	// per choice (the other choices clone the prefilled sequence), and not
+	// those taken from the prefix cache.
 	PromptTokens int64
 	GenTokens    int64 // tokens sampled
+	// Prefix cache: requests that looked their prompt up, those that found
+	// at least one block, and the prompt tokens taken from the cache
+	// instead of prefilled.
+	PrefixLookups, PrefixHits, PrefixHitTokens int64
 }
 
 // Scheduler runs the continuous-batching loop of one base model (see the
@@ -103,6 +111,9 @@ type Scheduler struct {
 	forwardNs  atomic.Int64
 	genTokens  atomic.Int64
 	promptToks atomic.Int64
+	prefixLook atomic.Int64
+	prefixHits atomic.Int64
+	prefixToks atomic.Int64
 }
 
 // NewScheduler starts the scheduler of m; Close stops it.
@@ -198,7 +209,8 @@ func (s *Scheduler) Stats() Stats {
 	s.mu.Unlock()
 	return Stats{Steps: s.steps.Load(), MaxBatch: s.maxBatch.Load(), Active: s.activeSeqs.Load(), Queued: queued,
 		Compute: time.Duration(s.computeNs.Load()), Forward: time.Duration(s.forwardNs.Load()),
-		PromptTokens: s.promptToks.Load(), GenTokens: s.genTokens.Load()}
+		PromptTokens: s.promptToks.Load(), GenTokens: s.genTokens.Load(),
+		PrefixLookups: s.prefixLook.Load(), PrefixHits: s.prefixHits.Load(), PrefixHitTokens: s.prefixToks.Load()}
 }
 
 func (s *Scheduler) signal() {
@@ -230,6 +242,12 @@ type seqState struct {
 	text    textOutput
 	// results of this step's sampling
 	tok Token
+	// prefix cache (prefixcache.go)
+	hashes   []prefixHash // chained hashes of the prompt's full blocks
+	cached   int          // blocks of the sequence known to be in the cache
+	looked   bool         // the prompt has been looked up
+	hit      bool         // ... and found in part
+	prefills bool         // fed prompt tokens in this step
 }
 
 func (s *Scheduler) run() {
@@ -347,6 +365,7 @@ func (s *Scheduler) startClones(st *seqState) []*seqState {
 	cs := st.clones
 	for _, c := range cs {
 		c.seq = st.seq.Clone()
+		c.hashes, c.cached = slices.Clone(st.hashes), st.cached
 	}
 	st.clones = nil
 	s.active = append(s.active, cs...)
@@ -371,11 +390,19 @@ func (s *Scheduler) dropCancelled() {
 // rows for those generating and prompt chunks for those prefilling, then
 // samples a token for every sequence whose prompt is complete.
 func (s *Scheduler) step() {
+	if s.opts.PrefixCache != nil {
+		for _, st := range s.active {
+			if len(st.pending) > 0 {
+				s.reusePrefix(st)
+			}
+		}
+	}
 	budget := s.opts.PrefillChunk
 	var seqs []*engine.Seq
 	var toks [][]int
 	var batch []*seqState
 	for _, st := range s.active {
+		st.prefills = false
 		if len(st.pending) == 0 {
 			seqs = append(seqs, st.seq)
 			toks = append(toks, []int{st.next})
@@ -385,12 +412,13 @@ func (s *Scheduler) step() {
 		if budget <= 0 {
 			continue
 		}
-		n := min(len(st.pending), budget)
+		n := st.cutAtLastBlock(min(len(st.pending), budget))
 		budget -= n
 		s.promptToks.Add(int64(n))
 		seqs = append(seqs, st.seq)
 		toks = append(toks, st.pending[:n])
 		st.pending = st.pending[n:]
+		st.prefills = true
 		batch = append(batch, st)
 	}
 	if len(batch) == 0 {
@@ -411,6 +439,13 @@ func (s *Scheduler) step() {
 		}
 		s.removeDone()
 		return
+	}
+	if s.opts.PrefixCache != nil {
+		for _, st := range batch {
+			if st.prefills {
+				s.cachePrompt(st)
+			}
+		}
 	}
 	// Sequences whose prompt is complete sample; a group leader whose
 	// prompt just completed brings in its clones, which sample their first
@@ -492,6 +527,9 @@ func (s *Scheduler) afterSample(st *seqState) {
 func (s *Scheduler) finish(st *seqState, reason string, err error) {
 	st.out.end(reason, err)
 	if st.seq != nil {
+		if err == nil && s.opts.PrefixCache != nil {
+			s.cacheSequence(st)
+		}
 		st.seq.Release()
 	}
 	st.pending = nil

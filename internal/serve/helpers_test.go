@@ -13,6 +13,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"flywheel/internal/auth"
 	"flywheel/internal/engine"
@@ -172,4 +173,28 @@ func (f *fakeResolver) add(key string, t Target) {
 		f.targets = map[string]Target{}
 	}
 	f.targets[key] = t
+}
+
+// gatherMetrics collects srv's metrics: each counter's or gauge's value by
+// name (the last series of a labelled one).
+func gatherMetrics(t *testing.T, srv *Server) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(srv)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				found[mf.GetName()] = m.Counter.GetValue()
+			case m.Gauge != nil:
+				found[mf.GetName()] = m.Gauge.GetValue()
+			}
+		}
+	}
+	return found
 }

@@ -43,7 +43,7 @@ type grammarVocab struct {
 // isStringByte reports whether b may appear unescaped in a grammar string.
 func isStringByte(b byte) bool { return b >= 0x20 && b < 0x7f && b != '\\' && b != '"' }
 
-func newLModel(m *engine.Model, opts *Options) (*lmodel, error) {
+func newLModel(m *engine.Model, opts *Options, prefix *infer.PrefixCache) (*lmodel, error) {
 	if m.Tokenizer == nil {
 		return nil, fmt.Errorf("model %s has no tokenizer", m.ID)
 	}
@@ -84,7 +84,7 @@ func newLModel(m *engine.Model, opts *Options) (*lmodel, error) {
 		keep = append(keep, id)
 	}
 	sched, err := infer.NewScheduler(infer.Model{Engine: m, MaxLen: l.maxLen, EOS: l.eos, KeepSpecial: keep},
-		infer.Options{MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, PrefillChunk: opts.PrefillChunk, Logger: opts.Logger})
+		infer.Options{MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, PrefillChunk: opts.PrefillChunk, PrefixCache: prefix, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("serve: model %s: %w", m.ID, err)
 	}

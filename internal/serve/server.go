@@ -22,7 +22,11 @@
 // Generation runs in internal/infer: one continuous-batching scheduler per
 // base model (created on the model's first request), sequences of different
 // LoRA checkpoints in the same batch, adapters in an LRU cache. Options
-// carries its settings (MaxBatch, MaxQueue, PrefillChunk, AdapterCacheSize).
+// carries its settings (MaxBatch, MaxQueue, PrefillChunk, AdapterCacheSize,
+// PrefixCacheMB). Prompts' KV blocks are kept across requests in one prefix
+// cache (infer.PrefixCache, a memory budget shared by all base models), so a
+// multi-turn conversation that re-sends its history prefills only the new
+// tokens.
 // This package turns a request into an infer.Request: the chat template
 // renders the messages and the tokenizer encodes the prompt; temperature (0
 // = greedy), top_p, top_k, min_p and seed (choice i of n uses seed+i) select
@@ -139,6 +143,10 @@ type CallRecorder interface {
 // Options.AdapterCacheSize is zero.
 const DefaultAdapterCacheSize = 16
 
+// DefaultPrefixCacheMB is the prefix cache's budget in MiB when
+// Options.PrefixCacheMB is zero.
+const DefaultPrefixCacheMB = 512
+
 // Options tune the server. Zero values take the defaults.
 type Options struct {
 	MaxBatch         int           // sequences decoded per step per base model (default 32)
@@ -150,7 +158,12 @@ type Options struct {
 	MaxTopLogprobs   int           // largest top_logprobs (default 20)
 	RetryAfter       time.Duration // retry-after of a 429 (default 1s)
 	OpName           string        // call-store op name (default "chat.completions")
-	Logger           *slog.Logger
+	// PrefixCacheMB is the memory budget, in MiB, of the prefix cache that
+	// keeps prompts' KV blocks across requests (infer.PrefixCache), shared
+	// by all base models: 0 takes DefaultPrefixCacheMB, a negative value
+	// turns the cache off.
+	PrefixCacheMB int
+	Logger        *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -160,6 +173,9 @@ func (o *Options) defaults() {
 	}
 	if o.AdapterCacheSize <= 0 {
 		o.AdapterCacheSize = DefaultAdapterCacheSize
+	}
+	if o.PrefixCacheMB == 0 {
+		o.PrefixCacheMB = DefaultPrefixCacheMB
 	}
 	if o.MaxTopLogprobs <= 0 {
 		o.MaxTopLogprobs = 20
@@ -183,6 +199,7 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	adapters *infer.AdapterCache
+	prefix   *infer.PrefixCache // nil: off
 
 	mu     sync.Mutex
 	models map[string]*lmodel
@@ -204,6 +221,7 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 	return &Server{
 		reg: reg, resolver: resolver, recorder: recorder, opts: opts, log: opts.Logger,
 		adapters:   infer.NewAdapterCache(opts.AdapterCacheSize),
+		prefix:     infer.NewPrefixCache(int64(opts.PrefixCacheMB) << 20),
 		models:     map[string]*lmodel{},
 		newSampler: newEngineSampler,
 	}
@@ -271,7 +289,7 @@ func (s *Server) model(id string) (*lmodel, error) {
 	if m, ok := s.models[id]; ok {
 		return m, nil
 	}
-	lm, err := newLModel(em, &s.opts)
+	lm, err := newLModel(em, &s.opts, s.prefix)
 	if err != nil {
 		s.log.Error("serve: start base model", "model", id, "err", err)
 		return nil, &httpx.Error{Status: http.StatusInternalServerError, Message: "base model " + id + " cannot be served", Code: "model_load_failed"}

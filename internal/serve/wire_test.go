@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"flywheel/internal/engine"
 	"flywheel/internal/infer"
@@ -42,20 +41,7 @@ func TestMetricsCollector(t *testing.T) {
 	if _, err := env.client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: tinyID, Messages: userMsgs("x"), MaxTokens: openai.Int(3)}); err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(env.srv)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if m.Counter != nil {
-				found[mf.GetName()] = m.Counter.GetValue()
-			}
-		}
-	}
+	found := gatherMetrics(t, env.srv)
 	if found["flywheel_serve_generated_tokens_total"] < 1 || found["flywheel_serve_steps_total"] < 1 {
 		t.Fatalf("metrics %v", found)
 	}
