@@ -18,6 +18,7 @@ import (
 
 	"flywheel/internal/app"
 	"flywheel/internal/jobs"
+	"flywheel/internal/serve"
 	"flywheel/internal/store"
 )
 
@@ -278,8 +279,14 @@ func TestServeFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err, errb.String())
 	}
-	if got := c.app.Serve; got.MaxBatch != 0 || got.MaxQueue != 0 || got.AdapterCacheSize != 0 || got.PrefillChunk != 0 {
+	if got := c.app.Serve; got.MaxBatch != 0 || got.MaxQueue != 0 || got.AdapterCacheSize != 0 || got.PrefillChunk != 0 || got.PrefixCacheMB != serve.DefaultPrefixCacheMB {
 		t.Errorf("defaults: %+v", got)
+	}
+	if c, _ := parseServe([]string{"--prefix-cache-mb", "0"}, &errb); c.app.Serve.PrefixCacheMB >= 0 {
+		t.Errorf("--prefix-cache-mb 0 should turn the cache off, got PrefixCacheMB %d", c.app.Serve.PrefixCacheMB)
+	}
+	if c, _ := parseServe([]string{"--prefix-cache-mb", "64"}, &errb); c.app.Serve.PrefixCacheMB != 64 {
+		t.Errorf("--prefix-cache-mb 64: PrefixCacheMB %d", c.app.Serve.PrefixCacheMB)
 	}
 	c, err = parseServe([]string{"--max-batch", "8", "--max-queue", "64", "--adapter-cache", "3", "--prefill-chunk", "128",
 		"--workers", "5", "--data-dir", "/tmp/d", "--models-dir", "/tmp/m"}, &errb)

@@ -31,6 +31,7 @@ type serveConfig struct {
 	addr      string
 	logFormat string
 	logLevel  string
+	prefixMB  int
 }
 
 // parseServe reads the flags of `flywheel serve`, each with an environment
@@ -49,6 +50,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.app.Serve.MaxQueue, "max-queue", envInt("FLYWHEEL_MAX_QUEUE", 0), fmt.Sprintf("inference: requests waiting for a batch slot before 429 (env FLYWHEEL_MAX_QUEUE; 0: the default, %d)", infer.DefaultMaxQueue))
 	fs.IntVar(&c.app.Serve.AdapterCacheSize, "adapter-cache", envInt("FLYWHEEL_ADAPTER_CACHE", 0), fmt.Sprintf("inference: LoRA adapters kept loaded (env FLYWHEEL_ADAPTER_CACHE; 0: the default, %d)", serve.DefaultAdapterCacheSize))
 	fs.IntVar(&c.app.Serve.PrefillChunk, "prefill-chunk", envInt("FLYWHEEL_PREFILL_CHUNK", 0), fmt.Sprintf("inference: prompt tokens fed per step across sequences (env FLYWHEEL_PREFILL_CHUNK; 0: the default, %d)", infer.DefaultPrefillChunk))
+	fs.IntVar(&c.prefixMB, "prefix-cache-mb", envInt("FLYWHEEL_PREFIX_CACHE_MB", serve.DefaultPrefixCacheMB), "inference: memory for the KV blocks of prompt prefixes reused across requests, in MiB (env FLYWHEEL_PREFIX_CACHE_MB; 0 disables the cache)")
 	fs.StringVar(&c.logFormat, "log-format", envOr("FLYWHEEL_LOG_FORMAT", "text"), "log format: text or json (env FLYWHEEL_LOG_FORMAT)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("FLYWHEEL_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env FLYWHEEL_LOG_LEVEL)")
 	if err := parseFlags(fs, args); err != nil {
@@ -58,10 +60,14 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 		name string
 		v    int
 	}{{"--workers", c.app.Workers}, {"--max-batch", c.app.Serve.MaxBatch}, {"--max-queue", c.app.Serve.MaxQueue},
-		{"--adapter-cache", c.app.Serve.AdapterCacheSize}, {"--prefill-chunk", c.app.Serve.PrefillChunk}} {
+		{"--adapter-cache", c.app.Serve.AdapterCacheSize}, {"--prefill-chunk", c.app.Serve.PrefillChunk}, {"--prefix-cache-mb", c.prefixMB}} {
 		if f.v < 0 {
 			return c, fmt.Errorf("%s must not be negative, got %d", f.name, f.v)
 		}
+	}
+	c.app.Serve.PrefixCacheMB = c.prefixMB
+	if c.prefixMB == 0 {
+		c.app.Serve.PrefixCacheMB = -1 // serve.Options: negative is off, zero the default
 	}
 	c.app.DataDir, c.app.Database = d.dataDir, d.database
 	c.app.Version = version
