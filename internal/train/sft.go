@@ -203,40 +203,61 @@ func sftOrder(rng *rand.PCG, n int) []int {
 	return p
 }
 
-// sftStep is one gradient step of an SFT job: its examples and its epoch.
-type sftStep struct {
-	seqs  []*sequence
-	epoch int
+// sftPlan lays out an SFT job's gradient steps: epochs passes over seqs,
+// each in the order sftOrder draws from seed, cut into steps of batch
+// examples (auto: within budget tokens too). Steps are made one epoch at a
+// time, so many epochs over a large file cost no memory.
+type sftPlan struct {
+	seqs          []*sequence
+	epochs, batch int
+	auto          bool
+	budget        int
+	seed          uint64
 }
 
-// planSFT lays out the job's gradient steps: epochs passes over seqs, each
-// in the order sftOrder draws from seed, cut into steps of batchSize
-// examples (0: auto, see autoBatchSize, within budget tokens). It returns
-// the steps and the batch size used.
-func planSFT(seqs []*sequence, epochs, batchSize, budget int, seed uint64) ([]sftStep, int) {
-	auto := batchSize == 0
-	if auto {
-		batchSize = autoBatchSize(len(seqs))
+// newSFTPlan plans epochs passes over seqs with batchSize examples per step
+// (0: "auto", see autoBatchSize) and the token budget of "auto".
+func newSFTPlan(seqs []*sequence, epochs, batchSize, budget int, seed uint64) sftPlan {
+	p := sftPlan{seqs: seqs, epochs: epochs, batch: batchSize, budget: budget, seed: seed}
+	if p.auto = batchSize == 0; p.auto {
+		p.batch = autoBatchSize(len(seqs))
 	}
-	rng := rand.NewPCG(seed, sftStream)
-	var steps []sftStep
-	for ep := 1; ep <= epochs; ep++ {
+	return p
+}
+
+// each calls step for every gradient step in order, with its epoch (from
+// 1), and stops at the first error.
+func (p sftPlan) each(step func(epoch int, seqs []*sequence) error) error {
+	rng := rand.NewPCG(p.seed, sftStream)
+	for ep := 1; ep <= p.epochs; ep++ {
 		var cur []*sequence
 		used := 0
-		for _, i := range sftOrder(rng, len(seqs)) {
-			s := seqs[i]
-			if len(cur) == batchSize || auto && len(cur) > 0 && used+len(s.Tokens) > budget {
-				steps = append(steps, sftStep{cur, ep})
+		for _, i := range sftOrder(rng, len(p.seqs)) {
+			s := p.seqs[i]
+			if len(cur) == p.batch || p.auto && len(cur) > 0 && used+len(s.Tokens) > p.budget {
+				if err := step(ep, cur); err != nil {
+					return err
+				}
 				cur, used = nil, 0
 			}
 			cur = append(cur, s)
 			used += len(s.Tokens)
 		}
 		if len(cur) > 0 {
-			steps = append(steps, sftStep{cur, ep})
+			if err := step(ep, cur); err != nil {
+				return err
+			}
 		}
 	}
-	return steps, batchSize
+	return nil
+}
+
+// numSteps is the number of gradient steps (training_started's
+// num_sequences).
+func (p sftPlan) numSteps() int {
+	n := 0
+	p.each(func(int, []*sequence) error { n++; return nil })
+	return n
 }
 
 // sftStream is the PCG stream of SFT data orders.
@@ -304,30 +325,34 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 	if err := checkTokens(seqs, s.base.Config.VocabSize); err != nil {
 		return jobs.Result{}, err
 	}
-	steps, bs := planSFT(seqs, cfg.Epochs, cfg.BatchSize, e.opts.TokensPerStep, seed)
+	plan := newSFTPlan(seqs, cfg.Epochs, cfg.BatchSize, e.opts.TokensPerStep, seed)
+	nsteps := plan.numSteps()
 	if err := emit(jobs.Event{Type: "training_started", Data: map[string]any{
-		"num_sequences": len(steps), "seed": seed, "epochs": cfg.Epochs, "batch_size": bs,
+		"num_sequences": nsteps, "seed": seed, "epochs": cfg.Epochs, "batch_size": plan.batch,
 	}}); err != nil {
 		return jobs.Result{}, err
 	}
 	var lossSum float64
-	for i, st := range steps {
+	i := 0
+	err = plan.each(func(epoch int, step []*sequence) error {
 		if err := ctx.Err(); err != nil {
-			return jobs.Result{}, err
+			return err
 		}
 		lr := lrs[min(i, len(lrs)-1)]
-		r, err := s.runStep(buildBatch(st.seqs), lr, ceLoss)
+		r, err := s.runStep(buildBatch(step), lr, ceLoss)
 		if err != nil {
-			return jobs.Result{}, err
+			return err
 		}
 		lossSum += r.Loss
-		e.opts.Logger.Info("train: sft step", "job", job.ID, "step", i+1, "of", len(steps), "epoch", st.epoch,
+		e.opts.Logger.Info("train: sft step", "job", job.ID, "step", i+1, "of", nsteps, "epoch", epoch,
 			"loss", r.Loss, "grad_norm", r.GradNorm)
 		ev := stepEvent(i, r, lr, s.opt)
-		ev.Data["epoch"] = st.epoch
-		if err := emit(ev); err != nil {
-			return jobs.Result{}, err
-		}
+		ev.Data["epoch"] = epoch
+		i++
+		return emit(ev)
+	})
+	if err != nil {
+		return jobs.Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return jobs.Result{}, err
@@ -336,8 +361,8 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 		return jobs.Result{}, err
 	}
 	met := map[string]any{
-		"loss": finite(lossSum / float64(len(steps))), "num_examples": len(exs), "num_skipped_examples": skipped,
-		"num_truncated": truncated, "num_gradient_steps": len(steps), "epochs": cfg.Epochs, "batch_size": bs,
+		"loss": finite(lossSum / float64(nsteps)), "num_examples": len(exs), "num_skipped_examples": skipped,
+		"num_truncated": truncated, "num_gradient_steps": nsteps, "epochs": cfg.Epochs, "batch_size": plan.batch,
 		"seed": seed,
 	}
 	if len(lrs) == 1 {

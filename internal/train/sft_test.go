@@ -110,6 +110,24 @@ func seqsOfLen(n int, lens ...int) []*sequence {
 	return out
 }
 
+// sftStep is one gradient step of a plan.
+type sftStep struct {
+	seqs  []*sequence
+	epoch int
+}
+
+// planSFT returns the steps of newSFTPlan(...) (checked against numSteps)
+// and its batch size.
+func planSFT(seqs []*sequence, epochs, batchSize, budget int, seed uint64) ([]sftStep, int) {
+	p := newSFTPlan(seqs, epochs, batchSize, budget, seed)
+	var steps []sftStep
+	p.each(func(ep int, s []*sequence) error { steps = append(steps, sftStep{s, ep}); return nil })
+	if len(steps) != p.numSteps() {
+		panic("numSteps disagrees with each")
+	}
+	return steps, p.batch
+}
+
 // order lists the examples (by Traj) of the plan's steps.
 func order(steps []sftStep) (ids []int, sizes []int, epochs []int) {
 	for _, st := range steps {
