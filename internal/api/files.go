@@ -12,6 +12,7 @@ import (
 
 	"flywheel/internal/atomicfile"
 	"flywheel/internal/httpx"
+	"flywheel/internal/rl"
 	"flywheel/internal/store"
 )
 
@@ -102,7 +103,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	}
 
 	if purpose == "fine-tune" {
-		if err := checkJSONL(f.TempName()); err != nil {
+		if err := checkJSONL(f.TempName(), "file"); err != nil {
 			return err
 		}
 	}
@@ -122,8 +123,11 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// checkJSONL validates every non-blank line of an SFT data file.
-func checkJSONL(path string) error {
+// checkJSONL validates every non-blank line of an SFT data file with
+// rl.ParseSFTLine, the check the trainer makes. A bad line is a 400 with
+// param and a message naming the line and the field
+// ("line 3: messages[1].role is required").
+func checkJSONL(path, param string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -139,18 +143,18 @@ func checkJSONL(path string) error {
 			continue
 		}
 		n++
-		if err := validateSFTLine(b, line); err != nil {
-			return err
+		if _, err := rl.ParseSFTLine(b); err != nil {
+			return httpx.Invalid(param, "invalid_file", "line %d: %s", line, httpx.AsError(err).Message)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return httpx.Invalid("file", "invalid_file", "line %d is longer than %d bytes", line+1, maxLine)
+			return httpx.Invalid(param, "invalid_file", "line %d is longer than %d bytes", line+1, maxLine)
 		}
 		return err
 	}
 	if n == 0 {
-		return httpx.Invalid("file", "invalid_file", "file has no JSONL lines")
+		return httpx.Invalid(param, "invalid_file", "file has no JSONL lines")
 	}
 	return nil
 }

@@ -207,7 +207,12 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 		}
 		return httpx.Invalid("training_data_url", "unknown_file", "training_data_url %q is not a file you uploaded (POST /v1/files)", req.FileID)
 	}
-	exp, err := json.Marshal(req.ExperimentalConfig)
+	if f.Purpose != "fine-tune" { // fine-tune files were checked line by line at upload
+		if err := checkJSONL(f.Path, "training_data_url"); err != nil {
+			return err
+		}
+	}
+	_, exp, err := rl.ResolveSFTExperimentalConfig(req.ExperimentalConfig, pending.ID())
 	if err != nil {
 		return err
 	}

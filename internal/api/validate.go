@@ -143,7 +143,7 @@ type sftRequest struct {
 	ModelID            string
 	FileID             string
 	Config             json.RawMessage // as the job record shows it, with defaults filled (rl.ParseSFTConfig)
-	ExperimentalConfig map[string]any
+	ExperimentalConfig json.RawMessage // as sent; rl.ResolveSFTExperimentalConfig reads it
 }
 
 // validateSFT validates an SFT training-job request body.
@@ -163,63 +163,25 @@ func validateSFT(data []byte) (sftRequest, error) {
 	if req.FileID == "" {
 		return req, valueErr("training_data_url", "must be the id of an uploaded file (file-...)")
 	}
-	cfg, _, err := f.object("config")
-	if err != nil {
+	for _, o := range []struct {
+		key string
+		dst *json.RawMessage
+	}{{"config", &req.Config}, {"experimental_config", &req.ExperimentalConfig}} {
+		v, _, err := f.object(o.key)
+		if err != nil {
+			return req, err
+		}
+		if *o.dst, err = json.Marshal(v); err != nil { // numbers are json.Number: written back as sent
+			return req, fmt.Errorf("encode %s: %w", o.key, err)
+		}
+	}
+	if _, req.Config, err = rl.ParseSFTConfig(req.Config); err != nil {
 		return req, err
 	}
-	raw, err := json.Marshal(cfg) // numbers are json.Number: written back as sent
-	if err != nil {
-		return req, fmt.Errorf("encode config: %w", err)
-	}
-	if _, req.Config, err = rl.ParseSFTConfig(raw); err != nil {
+	if _, _, err = rl.ResolveSFTExperimentalConfig(req.ExperimentalConfig, ""); err != nil {
 		return req, err
 	}
-	exp, _, err := f.object("experimental_config")
-	if err != nil {
-		return req, err
-	}
-	if exp == nil {
-		exp = map[string]any{}
-	}
-	req.ExperimentalConfig = exp
 	return req, nil
-}
-
-// validateSFTLine checks one line of an SFT JSONL file:
-// {"messages": [...], "tools": [...]?}. line is 1-based.
-func validateSFTLine(data []byte, line int) error {
-	p := fmt.Sprintf("line %d", line)
-	var m map[string]any
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
-		return httpx.Invalid("file", "invalid_file", "%s: not a JSON object: %s", p, err.Error())
-	}
-	if m == nil {
-		return httpx.Invalid("file", "invalid_file", "%s: expected a JSON object", p)
-	}
-	f := fields{m: m}
-	msgs, _, err := f.array("messages", true)
-	if err != nil {
-		return httpx.Invalid("file", "invalid_file", "%s: %s", p, httpx.AsError(err).Message)
-	}
-	if len(msgs) == 0 {
-		return httpx.Invalid("file", "invalid_file", "%s: messages must not be empty", p)
-	}
-	for i, e := range msgs {
-		mp := index("messages", i)
-		msg, ok := e.(map[string]any)
-		if !ok {
-			return httpx.Invalid("file", "invalid_file", "%s: %s: expected an object, got %s", p, mp, typeName(e))
-		}
-		if _, _, err := (fields{m: msg, path: mp}).str("role", true); err != nil {
-			return httpx.Invalid("file", "invalid_file", "%s: %s", p, httpx.AsError(err).Message)
-		}
-	}
-	if _, _, err := f.array("tools", false); err != nil {
-		return httpx.Invalid("file", "invalid_file", "%s: %s", p, httpx.AsError(err).Message)
-	}
-	return nil
 }
 
 // logMetrics computes the /log metrics of api.md for one split: the means

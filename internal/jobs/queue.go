@@ -251,6 +251,9 @@ func (q *Queue) Prepare() (*Pending, error) {
 	return p, nil
 }
 
+// ID is the id the job will have once submitted.
+func (p *Pending) ID() string { return p.id }
+
 // Write queues b (which must not change afterwards) for the request file.
 func (p *Pending) Write(b []byte) {
 	if len(b) > 0 {

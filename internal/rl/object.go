@@ -36,7 +36,12 @@ func decodeObject(path string, data []byte) (object, error) {
 	return o, nil
 }
 
-func (o object) keyPath(key string) string { return o.path + "." + key }
+func (o object) keyPath(key string) string {
+	if o.path == "" {
+		return key
+	}
+	return o.path + "." + key
+}
 
 // get returns the raw value of key, nil when absent or null.
 func (o object) get(key string) json.RawMessage {

@@ -1,9 +1,13 @@
 package rl
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
+	"strings"
 
 	"flywheel/internal/httpx"
 )
@@ -22,15 +26,22 @@ type SFTConfig struct {
 	// LastTurnOnly is assistant_turns "last": only the last assistant turn
 	// of each example is trained ("all", the default, trains every one).
 	LastTurnOnly bool
+	// Epochs is the number of passes over the file in one job (config.epochs,
+	// an extension: default 1, at most MaxSFTEpochs). Each pass visits the
+	// examples in a new order drawn from the job's seed.
+	Epochs int
 }
+
+// MaxSFTEpochs bounds config.epochs.
+const MaxSFTEpochs = 1000
 
 // sftConfigPath is where the SFT config sits in a request body.
 const sftConfigPath = "config"
 
 // ParseSFTConfig validates raw, an SFT job's config (nil or null: {}),
 // and returns it typed and as the job record shows it: unknown fields kept,
-// batch_size "auto" when null, learning_rate null when null, and
-// assistant_turns "all" when null. Errors are *httpx.Error naming the JSON
+// batch_size "auto" when null, learning_rate null when null,
+// assistant_turns "all" and epochs 1 when null. Errors are *httpx.Error naming the JSON
 // path (config.learning_rate[1]).
 func ParseSFTConfig(raw []byte) (SFTConfig, json.RawMessage, error) {
 	var c SFTConfig
@@ -64,11 +75,74 @@ func ParseSFTConfig(raw []byte) (SFTConfig, json.RawMessage, error) {
 	default:
 		return c, nil, valueError(o.keyPath("assistant_turns"), "must be \"all\" or \"last\"; got %q", t)
 	}
+	if c.Epochs, err = o.intIn("epochs", 1, MaxSFTEpochs, 1); err != nil {
+		return c, nil, err
+	}
+	out["epochs"] = c.Epochs
 	b, err := json.Marshal(out)
 	if err != nil {
 		return c, nil, fmt.Errorf("encode config: %w", err)
 	}
 	return c, b, nil
+}
+
+// MaxSeed is the largest data-order seed: seeds are integers in
+// [0, 2^53), so that every JSON client reads them back exactly.
+const MaxSeed = 1<<53 - 1
+
+// DefaultSFTSeed is the data-order seed of an SFT job whose
+// experimental_config.seed is null: FNV-1a of the job id, cut to MaxSeed.
+func DefaultSFTSeed(jobID string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(jobID))
+	return h.Sum64() & MaxSeed
+}
+
+// ResolveSFTExperimentalConfig validates raw, an SFT job's
+// experimental_config (nil or null: {}), and returns the data-order seed
+// (experimental_config.seed, an integer in [0, MaxSeed]; null: the job's
+// DefaultSFTSeed) and the object as the job record shows it, the seed
+// filled in and unknown fields kept. It is the one place that decides the
+// seed, for job creation and for the trainer alike.
+func ResolveSFTExperimentalConfig(raw []byte, jobID string) (uint64, json.RawMessage, error) {
+	o, err := decodeObject(configPath, raw)
+	if err != nil {
+		return 0, nil, err
+	}
+	seed := DefaultSFTSeed(jobID)
+	if v := o.get("seed"); v != nil {
+		n, err := strconv.ParseUint(string(v), 10, 64)
+		switch {
+		case !isNumber(v):
+			return 0, nil, typeError(o.keyPath("seed"), "an integer", v)
+		case err != nil || n > MaxSeed:
+			return 0, nil, valueError(o.keyPath("seed"), "must be an integer in [0, 2^53); got %s", v)
+		}
+		seed = n
+	}
+	out := o.record()
+	out["seed"] = seed
+	b, err := json.Marshal(out)
+	if err != nil {
+		return 0, nil, fmt.Errorf("encode experimental_config: %w", err)
+	}
+	return seed, b, nil
+}
+
+// intIn reads key as an integer in [lo, hi]; def when absent or null.
+func (o object) intIn(key string, lo, hi, def int) (int, error) {
+	v := o.get(key)
+	if v == nil {
+		return def, nil
+	}
+	if !isNumber(v) {
+		return 0, typeError(o.keyPath(key), "an integer", v)
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < lo || n > hi {
+		return 0, valueError(o.keyPath(key), "must be an integer in [%d, %d]; got %s", lo, hi, v)
+	}
+	return n, nil
 }
 
 // batchSize reads batch_size: a positive integer, "auto" or null (0). rec
@@ -141,4 +215,105 @@ func learningRate(path string, v json.RawMessage) (float64, error) {
 		err = valueError(path, "must be at most %g (got %g)", MaxLearningRate, x)
 	}
 	return x, err
+}
+
+// SFTExample is one line of an SFT training file (api.md: {"messages":
+// [...], "tools": [...]?}), checked by ParseSFTLine.
+type SFTExample struct {
+	Messages []json.RawMessage // each a JSON object with a role
+	Tools    []json.RawMessage // each a JSON object; nil when absent
+}
+
+// ParseSFTLine validates one line of an SFT training file and returns it
+// typed. A line is a JSON object with messages, a non-empty array of
+// messages: objects with a non-empty string role, content a string, null,
+// or an array of content parts, tool_calls an array; at least one message
+// has role "assistant" (there must be something to train on), and an
+// assistant message has content or tool_calls; tools, when present, is an
+// array of objects. Errors are *httpx.Error naming the field's path within
+// the line (messages[2].content); callers add the line number. It is the
+// one check of a line, at upload and in the trainer alike.
+func ParseSFTLine(data []byte) (SFTExample, error) {
+	var ex SFTExample
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '{' {
+		if len(data) == 0 || !json.Valid(data) {
+			return ex, httpx.Invalid("", "invalid_json", "not a JSON value")
+		}
+		return ex, httpx.Invalid("", "invalid_type", "expected a JSON object, got %s", kindName(data[0]))
+	}
+	o, err := decodeObject("", data)
+	if err != nil {
+		var he *httpx.Error
+		if errors.As(err, &he) {
+			he.Message = strings.TrimPrefix(he.Message, ": ")
+		}
+		return ex, err
+	}
+	if ex.Messages, err = o.objects("messages", true); err != nil {
+		return ex, err
+	}
+	assistant := false
+	for i, raw := range ex.Messages {
+		m, err := decodeObject(o.keyPath("messages")+"["+strconv.Itoa(i)+"]", raw)
+		if err != nil {
+			return ex, err
+		}
+		role, err := m.str("role")
+		if err != nil {
+			return ex, err
+		}
+		if role == nil || *role == "" {
+			return ex, httpx.Invalid(m.keyPath("role"), "missing_field", "%s is required", m.keyPath("role"))
+		}
+		content := m.get("content")
+		if content != nil && content[0] != '"' && content[0] != '[' {
+			return ex, typeError(m.keyPath("content"), "a string, null or an array of content parts", content)
+		}
+		calls := m.get("tool_calls")
+		if calls != nil && calls[0] != '[' {
+			return ex, typeError(m.keyPath("tool_calls"), "an array", calls)
+		}
+		if *role == "assistant" {
+			assistant = true
+			if content == nil && calls == nil {
+				return ex, httpx.Invalid(m.keyPath("content"), "missing_field",
+					"%s: an assistant message needs content or tool_calls", m.keyPath("content"))
+			}
+		}
+	}
+	if !assistant {
+		return ex, httpx.Invalid("messages", "invalid_value", "messages: no message has role \"assistant\"; there is nothing to train on")
+	}
+	ex.Tools, err = o.objects("tools", false)
+	return ex, err
+}
+
+// objects reads key as an array of JSON objects; when required it must be
+// present and non-empty.
+func (o object) objects(key string, required bool) ([]json.RawMessage, error) {
+	p := o.keyPath(key)
+	v := o.get(key)
+	if v == nil {
+		if required {
+			return nil, httpx.Invalid(p, "missing_field", "%s is required", p)
+		}
+		return nil, nil
+	}
+	if v[0] != '[' {
+		return nil, typeError(p, "an array", v)
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(v, &elems); err != nil {
+		return nil, httpx.Invalid(p, "invalid_json", "%s: %s", p, err.Error())
+	}
+	if required && len(elems) == 0 {
+		return nil, valueError(p, "must not be empty")
+	}
+	for i, e := range elems {
+		if e[0] != '{' {
+			return nil, typeError(p+"["+strconv.Itoa(i)+"]", "an object", e)
+		}
+	}
+	return elems, nil
 }

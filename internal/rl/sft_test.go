@@ -1,6 +1,7 @@
 package rl
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -9,26 +10,26 @@ import (
 func TestParseSFTConfigDefaults(t *testing.T) {
 	for _, raw := range []string{"", "null", "{}", `{"batch_size": null, "learning_rate": null, "assistant_turns": null}`} {
 		c, rec, err := ParseSFTConfig([]byte(raw))
-		if err != nil || c.BatchSize != 0 || c.LearningRates != nil || c.LastTurnOnly ||
-			string(rec) != `{"assistant_turns":"all","batch_size":"auto","learning_rate":null}` {
+		if err != nil || c.BatchSize != 0 || c.LearningRates != nil || c.LastTurnOnly || c.Epochs != 1 ||
+			string(rec) != `{"assistant_turns":"all","batch_size":"auto","epochs":1,"learning_rate":null}` {
 			t.Fatalf("%q: %+v %s %v", raw, c, rec, err)
 		}
 	}
-	c, rec, err := ParseSFTConfig([]byte(`{"batch_size": 4, "learning_rate": [1e-3, 2e-3], "assistant_turns": "last", "extra": "kept"}`))
-	if err != nil || c.BatchSize != 4 || !slices.Equal(c.LearningRates, []float64{1e-3, 2e-3}) || !c.LastTurnOnly ||
-		string(rec) != `{"assistant_turns":"last","batch_size":4,"extra":"kept","learning_rate":[0.001,0.002]}` {
+	c, rec, err := ParseSFTConfig([]byte(`{"batch_size": 4, "learning_rate": [1e-3, 2e-3], "assistant_turns": "last", "extra": "kept", "epochs": 3}`))
+	if err != nil || c.BatchSize != 4 || !slices.Equal(c.LearningRates, []float64{1e-3, 2e-3}) || !c.LastTurnOnly || c.Epochs != 3 ||
+		string(rec) != `{"assistant_turns":"last","batch_size":4,"epochs":3,"extra":"kept","learning_rate":[0.001,0.002]}` {
 		t.Fatalf("%+v %s %v", c, rec, err)
 	}
 	c, rec, err = ParseSFTConfig([]byte(`{"batch_size": "auto", "learning_rate": 0.5}`))
 	if err != nil || c.BatchSize != 0 || !slices.Equal(c.LearningRates, []float64{0.5}) ||
-		string(rec) != `{"assistant_turns":"all","batch_size":"auto","learning_rate":0.5}` {
+		string(rec) != `{"assistant_turns":"all","batch_size":"auto","epochs":1,"learning_rate":0.5}` {
 		t.Fatalf("%+v %s %v", c, rec, err)
 	}
 }
 
 // Each range of the SFT config at its boundary: a 400 naming the path.
 func TestParseSFTConfigRanges(t *testing.T) {
-	if c, _, err := ParseSFTConfig([]byte(`{"batch_size": 1, "learning_rate": 1e-300}`)); err != nil || c.BatchSize != 1 {
+	if c, _, err := ParseSFTConfig([]byte(`{"batch_size": 1, "learning_rate": 1e-300, "epochs": 1000}`)); err != nil || c.BatchSize != 1 || c.Epochs != MaxSFTEpochs {
 		t.Fatalf("smallest valid values: %+v %v", c, err)
 	}
 	for _, b := range []struct{ raw, path, code, msg string }{
@@ -48,8 +49,67 @@ func TestParseSFTConfigRanges(t *testing.T) {
 		{`{"assistant_turns": "first"}`, "config.assistant_turns", "invalid_value", `config.assistant_turns: must be "all" or "last"; got "first"`},
 		{`{"assistant_turns": 1}`, "config.assistant_turns", "invalid_type", ""},
 		{`3`, "config", "invalid_type", "config: expected an object, got a number"},
+		{`{"epochs": 0}`, "config.epochs", "invalid_value", "config.epochs: must be an integer in [1, 1000]; got 0"},
+		{`{"epochs": 1001}`, "config.epochs", "invalid_value", ""},
+		{`{"epochs": 1.5}`, "config.epochs", "invalid_value", ""},
+		{`{"epochs": "2"}`, "config.epochs", "invalid_type", "config.epochs: expected an integer, got a string"},
 	} {
 		_, _, err := ParseSFTConfig([]byte(b.raw))
+		wantInvalid(t, b.raw, err, b.path, b.code, b.msg)
+	}
+}
+
+// The data-order seed: given, or derived from the job id; recorded in the
+// job's experimental_config with unknown fields kept.
+func TestResolveSFTExperimentalConfig(t *testing.T) {
+	seed, rec, err := ResolveSFTExperimentalConfig(nil, "job-a")
+	if err != nil || seed != DefaultSFTSeed("job-a") || string(rec) != fmt.Sprintf(`{"seed":%d}`, seed) {
+		t.Fatalf("default: %d %s %v", seed, rec, err)
+	}
+	if DefaultSFTSeed("job-a") == DefaultSFTSeed("job-b") || DefaultSFTSeed("x") > MaxSeed {
+		t.Fatal("default seeds should differ by job and stay below 2^53")
+	}
+	seed, rec, err = ResolveSFTExperimentalConfig([]byte(`{"seed": 9007199254740991, "x": 1.50}`), "job-a")
+	if err != nil || seed != MaxSeed || string(rec) != `{"seed":9007199254740991,"x":1.50}` {
+		t.Fatalf("given: %d %s %v", seed, rec, err)
+	}
+	for _, b := range []struct{ raw, code string }{
+		{`{"seed": -1}`, "invalid_value"}, {`{"seed": 1.5}`, "invalid_value"}, {`{"seed": 9007199254740992}`, "invalid_value"},
+		{`{"seed": "7"}`, "invalid_type"},
+	} {
+		_, _, err := ResolveSFTExperimentalConfig([]byte(b.raw), "j")
+		wantInvalid(t, b.raw, err, "experimental_config.seed", b.code, "")
+	}
+	_, _, err = ResolveSFTExperimentalConfig([]byte(`[]`), "j")
+	wantInvalid(t, "array", err, "experimental_config", "invalid_type", "")
+}
+
+// Each check of a training-file line: a 400 naming the field's path in the
+// line.
+func TestParseSFTLine(t *testing.T) {
+	ex, err := ParseSFTLine([]byte(`{"messages": [{"role": "system", "content": null}, {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+		{"role": "assistant", "tool_calls": []}, {"role": "tool", "content": "x"}, {"role": "assistant", "content": "ok"}], "tools": [{"type": "function"}]}`))
+	if err != nil || len(ex.Messages) != 5 || len(ex.Tools) != 1 {
+		t.Fatalf("%+v %v", ex, err)
+	}
+	for _, b := range []struct{ raw, path, code, msg string }{
+		{`not json`, "", "invalid_json", "not a JSON value"},
+		{`[1]`, "", "invalid_type", "expected a JSON object, got an array"},
+		{`{}`, "messages", "missing_field", "messages is required"},
+		{`{"messages": []}`, "messages", "invalid_value", "messages: must not be empty"},
+		{`{"messages": {}}`, "messages", "invalid_type", "messages: expected an array, got an object"},
+		{`{"messages": [1]}`, "messages[0]", "invalid_type", "messages[0]: expected an object, got a number"},
+		{`{"messages": [{"content": "a"}]}`, "messages[0].role", "missing_field", "messages[0].role is required"},
+		{`{"messages": [{"role": 3}]}`, "messages[0].role", "invalid_type", "messages[0].role: expected a string, got a number"},
+		{`{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": 5}]}`, "messages[1].content", "invalid_type",
+			"messages[1].content: expected a string, null or an array of content parts, got a number"},
+		{`{"messages": [{"role": "user", "content": "q"}, {"role": "assistant"}]}`, "messages[1].content", "missing_field", ""},
+		{`{"messages": [{"role": "assistant", "tool_calls": {}}]}`, "messages[0].tool_calls", "invalid_type", ""},
+		{`{"messages": [{"role": "user", "content": "q"}]}`, "messages", "invalid_value", ""},
+		{`{"messages": [{"role": "assistant", "content": "a"}], "tools": {}}`, "tools", "invalid_type", "tools: expected an array, got an object"},
+		{`{"messages": [{"role": "assistant", "content": "a"}], "tools": ["f"]}`, "tools[0]", "invalid_type", ""},
+	} {
+		_, err := ParseSFTLine([]byte(b.raw))
 		wantInvalid(t, b.raw, err, b.path, b.code, b.msg)
 	}
 }

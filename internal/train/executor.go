@@ -29,10 +29,12 @@ type Options struct {
 	// TokensPerStep is the packing budget: the most tokens (prompt and
 	// completion, summed over packed sequences) in one gradient step.
 	TokensPerStep int
-	// LearningRate is the default for real models; TinyLearningRate for
-	// flywheel/tiny. Both apply when experimental_config.learning_rate
-	// (RL) or config.learning_rate (SFT) is null; zero means
-	// rl.DefaultLearningRate and rl.DefaultTinyLearningRate.
+	// LearningRate is the default for real models (RL and SFT);
+	// TinyLearningRate for RL on flywheel/tiny (SFT on it takes
+	// rl.DefaultTinySFTLearningRate). They apply when
+	// experimental_config.learning_rate (RL) or config.learning_rate (SFT)
+	// is null; zero means rl.DefaultLearningRate and
+	// rl.DefaultTinyLearningRate.
 	LearningRate, TinyLearningRate float64
 	// MaxSeqLen caps sequence length below the model's context (0: the
 	// model's max_position_embeddings).
@@ -78,8 +80,8 @@ func New(reg *engine.Registry, opts Options) *Executor {
 
 var _ jobs.Trainer = (*Executor)(nil)
 
-// DefaultLR is the default learning rate for a base model, for RL and SFT
-// jobs alike. The HTTP layer fills job records with it.
+// DefaultLR is the default learning rate of RL jobs for a base model (SFT:
+// DefaultSFTLR). The HTTP layer fills job records with it.
 func (e *Executor) DefaultLR(baseModel string) float64 {
 	if baseModel == tiny.ID {
 		return e.opts.TinyLearningRate

@@ -379,7 +379,7 @@ func TestTokenizeSFTMasks(t *testing.T) {
 	e := newEnv(t, Options{})
 	c := &modelCodec{m: e.base}
 	imEnd, _ := e.base.Tokenizer.TokenToID(tiny.ImEnd)
-	ex := SFTExample{Messages: []json.RawMessage{msgJSON("user", "a"), msgJSON("assistant", "one"),
+	ex := rl.SFTExample{Messages: []json.RawMessage{msgJSON("user", "a"), msgJSON("assistant", "one"),
 		msgJSON("user", "b"), msgJSON("assistant", "two")}}
 	count := func(s *sequence) (n int, text string) {
 		var ids []int

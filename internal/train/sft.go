@@ -6,34 +6,39 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 
+	"flywheel/internal/engine/tiny"
 	"flywheel/internal/jobs"
 	"flywheel/internal/rl"
 )
 
 // SFTRequest is the body of POST /v1/preview/sft-training-jobs as the
-// trainer reads it; config is read by rl.ParseSFTConfig.
+// trainer reads it; config is read by rl.ParseSFTConfig and
+// experimental_config by rl.ResolveSFTExperimentalConfig.
 type SFTRequest struct {
-	ModelID         string          `json:"model_id"`
-	TrainingDataURL string          `json:"training_data_url"`
-	Config          json.RawMessage `json:"config"`
+	ModelID            string          `json:"model_id"`
+	TrainingDataURL    string          `json:"training_data_url"`
+	Config             json.RawMessage `json:"config"`
+	ExperimentalConfig json.RawMessage `json:"experimental_config"`
 }
 
-// SFTExample is one JSONL line of the training file.
-type SFTExample struct {
-	Messages []json.RawMessage `json:"messages"`
-	Tools    []json.RawMessage `json:"tools"`
+// sftLine is one example of the training file and its line number.
+type sftLine struct {
+	rl.SFTExample
+	Line int
 }
 
-// readSFTFile reads JSONL examples.
-func readSFTFile(path string) ([]SFTExample, error) {
+// readSFTFile reads the JSONL examples, each checked by rl.ParseSFTLine
+// (the check the upload made); blank lines are skipped.
+func readSFTFile(path string) ([]sftLine, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("training data: %w", err)
 	}
 	defer f.Close()
-	var out []SFTExample
+	var out []sftLine
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 256<<20)
 	line := 0
@@ -43,14 +48,11 @@ func readSFTFile(path string) ([]SFTExample, error) {
 		if len(t) == 0 {
 			continue
 		}
-		var ex SFTExample
-		if err := json.Unmarshal(t, &ex); err != nil {
+		ex, err := rl.ParseSFTLine(t)
+		if err != nil {
 			return nil, fmt.Errorf("training data line %d: %w", line, err)
 		}
-		if len(ex.Messages) == 0 {
-			return nil, fmt.Errorf("training data line %d: no messages", line)
-		}
-		out = append(out, ex)
+		out = append(out, sftLine{ex, line})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("training data: %w", err)
@@ -64,7 +66,7 @@ func readSFTFile(path string) ([]SFTExample, error) {
 // tokenizeSFT renders one example; the contents of the assistant turns
 // (all, or only the last) and the end-of-turn token after each are
 // trainable.
-func tokenizeSFT(c codec, ex SFTExample, lastOnly bool, maxLen int) (*sequence, error) {
+func tokenizeSFT(c codec, ex rl.SFTExample, lastOnly bool, maxLen int) (*sequence, error) {
 	type msg struct {
 		Role    string          `json:"role"`
 		Content json.RawMessage `json:"content"`
@@ -160,6 +162,117 @@ func ceLoss(newLP []float64) (rl.Stats, []float64) {
 	return st, g
 }
 
+// SFT data order and batch size.
+//
+// The examples are visited in a fresh permutation each epoch, drawn from the
+// job's seed (rl.ResolveSFTExperimentalConfig: experimental_config.seed,
+// default derived from the job id), so a job replays exactly; consecutive
+// examples of the permutation form the gradient steps, which never span two
+// epochs.
+//
+// batch_size "auto" takes autoBatchDiv-th of the file per step, between 1
+// and autoBatchMax examples (16 examples: 2 per step, 8 steps per epoch;
+// 256 and more: 32 per step), and closes a step early when the next example
+// would take it past the token budget (Options.TokensPerStep), so a step of
+// long examples stays within the memory the budget allows; an example
+// longer than the budget gets a step of its own. An integer batch_size is
+// taken as it is.
+const (
+	autoBatchDiv = 8
+	autoBatchMax = 32
+)
+
+// autoBatchSize is the examples per step of batch_size "auto" for a file of
+// n trainable examples (before the token budget).
+func autoBatchSize(n int) int {
+	return max(1, min(autoBatchMax, (n+autoBatchDiv-1)/autoBatchDiv))
+}
+
+// sftOrder is the order of one epoch: a Fisher-Yates permutation of n
+// examples driven by rng (PCG, whose sequence is fixed by its definition,
+// so the order does not depend on the Go release).
+func sftOrder(rng *rand.PCG, n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	for i := n - 1; i > 0; i-- {
+		j := int(rng.Uint64() % uint64(i+1))
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
+}
+
+// sftPlan lays out an SFT job's gradient steps: epochs passes over seqs,
+// each in the order sftOrder draws from seed, cut into steps of batch
+// examples (auto: within budget tokens too). Steps are made one epoch at a
+// time, so many epochs over a large file cost no memory.
+type sftPlan struct {
+	seqs          []*sequence
+	epochs, batch int
+	auto          bool
+	budget        int
+	seed          uint64
+}
+
+// newSFTPlan plans epochs passes over seqs with batchSize examples per step
+// (0: "auto", see autoBatchSize) and the token budget of "auto".
+func newSFTPlan(seqs []*sequence, epochs, batchSize, budget int, seed uint64) sftPlan {
+	p := sftPlan{seqs: seqs, epochs: epochs, batch: batchSize, budget: budget, seed: seed}
+	if p.auto = batchSize == 0; p.auto {
+		p.batch = autoBatchSize(len(seqs))
+	}
+	return p
+}
+
+// each calls step for every gradient step in order, with its epoch (from
+// 1), and stops at the first error.
+func (p sftPlan) each(step func(epoch int, seqs []*sequence) error) error {
+	rng := rand.NewPCG(p.seed, sftStream)
+	for ep := 1; ep <= p.epochs; ep++ {
+		var cur []*sequence
+		used := 0
+		for _, i := range sftOrder(rng, len(p.seqs)) {
+			s := p.seqs[i]
+			if len(cur) == p.batch || p.auto && len(cur) > 0 && used+len(s.Tokens) > p.budget {
+				if err := step(ep, cur); err != nil {
+					return err
+				}
+				cur, used = nil, 0
+			}
+			cur = append(cur, s)
+			used += len(s.Tokens)
+		}
+		if len(cur) > 0 {
+			if err := step(ep, cur); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// numSteps is the number of gradient steps (training_started's
+// num_sequences).
+func (p sftPlan) numSteps() int {
+	n := 0
+	p.each(func(int, []*sequence) error { n++; return nil })
+	return n
+}
+
+// sftStream is the PCG stream of SFT data orders.
+const sftStream = 0x5f7_0bde7
+
+// DefaultSFTLR is the default learning rate of SFT jobs for a base model:
+// rl.DefaultTinySFTLearningRate on flywheel/tiny, else the real models'
+// default (Options.LearningRate, rl.md's 5e-6).
+func (e *Executor) DefaultSFTLR(baseModel string) float64 {
+	if baseModel == tiny.ID {
+		return rl.DefaultTinySFTLearningRate
+	}
+	return e.opts.LearningRate
+}
+
 func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Event) error) (jobs.Result, error) {
 	var req SFTRequest
 	if err := json.Unmarshal(job.Request, &req); err != nil {
@@ -169,9 +282,13 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 	if err != nil {
 		return jobs.Result{}, err
 	}
-	bs, lrs := cfg.BatchSize, cfg.LearningRates
+	seed, _, err := rl.ResolveSFTExperimentalConfig(req.ExperimentalConfig, job.ID)
+	if err != nil {
+		return jobs.Result{}, err
+	}
+	lrs := cfg.LearningRates
 	if lrs == nil {
-		lrs = []float64{e.DefaultLR(job.BaseModel)}
+		lrs = []float64{e.DefaultSFTLR(job.BaseModel)}
 	}
 	if job.DataFile == "" {
 		return jobs.Result{}, fmt.Errorf("no training data file")
@@ -187,10 +304,10 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 	c := &modelCodec{m: s.base}
 	var seqs []*sequence
 	truncated, skipped := 0, 0
-	for i, ex := range exs {
-		sq, err := tokenizeSFT(c, ex, cfg.LastTurnOnly, s.maxLen)
+	for _, ex := range exs {
+		sq, err := tokenizeSFT(c, ex.SFTExample, cfg.LastTurnOnly, s.maxLen)
 		if err != nil {
-			return jobs.Result{}, fmt.Errorf("training data example %d: %w", i+1, err)
+			return jobs.Result{}, fmt.Errorf("training data line %d: %w", ex.Line, err)
 		}
 		if len(sq.Tokens) == s.maxLen {
 			truncated++
@@ -208,32 +325,34 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 	if err := checkTokens(seqs, s.base.Config.VocabSize); err != nil {
 		return jobs.Result{}, err
 	}
-	var bins [][]*sequence
-	if bs == 0 {
-		bins = packSequences(seqs, e.opts.TokensPerStep)
-	} else {
-		for i := 0; i < len(seqs); i += bs {
-			bins = append(bins, seqs[i:min(i+bs, len(seqs))])
-		}
-	}
-	if err := emit(jobs.Event{Type: "training_started", Data: map[string]any{"num_sequences": len(bins)}}); err != nil {
+	plan := newSFTPlan(seqs, cfg.Epochs, cfg.BatchSize, e.opts.TokensPerStep, seed)
+	nsteps := plan.numSteps()
+	if err := emit(jobs.Event{Type: "training_started", Data: map[string]any{
+		"num_sequences": nsteps, "seed": seed, "epochs": cfg.Epochs, "batch_size": plan.batch,
+	}}); err != nil {
 		return jobs.Result{}, err
 	}
 	var lossSum float64
-	for i, bin := range bins {
+	i := 0
+	err = plan.each(func(epoch int, step []*sequence) error {
 		if err := ctx.Err(); err != nil {
-			return jobs.Result{}, err
+			return err
 		}
 		lr := lrs[min(i, len(lrs)-1)]
-		r, err := s.runStep(buildBatch(bin), lr, ceLoss)
+		r, err := s.runStep(buildBatch(step), lr, ceLoss)
 		if err != nil {
-			return jobs.Result{}, withStep(err, i+1)
+			return withStep(err, i+1)
 		}
 		lossSum += r.Loss
-		e.opts.Logger.Info("train: sft step", "job", job.ID, "step", i+1, "of", len(bins), "loss", r.Loss, "grad_norm", r.GradNorm)
-		if err := emit(stepEvent(i, r, lr, s.opt)); err != nil {
-			return jobs.Result{}, err
-		}
+		e.opts.Logger.Info("train: sft step", "job", job.ID, "step", i+1, "of", nsteps, "epoch", epoch,
+			"loss", r.Loss, "grad_norm", r.GradNorm)
+		ev := stepEvent(i, r, lr, s.opt)
+		ev.Data["epoch"] = epoch
+		i++
+		return emit(ev)
+	})
+	if err != nil {
+		return jobs.Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return jobs.Result{}, err
@@ -241,8 +360,13 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 	if err := s.save(job.OutDir, job.BaseModel); err != nil {
 		return jobs.Result{}, err
 	}
-	return jobs.Result{Metrics: map[string]any{
-		"loss": finite(lossSum / float64(len(bins))), "num_examples": len(exs), "num_skipped_examples": skipped,
-		"num_truncated": truncated, "num_gradient_steps": len(bins),
-	}}, nil
+	met := map[string]any{
+		"loss": finite(lossSum / float64(nsteps)), "num_examples": len(exs), "num_skipped_examples": skipped,
+		"num_truncated": truncated, "num_gradient_steps": nsteps, "epochs": cfg.Epochs, "batch_size": plan.batch,
+		"seed": seed,
+	}
+	if len(lrs) == 1 {
+		met["learning_rate"] = lrs[0]
+	}
+	return jobs.Result{Metrics: met}, nil
 }
