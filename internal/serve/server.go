@@ -90,7 +90,10 @@ package serve
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -101,6 +104,7 @@ import (
 
 	"flywheel/internal/auth"
 	"flywheel/internal/engine"
+	"flywheel/internal/engine/kernels"
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
 )
@@ -214,6 +218,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /v1/models/{model...}", s.handleModel)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
 }
@@ -356,7 +361,7 @@ func (s *Server) resolve(ctx context.Context, p *auth.Principal, model string) (
 	}
 	if _, ok := ParseModelRef(addr); ok {
 		if s.resolver == nil {
-			return Target{}, httpx.NotFound("model %q not found", model)
+			return Target{}, ModelNotFound("model %q not found", model)
 		}
 		t, err := s.resolver.Resolve(ctx, p, addr)
 		if err != nil {
@@ -364,8 +369,23 @@ func (s *Server) resolve(ctx context.Context, p *auth.Principal, model string) (
 		}
 		return t, nil
 	}
-	return Target{}, &httpx.Error{Status: http.StatusBadRequest, Param: "model", Code: "model_not_found",
-		Message: "model " + strconv.Quote(model) + " is not served here: use a base model id (see GET /v1/models) or a trained model entity/project/name[:step{N}]"}
+	return Target{}, ModelNotFound("model %q does not exist or you do not have access to it: use a base model id (see GET /v1/models) or a trained model entity/project/name[:step{N}]", model)
+}
+
+// ModelNotFound is OpenAI's answer for a model that does not exist or that
+// the caller cannot see: 404, type invalid_request_error, code
+// model_not_found (the SDKs raise NotFoundError).
+func ModelNotFound(format string, args ...any) *httpx.Error {
+	return &httpx.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf(format, args...)}
+}
+
+// fingerprint is the completion's system_fingerprint: it names the
+// configuration that produced it (base model, adapter checkpoint, kernel
+// backend), so seeded requests that share it are comparable.
+func (t Target) fingerprint() string {
+	h := sha256.Sum256([]byte(t.BaseModel + "\x00" + t.Name + "\x00" + strconv.Itoa(t.Step) + "\x00" + kernels.Default().Name()))
+	return "fp_" + hex.EncodeToString(h[:5])
 }
 
 func writeErr(w http.ResponseWriter, err error) { httpx.WriteOpenAIError(w, err) }
@@ -376,6 +396,36 @@ func principal(r *http.Request) (*auth.Principal, error) {
 		return nil, &httpx.Error{Status: http.StatusUnauthorized, Message: "missing or invalid API key", Code: "invalid_api_key"}
 	}
 	return p, nil
+}
+
+// handleModel is GET /v1/models/{model}: one model card, or 404
+// model_not_found. The id may be a base model, a trained model (latest
+// step or :step{N}) or either behind an artifact-URI prefix; slashes may
+// come escaped (the SDKs escape the id as one path segment).
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	p, err := principal(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	id := r.PathValue("model")
+	t, err := s.resolve(r.Context(), p, id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	card := ModelCard{ID: id, Object: "model", OwnedBy: "flywheel", Root: t.BaseModel}
+	if t.Entity == "" {
+		s.mu.Lock()
+		if lm, ok := s.models[t.BaseModel]; ok {
+			card.MaxModelLen = lm.maxLen
+		}
+		s.mu.Unlock()
+	} else {
+		parent := t.BaseModel
+		card.Created, card.OwnedBy, card.Parent = t.Created.Unix(), t.Entity, &parent
+	}
+	httpx.WriteJSON(w, http.StatusOK, card)
 }
 
 // handleModels is GET /v1/models.
