@@ -8,12 +8,13 @@ import (
 	"testing"
 )
 
-func uploadPurpose(t *testing.T, e *env, key, purpose, content string) resp {
+// uploadAs uploads content as a multipart file with the given purpose.
+func uploadAs(t *testing.T, e *env, key, purpose, name, content string) resp {
 	t.Helper()
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
 	mw.WriteField("purpose", purpose)
-	fw, _ := mw.CreateFormFile("file", "data.jsonl")
+	fw, _ := mw.CreateFormFile("file", name)
 	fw.Write([]byte(content))
 	mw.Close()
 	req, _ := http.NewRequest("POST", e.url+"/v1/files", &buf)
@@ -28,16 +29,16 @@ func TestFileRoutes(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	line := `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}` + "\n"
 
-	bad := e.must(uploadPurpose(t, e, e.alice, "fine-tuning", line), 400)
+	bad := e.must(uploadAs(t, e, e.alice, "fine-tuning", "data.jsonl", line), 400)
 	if bad.errParam() != "purpose" || bad.errCode() != "invalid_value" {
 		t.Fatalf("bad purpose: %s", bad.raw)
 	}
 	var ids []string
 	for _, p := range []string{"fine-tune", "user_data", "fine-tune"} {
-		r := e.must(uploadPurpose(t, e, e.alice, p, line), 200)
+		r := e.must(uploadAs(t, e, e.alice, p, "data.jsonl", line), 200)
 		ids = append(ids, r.body["id"].(string))
 	}
-	bobs := e.must(uploadPurpose(t, e, e.bob, "fine-tune", line), 200).body["id"].(string)
+	bobs := e.must(uploadAs(t, e, e.bob, "fine-tune", "data.jsonl", line), 200).body["id"].(string)
 
 	list := e.must(e.do("GET", "/v1/files", e.alice, nil), 200)
 	data := list.body["data"].([]any)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"mime/multipart"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -269,16 +267,7 @@ func TestCancelJobs(t *testing.T) {
 
 func upload(t *testing.T, e *env, key, name, content string) resp {
 	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	mw.WriteField("purpose", "fine-tune")
-	fw, _ := mw.CreateFormFile("file", name)
-	fw.Write([]byte(content))
-	mw.Close()
-	req, _ := http.NewRequest("POST", e.url+"/v1/files", &buf)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set("Authorization", "Bearer "+key)
-	return e.send(req)
+	return uploadAs(t, e, key, "fine-tune", name, content)
 }
 
 func TestSFTJob(t *testing.T) {
