@@ -401,9 +401,12 @@ func TestARTServerlessReplay(t *testing.T) {
 		t.Fatalf("step %d after a failed job, want 2", step)
 	}
 
-	// The new checkpoint serves under its artifact URI.
-	if chs := c.complete(map[string]any{"model": inferenceName(m, 2), "messages": []any{userMsg("hi")}, "max_tokens": 2}); len(chs) != 1 {
-		t.Fatalf("choices at step 2: %v", chs)
+	// The new checkpoint serves under its artifact URI, and so does the
+	// latest one under the name without a step (_model_inference_name(model)).
+	for _, name := range []string{inferenceName(m, 2), strings.TrimSuffix(inferenceName(m, 2), ":step2")} {
+		if chs := c.complete(map[string]any{"model": name, "messages": []any{userMsg("hi")}, "max_tokens": 2}); len(chs) != 1 {
+			t.Fatalf("choices of %s: %v", name, chs)
+		}
 	}
 
 	// 4. /log: ART's statistics.
