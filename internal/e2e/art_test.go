@@ -1,8 +1,10 @@
 package e2e
 
 // A replay of the requests OpenPipe ART's ServerlessBackend sends (its
-// src/art/serverless/backend.py and client.py, the release whose training
-// call carries 11 experimental keys), over HTTP against the service as
+// src/art/serverless/backend.py and client.py, the releases whose training
+// call carries 11 experimental keys: /log as the earlier of them posts it
+// from ServerlessBackend._log, the ":step{N}" inference names and
+// _delete_checkpoint_files of the later), over HTTP against the service as
 // `flywheel serve` builds it: the same paths, query strings and bodies,
 // serialised as ART's pydantic models are (model_dump(mode="json"): every
 // declared field present, null where unset), and the same control flow
