@@ -1,7 +1,7 @@
 // Package serve is flywheel's OpenAI-compatible inference server: chat
 // completions (plain and streamed, with logprobs and tool calls) on base
-// models and trained LoRA checkpoints, GET /v1/models, and the vLLM-style
-// /tokenize and /detokenize endpoints.
+// models and trained LoRA checkpoints, GET /v1/models and /v1/models/{id},
+// and the vLLM-style /tokenize and /detokenize endpoints.
 //
 // # Wiring
 //
@@ -14,8 +14,9 @@
 // A request's model is a base model id of the registry, or a trained model
 // "entity/project/name" (latest step) or "entity/project/name:step{N}",
 // optionally behind an artifact-URI prefix "<scheme>:///", which is ignored.
-// A trained model of an entity the caller is not a member of, or a missing
-// one, is 404; a missing step is 404 naming the step; anything else is a 400.
+// A model that does not exist (an unknown id, a trained model of an entity
+// the caller is not a member of, a missing step) is OpenAI's 404
+// model_not_found (ModelNotFound), which the SDKs raise as NotFoundError.
 //
 // # Inference
 //
