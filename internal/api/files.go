@@ -19,6 +19,7 @@ import (
 func (s *Server) registerFiles() {
 	s.mux.HandleFunc("POST /v1/files", s.h(s.uploadFile))
 	s.mux.HandleFunc("GET /v1/files/{file_id}", s.h(s.getFile))
+	s.registerFileRoutes()
 }
 
 func fileJSON(f store.File) map[string]any {
@@ -94,6 +95,9 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	if size == 0 {
 		return httpx.Invalid("file", "invalid_file", "file is empty")
+	}
+	if err := checkPurpose(purpose); err != nil {
+		return err
 	}
 	if purpose == "" {
 		purpose = "fine-tune"

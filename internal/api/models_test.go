@@ -259,10 +259,10 @@ func TestLogMetrics(t *testing.T) {
 			map[string]any{"trajectories": []any{
 				map[string]any{"reward": 1.0, "metrics": map[string]any{"acc": 1, "ok": true, "s": "x"}, "messages_and_choices": []any{}},
 				map[string]any{"reward": 0.0, "metrics": map[string]any{"acc": 0, "ok": false}, "messages_and_choices": []any{}},
-			}, "exceptions": []any{map[string]any{"type": "ValueError"}}},
+			}, "exceptions": []any{map[string]any{"type": "ValueError"}}, "metrics": map[string]any{"judge": 0.8, "tag": "x"}},
 			map[string]any{"trajectories": []any{
 				map[string]any{"reward": 0.5, "messages_and_choices": []any{}},
-			}},
+			}, "metrics": map[string]any{"judge": 0.4, "flag": true}},
 		},
 	}
 	r := e.must(e.do("POST", "/v1/preview/models/"+id+"/log", e.alice, body), 200)
@@ -276,12 +276,17 @@ func TestLogMetrics(t *testing.T) {
 		"val/acc":            0.5,  // (1+0)/2
 		"val/ok":             0.5,  // booleans count as 0/1
 		"val/exception_rate": 0.25, // 1 exception / (3 trajectories + 1)
-		"val/reward_std_dev": 0.25, // (0.5 + 0)/2
+		"val/reward_std_dev": 0.5,  // the one-trajectory group is left out, as ART does
+		"val/group_judge":    0.6,  // group metrics: (0.8+0.4)/2
+		"val/group_flag":     1,    // over the groups that have it
 	}
 	for k, v := range want {
 		if got, ok := m[k].(float64); !ok || got < v-1e-9 || got > v+1e-9 {
 			t.Errorf("%s = %v, want %v (all: %v)", k, m[k], v, m)
 		}
+	}
+	if _, ok := m["val/group_tag"]; ok {
+		t.Errorf("non-numeric group metric logged: %v", m)
 	}
 	if _, ok := m["val/s"]; ok {
 		t.Errorf("non-numeric metric logged: %v", m)

@@ -1,31 +1,12 @@
 package api_test
 
 import (
-	"bytes"
 	"fmt"
-	"mime/multipart"
-	"net/http"
 	"strings"
 	"testing"
 
 	"flywheel/internal/rl"
 )
-
-// uploadAs posts a file with the given purpose, as OpenAI's Files API
-// takes it.
-func uploadAs(t *testing.T, e *env, key, purpose, name, content string) resp {
-	t.Helper()
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	mw.WriteField("purpose", purpose)
-	fw, _ := mw.CreateFormFile("file", name)
-	fw.Write([]byte(content))
-	mw.Close()
-	req, _ := http.NewRequest("POST", e.url+"/v1/files", &buf)
-	req.Header.Set("Content-Type", mw.FormDataContentType())
-	req.Header.Set("Authorization", "Bearer "+key)
-	return e.send(req)
-}
 
 // The SFT job record: config.epochs and experimental_config.seed filled in
 // (the seed derived from the job id when not given); a bad seed or epochs

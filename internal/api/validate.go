@@ -186,8 +186,11 @@ func validateSFT(data []byte) (sftRequest, error) {
 
 // logMetrics computes the /log metrics of api.md for one split: the means
 // over trajectories of reward and of each numeric key of metrics,
-// exception_rate, and reward_std_dev (the mean over groups of the population
-// std of rewards). Keys are "{split}/{name}".
+// exception_rate, reward_std_dev (the mean over the groups with more than
+// one trajectory of the population std of their rewards, 0 when there is
+// none, as the ART client computes it) and, for each numeric key of a
+// group's own metrics, its mean over the groups that have it as
+// "group_{name}". Keys are "{split}/{name}".
 func logMetrics(m map[string]any) (string, map[string]float64, error) {
 	f := fields{m: m}
 	split, ok, err := f.str("split", false)
@@ -205,6 +208,7 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 		return "", nil, err
 	}
 	sums, counts := map[string]float64{}, map[string]int{}
+	gsums, gcounts := map[string]float64{}, map[string]int{}
 	var rewardSum, stdSum float64
 	var nTraj, nExc, nGroups int
 	for gi, g := range groups {
@@ -223,6 +227,9 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 			return "", nil, err
 		}
 		nExc += len(exc)
+		if err := groupMetrics(gf, gsums, gcounts); err != nil {
+			return "", nil, err
+		}
 		var rs []float64
 		for ti, t := range trajs {
 			tp := index(join(gp, "trajectories"), ti)
@@ -248,25 +255,13 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 				if err := checkChars(join(join(tp, "metrics"), k), k); err != nil {
 					return "", nil, err
 				}
-				var x float64
-				switch v := v.(type) {
-				case json.Number:
-					var err error
-					if x, err = v.Float64(); err != nil || math.IsInf(x, 0) {
-						continue
-					}
-				case bool:
-					if v {
-						x = 1
-					}
-				default:
-					continue
+				if x, ok := metricNumber(v); ok {
+					sums[k] += x
+					counts[k]++
 				}
-				sums[k] += x
-				counts[k]++
 			}
 		}
-		if len(rs) > 0 {
+		if len(rs) > 1 {
 			var mean, sq float64
 			for _, r := range rs {
 				mean += r
@@ -277,6 +272,8 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 			}
 			stdSum += math.Sqrt(sq / float64(len(rs)))
 			nGroups++
+		}
+		if len(rs) > 0 {
 			for _, r := range rs {
 				rewardSum += r
 			}
@@ -287,12 +284,53 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 	for k, s := range sums {
 		out[split+"/"+k] = s / float64(counts[k])
 	}
+	for k, s := range gsums {
+		out[split+"/group_"+k] = s / float64(gcounts[k])
+	}
 	if nTraj > 0 {
 		out[split+"/reward"] = rewardSum / float64(nTraj)
-		out[split+"/reward_std_dev"] = stdSum / float64(nGroups)
+		out[split+"/reward_std_dev"] = 0
+		if nGroups > 0 {
+			out[split+"/reward_std_dev"] = stdSum / float64(nGroups)
+		}
 	}
 	if nTraj+nExc > 0 {
 		out[split+"/exception_rate"] = float64(nExc) / float64(nTraj+nExc)
 	}
 	return split, out, nil
+}
+
+// groupMetrics adds the numeric values of a trajectory group's own metrics
+// to sums and counts.
+func groupMetrics(gf fields, sums map[string]float64, counts map[string]int) error {
+	metrics, _, err := gf.object("metrics")
+	if err != nil {
+		return err
+	}
+	for k, v := range metrics {
+		if x, ok := metricNumber(v); ok {
+			sums[k] += x
+			counts[k]++
+		}
+	}
+	return nil
+}
+
+// metricNumber reads a metric value: a finite number, or a boolean as 0/1;
+// ok is false for anything else (strings, nulls, objects are not metrics).
+func metricNumber(v any) (float64, bool) {
+	switch v := v.(type) {
+	case json.Number:
+		x, err := v.Float64()
+		if err != nil || math.IsInf(x, 0) || math.IsNaN(x) {
+			return 0, false
+		}
+		return x, true
+	case bool:
+		if v {
+			return 1, true
+		}
+		return 0, true
+	}
+	return 0, false
 }

@@ -1,6 +1,7 @@
 package rl
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -48,7 +49,12 @@ type Element struct {
 		Content []TokenLogprob `json:"content"`
 		Refusal []TokenLogprob `json:"refusal"`
 	} `json:"logprobs"`
+	FinishReason json.RawMessage `json:"finish_reason"` // raw: any JSON value
 }
+
+// Stopped reports whether the choice ended on its own (finish_reason
+// "stop"), so its end-of-turn token was sampled.
+func (e *Element) Stopped() bool { return string(bytes.TrimSpace(e.FinishReason)) == `"stop"` }
 
 // TokenLogprob is one entry of a choice's logprobs.content: a sampled
 // token ("token_id:N" or its text), its recorded logprob and its bytes.

@@ -483,7 +483,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 
 // buildResponse assembles the finished choices.
 func (s *Server) buildResponse(pr *prepared, id string, created int64) (*ChatCompletion, error) {
-	resp := &ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: pr.plan.req.Model, Choices: make([]Choice, pr.gen.N())}
+	resp := &ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: pr.plan.req.Model,
+		SystemFingerprint: pr.target.fingerprint(), Choices: make([]Choice, pr.gen.N())}
 	usage := &Usage{PromptTokens: len(pr.req.Prompt)}
 	for i := range resp.Choices {
 		ev := pr.gen.Result(i)

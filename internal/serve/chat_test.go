@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -407,7 +408,7 @@ func TestErrorStatuses(t *testing.T) {
 		status int
 		substr string
 	}{
-		{"unknown model", func(p *openai.ChatCompletionNewParams) { p.Model = "nope/unknown" }, nil, 400, "not served"},
+		{"unknown model", func(p *openai.ChatCompletionNewParams) { p.Model = "nope/unknown" }, nil, 404, "does not exist"},
 		{"n over limit", func(p *openai.ChatCompletionNewParams) { p.N = openai.Int(9) }, nil, 400, "n must be between 1 and 8"},
 		{"json_schema", func(p *openai.ChatCompletionNewParams) {
 			p.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "x"}}}
@@ -443,6 +444,11 @@ func TestErrorStatuses(t *testing.T) {
 		}
 		if apiErr.Type == "" {
 			t.Fatalf("%s: no error type", c.name)
+		}
+		// A model that does not exist or that the caller cannot see is
+		// OpenAI's 404 model_not_found (NotFoundError in the SDKs).
+		if c.status == 404 && (apiErr.Code != "model_not_found" || apiErr.Type != "invalid_request_error" || apiErr.Param != "model") {
+			t.Fatalf("%s: got code %q type %q param %q, want model_not_found invalid_request_error model", c.name, apiErr.Code, apiErr.Type, apiErr.Param)
 		}
 	}
 }
@@ -719,6 +725,94 @@ func TestModelsList(t *testing.T) {
 	}
 }
 
+// GET /v1/models/{id}: base and trained models (latest, a step, behind an
+// artifact URI, with the slashes escaped as the SDKs send them); an unknown
+// or invisible model is 404 model_not_found.
+func TestModelsRetrieve(t *testing.T) {
+	env := newTestEnv(t, Options{})
+	env.res.add("alice/proj/m", Target{Name: "alice/proj/m", BaseModel: tinyID, Step: 1, Entity: "alice", Project: "proj", ModelName: "m"})
+	env.res.add("alice/proj/m:step1", Target{Name: "alice/proj/m", BaseModel: tinyID, Step: 1, Entity: "alice", Project: "proj", ModelName: "m"})
+	ctx := context.Background()
+	m, err := env.client.Models.Get(ctx, tinyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ID != tinyID || m.Object != "model" || m.OwnedBy != "flywheel" {
+		t.Fatalf("base model card: %+v", m)
+	}
+	for _, id := range []string{"alice/proj/m", "alice/proj/m:step1", "wandb-artifact:///alice/proj/m:step1"} {
+		paths := []string{url.PathEscape(id)}
+		if !strings.Contains(id, "//") { // the mux cleans an unescaped "//"
+			paths = append(paths, id)
+		}
+		for _, path := range paths {
+			r := getRaw(t, env, "/v1/models/"+path)
+			var card ModelCard
+			if err := json.Unmarshal([]byte(r.body), &card); err != nil || r.status != 200 || card.ID != id || card.OwnedBy != "alice" || card.Root != tinyID {
+				t.Fatalf("GET /v1/models/%s: %d %s", path, r.status, r.body)
+			}
+		}
+	}
+	for _, id := range []string{"nope", "bob/proj/m", "alice/proj/m:step7", "alice/proj/other"} {
+		_, err := env.client.Models.Get(ctx, id)
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
+			t.Fatalf("GET /v1/models/%s: %v", id, err)
+		}
+	}
+}
+
+// system_fingerprint is on every completion and chunk; it names the
+// configuration (one value per model and step).
+func TestSystemFingerprint(t *testing.T) {
+	env := newTestEnv(t, Options{})
+	env.res.add("alice/proj/m", Target{Name: "alice/proj/m", BaseModel: tinyID, Step: 1, Entity: "alice", Project: "proj", ModelName: "m"})
+	ctx := context.Background()
+	// Read from the raw JSON: the Go SDK marks the field deprecated.
+	fingerprint := func(raw string) string {
+		var v struct {
+			SystemFingerprint string `json:"system_fingerprint"`
+		}
+		json.Unmarshal([]byte(raw), &v)
+		return v.SystemFingerprint
+	}
+	fp := func(model string) string {
+		c, err := env.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model, Messages: userMsgs("x"), MaxTokens: openai.Int(2)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fingerprint(c.RawJSON())
+	}
+	base, trained := fp(tinyID), fp("alice/proj/m")
+	if !strings.HasPrefix(base, "fp_") || base != fp(tinyID) || trained == base || !strings.HasPrefix(trained, "fp_") {
+		t.Fatalf("fingerprints: base %q (again %q), trained %q", base, fp(tinyID), trained)
+	}
+	stream := env.client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: tinyID, Messages: userMsgs("x"), MaxTokens: openai.Int(2)})
+	n := 0
+	for stream.Next() {
+		if got := fingerprint(stream.Current().RawJSON()); got != base {
+			t.Fatalf("chunk fingerprint %q, want %q", got, base)
+		}
+		n++
+	}
+	if err := stream.Err(); err != nil || n == 0 {
+		t.Fatalf("stream: %v (%d chunks)", err, n)
+	}
+}
+
+func getRaw(t *testing.T, env *testEnv, path string) rawResp {
+	t.Helper()
+	req, _ := http.NewRequest("GET", env.http.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return rawResp{status: resp.StatusCode, body: string(b), header: resp.Header}
+}
+
 func TestTokenizeEndpoints(t *testing.T) {
 	env := newTestEnv(t, Options{})
 	r := postJSON(t, env, "/tokenize", `{"model":"flywheel/tiny","prompt":"Hello world, hello tokens!"}`)
@@ -747,7 +841,7 @@ func TestTokenizeEndpoints(t *testing.T) {
 		status     int
 	}{
 		{"/tokenize", `{"model":"flywheel/tiny"}`, 400},
-		{"/tokenize", `{"model":"nope","prompt":"x"}`, 400},
+		{"/tokenize", `{"model":"nope","prompt":"x"}`, 404},
 		{"/detokenize", `{"model":"flywheel/tiny","tokens":[999999]}`, 400},
 		{"/tokenize", `{"model":"bob/p/m","prompt":"x"}`, 404},
 	} {

@@ -142,16 +142,16 @@ func (f *fakeResolver) Resolve(ctx context.Context, p *auth.Principal, model str
 	defer f.mu.Unlock()
 	ref, _ := ParseModelRef(model)
 	if !p.Member(ref.Entity) {
-		return Target{}, httpx.NotFound("model %q not found", model)
+		return Target{}, ModelNotFound("model %q not found", model)
 	}
 	if t, ok := f.targets[model]; ok {
 		return t, nil
 	}
 	base := ref.Entity + "/" + ref.Project + "/" + ref.Name
 	if _, ok := f.targets[base]; ok && ref.Step >= 0 {
-		return Target{}, httpx.NotFound("model %s has no checkpoint at step %d", base, ref.Step)
+		return Target{}, ModelNotFound("model %s has no checkpoint at step %d", base, ref.Step)
 	}
-	return Target{}, httpx.NotFound("model %q not found", model)
+	return Target{}, ModelNotFound("model %q not found", model)
 }
 
 func (f *fakeResolver) List(ctx context.Context, p *auth.Principal) ([]Target, error) {

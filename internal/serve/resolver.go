@@ -9,7 +9,6 @@ import (
 
 	"flywheel/internal/auth"
 	"flywheel/internal/engine"
-	"flywheel/internal/httpx"
 	"flywheel/internal/store"
 )
 
@@ -33,9 +32,9 @@ func NewStoreResolver(models ModelStore) *StoreResolver { return &StoreResolver{
 func (r *StoreResolver) Resolve(ctx context.Context, p *auth.Principal, model string) (Target, error) {
 	ref, ok := ParseModelRef(model)
 	if !ok {
-		return Target{}, httpx.Invalid("model", "model_not_found", "model %q is not a trained model address entity/project/name[:step{N}]", model)
+		return Target{}, ModelNotFound("model %q is not a trained model address entity/project/name[:step{N}]", model)
 	}
-	notFound := httpx.NotFound("model %q not found", ref.Entity+"/"+ref.Project+"/"+ref.Name)
+	notFound := ModelNotFound("model %q not found", ref.Entity+"/"+ref.Project+"/"+ref.Name)
 	if !p.Member(ref.Entity) {
 		return Target{}, notFound
 	}
@@ -50,12 +49,12 @@ func (r *StoreResolver) Resolve(ctx context.Context, p *auth.Principal, model st
 	if ref.Step >= 0 {
 		ck, err = r.models.CheckpointByStep(ctx, m.ID, ref.Step)
 		if errors.Is(err, store.ErrNotFound) {
-			return Target{}, httpx.NotFound("model %s/%s/%s has no checkpoint at step %d", m.Entity, m.Project, m.Name, ref.Step)
+			return Target{}, ModelNotFound("model %s/%s/%s has no checkpoint at step %d", m.Entity, m.Project, m.Name, ref.Step)
 		}
 	} else {
 		ck, err = r.models.LatestCheckpoint(ctx, m.ID)
 		if errors.Is(err, store.ErrNotFound) {
-			return Target{}, httpx.NotFound("model %s/%s/%s has no checkpoint", m.Entity, m.Project, m.Name)
+			return Target{}, ModelNotFound("model %s/%s/%s has no checkpoint", m.Entity, m.Project, m.Name)
 		}
 	}
 	if err != nil {

@@ -1,7 +1,7 @@
 // Package serve is flywheel's OpenAI-compatible inference server: chat
 // completions (plain and streamed, with logprobs and tool calls) on base
-// models and trained LoRA checkpoints, GET /v1/models, and the vLLM-style
-// /tokenize and /detokenize endpoints.
+// models and trained LoRA checkpoints, GET /v1/models and /v1/models/{id},
+// and the vLLM-style /tokenize and /detokenize endpoints.
 //
 // # Wiring
 //
@@ -14,8 +14,9 @@
 // A request's model is a base model id of the registry, or a trained model
 // "entity/project/name" (latest step) or "entity/project/name:step{N}",
 // optionally behind an artifact-URI prefix "<scheme>:///", which is ignored.
-// A trained model of an entity the caller is not a member of, or a missing
-// one, is 404; a missing step is 404 naming the step; anything else is a 400.
+// A model that does not exist (an unknown id, a trained model of an entity
+// the caller is not a member of, a missing step) is OpenAI's 404
+// model_not_found (ModelNotFound), which the SDKs raise as NotFoundError.
 //
 // # Inference
 //
@@ -94,7 +95,10 @@ package serve
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -105,6 +109,7 @@ import (
 
 	"flywheel/internal/auth"
 	"flywheel/internal/engine"
+	"flywheel/internal/engine/kernels"
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
 )
@@ -232,6 +237,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
+	mux.HandleFunc("GET /v1/models/{model...}", s.handleModel)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
 }
@@ -374,7 +380,7 @@ func (s *Server) resolve(ctx context.Context, p *auth.Principal, model string) (
 	}
 	if _, ok := ParseModelRef(addr); ok {
 		if s.resolver == nil {
-			return Target{}, httpx.NotFound("model %q not found", model)
+			return Target{}, ModelNotFound("model %q not found", model)
 		}
 		t, err := s.resolver.Resolve(ctx, p, addr)
 		if err != nil {
@@ -382,8 +388,23 @@ func (s *Server) resolve(ctx context.Context, p *auth.Principal, model string) (
 		}
 		return t, nil
 	}
-	return Target{}, &httpx.Error{Status: http.StatusBadRequest, Param: "model", Code: "model_not_found",
-		Message: "model " + strconv.Quote(model) + " is not served here: use a base model id (see GET /v1/models) or a trained model entity/project/name[:step{N}]"}
+	return Target{}, ModelNotFound("model %q does not exist or you do not have access to it: use a base model id (see GET /v1/models) or a trained model entity/project/name[:step{N}]", model)
+}
+
+// ModelNotFound is OpenAI's answer for a model that does not exist or that
+// the caller cannot see: 404, type invalid_request_error, code
+// model_not_found (the SDKs raise NotFoundError).
+func ModelNotFound(format string, args ...any) *httpx.Error {
+	return &httpx.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf(format, args...)}
+}
+
+// fingerprint is the completion's system_fingerprint: it names the
+// configuration that produced it (base model, adapter checkpoint, kernel
+// backend), so seeded requests that share it are comparable.
+func (t Target) fingerprint() string {
+	h := sha256.Sum256([]byte(t.BaseModel + "\x00" + t.Name + "\x00" + strconv.Itoa(t.Step) + "\x00" + kernels.Default().Name()))
+	return "fp_" + hex.EncodeToString(h[:5])
 }
 
 func writeErr(w http.ResponseWriter, err error) { httpx.WriteOpenAIError(w, err) }
@@ -394,6 +415,36 @@ func principal(r *http.Request) (*auth.Principal, error) {
 		return nil, &httpx.Error{Status: http.StatusUnauthorized, Message: "missing or invalid API key", Code: "invalid_api_key"}
 	}
 	return p, nil
+}
+
+// handleModel is GET /v1/models/{model}: one model card, or 404
+// model_not_found. The id may be a base model, a trained model (latest
+// step or :step{N}) or either behind an artifact-URI prefix; slashes may
+// come escaped (the SDKs escape the id as one path segment).
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	p, err := principal(r)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	id := r.PathValue("model")
+	t, err := s.resolve(r.Context(), p, id)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	card := ModelCard{ID: id, Object: "model", OwnedBy: "flywheel", Root: t.BaseModel}
+	if t.Entity == "" {
+		s.mu.Lock()
+		if lm, ok := s.models[t.BaseModel]; ok {
+			card.MaxModelLen = lm.maxLen
+		}
+		s.mu.Unlock()
+	} else {
+		parent := t.BaseModel
+		card.Created, card.OwnedBy, card.Parent = t.Created.Unix(), t.Entity, &parent
+	}
+	httpx.WriteJSON(w, http.StatusOK, card)
 }
 
 // handleModels is GET /v1/models.

@@ -70,9 +70,9 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 	}
 	w.WriteHeader(http.StatusOK)
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
-	model := pr.plan.req.Model
+	model, fp := pr.plan.req.Model, pr.target.fingerprint()
 	chunk := func(choices []ChunkChoice) *ChatCompletionChunk {
-		return &ChatCompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, Choices: choices}
+		return &ChatCompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, SystemFingerprint: fp, Choices: choices}
 	}
 	states := make([]*choiceStream, pr.gen.N())
 	empty := ""

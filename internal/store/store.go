@@ -217,6 +217,11 @@ type Files interface {
 	CreateFile(ctx context.Context, f File) error
 	// FileByID returns the file record (ErrNotFound when missing).
 	FileByID(ctx context.Context, id string) (File, error)
+	// ListFiles lists a page of the user's files (of one purpose when
+	// purpose is set) in creation order.
+	ListFiles(ctx context.Context, userID, purpose string, page Page) ([]File, bool, error)
+	// DeleteFile deletes a file's record (ErrNotFound when missing).
+	DeleteFile(ctx context.Context, id string) error
 }
 
 // Jobs manages training jobs, their events and the durable queue.

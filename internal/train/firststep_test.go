@@ -145,3 +145,83 @@ func rlFirstLoss(rewards []float64, old [][]float64) float64 {
 	}
 	return sum / (float64(len(toks)) + 1e-6)
 }
+
+// TestFirstStepLossWithoutLogprobs: choices posted without logprobs are
+// trained on-policy, so the first step's loss is rl.md's with ratio 1 over
+// the current policy's logprobs of the tokenized contents (and of the
+// end-of-turn token of the choices that stopped), computed here by
+// teacher-forcing the serving forward.
+func TestFirstStepLossWithoutLogprobs(t *testing.T) {
+	spec := tiny.Spec{Arch: engine.ArchQwen2, Untied: true, Merges: 300, Layers: 2, Hidden: 64, Intermediate: 128}
+	e := newEnvSpec(t, "test/qwen2", spec)
+	rng := rand.New(rand.NewPCG(9, 10))
+	prompt, msgs := promptIDs(t, e, "Tell me a story.")
+	choices, texts := sample(t, e.base, e.adapter(), prompt, 4, 12, rng)
+	imEnd, ok := e.base.Tokenizer.TokenToID(tiny.ImEnd)
+	if !ok {
+		t.Fatal("no <|im_end|>")
+	}
+	rewards := []float64{1, 0, 0.5, 0.25}
+	var trajs []map[string]any
+	var newLP [][]float64
+	stopped := 0
+	for i, ch := range choices {
+		ch["logprobs"] = nil
+		if i%2 == 0 { // the tiny model rarely stops by itself: the end-token path either way
+			ch["finish_reason"] = "stop"
+		}
+		trajs = append(trajs, map[string]any{"messages_and_choices": []any{msgs[0], ch}, "reward": rewards[i]})
+		toks := e.base.Tokenizer.Encode(texts[i], false)
+		if ch["finish_reason"] == "stop" {
+			toks = append(toks, imEnd)
+			stopped++
+		}
+		newLP = append(newLP, teacherForce(t, e, prompt, toks))
+	}
+	req := map[string]any{"model_id": "m", "trajectory_groups": []any{map[string]any{"trajectories": trajs}}}
+	res, evs, err := e.run("rl", req, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := res.Metrics["num_trajectories_without_logprobs"]; n != 4 {
+		t.Fatalf("num_trajectories_without_logprobs = %v, want 4", n)
+	}
+	var loss float64
+	for _, ev := range evs {
+		if ev.Type == "gradient_step" {
+			loss = ev.Data["loss"].(float64)
+			break
+		}
+	}
+	want := rlFirstLoss(rewards, newLP)
+	t.Logf("first-step loss %.9g, rl.md with ratio 1 over the policy's logprobs: %.9g (%d of 4 stopped)", loss, want, stopped)
+	if loss == 0 || math.Abs(loss-want) > 1e-5*math.Max(1, math.Abs(want)) {
+		t.Fatalf("first-step loss %.9g, want %.9g", loss, want)
+	}
+}
+
+// teacherForce returns the logprob of each of toks after prompt under the
+// current checkpoint, through the serving forward (KV cache).
+func teacherForce(t *testing.T, e *env, prompt, toks []int) []float64 {
+	seq := e.base.NewSeq(e.adapter())
+	defer seq.Release()
+	in := prompt
+	out := make([]float64, len(toks))
+	for i, id := range toks {
+		logits, err := e.base.Forward([]*engine.Seq{seq}, [][]int{in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mx := math.Inf(-1)
+		for _, v := range logits[0] {
+			mx = math.Max(mx, float64(v))
+		}
+		var z float64
+		for _, v := range logits[0] {
+			z += math.Exp(float64(v) - mx)
+		}
+		out[i] = float64(logits[0][id]) - mx - math.Log(z)
+		in = []int{id}
+	}
+	return out
+}

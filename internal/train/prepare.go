@@ -77,10 +77,13 @@ type sequence struct {
 	Traj   int       // global trajectory index
 	A, W   float64   // trajectory advantage and weight
 	NTrain int       // trainable tokens (positions ≥ 1 with Mask)
+	// OnPolicy: some choice had no logprobs, so its content was tokenized
+	// and is trained on-policy (old logprob = the current policy's).
+	OnPolicy bool
 }
 
-// errNoLogprobs marks a history without any choice carrying logprobs.
-var errNoLogprobs = errors.New("no choice carries logprobs")
+// errNoChoice marks a history without any assistant choice.
+var errNoChoice = errors.New("no assistant choice")
 
 const sentinelFmt = "\ue000fwchoice%d\ue001"
 
@@ -92,32 +95,27 @@ func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, 
 		if err := json.Unmarshal(raw, &els[i]); err != nil {
 			return nil, false, fmt.Errorf("messages_and_choices[%d]: %w", i, err)
 		}
-		if els[i].IsChoice() && len(els[i].Sampled()) > 0 {
+		if els[i].IsChoice() {
 			last = i
 		}
 	}
 	if last < 0 {
-		return nil, false, errNoLogprobs
+		return nil, false, errNoChoice
 	}
-	// 1. drop everything after the last choice with logprobs.
+	// 1. drop everything after the last choice.
 	items, els = items[:last+1], els[:last+1]
-	// 2. choices -> assistant messages; trainable ones get a sentinel content.
+	// 2. choices -> assistant messages; every choice is trainable and gets a
+	// sentinel content.
 	msgs := make([]json.RawMessage, len(items))
-	var slots []int // element index of each trainable choice, in order
+	var slots []int // element index of each choice, in order
 	for i := range els {
 		e := &els[i]
 		if !e.IsChoice() {
 			msgs[i] = items[i]
 			continue
 		}
-		content := ""
-		if e.Message.Content != nil {
-			content = *e.Message.Content
-		}
-		if len(e.Sampled()) > 0 {
-			content = fmt.Sprintf(sentinelFmt, len(slots))
-			slots = append(slots, i)
-		}
+		content := fmt.Sprintf(sentinelFmt, len(slots))
+		slots = append(slots, i)
 		var buf bytes.Buffer
 		buf.WriteString(`{"role":"assistant","content":`)
 		cj, _ := json.Marshal(content)
@@ -130,8 +128,23 @@ func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, 
 		msgs[i] = buf.Bytes()
 	}
 	spl := make([]splice, len(slots))
+	onPolicy := false
 	for k, ei := range slots {
 		samp := els[ei].Sampled()
+		if len(samp) == 0 {
+			// Sampled without logprobs: train it on-policy. Its tokens are the
+			// tokenization of its content (the one case where text is
+			// tokenized), followed, when it stopped, by the token that closes
+			// it, as SFT does; no old logprobs (rl.Loss: old = stop-grad(new),
+			// ratio 1).
+			content := ""
+			if m := els[ei].Message; m.Content != nil {
+				content = *m.Content
+			}
+			spl[k] = splice{Msg: ei, IDs: c.Encode(content), Mask: true, MaskEnd: els[ei].Stopped()}
+			onPolicy = true
+			continue
+		}
 		sp := splice{Msg: ei, IDs: make([]int, len(samp)), LPs: make([]float64, len(samp)), Mask: true}
 		for j, tl := range samp {
 			id, err := sampledID(c, tl)
@@ -148,10 +161,14 @@ func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, 
 	}
 	// 3.–4. render with tools, no generation prompt, continuing the final
 	// message; splice the sampled ids where each choice's content renders.
-	seq, err := spliceRender(c, msgs, wrapTools(tools), spl, true)
+	// A final choice trained on-policy that stopped is closed instead, so
+	// its end-of-turn token is trained too (a sampled one is in its ids).
+	cont := spl[len(spl)-1].LPs != nil || !els[last].Stopped()
+	seq, err := spliceRender(c, msgs, wrapTools(tools), spl, cont)
 	if err != nil {
 		return nil, false, err
 	}
+	seq.OnPolicy = onPolicy
 	// 5. truncate to the context.
 	truncated := seq.truncate(maxLen)
 	return seq, truncated, nil
@@ -293,22 +310,21 @@ type prepared struct {
 	Seqs            []*sequence
 	NumTrajectories int
 	NumSkipped      int // no trainable tokens or zero advantage
-	NumNoLogprobs   int // no choice with logprobs at all
+	NumNoLogprobs   int // a choice without logprobs, trained on-policy
 	NumTruncated    int
 	RewardMean      float64
 	RewardStd       float64 // mean over groups of the population std
 }
 
 // prepareRL tokenizes every trajectory and history and assigns advantages
-// and weights (rl.md). It fails when no trajectory has a choice with
-// logprobs.
+// and weights (rl.md). It fails when no trajectory has an assistant choice.
 func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen int) (*prepared, error) {
 	p := &prepared{}
 	var rsum float64
 	var stdSum float64
 	ngroups := 0
 	traj := 0
-	anyTrainable := false
+	anyChoice := false
 	for gi, g := range groups {
 		n := len(g.Trajectories)
 		if n == 0 {
@@ -329,14 +345,14 @@ func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen i
 			hists := append([]rl.History{{MessagesAndChoices: t.MessagesAndChoices, Tools: t.Tools}}, t.AdditionalHistories...)
 			var seqs []*sequence
 			ntrain := 0
-			sawLogprobs := false
+			sawChoice, onPolicy := false, false
 			for hi, h := range hists {
 				tools := h.Tools
 				if hi > 0 && tools == nil {
 					tools = t.Tools
 				}
 				s, trunc, err := tokenizeHistory(c, h.MessagesAndChoices, tools, maxLen)
-				if errors.Is(err, errNoLogprobs) {
+				if errors.Is(err, errNoChoice) {
 					continue
 				}
 				if err != nil {
@@ -346,7 +362,8 @@ func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen i
 					}
 					return nil, fmt.Errorf("%s: %w", where, err)
 				}
-				sawLogprobs = true
+				sawChoice = true
+				onPolicy = onPolicy || s.OnPolicy
 				if trunc {
 					p.NumTruncated++
 				}
@@ -356,11 +373,10 @@ func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen i
 					ntrain += s.NTrain
 				}
 			}
-			if !sawLogprobs {
+			if onPolicy {
 				p.NumNoLogprobs++
-			} else {
-				anyTrainable = true
 			}
+			anyChoice = anyChoice || sawChoice
 			if ntrain == 0 || A == 0 {
 				p.NumSkipped++
 				continue
@@ -372,8 +388,8 @@ func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen i
 			}
 		}
 	}
-	if !anyTrainable {
-		return nil, fmt.Errorf("no trainable trajectory: no trajectory has a choice with logprobs (request chat completions with logprobs=true)")
+	if !anyChoice {
+		return nil, fmt.Errorf("no trainable trajectory: no trajectory has an assistant choice (messages_and_choices holds only chat messages; put the chat completion's choice, with logprobs where sampled with them, where the model answered)")
 	}
 	if p.NumTrajectories > 0 {
 		p.RewardMean = rsum / float64(p.NumTrajectories)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"flywheel/internal/engine/chattmpl"
@@ -137,9 +138,90 @@ func TestTokenizeHistorySplicesSampledIDs(t *testing.T) {
 	if err != nil || !trunc || len(seq2.Tokens) != len(pre1)+2 || seq2.NTrain != 2 {
 		t.Fatalf("truncation: %v %v %d %d", err, trunc, len(seq2.Tokens), seq2.NTrain)
 	}
-	// no choice with logprobs
-	if _, _, err := tokenizeHistory(c, items[:2], nil, 0); !errors.Is(err, errNoLogprobs) {
-		t.Fatalf("want errNoLogprobs, got %v", err)
+	// no choice at all
+	if _, _, err := tokenizeHistory(c, items[:2], nil, 0); !errors.Is(err, errNoChoice) {
+		t.Fatalf("want errNoChoice, got %v", err)
+	}
+}
+
+// A choice without logprobs is trained on-policy: its content tokenized
+// where it renders, mask 1, no old logprobs, the end-of-turn token trained
+// when it stopped; a choice with logprobs beside it keeps its exact ids and
+// logprobs.
+func TestTokenizeHistoryWithoutLogprobs(t *testing.T) {
+	e := newEnv(t, Options{})
+	c := &modelCodec{m: e.base}
+	tok := e.base.Tokenizer
+	imEnd, _ := tok.TokenToID(tiny.ImEnd)
+	var a1 []int // sampled ids that differ from the re-tokenisation of "hello"
+	for _, ch := range "hello" {
+		a1 = append(a1, tok.Encode(string(ch), false)...)
+	}
+	a1 = append(a1, imEnd)
+	lp1 := make([]float64, len(a1))
+	for i := range lp1 {
+		lp1[i] = -0.1 * float64(i+1)
+	}
+	bare := func(content, finish string) json.RawMessage {
+		b, _ := json.Marshal(map[string]any{"index": 0, "finish_reason": finish, "logprobs": nil,
+			"message": map[string]any{"role": "assistant", "content": content, "tool_calls": nil, "refusal": nil}})
+		return b
+	}
+	render := func(cont bool, msgs ...json.RawMessage) string {
+		text, err := e.base.Template.Render(chattmpl.Input{Messages: msgs, ContinueFinalMessage: cont})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return text
+	}
+	for _, finish := range []string{"stop", "length"} {
+		items := []json.RawMessage{msgJSON("user", "hi"), choiceJSON(a1, lp1, "hello", nil), msgJSON("user", "again"), bare("bye now", finish)}
+		seq, _, err := tokenizeHistory(c, items, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !seq.OnPolicy {
+			t.Fatal("OnPolicy not set")
+		}
+		stopped := finish == "stop"
+		text := render(!stopped, msgJSON("user", "hi"), msgJSON("assistant", "QQQ"), msgJSON("user", "again"), msgJSON("assistant", "ZZZ"))
+		q, z := indexOf(text, "QQQ"), indexOf(text, "ZZZ")
+		pre := tok.Encode(text[:q], false)
+		between := tok.Encode(text[q+3:z], false)[1:] // the sampled <|im_end|> stands for the template's
+		after := tok.Encode(text[z+3:], false)
+		content := tok.Encode("bye now", false)
+		want := slices.Concat(pre, a1, between, content, after)
+		if !slices.Equal(seq.Tokens, want) {
+			t.Fatalf("%s: tokens\n got %v\nwant %v", finish, seq.Tokens, want)
+		}
+		nEnd := 0
+		if stopped {
+			nEnd = 1
+			if len(after) == 0 || after[0] != imEnd {
+				t.Fatalf("closed render ends %q", text[z+3:])
+			}
+		} else if len(after) != 0 {
+			t.Fatalf("continued render ends %q", text[z+3:])
+		}
+		at := len(pre) + len(a1) + len(between)
+		for k := range seq.Tokens {
+			exact := k >= len(pre) && k < len(pre)+len(a1)
+			onPolicy := k >= at && k < at+len(content)+nEnd
+			if seq.Mask[k] != (exact || onPolicy) {
+				t.Fatalf("%s: mask[%d] = %v", finish, k, seq.Mask[k])
+			}
+			switch {
+			case exact:
+				if seq.OldLP[k] != lp1[k-len(pre)] {
+					t.Fatalf("%s: old logprob %d = %v", finish, k, seq.OldLP[k])
+				}
+			case !math.IsNaN(seq.OldLP[k]):
+				t.Fatalf("%s: token %d has old logprob %v", finish, k, seq.OldLP[k])
+			}
+		}
+		if seq.NTrain != len(a1)+len(content)+nEnd {
+			t.Fatalf("%s: NTrain %d", finish, seq.NTrain)
+		}
 	}
 }
 
@@ -193,7 +275,7 @@ func TestPrepareRLAdvantages(t *testing.T) {
 	body, _ := json.Marshal(map[string]any{"trajectory_groups": []any{
 		map[string]any{"trajectories": []any{traj(e, 1, true), traj(e, 0, true), traj(e, 0, true), traj(e, 1, true)}},
 		map[string]any{"trajectories": []any{traj(e, 0.5, true), traj(e, 0.5, true)}}, // equal rewards: skipped
-		map[string]any{"trajectories": []any{traj(e, 1, false), traj(e, 0, true)}},    // one without logprobs
+		map[string]any{"trajectories": []any{traj(e, 1, false), traj(e, 0, true)}},    // one without logprobs: on-policy
 	}})
 	var req rl.Request
 	if err := json.Unmarshal(body, &req); err != nil {
@@ -203,12 +285,12 @@ func TestPrepareRLAdvantages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.NumTrajectories != 8 || p.NumSkipped != 3 || p.NumNoLogprobs != 1 || len(p.Seqs) != 5 {
+	if p.NumTrajectories != 8 || p.NumSkipped != 2 || p.NumNoLogprobs != 1 || len(p.Seqs) != 6 {
 		t.Fatalf("counts: %+v, %d seqs", p, len(p.Seqs))
 	}
 	near(t, "reward mean", p.RewardMean, 4.0/8)
 	near(t, "reward std", p.RewardStd, (0.5+0+0.5)/3)
-	wantA := []float64{0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), 0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6)}
+	wantA := []float64{0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), 0.5 / (0.5 + 1e-6), 0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6)}
 	for i, s := range p.Seqs {
 		near(t, "A", s.A, wantA[i])
 		near(t, "w", s.W, 1/(float64(s.NTrain)+1e-6))
@@ -216,12 +298,22 @@ func TestPrepareRLAdvantages(t *testing.T) {
 	// unscaled
 	p, _ = prepareRL(c, req.TrajectoryGroups, false, 0)
 	near(t, "A unscaled", p.Seqs[0].A, 0.5)
-	// no logprobs anywhere: the job fails clearly
+	// no logprobs anywhere: all on-policy, all counted
 	body, _ = json.Marshal(map[string]any{"trajectory_groups": []any{
 		map[string]any{"trajectories": []any{traj(e, 1, false), traj(e, 0, false)}}}})
+	req = rl.Request{}
 	json.Unmarshal(body, &req)
-	if _, err := prepareRL(c, req.TrajectoryGroups, true, 0); err == nil {
-		t.Fatal("want an error when nothing is trainable")
+	if p, err = prepareRL(c, req.TrajectoryGroups, true, 0); err != nil || len(p.Seqs) != 2 || p.NumNoLogprobs != 2 {
+		t.Fatalf("without logprobs: %v %+v", err, p)
+	}
+	// no assistant choice anywhere: the job fails clearly
+	body, _ = json.Marshal(map[string]any{"trajectory_groups": []any{map[string]any{"trajectories": []any{
+		map[string]any{"messages_and_choices": []any{map[string]any{"role": "user", "content": "q"}, map[string]any{"role": "assistant", "content": "a"}}, "reward": 1},
+	}}}})
+	req = rl.Request{}
+	json.Unmarshal(body, &req)
+	if _, err := prepareRL(c, req.TrajectoryGroups, true, 0); err == nil || !strings.Contains(err.Error(), "no trajectory has an assistant choice") {
+		t.Fatalf("want a clear error when there is no choice, got %v", err)
 	}
 }
 
