@@ -59,8 +59,8 @@ const firstBodyBuffer = 64 << 10
 
 // growBody reads the start of a body of the announced size into a buffer
 // that doubles as bytes arrive, until the buffer has the announced size: it
-// returns that buffer and how much of it is filled (at least a quarter).
-// Memory follows what the client sent (4x at most), never what it announced. sink gets every flushEvery bytes as in fillBody.
+// returns that buffer and how much of it is filled (at least an eighth).
+// Memory follows what the client sent (8x at most), never what it announced. sink gets every flushEvery bytes as in fillBody.
 func growBody(body io.Reader, size int64, sink func([]byte)) ([]byte, int, error) {
 	buf := make([]byte, min(size, firstBodyBuffer))
 	off, done := 0, 0
@@ -69,11 +69,11 @@ func growBody(body io.Reader, size int64, sink func([]byte)) ([]byte, int, error
 			if int64(len(buf)) == size {
 				break
 			}
-			// Double, or take the announced size once a quarter of it has
-			// arrived: at most 4x what arrived is held, and the copies
-			// add up to half the body.
+			// Double, or take the announced size once an eighth of it
+			// has arrived: at most 8x what arrived is held, and the
+			// copies add up to a quarter of the body.
 			n := 2 * int64(len(buf))
-			if int64(len(buf)) >= size/4 {
+			if int64(len(buf)) >= size/8 {
 				n = size
 			}
 			next := make([]byte, min(size, n))

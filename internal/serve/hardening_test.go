@@ -176,7 +176,7 @@ func TestHugePromptRefusedCheaply(t *testing.T) {
 	if r.status != 400 || e.Error.Param != "messages" || e.Error.Code != "context_length_exceeded" || !strings.Contains(e.Error.Message, "before tokenization") {
 		t.Errorf("status %d: %.300s", r.status, r.body)
 	}
-	if d := time.Since(start); d > 10*time.Second {
+	if d := time.Since(start); d > 30*time.Second { // decoding 50 MB of JSON, under -race too
 		t.Errorf("took %v", d)
 	}
 	r = postJSON(t, env, "/tokenize", `{"model": "flywheel/tiny", "prompt": "`+huge+`"}`)

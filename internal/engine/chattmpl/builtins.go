@@ -2,6 +2,7 @@ package chattmpl
 
 import (
 	"errors"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -671,6 +672,9 @@ func selectFilter(reject, byAttr bool) filterFunc {
 			if testName == "" {
 				ok = truthy(x)
 			} else {
+				if err := st.step(); err != nil {
+					return nil, err
+				}
 				ok, err = st.runTest(testName, x, testArgs, nil)
 				if err != nil {
 					return nil, err
@@ -712,7 +716,10 @@ func fMap(st *state, v any, args []any, kw map[string]any) (any, error) {
 		return nil, rerr("map filter name must be a string")
 	}
 	for _, it := range items {
-		x, err := st.callFilter(name, it, args[1:], kw)
+		if err := st.step(); err != nil {
+			return nil, err
+		}
+		x, err := st.accounted(st.callFilter(name, it, args[1:], kw))
 		if err != nil {
 			return nil, err
 		}
@@ -727,19 +734,56 @@ func fUnique(st *state, v any, args []any, kw map[string]any) (any, error) {
 		return nil, err
 	}
 	out := []any{}
+	seen := map[any]bool{} // hashable items, by a key equal to equal()
+	var other []any        // the rest, compared one by one
 	for _, it := range items {
+		if err := st.step(); err != nil {
+			return nil, err
+		}
+		if k, ok := uniqueKey(it); ok {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, it)
+			}
+			continue
+		}
+		if err := st.work(len(other)); err != nil {
+			return nil, err
+		}
 		dup := false
-		for _, o := range out {
+		for _, o := range other {
 			if equal(o, it) {
 				dup = true
 				break
 			}
 		}
 		if !dup {
+			other = append(other, it)
 			out = append(out, it)
 		}
 	}
 	return out, nil
+}
+
+// uniqueKey is a map key for v such that two keys are equal exactly when
+// equal() says the values are (True == 1, 1.0 == 1); false for values that
+// have none (containers, NaN, Undefined).
+func uniqueKey(v any) (any, bool) {
+	switch t := v.(type) {
+	case nil, string, int:
+		return t, true
+	case bool:
+		if t {
+			return 1, true
+		}
+		return 0, true
+	case float64:
+		if math.IsNaN(t) {
+			return nil, false
+		}
+		return normKey(t), true
+	}
+	return nil, false
 }
 
 func fReverse(st *state, v any, args []any, kw map[string]any) (any, error) {

@@ -60,6 +60,7 @@ type state struct {
 	genSpans []span
 	out      *strings.Builder // the top-level output (generation offsets refer to it)
 	b        budget
+	work64   int64 // units of work within steps (see work)
 }
 
 type span struct{ start, end int }

@@ -179,6 +179,17 @@ func (st *state) step() error {
 	return nil
 }
 
+// work counts n units of work done inside one step (comparisons of a
+// quadratic filter) and checks the clock every 1<<16 of them.
+func (st *state) work(n int) error {
+	before := st.work64
+	st.work64 += int64(n)
+	if st.work64>>16 != before>>16 {
+		return st.checkTime()
+	}
+	return nil
+}
+
 func (st *state) checkTime() error {
 	if err := st.b.ctx.Err(); err != nil {
 		return &LimitError{Limit: "canceled", cause: err}

@@ -52,6 +52,8 @@ func hostileTemplates() []struct{ name, src, limit string } {
 		{"nested blocks", strings.Repeat("{% if true %}", 100_000) + strings.Repeat("{% endif %}", 100_000), "parse_depth"},
 		{"nested empty loops", `{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}`, "steps"},
 		{"filtered empty loops", `{% for i in range(1000000) %}{% for j in range(1000000) if false %}{% endfor %}{% endfor %}`, "steps"},
+		{"map over repeated references", `{% set s = 'x' * 30000000 %}{{ ([s] * 1000000)|map('upper')|list|length }}`, "alloc_bytes"},
+		{"unique", `{{ range(1000000)|unique|length }}`, "steps"},
 		{"sum of lists", `{{ ([[1] * 1000] * 1000000)|sum(start=[])|length }}`, "alloc_bytes"},
 		{"exponential macro", `{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}`, "steps"},
 		{"deep macro recursion", `{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}`, "recursion_depth"},
@@ -71,6 +73,7 @@ func TestHostileTemplatesHitLimits(t *testing.T) {
 				lim := DefaultLimits
 				lim.Timeout = time.Minute
 				lim.MaxSteps = DefaultLimits.MaxSteps / 5
+				lim.MaxAllocBytes = 128 << 20
 				_, err = tmpl.RenderContext(context.Background(), Input{Messages: raws(t, `[{"role":"user","content":"hi"}]`), Limits: lim})
 			}
 			le, ok := IsLimit(err)
@@ -136,6 +139,20 @@ func TestRenderDeadlineAndCancel(t *testing.T) {
 		t.Fatalf("timeout took %v", d)
 	}
 
+	// Quadratic work inside one filter call is on the clock too.
+	uniq, err := Parse(`{{ range(1000000)|batch(1)|unique|length }}`, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	_, err = uniq.Render(Input{Limits: Limits{MaxSteps: 1 << 60, Timeout: 200 * time.Millisecond}})
+	if le, ok := IsLimit(err); !ok || le.Limit != "timeout" {
+		t.Fatalf("want timeout, got %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("timeout took %v", d)
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start = time.Now()
@@ -165,5 +182,18 @@ func TestOutputLimitIsConfigurable(t *testing.T) {
 	tmpl, _ = Parse(`{{ messages[0].content ~ 'x' }}`, "", "")
 	if _, err := tmpl.Render(in); err == nil || !strings.Contains(err.Error(), "alloc_bytes") {
 		t.Fatalf("want alloc_bytes, got %v", err)
+	}
+}
+
+// unique keeps its results (first of each group of equal items, in order)
+// with a hash for hashable items.
+func TestUniqueHashedAsBefore(t *testing.T) {
+	tmpl, err := Parse(`{{ [1, 1.0, True, 'a', 'a', [1], [1], none, none, 2.5, 2.5, 0, False, 'A']|unique|list }}`, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tmpl.Render(Input{})
+	if want := "[1, 'a', [1], None, 2.5, 0, 'A']"; err != nil || got != want {
+		t.Fatalf("got %q, %v; want %q", got, err, want)
 	}
 }

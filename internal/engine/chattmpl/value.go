@@ -604,10 +604,19 @@ func writeStrRepr(b *strings.Builder, s string) {
 		q = '"'
 	}
 	b.WriteByte(q)
-	for i, r := range s {
-		if i&4095 == 0 {
-			checkLen(b.Len())
+	for i := 0; i < len(s); {
+		checkLen(b.Len())
+		j := i // a run of printable ASCII needing no escape, written at once
+		for j < len(s) && s[j] >= 0x20 && s[j] < 0x7f && s[j] != q && s[j] != '\\' {
+			j++
 		}
+		if j > i {
+			b.WriteString(s[i:j])
+			i = j
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		i += n
 		switch {
 		case r == rune(q) || r == '\\':
 			b.WriteByte('\\')
