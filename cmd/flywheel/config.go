@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"strconv"
+	"time"
 
 	"flywheel/internal/store"
 )
@@ -30,6 +31,13 @@ func envInt(name string, def int) int {
 
 func envInt64(name string, def int64) int64 {
 	if v, err := strconv.ParseInt(os.Getenv(name), 10, 64); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
 		return v
 	}
 	return def

@@ -15,6 +15,7 @@ import (
 
 	"flywheel/internal/api"
 	"flywheel/internal/app"
+	"flywheel/internal/engine/chattmpl"
 	"flywheel/internal/infer"
 	"flywheel/internal/serve"
 	"flywheel/internal/trace"
@@ -51,6 +52,18 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.app.Serve.AdapterCacheSize, "adapter-cache", envInt("FLYWHEEL_ADAPTER_CACHE", 0), fmt.Sprintf("inference: LoRA adapters kept loaded (env FLYWHEEL_ADAPTER_CACHE; 0: the default, %d)", serve.DefaultAdapterCacheSize))
 	fs.IntVar(&c.app.Serve.PrefillChunk, "prefill-chunk", envInt("FLYWHEEL_PREFILL_CHUNK", 0), fmt.Sprintf("inference: prompt tokens fed per step across sequences (env FLYWHEEL_PREFILL_CHUNK; 0: the default, %d)", infer.DefaultPrefillChunk))
 	fs.IntVar(&c.prefixMB, "prefix-cache-mb", envInt("FLYWHEEL_PREFIX_CACHE_MB", serve.DefaultPrefixCacheMB), "inference: memory for the KV blocks of prompt prefixes reused across requests, in MiB (env FLYWHEEL_PREFIX_CACHE_MB; 0 disables the cache)")
+	// Hardening limits (docs/security.md): connection timeouts, chat-template
+	// renders (templates from model folders are untrusted code), prompts and
+	// recorded calls.
+	fs.DurationVar(&c.app.ReadHeaderTimeout, "read-header-timeout", envDuration("FLYWHEEL_READ_HEADER_TIMEOUT", app.DefaultReadHeaderTimeout), "time for a request's headers to arrive (env FLYWHEEL_READ_HEADER_TIMEOUT)")
+	fs.DurationVar(&c.app.IdleTimeout, "idle-timeout", envDuration("FLYWHEEL_IDLE_TIMEOUT", app.DefaultIdleTimeout), "an idle kept-alive connection is closed after this (env FLYWHEEL_IDLE_TIMEOUT)")
+	fs.DurationVar(&c.app.BodyReadTimeout, "body-read-timeout", envDuration("FLYWHEEL_BODY_READ_TIMEOUT", api.DefaultBodyReadTimeout), "a request body that brings no byte for this long fails and its connection is closed (env FLYWHEEL_BODY_READ_TIMEOUT)")
+	fs.DurationVar(&c.app.Serve.TemplateLimits.Timeout, "template-timeout", envDuration("FLYWHEEL_TEMPLATE_TIMEOUT", chattmpl.DefaultLimits.Timeout), "time limit of one chat-template render (env FLYWHEEL_TEMPLATE_TIMEOUT)")
+	fs.IntVar(&c.app.Serve.TemplateLimits.MaxOutputBytes, "template-max-output-bytes", envInt("FLYWHEEL_TEMPLATE_MAX_OUTPUT_BYTES", chattmpl.DefaultLimits.MaxOutputBytes), "largest rendered chat template, bytes (env FLYWHEEL_TEMPLATE_MAX_OUTPUT_BYTES)")
+	fs.Int64Var(&c.app.Serve.TemplateLimits.MaxAllocBytes, "template-max-alloc-bytes", envInt64("FLYWHEEL_TEMPLATE_MAX_ALLOC_BYTES", chattmpl.DefaultLimits.MaxAllocBytes), "bytes of strings and lists one chat-template render may build (env FLYWHEEL_TEMPLATE_MAX_ALLOC_BYTES)")
+	fs.IntVar(&c.app.Serve.TemplateLimits.MaxSteps, "template-max-steps", envInt("FLYWHEEL_TEMPLATE_MAX_STEPS", chattmpl.DefaultLimits.MaxSteps), "execution steps of one chat-template render (env FLYWHEEL_TEMPLATE_MAX_STEPS)")
+	fs.IntVar(&c.app.Serve.MaxPromptBytesPerToken, "max-prompt-bytes-per-token", envInt("FLYWHEEL_MAX_PROMPT_BYTES_PER_TOKEN", serve.DefaultMaxPromptBytesPerToken), "a prompt over the context length times this many bytes is refused before tokenization (env FLYWHEEL_MAX_PROMPT_BYTES_PER_TOKEN)")
+	fs.IntVar(&c.app.Serve.MaxRecordBytes, "max-record-bytes", envInt("FLYWHEEL_MAX_RECORD_BYTES", serve.DefaultMaxRecordBytes), "largest inputs or output recorded in the call store per completion; larger ones are recorded as a stub (env FLYWHEEL_MAX_RECORD_BYTES)")
 	fs.StringVar(&c.logFormat, "log-format", envOr("FLYWHEEL_LOG_FORMAT", "text"), "log format: text or json (env FLYWHEEL_LOG_FORMAT)")
 	fs.StringVar(&c.logLevel, "log-level", envOr("FLYWHEEL_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env FLYWHEEL_LOG_LEVEL)")
 	if err := parseFlags(fs, args); err != nil {

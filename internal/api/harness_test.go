@@ -95,6 +95,8 @@ type envOpts struct {
 	workers  int
 	extra    []api.Registrar
 	noAuthTT bool
+	// bodyTimeout is the api.Config.BodyReadTimeout (0: the default).
+	bodyTimeout time.Duration
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -141,7 +143,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.noAuthTT {
 		ttl = -1
 	}
-	h := api.New(api.Config{Checkpoints: ck, DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl}, st, e.q, o.extra...)
+	h := api.New(api.Config{Checkpoints: ck, DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl, BodyReadTimeout: o.bodyTimeout}, st, e.q, o.extra...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

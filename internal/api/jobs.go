@@ -27,11 +27,12 @@ func (s *Server) registerJobs() {
 // on (to the request file, and to validation running beside the read).
 const flushEvery = 1 << 20
 
-// readBody reads the whole request body into a buffer of exactly the
-// announced size when Content-Length is known (no growth copies for large
-// training payloads), handing each filled megabyte to sink as it arrives so
-// the body can be written to disk while it is still being read. The body
-// limit applies through http.MaxBytesReader.
+// readBody reads the whole request body, handing each filled megabyte to
+// sink as it arrives so the body can be written to disk while it is still
+// being read. When Content-Length is known the buffer grows geometrically as
+// bytes arrive up to exactly that size (growBody), so an announced body that
+// never comes costs nothing. The body limit applies through
+// http.MaxBytesReader.
 func readBody(r *http.Request, sink func([]byte)) ([]byte, error) {
 	if r.ContentLength <= 0 {
 		b, err := io.ReadAll(r.Body)
@@ -40,22 +41,75 @@ func readBody(r *http.Request, sink func([]byte)) ([]byte, error) {
 		}
 		return b, err
 	}
-	buf := make([]byte, r.ContentLength)
-	if err := fillBody(r.Body, buf, func(from, to int) {
-		if sink != nil {
-			sink(buf[from:to])
-		}
-	}); err != nil {
+	if sink == nil {
+		sink = func([]byte) {}
+	}
+	buf, off, err := growBody(r.Body, r.ContentLength, sink)
+	if err != nil {
+		return nil, err
+	}
+	if err := fillBody(r.Body, buf, off, func(from, to int) { sink(buf[from:to]) }); err != nil {
 		return nil, err
 	}
 	return buf, nil
 }
 
-// fillBody reads body into all of buf, calling flushed(from, to) each time
-// at least flushEvery more bytes have arrived and once at the end, so that
-// buf[:to] is complete when it is called.
-func fillBody(body io.Reader, buf []byte, flushed func(from, to int)) error {
+// firstBodyBuffer is the buffer a body with a Content-Length starts in.
+const firstBodyBuffer = 64 << 10
+
+// growBody reads the start of a body of the announced size into a buffer
+// that doubles as bytes arrive, until the buffer has the announced size: it
+// returns that buffer and how much of it is filled (at least an eighth).
+// Memory follows what the client sent (8x at most), never what it announced. sink gets every flushEvery bytes as in fillBody.
+func growBody(body io.Reader, size int64, sink func([]byte)) ([]byte, int, error) {
+	buf := make([]byte, min(size, firstBodyBuffer))
 	off, done := 0, 0
+	for {
+		if off == len(buf) {
+			if int64(len(buf)) == size {
+				break
+			}
+			// Double, or take the announced size once an eighth of it
+			// has arrived: at most 8x what arrived is held, and the
+			// copies add up to a quarter of the body.
+			n := 2 * int64(len(buf))
+			if int64(len(buf)) >= size/8 {
+				n = size
+			}
+			next := make([]byte, min(size, n))
+			copy(next, buf[:off])
+			buf = next
+			if int64(len(buf)) == size {
+				break
+			}
+		}
+		n, err := body.Read(buf[off:])
+		off += n
+		if off-done >= flushEvery {
+			sink(buf[done:off])
+			done = off
+		}
+		if int64(off) == size {
+			break
+		}
+		if err == io.EOF {
+			return nil, 0, httpx.Invalid("", "invalid_json", "request body is shorter than its Content-Length")
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	if done < off {
+		sink(buf[done:off])
+	}
+	return buf, off, nil
+}
+
+// fillBody reads body into buf[off:], calling flushed(from, to) each time at
+// least flushEvery more bytes have arrived and once at the end, so that
+// buf[:to] is complete when it is called.
+func fillBody(body io.Reader, buf []byte, off int, flushed func(from, to int)) error {
+	done := off
 	for off < len(buf) {
 		n, err := body.Read(buf[off:min(off+flushEvery, len(buf))])
 		off += n
@@ -88,8 +142,14 @@ func readValidateRL(r *http.Request, sink func([]byte)) ([]byte, rl.Summary, err
 		req, err := rl.Validate(body)
 		return body, req, err
 	}
-	buf := make([]byte, r.ContentLength)
-	arrived := make(chan int, len(buf)/flushEvery+2) // never blocks the reader
+	// The start arrives into a growing buffer (growBody); validation streams
+	// over the rest, in the buffer of the announced size.
+	buf, off, err := growBody(r.Body, r.ContentLength, sink)
+	if err != nil {
+		return nil, rl.Summary{}, err
+	}
+	arrived := make(chan int, len(buf)/flushEvery+3) // never blocks the reader
+	arrived <- off
 	type result struct {
 		req   rl.Summary
 		err   error
@@ -104,7 +164,7 @@ func readValidateRL(r *http.Request, sink func([]byte)) ([]byte, rl.Summary, err
 		}()
 		res.req, res.err = rl.ValidateStream(buf, arrived)
 	}()
-	rerr := fillBody(r.Body, buf, func(from, to int) {
+	rerr := fillBody(r.Body, buf, off, func(from, to int) {
 		sink(buf[from:to])
 		arrived <- to
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,27 @@ func newMetrics(reg *prometheus.Registry, st store.Jobs) *metrics {
 	}
 	reg.MustRegister(m.requests, m.latency, m.inflight, &jobCollector{st: st})
 	return m
+}
+
+// methodLabel bounds the method label to the methods HTTP defines: anything
+// else (a client can send any token) is "other", so invented methods add no
+// series. The route label is already bounded (a mux pattern or "unmatched"),
+// and the code label is a status code the server wrote.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "other"
+}
+
+// codeLabel bounds the status code label to 100..599 ("other" otherwise).
+func codeLabel(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status)
 }
 
 func (m *metrics) handler() http.Handler {

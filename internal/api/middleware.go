@@ -6,10 +6,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -166,8 +166,9 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				status = http.StatusOK
 			}
 			d := time.Since(start)
-			s.metrics.requests.WithLabelValues(r.Method, route, strconv.Itoa(status)).Inc()
-			s.metrics.latency.WithLabelValues(r.Method, route).Observe(d.Seconds())
+			method := methodLabel(r.Method)
+			s.metrics.requests.WithLabelValues(method, route, codeLabel(status)).Inc()
+			s.metrics.latency.WithLabelValues(method, route).Observe(d.Seconds())
 			s.log.LogAttrs(r.Context(), levelFor(status), "http request",
 				slogStr("request_id", id), slogStr("method", r.Method), slogStr("route", route),
 				slogStr("path", r.URL.Path), slogInt("status", status), slogDur("latency", d),
@@ -179,7 +180,8 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 				Code:    "body_too_large"})
 			return
 		}
-		if r.Body != nil {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = newProgressBody(sw, r.Body, r.ContentLength, s.cfg.BodyReadTimeout)
 			r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
 		}
 		mode := routeAuth(r.URL.Path)
@@ -280,3 +282,58 @@ func (c *authCache) get(ctx context.Context, key string, st store.Keys) (*auth.P
 	c.mu.Unlock()
 	return p, nil
 }
+
+// progressBody holds a request body to a progress deadline rather than a total
+// one: the connection's read deadline is BodyReadTimeout from the last read
+// that brought bytes, so a slow but live upload of any size goes on while a
+// stalled one fails (and its connection is closed) after BodyReadTimeout.
+// The deadline is set before the handler runs, so a body nobody reads (a
+// request refused for its key) cannot hold the connection either, and is
+// cleared once the body is complete, so a long response (an SSE stream) is
+// not cut.
+type progressBody struct {
+	body      io.ReadCloser
+	rc        *http.ResponseController
+	timeout   time.Duration
+	remaining int64 // bytes still announced; -1 when unknown
+	last      time.Time
+	cleared   bool
+}
+
+func newProgressBody(w http.ResponseWriter, body io.ReadCloser, contentLength int64, timeout time.Duration) io.ReadCloser {
+	b := &progressBody{body: body, rc: http.NewResponseController(w), timeout: timeout, remaining: contentLength, last: time.Now()}
+	if contentLength < 0 {
+		b.remaining = -1
+	}
+	if b.rc.SetReadDeadline(b.last.Add(timeout)) != nil {
+		return body // not a net.Conn underneath (a test recorder): nothing to bound
+	}
+	return b
+}
+
+func (b *progressBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if n > 0 && b.remaining > 0 {
+		b.remaining -= int64(n)
+	}
+	switch {
+	case err != nil || b.remaining == 0:
+		b.clear()
+	case n > 0:
+		// Extend the deadline; at most every timeout/8 to keep reads cheap.
+		if now := time.Now(); now.Sub(b.last) > b.timeout/8 {
+			b.last = now
+			_ = b.rc.SetReadDeadline(now.Add(b.timeout))
+		}
+	}
+	return n, err
+}
+
+func (b *progressBody) clear() {
+	if !b.cleared {
+		b.cleared = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+}
+
+func (b *progressBody) Close() error { return b.body.Close() }

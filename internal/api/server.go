@@ -80,7 +80,15 @@ type Config struct {
 	// AuthCacheTTL is how long a resolved API key is cached; default 5s,
 	// negative disables the cache.
 	AuthCacheTTL time.Duration
+	// BodyReadTimeout is how long a request body may go without bringing a
+	// byte before its read fails and the connection is closed (a progress
+	// deadline, not a total one: slow but live uploads go on); default
+	// DefaultBodyReadTimeout.
+	BodyReadTimeout time.Duration
 }
+
+// DefaultBodyReadTimeout is Config.BodyReadTimeout's default.
+const DefaultBodyReadTimeout = 60 * time.Second
 
 // Server is the HTTP server's handler.
 type Server struct {
@@ -114,6 +122,9 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 	}
 	if cfg.DefaultLR == nil {
 		cfg.DefaultLR = func(string) float64 { return rl.DefaultLearningRate }
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = 5 * time.Second

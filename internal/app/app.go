@@ -43,6 +43,13 @@ type Config struct {
 	Version      string
 	Logger       *slog.Logger // default slog.Default()
 
+	// Connection timeouts (see Serve): ReadHeaderTimeout (default
+	// DefaultReadHeaderTimeout) for a request's headers, IdleTimeout
+	// (default DefaultIdleTimeout) for a kept-alive connection between
+	// requests, BodyReadTimeout (default api.DefaultBodyReadTimeout) for a
+	// request body between two reads that bring bytes.
+	ReadHeaderTimeout, IdleTimeout, BodyReadTimeout time.Duration
+
 	// Serve configures inference: the scheduler (MaxBatch, MaxQueue,
 	// PrefillChunk, AdapterCacheSize, ...). Its Logger defaults to Logger.
 	Serve serve.Options
@@ -88,6 +95,8 @@ type App struct {
 	version string
 	log     *slog.Logger
 	closers []func() // run in reverse order by Close
+
+	readHeaderTimeout, idleTimeout time.Duration
 }
 
 // defaultLRer is implemented by trainers whose default learning rate
@@ -113,7 +122,13 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 			return nil, fmt.Errorf("FLYWHEEL_BOOTSTRAP_API_KEY: %w", err)
 		}
 	}
-	a = &App{version: cfg.Version, log: cfg.Logger}
+	a = &App{version: cfg.Version, log: cfg.Logger, readHeaderTimeout: cfg.ReadHeaderTimeout, idleTimeout: cfg.IdleTimeout}
+	if a.readHeaderTimeout <= 0 {
+		a.readHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if a.idleTimeout <= 0 {
+		a.idleTimeout = DefaultIdleTimeout
+	}
 	built := a // "return nil, err" sets a to nil before this runs
 	defer func() {
 		if err != nil {
@@ -177,7 +192,7 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	a.closers = append(a.closers, a.shutdownQueue)
 
 	acfg := api.Config{Checkpoints: a.Checkpoints, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
-		MaxBodyBytes: cfg.MaxBodyBytes, Version: cfg.Version, Logger: cfg.Logger}
+		MaxBodyBytes: cfg.MaxBodyBytes, BodyReadTimeout: cfg.BodyReadTimeout, Version: cfg.Version, Logger: cfg.Logger}
 	if lr, ok := trainer.(defaultLRer); ok {
 		acfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use
 	}
@@ -192,12 +207,25 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 // health and metrics) through the middleware.
 func (a *App) Handler() http.Handler { return a.handler }
 
+// Defaults of Config.ReadHeaderTimeout and Config.IdleTimeout.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+)
+
 // Serve serves HTTP on ln until ctx ends, then drains the requests in
 // flight (up to 30 s). It returns the listener's error when serving stops
 // on its own; call Close afterwards either way.
+//
+// Timeouts: headers must arrive within ReadHeaderTimeout and an idle
+// kept-alive connection is closed after IdleTimeout. There is deliberately no
+// total ReadTimeout or WriteTimeout, which would cut slow-but-live uploads
+// of large training payloads and long SSE streams: request bodies are held
+// to a progress deadline instead (api.Config.BodyReadTimeout), and a
+// stream's own client going away cancels it.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: a.handler, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	hs := &http.Server{Handler: a.handler, ReadHeaderTimeout: a.readHeaderTimeout, IdleTimeout: a.idleTimeout,
+		MaxHeaderBytes: 1 << 20, ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	a.log.Info("flywheel listening", "addr", ln.Addr().String(), "data_dir", a.DataDir, "models_dir", a.ModelsDir,

@@ -72,6 +72,9 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 	if len(req.Messages) == 0 {
 		return nil, httpx.Invalid("messages", "missing_field", "messages must be a non-empty array")
 	}
+	if err := checkFieldLimits(req); err != nil {
+		return nil, err
+	}
 	for i, m := range req.Messages {
 		switch m.Role {
 		case "system", "user", "assistant", "tool":
@@ -144,6 +147,9 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 			return nil, unsupported("stop", "at most 16 stop strings are supported, got %d", len(many))
 		}
 		for _, s := range many {
+			if err := checkStop(s); err != nil {
+				return nil, err
+			}
 			if s != "" {
 				pl.stop = append(pl.stop, s)
 			}
@@ -367,7 +373,10 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 			return nil, httpx.Invalid("stop_token_ids", "invalid_value", "stop_token_ids: token id %d is out of range [0, %d)", id, lm.m.Config.VocabSize)
 		}
 	}
-	text, err := lm.render(chatInput{messages: req.Messages, tools: pl.toolsRaw, addGenerationPrompt: pl.addGen,
+	if err := lm.checkPromptBytes("messages", "the messages, tools and chat_template_kwargs are", promptBytes(req.Messages, pl.toolsRaw, req.ChatTemplateKwargs)); err != nil {
+		return nil, err
+	}
+	text, err := lm.render(chatInput{ctx: ctx, messages: req.Messages, tools: pl.toolsRaw, addGenerationPrompt: pl.addGen,
 		continueFinalMessage: pl.continueFinal, kwargs: req.ChatTemplateKwargs})
 	if err != nil {
 		return nil, err
@@ -566,6 +575,8 @@ func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body
 	if !json.Valid(inputs) {
 		inputs = json.RawMessage("null")
 	}
+	inputs = boundRecord(inputs, s.opts.MaxRecordBytes, map[string]any{"model": pr.plan.req.Model})
+	output = boundRecord(output, s.opts.MaxRecordBytes, map[string]any{"usage": u})
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.ctx), 5*time.Second)
 	defer cancel()
 	id, err := s.recorder.RecordCall(ctx, p, project, s.opts.OpName, started, time.Now(), inputs, output, summary, exception)

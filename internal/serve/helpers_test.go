@@ -116,7 +116,12 @@ type testEnv struct {
 
 func newTestEnv(t testing.TB, opts Options) *testEnv {
 	t.Helper()
-	reg := testRegistry(t)
+	return newTestEnvWith(t, testRegistry(t), opts)
+}
+
+// newTestEnvWith is newTestEnv over the base models of reg.
+func newTestEnvWith(t testing.TB, reg *engine.Registry, opts Options) *testEnv {
+	t.Helper()
 	rec := &fakeRecorder{}
 	res := &fakeResolver{}
 	srv := New(reg, res, rec, opts)

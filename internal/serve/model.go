@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -28,6 +29,9 @@ type lmodel struct {
 	format toolFormat
 	sched  *infer.Scheduler
 
+	limits        chattmpl.Limits // of each template render
+	bytesPerToken int             // prompt bytes per context token (the cheap bound)
+
 	gvOnce sync.Once
 	gv     *grammarVocab
 }
@@ -47,7 +51,8 @@ func newLModel(m *engine.Model, opts *Options, prefix *infer.PrefixCache) (*lmod
 	if m.Tokenizer == nil {
 		return nil, fmt.Errorf("model %s has no tokenizer", m.ID)
 	}
-	l := &lmodel{id: m.ID, m: m, tok: m.Tokenizer, maxLen: m.MaxContext(), eosSet: map[int]bool{}, keep: map[int]bool{}}
+	l := &lmodel{id: m.ID, m: m, tok: m.Tokenizer, maxLen: m.MaxContext(), eosSet: map[int]bool{}, keep: map[int]bool{},
+		limits: opts.TemplateLimits, bytesPerToken: opts.MaxPromptBytesPerToken}
 	if opts.MaxModelLen > 0 && opts.MaxModelLen < l.maxLen {
 		l.maxLen = opts.MaxModelLen
 	}
@@ -144,6 +149,7 @@ func (l *lmodel) grammarVocab() *grammarVocab {
 
 // chatInput is a conversation to render.
 type chatInput struct {
+	ctx                  context.Context // the request's: a client that leaves stops the render
 	messages             []ChatMessage
 	tools                json.RawMessage // the request's tools array, raw (key order kept)
 	addGenerationPrompt  bool
@@ -256,7 +262,9 @@ func messageText(raw json.RawMessage, param string) (*string, error) {
 func (l *lmodel) render(in chatInput) (string, error) {
 	if l.m.Template == nil {
 		msg := "this model has no chat template"
-		if l.m.TemplateErr != nil {
+		if le, ok := chattmpl.IsLimit(l.m.TemplateErr); ok {
+			return "", httpx.Invalid("model", "chat_template_limit", "this model's chat template cannot be used: %s", trimPkg(le.Error()))
+		} else if l.m.TemplateErr != nil {
 			msg = "this model has no usable chat template"
 		}
 		return "", httpx.Invalid("model", "no_chat_template", "%s", msg)
@@ -265,7 +273,7 @@ func (l *lmodel) render(in chatInput) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ci := chattmpl.Input{Messages: msgs, AddGenerationPrompt: in.addGenerationPrompt, ContinueFinalMessage: in.continueFinalMessage}
+	ci := chattmpl.Input{Messages: msgs, AddGenerationPrompt: in.addGenerationPrompt, ContinueFinalMessage: in.continueFinalMessage, Limits: l.limits}
 	if t := bytes.TrimSpace(in.tools); len(t) > 0 && string(t) != "null" {
 		var tools []json.RawMessage
 		if err := json.Unmarshal(t, &tools); err != nil {
@@ -285,9 +293,16 @@ func (l *lmodel) render(in chatInput) (string, error) {
 			ci.Extra[key] = vals[i]
 		}
 	}
-	text, err := l.m.Template.Render(ci)
+	ctx := in.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	text, err := l.m.Template.RenderContext(ctx, ci)
 	if err != nil {
-		return "", httpx.Invalid("messages", "template_error", "the chat template could not render these messages: %s", strings.TrimPrefix(err.Error(), "chattmpl: "))
+		return "", templateError(err)
+	}
+	if err := l.checkPromptBytes("messages", "the rendered prompt is", len(text)); err != nil {
+		return "", err
 	}
 	return text, nil
 }

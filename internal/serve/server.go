@@ -109,6 +109,7 @@ import (
 
 	"flywheel/internal/auth"
 	"flywheel/internal/engine"
+	"flywheel/internal/engine/chattmpl"
 	"flywheel/internal/engine/kernels"
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
@@ -169,6 +170,20 @@ type Options struct {
 	// turns the cache off.
 	PrefixCacheMB int
 	Logger        *slog.Logger
+
+	// TemplateLimits bound each chat-template render (zero fields:
+	// chattmpl.DefaultLimits). Chat templates come from model folders and
+	// are treated as untrusted code.
+	TemplateLimits chattmpl.Limits
+	// MaxPromptBytesPerToken bounds a prompt before it is tokenized: the
+	// messages, tools and template kwargs of a request (and the rendered
+	// prompt) may hold at most the context length times this many bytes
+	// (default DefaultMaxPromptBytesPerToken).
+	MaxPromptBytesPerToken int
+	// MaxRecordBytes bounds the inputs and the output recorded in the call
+	// store for one completion; larger ones are recorded as a stub saying
+	// their size (default DefaultMaxRecordBytes).
+	MaxRecordBytes int
 }
 
 func (o *Options) defaults() {
@@ -187,6 +202,12 @@ func (o *Options) defaults() {
 	}
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = time.Second
+	}
+	if o.MaxPromptBytesPerToken <= 0 {
+		o.MaxPromptBytesPerToken = DefaultMaxPromptBytesPerToken
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = DefaultMaxRecordBytes
 	}
 	if o.OpName == "" {
 		o.OpName = "chat.completions"

@@ -50,6 +50,10 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		if req.AddSpecialTokens != nil {
 			add = *req.AddSpecialTokens
 		}
+		if err := lm.checkPromptBytes("prompt", "the prompt is", len(*req.Prompt)); err != nil {
+			writeErr(w, err)
+			return
+		}
 		ids = lm.tok.Encode(*req.Prompt, add)
 	} else {
 		addGen, cont := true, false
@@ -67,9 +71,13 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 				req.Messages[i].Role = "system"
 			}
 		}
-		in := chatInput{messages: req.Messages, addGenerationPrompt: addGen, continueFinalMessage: cont, kwargs: req.ChatTemplateKwargs}
+		in := chatInput{ctx: r.Context(), messages: req.Messages, addGenerationPrompt: addGen, continueFinalMessage: cont, kwargs: req.ChatTemplateKwargs}
 		if len(req.Tools) > 0 {
 			in.tools = rawField(body, "tools")
+		}
+		if err := lm.checkPromptBytes("messages", "the messages, tools and chat_template_kwargs are", promptBytes(in.messages, in.tools, in.kwargs)); err != nil {
+			writeErr(w, err)
+			return
 		}
 		text, err := lm.render(in)
 		if err != nil {

@@ -24,7 +24,8 @@ type ChatRequest struct {
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
 	Stream              *bool           `json:"stream"`
 	StreamOptions       *StreamOptions  `json:"stream_options"`
-	User                json.RawMessage `json:"user"` // ignored
+	User                json.RawMessage `json:"user"`     // ignored (bounded)
+	Metadata            json.RawMessage `json:"metadata"` // ignored (bounded)
 	ResponseFormat      json.RawMessage `json:"response_format"`
 	PresencePenalty     *float64        `json:"presence_penalty"`
 	FrequencyPenalty    *float64        `json:"frequency_penalty"`

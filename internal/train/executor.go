@@ -303,7 +303,7 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 	if err != nil {
 		return jobs.Result{}, err
 	}
-	prep, err := prepareRL(&modelCodec{m: s.base}, req.TrajectoryGroups, cfg.ScaleRewards, s.maxLen)
+	prep, err := prepareRL(&modelCodec{m: s.base, ctx: ctx}, req.TrajectoryGroups, cfg.ScaleRewards, s.maxLen)
 	if err != nil {
 		return jobs.Result{}, err
 	}

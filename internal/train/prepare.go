@@ -5,6 +5,7 @@ package train
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ type codec interface {
 // modelCodec adapts an engine.Model.
 type modelCodec struct {
 	m       *engine.Model
+	ctx     context.Context // the job's: a cancelled job stops its renders (nil: none)
 	once    sync.Once
 	byBytes map[string]int
 }
@@ -45,7 +47,12 @@ func (c *modelCodec) Render(msgs, tools []json.RawMessage, cont bool) (string, e
 		}
 		return "", fmt.Errorf("model %s has no chat template", c.m.ID)
 	}
-	return c.m.Template.Render(chattmpl.Input{Messages: msgs, Tools: tools, ContinueFinalMessage: cont})
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	// The template is untrusted code: rendered within chattmpl.DefaultLimits.
+	return c.m.Template.RenderContext(ctx, chattmpl.Input{Messages: msgs, Tools: tools, ContinueFinalMessage: cont})
 }
 
 func (c *modelCodec) Encode(text string) []int { return c.m.Tokenizer.Encode(text, false) }

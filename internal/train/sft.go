@@ -301,7 +301,7 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 	if err != nil {
 		return jobs.Result{}, err
 	}
-	c := &modelCodec{m: s.base}
+	c := &modelCodec{m: s.base, ctx: ctx}
 	var seqs []*sequence
 	truncated, skipped := 0, 0
 	for _, ex := range exs {

@@ -477,13 +477,11 @@ func BenchmarkRenderWithSpansQwen(b *testing.B) {
 }
 
 func TestExecutionBudget(t *testing.T) {
-	defer func(old int) { maxSteps = old }(maxSteps)
-	maxSteps = 100_000
 	tmpl, err := Parse(`{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(60) }}`, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tmpl.Render(Input{}); err == nil || !strings.Contains(err.Error(), "execution steps") {
+	if _, err := tmpl.Render(Input{Limits: Limits{MaxSteps: 100_000}}); err == nil || !strings.Contains(err.Error(), "execution steps") {
 		t.Fatalf("got %v", err)
 	}
 	if _, err := Parse("{% raw %}{{{% endraw ra", "", ""); err == nil {

@@ -2,6 +2,7 @@ package chattmpl
 
 import (
 	"errors"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -173,7 +174,7 @@ func init() {
 		"min":        fMinMax(true),
 		"max":        fMinMax(false),
 		"round":      fRound,
-		"wordcount":  strFilter(func(s string) string { return strconv.Itoa(len(strings.Fields(s))) }),
+		"wordcount":  strFilter(func(s string) string { return strconv.Itoa(countFields(s)) }),
 		"center":     fCenter,
 		"batch":      fBatch,
 		"attr":       fAttr,
@@ -240,6 +241,9 @@ func fTojson(st *state, v any, args []any, kw map[string]any) (any, error) {
 		if !ok {
 			return nil, rerr("tojson: bad indent %s", pyRepr(ind))
 		}
+		if n > MaxValueBytes {
+			return nil, valueLimit()
+		}
 		s := strings.Repeat(" ", max(n, 0))
 		o.indent = &s
 	}
@@ -262,7 +266,7 @@ func fTojson(st *state, v any, args []any, kw map[string]any) (any, error) {
 	s, err := pyJSONDumps(v, o)
 	if err != nil {
 		var re *RenderError
-		if errors.As(err, &re) {
+		if _, ok := IsLimit(err); ok || errors.As(err, &re) {
 			return nil, err
 		}
 		return nil, rerr("%s", err.Error())
@@ -303,6 +307,10 @@ func fLength(st *state, v any, args []any, kw map[string]any) (any, error) {
 
 func fEscape(st *state, v any, args []any, kw map[string]any) (any, error) {
 	s := pyStr(v)
+	grow := 4*strings.Count(s, "&") + 3*strings.Count(s, "<") + 3*strings.Count(s, ">") + 4*strings.Count(s, "\"") + 4*strings.Count(s, "'")
+	if len(s) > MaxValueBytes-grow {
+		return nil, valueLimit()
+	}
 	r := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", "\"", "&#34;", "'", "&#39;")
 	return r.Replace(s), nil
 }
@@ -322,10 +330,14 @@ func fJoin(st *state, v any, args []any, kw map[string]any) (any, error) {
 		}
 	}
 	parts := make([]string, len(items))
+	n := 0
 	for i, it := range items {
 		parts[i] = pyStr(it)
+		if n += len(parts[i]); n > MaxValueBytes {
+			return nil, valueLimit()
+		}
 	}
-	return strings.Join(parts, sep), nil
+	return joinBounded(parts, sep)
 }
 
 func pyTitle(s string) string {
@@ -518,12 +530,18 @@ func fIndent(st *state, v any, args []any, kw map[string]any) (any, error) {
 		ind = w
 	} else {
 		n, _ := asInt(width)
+		if n > MaxValueBytes {
+			return nil, valueLimit()
+		}
 		ind = strings.Repeat(" ", max(n, 0))
 	}
 	nl := "\n"
 	s += nl
 	// Jinja2: rv = newline.join(ind + line if line else line for line in s.splitlines())
 	lines := pySplitLines(s)
+	if !fits(len(lines)+1, len(ind)+len(nl), len(s)) {
+		return nil, valueLimit()
+	}
 	var b strings.Builder
 	if blank {
 		for i, l := range lines {
@@ -572,6 +590,9 @@ func pySplitLines(s string) []string {
 			}
 		}
 		if brk > 0 {
+			if len(out) >= maxParts {
+				panic(limitPanic{valueLimit().(*LimitError)})
+			}
 			out = append(out, s[start:i])
 			i += brk
 			start = i
@@ -593,7 +614,7 @@ func fReplace(st *state, v any, args []any, kw map[string]any) (any, error) {
 	if c := arg(args, kw, 2, "count", nil); c != nil {
 		cnt, _ = asInt(c)
 	}
-	return strings.Replace(s, old, nw, cnt), nil
+	return replaceBounded(s, old, nw, cnt)
 }
 
 // getAttrPath implements Jinja's make_attrgetter: "a.b" or integer index.
@@ -651,6 +672,9 @@ func selectFilter(reject, byAttr bool) filterFunc {
 			if testName == "" {
 				ok = truthy(x)
 			} else {
+				if err := st.step(); err != nil {
+					return nil, err
+				}
 				ok, err = st.runTest(testName, x, testArgs, nil)
 				if err != nil {
 					return nil, err
@@ -692,7 +716,10 @@ func fMap(st *state, v any, args []any, kw map[string]any) (any, error) {
 		return nil, rerr("map filter name must be a string")
 	}
 	for _, it := range items {
-		x, err := st.callFilter(name, it, args[1:], kw)
+		if err := st.step(); err != nil {
+			return nil, err
+		}
+		x, err := st.accounted(st.callFilter(name, it, args[1:], kw))
 		if err != nil {
 			return nil, err
 		}
@@ -707,19 +734,56 @@ func fUnique(st *state, v any, args []any, kw map[string]any) (any, error) {
 		return nil, err
 	}
 	out := []any{}
+	seen := map[any]bool{} // hashable items, by a key equal to equal()
+	var other []any        // the rest, compared one by one
 	for _, it := range items {
+		if err := st.step(); err != nil {
+			return nil, err
+		}
+		if k, ok := uniqueKey(it); ok {
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, it)
+			}
+			continue
+		}
+		if err := st.work(len(other)); err != nil {
+			return nil, err
+		}
 		dup := false
-		for _, o := range out {
+		for _, o := range other {
 			if equal(o, it) {
 				dup = true
 				break
 			}
 		}
 		if !dup {
+			other = append(other, it)
 			out = append(out, it)
 		}
 	}
 	return out, nil
+}
+
+// uniqueKey is a map key for v such that two keys are equal exactly when
+// equal() says the values are (True == 1, 1.0 == 1); false for values that
+// have none (containers, NaN, Undefined).
+func uniqueKey(v any) (any, bool) {
+	switch t := v.(type) {
+	case nil, string, int:
+		return t, true
+	case bool:
+		if t {
+			return 1, true
+		}
+		return 0, true
+	case float64:
+		if math.IsNaN(t) {
+			return nil, false
+		}
+		return normKey(t), true
+	}
+	return nil, false
 }
 
 func fReverse(st *state, v any, args []any, kw map[string]any) (any, error) {
@@ -824,8 +888,11 @@ func fSum(st *state, v any, args []any, kw map[string]any) (any, error) {
 				return nil, err
 			}
 		}
-		total, err = binop("+", total, it)
+		total, err = st.accounted(binop("+", total, it))
 		if err != nil {
+			return nil, err
+		}
+		if err := st.step(); err != nil {
 			return nil, err
 		}
 	}
@@ -901,6 +968,9 @@ func fCenter(st *state, v any, args []any, kw map[string]any) (any, error) {
 		return s, nil
 	}
 	total := w - n
+	if !fits(total, 1, len(s)) {
+		return nil, valueLimit()
+	}
 	left := total / 2
 	if total%2 == 1 && w%2 == 1 {
 		left++
@@ -918,6 +988,9 @@ func fBatch(st *state, v any, args []any, kw map[string]any) (any, error) {
 		return nil, rerr("batch size must be positive")
 	}
 	fill := arg(args, kw, 1, "fill_with", nil)
+	if fill != nil && !fits(n, 16, 0) {
+		return nil, valueLimit()
+	}
 	out := []any{}
 	for i := 0; i < len(items); i += n {
 		j := min(i+n, len(items))

@@ -13,8 +13,10 @@
 // raw JSON for that reason).
 //
 // A *Template is immutable after Parse/Load and safe for concurrent use.
-// Renders are bounded (recursion depth, execution steps, string repetition)
-// and never panic.
+// Templates are untrusted code: renders are bounded (output size, the size of
+// every value built, total allocation, execution steps, recursion, time and
+// the caller's context; see Limits), parsing bounds nesting, and neither
+// panics. A render that hits a limit fails with a *LimitError naming it.
 //
 // Known differences from Python Jinja2, none of which the tested templates hit:
 // integers beyond int64 become float64; lone UTF-16 surrogates in JSON strings
@@ -38,6 +40,7 @@
 package chattmpl
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,6 +92,8 @@ type Input struct {
 	// TemplateName picks a named template ("default", "tool_use", ...);
 	// empty selects as transformers does.
 	TemplateName string
+	// Limits bound the render; zero fields take DefaultLimits.
+	Limits Limits
 }
 
 // Parse compiles a chat template. bosToken and eosToken are exposed to the
@@ -200,13 +205,17 @@ func (t *Template) Execute(vars map[string]any, now func() time.Time) (string, e
 		}
 		ctx[k] = c
 	}
-	out, _, err := t.run(ctx, now)
+	out, _, err := t.run(context.Background(), DefaultLimits, ctx, now)
 	return out, err
 }
 
-func (t *Template) run(ctx map[string]any, now func() time.Time) (_ string, _ []span, err error) {
+func (t *Template) run(c context.Context, lim Limits, ctx map[string]any, now func() time.Time) (_ string, _ []span, err error) {
 	defer func() {
 		if r := recover(); r != nil {
+			if lp, ok := r.(limitPanic); ok {
+				err = lp.err
+				return
+			}
 			err = rerr("internal error: %v", r)
 		}
 	}()
@@ -214,7 +223,10 @@ func (t *Template) run(ctx map[string]any, now func() time.Time) (_ string, _ []
 		now = time.Now
 	}
 	var out strings.Builder
-	st := &state{now: now, out: &out}
+	st := &state{now: now, out: &out, b: newBudget(c, lim)}
+	if err := st.checkTime(); err != nil {
+		return "", nil, err
+	}
 	root := &frame{vars: ctx}
 	top := newFrame(root)
 	if err := st.exec(t.nodes, top, &out); err != nil {
@@ -227,13 +239,20 @@ func (t *Template) run(ctx map[string]any, now func() time.Time) (_ string, _ []
 }
 
 // Render applies the chat template to in, as transformers'
-// apply_chat_template(tokenize=False) does.
+// apply_chat_template(tokenize=False) does, within in.Limits and without a
+// context; RenderContext is the same under a context.
 func (t *Template) Render(in Input) (string, error) {
+	return t.RenderContext(context.Background(), in)
+}
+
+// RenderContext renders like Render; the render stops with a *LimitError
+// ("canceled") once ctx is done, as well as at any of in.Limits.
+func (t *Template) RenderContext(ctx context.Context, in Input) (string, error) {
 	msgs, err := parseList(in.Messages, "message")
 	if err != nil {
 		return "", err
 	}
-	out, _, err := t.renderValues(in, msgs)
+	out, _, err := t.renderValues(ctx, in, msgs)
 	return out, err
 }
 
@@ -247,7 +266,7 @@ func (t *Template) RenderWithGenerationSpans(in Input) (string, []Span, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	out, gen, err := t.renderValues(in, msgs)
+	out, gen, err := t.renderValues(context.Background(), in, msgs)
 	if err != nil {
 		return "", nil, err
 	}
@@ -273,7 +292,7 @@ func parseList(raw []json.RawMessage, what string) ([]any, error) {
 	return out, nil
 }
 
-func (t *Template) renderValues(in Input, msgs []any) (string, []span, error) {
+func (t *Template) renderValues(c context.Context, in Input, msgs []any) (string, []span, error) {
 	if in.AddGenerationPrompt && in.ContinueFinalMessage {
 		return "", nil, errors.New("chattmpl: continue_final_message and add_generation_prompt are not compatible")
 	}
@@ -314,7 +333,7 @@ func (t *Template) renderValues(in Input, msgs []any) (string, []span, error) {
 		ctx["documents"] = docs
 	}
 	ctx["add_generation_prompt"] = in.AddGenerationPrompt
-	out, gen, err := tmpl.run(ctx, in.Now)
+	out, gen, err := tmpl.run(c, in.Limits, ctx, in.Now)
 	if err != nil {
 		return "", nil, err
 	}
@@ -383,7 +402,7 @@ func (t *Template) RenderWithSpans(in Input) (string, []Span, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	real, _, err := t.renderValues(in, msgs)
+	real, _, err := t.renderValues(context.Background(), in, msgs)
 	if err != nil {
 		return "", nil, err
 	}
@@ -415,7 +434,7 @@ func (t *Template) RenderWithSpans(in Input) (string, []Span, error) {
 	if len(slots) == 0 {
 		return real, nil, nil
 	}
-	sent, _, err := t.renderValues(in, sentMsgs)
+	sent, _, err := t.renderValues(context.Background(), in, sentMsgs)
 	if err != nil {
 		return "", nil, fmt.Errorf("%w: sentinel render failed: %v", ErrUnstableSpans, err)
 	}

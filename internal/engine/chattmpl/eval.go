@@ -34,12 +34,7 @@ var (
 	errContinue = errors.New("continue")
 )
 
-const maxDepth = 200
-
-// maxSteps bounds the statements one render may execute, so a pathological
-// template (exponential macro recursion, huge nested ranges) fails instead of
-// pinning a CPU. Real chat templates use a few dozen per message.
-var maxSteps = 5_000_000
+const maxDepth = MaxRecursionDepth
 
 type frame struct {
 	vars   map[string]any
@@ -64,6 +59,8 @@ type state struct {
 	depth    int
 	genSpans []span
 	out      *strings.Builder // the top-level output (generation offsets refer to it)
+	b        budget
+	work64   int64 // units of work within steps (see work)
 }
 
 type span struct{ start, end int }
@@ -103,22 +100,21 @@ func (st *state) exec(nodes []node, fr *frame, out *strings.Builder) error {
 }
 
 func (st *state) execNode(n node, fr *frame, out *strings.Builder) error {
-	st.steps++
-	if st.steps > maxSteps {
-		return rerr("template exceeded %d execution steps", maxSteps)
+	if err := st.step(); err != nil {
+		return err
 	}
 	switch n := n.(type) {
 	case *textNode:
-		out.WriteString(n.s)
+		return st.write(out, n.s)
 	case *outputNode:
 		v, err := st.eval(n.e, fr)
 		if err != nil {
 			return err
 		}
 		if s, ok := v.(string); ok {
-			out.WriteString(s)
+			return st.write(out, s)
 		} else if _, ok := v.(Undefined); !ok {
-			writeRepr(out, v)
+			return st.write(out, pyRepr(v))
 		}
 	case *ifNode:
 		for i, c := range n.conds {
@@ -149,6 +145,9 @@ func (st *state) execNode(n node, fr *frame, out *strings.Builder) error {
 			return err
 		}
 		var v any = b.String()
+		if err := st.account(v); err != nil {
+			return err
+		}
 		for _, f := range n.filters {
 			var err error
 			v, err = st.applyFilter(f, v, fr)
@@ -165,13 +164,16 @@ func (st *state) execNode(n node, fr *frame, out *strings.Builder) error {
 		if err != nil {
 			return err
 		}
-		out.WriteString(pyStr(v))
+		return st.write(out, pyStr(v))
 	case *filterBlockNode:
 		var b strings.Builder
 		if err := st.exec(n.body, fr, &b); err != nil {
 			return err
 		}
 		var v any = b.String()
+		if err := st.account(v); err != nil {
+			return err
+		}
 		for _, f := range n.filters {
 			var err error
 			v, err = st.applyFilter(f, v, fr)
@@ -179,7 +181,7 @@ func (st *state) execNode(n node, fr *frame, out *strings.Builder) error {
 				return err
 			}
 		}
-		out.WriteString(pyStr(v))
+		return st.write(out, pyStr(v))
 	case *generationNode:
 		start := out.Len()
 		if err := st.exec(n.body, fr, out); err != nil {
@@ -242,6 +244,9 @@ func (st *state) execFor(n *forNode, it any, fr *frame, out *strings.Builder, de
 	if n.cond != nil {
 		var kept []any
 		for _, item := range items {
+			if err := st.step(); err != nil {
+				return err
+			}
 			inner := newFrame(fr)
 			if err := st.assign(n.target, item, inner); err != nil {
 				return err
@@ -262,10 +267,13 @@ func (st *state) execFor(n *forNode, it any, fr *frame, out *strings.Builder, de
 	st.depth++
 	defer func() { st.depth-- }()
 	if st.depth > maxDepth {
-		return rerr("maximum recursion depth exceeded")
+		return &LimitError{Limit: "recursion_depth", Max: maxDepth}
 	}
 	loop := &loopInfo{items: items, depth0: depth0, loopFn: n, fr: fr}
 	for i, item := range items {
+		if err := st.step(); err != nil {
+			return err
+		}
 		loop.index0 = i
 		inner := &frame{vars: make(map[string]any, 4), parent: fr}
 		if err := st.assign(n.target, item, inner); err != nil {
@@ -296,6 +304,9 @@ func iterate(v any) ([]any, error) {
 	case *Dict:
 		return append([]any(nil), t.keys...), nil
 	case string:
+		if len(t) > maxParts && utf8.RuneCountInString(t) > maxParts {
+			return nil, valueLimit()
+		}
 		out := make([]any, 0, len(t))
 		for _, r := range t {
 			out = append(out, string(r))
@@ -310,6 +321,15 @@ func iterate(v any) ([]any, error) {
 // ---------------------------------------------------------------- expressions
 
 func (st *state) eval(e expr, fr *frame) (any, error) {
+	switch e.(type) {
+	case *constExpr, *nameExpr:
+	default:
+		// Every operation is a step, so that no expression (a flat
+		// concatenation of a million costly items) runs unbounded.
+		if err := st.step(); err != nil {
+			return nil, err
+		}
+	}
 	switch e := e.(type) {
 	case *constExpr:
 		return e.v, nil
@@ -362,7 +382,7 @@ func (st *state) eval(e expr, fr *frame) (any, error) {
 			}
 			l[i] = v
 		}
-		return l, nil
+		return l, st.account(l)
 	case *tupleExpr:
 		l := make(Tuple, len(e.items))
 		for i, x := range e.items {
@@ -372,7 +392,7 @@ func (st *state) eval(e expr, fr *frame) (any, error) {
 			}
 			l[i] = v
 		}
-		return l, nil
+		return l, st.account(l)
 	case *dictExpr:
 		d := NewDict()
 		for i := range e.keys {
@@ -389,15 +409,15 @@ func (st *state) eval(e expr, fr *frame) (any, error) {
 			}
 			d.Set(k, v)
 		}
-		return d, nil
+		return d, st.account(d)
 	case *callExpr:
-		return st.evalCall(e, fr, nil)
+		return st.accounted(st.evalCall(e, fr, nil))
 	case *filterExpr:
 		v, err := st.eval(e.obj, fr)
 		if err != nil {
 			return nil, err
 		}
-		return st.applyFilter(e, v, fr)
+		return st.accounted(st.applyFilter(e, v, fr))
 	case *testExpr:
 		v, err := st.eval(e.obj, fr)
 		if err != nil {
@@ -468,7 +488,7 @@ func (st *state) eval(e expr, fr *frame) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return binop(e.op, l, r)
+		return st.accounted(binop(e.op, l, r))
 	case *concatExpr:
 		var b strings.Builder
 		for _, x := range e.items {
@@ -476,9 +496,11 @@ func (st *state) eval(e expr, fr *frame) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			b.WriteString(pyStr(v))
+			if err := st.write(&b, pyStr(v)); err != nil {
+				return nil, err
+			}
 		}
-		return b.String(), nil
+		return st.accounted(b.String(), nil)
 	case *compareExpr:
 		l, err := st.eval(e.first, fr)
 		if err != nil {
@@ -601,17 +623,26 @@ func binop(op string, l, r any) (any, error) {
 		switch a := l.(type) {
 		case string:
 			if b, ok := r.(string); ok {
+				if len(b) > MaxValueBytes-len(a) {
+					return nil, valueLimit()
+				}
 				return a + b, nil
 			}
 			return nil, rerr("can only concatenate str (not \"%s\") to str", typeName(r))
 		case []any:
 			if b, ok := r.([]any); ok {
+				if !fits(len(a)+len(b), 16, 0) {
+					return nil, valueLimit()
+				}
 				out := make([]any, 0, len(a)+len(b))
 				return append(append(out, a...), b...), nil
 			}
 			return nil, rerr("can only concatenate list (not \"%s\") to list", typeName(r))
 		case Tuple:
 			if b, ok := r.(Tuple); ok {
+				if !fits(len(a)+len(b), 16, 0) {
+					return nil, valueLimit()
+				}
 				out := make(Tuple, 0, len(a)+len(b))
 				return append(append(out, a...), b...), nil
 			}
@@ -630,15 +661,15 @@ func binop(op string, l, r any) (any, error) {
 		}
 		if s, ok := l.([]any); ok {
 			if n, ok := asInt(r); ok {
-				if n > 0 && len(s)*n > maxRepeat/16 {
-					return nil, rerr("list repetition too large")
+				if n <= 0 || len(s) == 0 {
+					return []any{}, nil
 				}
-				var out []any
+				if !fits(n, 16*len(s), 0) {
+					return nil, valueLimit()
+				}
+				out := make([]any, 0, n*len(s))
 				for i := 0; i < n; i++ {
 					out = append(out, s...)
-				}
-				if out == nil {
-					out = []any{}
 				}
 				return out, nil
 			}
@@ -708,9 +739,13 @@ func binop(op string, l, r any) (any, error) {
 		return m, nil
 	case "**":
 		if bothInt && ib >= 0 {
-			res := 1
-			for i := 0; i < ib; i++ {
-				res *= ia
+			// By squaring: the same result modulo 2^64 as ib multiplications.
+			res, base := 1, ia
+			for e := ib; e > 0; e >>= 1 {
+				if e&1 == 1 {
+					res *= base
+				}
+				base *= base
 			}
 			return res, nil
 		}
@@ -719,15 +754,12 @@ func binop(op string, l, r any) (any, error) {
 	return nil, rerr("unsupported operator %s", op)
 }
 
-// maxRepeat bounds string repetition so a template cannot exhaust memory.
-const maxRepeat = 64 << 20
-
 func repeatString(s string, n int) (any, error) {
 	if n <= 0 {
 		return "", nil
 	}
-	if len(s) > 0 && n > maxRepeat/len(s) {
-		return nil, rerr("string repetition too large")
+	if !fits(n, len(s), 0) {
+		return nil, valueLimit()
 	}
 	return strings.Repeat(s, n), nil
 }
@@ -814,12 +846,16 @@ func getitem(obj any, k any) (any, error) {
 		}
 	case string:
 		if i, ok := asInt(k); ok {
-			rs := []rune(o)
 			if i < 0 {
-				i += len(rs)
+				i += utf8.RuneCountInString(o)
 			}
-			if i >= 0 && i < len(rs) {
-				return string(rs[i]), nil
+			if i >= 0 && i < len(o) { // the i-th rune, without converting the string
+				for _, r := range o {
+					if i == 0 {
+						return string(r), nil
+					}
+					i--
+				}
 			}
 			return Undefined{}, nil
 		}
@@ -927,6 +963,9 @@ func slice(obj, start, stop, step any) (any, error) {
 				return "", nil
 			}
 			return o[a:b], nil
+		}
+		if len(o) > maxParts && utf8.RuneCountInString(o) > maxParts {
+			return nil, valueLimit()
 		}
 		rs := []rune(o)
 		l := make([]any, len(rs))
@@ -1097,10 +1136,13 @@ func (st *state) call(fn any, args []any, kw map[string]any) (any, error) {
 }
 
 func (st *state) callMacro(m *macro, args []any, kw map[string]any) (any, error) {
+	if err := st.step(); err != nil {
+		return nil, err
+	}
 	st.depth++
 	defer func() { st.depth-- }()
 	if st.depth > maxDepth {
-		return nil, rerr("maximum recursion depth exceeded")
+		return nil, &LimitError{Limit: "recursion_depth", Max: maxDepth}
 	}
 	fr := newFrame(m.closure)
 	d := m.def
@@ -1159,4 +1201,12 @@ func (st *state) callMacro(m *macro, args []any, kw map[string]any) (any, error)
 		return nil, err
 	}
 	return b.String(), nil
+}
+
+// accounted charges a result to the allocation budget.
+func (st *state) accounted(v any, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return v, st.account(v)
 }

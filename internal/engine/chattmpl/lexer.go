@@ -215,6 +215,9 @@ func lex(src string) ([]token, error) {
 				switch op {
 				case "(", "[", "{":
 					depth++
+					if depth > MaxParseDepth { // fail before lexing the rest
+						return nil, &LimitError{Limit: "parse_depth", Max: MaxParseDepth}
+					}
 				case ")", "]", "}":
 					if depth > 0 {
 						depth--

@@ -144,10 +144,16 @@ func strMethod(s, name string, args []any, kw map[string]any) (any, error) {
 		}
 		var parts []string
 		if !has {
+			if len(s) > maxParts && countFields(s) > maxParts {
+				return nil, valueLimit()
+			}
 			parts = splitWhitespace(s, maxsplit, name == "rsplit")
 		} else {
 			if sep == "" {
 				return nil, rerr("empty separator")
+			}
+			if len(s) > maxParts && strings.Count(s, sep) >= maxParts {
+				return nil, valueLimit()
 			}
 			if maxsplit < 0 {
 				parts = strings.Split(s, sep)
@@ -228,7 +234,7 @@ func strMethod(s, name string, args []any, kw map[string]any) (any, error) {
 		if len(args) > 2 {
 			cnt, _ = asInt(args[2])
 		}
-		return strings.Replace(s, pyStr(args[0]), pyStr(args[1]), cnt), nil
+		return replaceBounded(s, pyStr(args[0]), pyStr(args[1]), cnt)
 	case "find", "rfind", "index":
 		sub, _, err := strArg(args, 0)
 		if err != nil {
@@ -271,7 +277,7 @@ func strMethod(s, name string, args []any, kw map[string]any) (any, error) {
 			}
 			parts[i] = p
 		}
-		return strings.Join(parts, s), nil
+		return joinBounded(parts, s)
 	case "format":
 		return pyFormat(s, args, kw)
 	case "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper":
@@ -348,6 +354,9 @@ func strMethod(s, name string, args []any, kw map[string]any) (any, error) {
 			return s, nil
 		}
 		pad := w - n
+		if !fits(pad, max(len(fill), 1), len(s)) {
+			return nil, valueLimit()
+		}
 		switch name {
 		case "zfill":
 			if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
@@ -422,6 +431,7 @@ func pyFormat(s string, args []any, kw map[string]any) (any, error) {
 	var b strings.Builder
 	auto := 0
 	for i := 0; i < len(s); i++ {
+		checkLen(b.Len())
 		c := s[i]
 		if c == '{' {
 			if i+1 < len(s) && s[i+1] == '{' {
@@ -485,6 +495,7 @@ func pyPercent(f string, arg any) (string, error) {
 	next := 0
 	var b strings.Builder
 	for i := 0; i < len(f); i++ {
+		checkLen(b.Len())
 		c := f[i]
 		if c != '%' {
 			b.WriteByte(c)
@@ -599,6 +610,7 @@ func strftime(t time.Time, f string) string {
 		return s
 	}
 	for i := 0; i < len(f); i++ {
+		checkLen(b.Len())
 		c := f[i]
 		if c != '%' || i+1 >= len(f) {
 			b.WriteByte(c)
@@ -708,4 +720,49 @@ func strftime(t time.Time, f string) string {
 		}
 	}
 	return b.String()
+}
+
+// replaceBounded is strings.Replace within MaxValueBytes.
+func replaceBounded(s, old, nw string, cnt int) (any, error) {
+	if len(nw) > len(old) {
+		k := strings.Count(s, old)
+		if old == "" {
+			k = utf8.RuneCountInString(s) + 1
+		}
+		if cnt >= 0 && cnt < k {
+			k = cnt
+		}
+		if !fits(k, len(nw)-len(old), len(s)) {
+			return nil, valueLimit()
+		}
+	}
+	return strings.Replace(s, old, nw, cnt), nil
+}
+
+// joinBounded is strings.Join within MaxValueBytes.
+func joinBounded(parts []string, sep string) (any, error) {
+	if !fits(len(parts), len(sep), 0) {
+		return nil, valueLimit()
+	}
+	n := len(parts) * len(sep)
+	for _, p := range parts {
+		if len(p) > MaxValueBytes-n {
+			return nil, valueLimit()
+		}
+		n += len(p)
+	}
+	return strings.Join(parts, sep), nil
+}
+
+// countFields is len(strings.Fields(s)), without building the fields.
+func countFields(s string) int {
+	n, in := 0, false
+	for _, r := range s {
+		sp := unicode.IsSpace(r)
+		if !sp && !in {
+			n++
+		}
+		in = !sp
+	}
+	return n
 }

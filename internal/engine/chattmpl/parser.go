@@ -135,9 +135,21 @@ type kwarg struct {
 // ---------------------------------------------------------------- parser
 
 type parser struct {
-	toks []token
-	pos  int
+	toks  []token
+	pos   int
+	depth int // recursion of the parser itself, bounded by MaxParseDepth
 }
+
+// enter counts one level of parser recursion; leave undoes it.
+func (p *parser) enter() error {
+	p.depth++
+	if p.depth > MaxParseDepth {
+		return &LimitError{Limit: "parse_depth", Max: MaxParseDepth}
+	}
+	return nil
+}
+
+func (p *parser) leave() { p.depth-- }
 
 func (p *parser) cur() token  { return p.toks[p.pos] }
 func (p *parser) next() token { t := p.toks[p.pos]; p.pos++; return t }
@@ -200,12 +212,21 @@ func parse(toks []token) ([]node, error) {
 	if end != "" {
 		return nil, p.errf("unexpected '%s'", end)
 	}
+	// Operator, filter and attribute chains are parsed by loops, not
+	// recursion, yet evaluate recursively: bound the tree's depth too.
+	if nodesDepth(body, 0) > MaxParseDepth {
+		return nil, &LimitError{Limit: "parse_depth", Max: MaxParseDepth}
+	}
 	return body, nil
 }
 
 // subparse parses nodes until a block tag whose name is in ends (returned, with
 // the parser positioned after the name) or EOF.
 func (p *parser) subparse(ends []string) ([]node, string, error) {
+	if err := p.enter(); err != nil {
+		return nil, "", err
+	}
+	defer p.leave()
 	var body []node
 	for {
 		t := p.cur()
@@ -641,6 +662,10 @@ func (p *parser) parseTuple(explicitParens bool) (expr, error) {
 }
 
 func (p *parser) parseExpr(withCond bool) (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
 	if !withCond {
 		return p.parseOr()
 	}
@@ -700,6 +725,10 @@ func (p *parser) parseAnd() (expr, error) {
 }
 
 func (p *parser) parseNot() (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
 	if p.isName("not") {
 		p.pos++
 		e, err := p.parseNot()
@@ -814,6 +843,10 @@ func (p *parser) parsePow() (expr, error) {
 }
 
 func (p *parser) parseUnary(withFilter bool) (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer p.leave()
 	var e expr
 	var err error
 	if p.isOp("-") || p.isOp("+") {
@@ -1168,4 +1201,127 @@ func (p *parser) parseFilterExpr(e expr) (expr, error) {
 			return e, nil
 		}
 	}
+}
+
+// nodesDepth is the depth of the deepest node or expression under nodes, at
+// depth d; it stops descending past MaxParseDepth, so its own recursion is
+// bounded.
+func nodesDepth(nodes []node, d int) int {
+	m := d
+	if d > MaxParseDepth {
+		return d
+	}
+	for _, n := range nodes {
+		m = max(m, nodeDepth(n, d+1))
+	}
+	return m
+}
+
+func nodeDepth(n node, d int) int {
+	m := d
+	es := func(xs ...expr) {
+		for _, x := range xs {
+			m = max(m, exprDepth(x, d+1))
+		}
+	}
+	ns := func(b []node) { m = max(m, nodesDepth(b, d+1)) }
+	macro := func(md *macroDef) {
+		if md != nil {
+			es(md.defaults...)
+			ns(md.body)
+		}
+	}
+	switch n := n.(type) {
+	case *outputNode:
+		es(n.e)
+	case *ifNode:
+		es(n.conds...)
+		for _, b := range n.bodies {
+			ns(b)
+		}
+		ns(n.els)
+	case *forNode:
+		es(n.iter, n.cond)
+		ns(n.body)
+		ns(n.els)
+	case *setNode:
+		es(n.e)
+	case *setBlockNode:
+		for _, f := range n.filters {
+			es(f)
+		}
+		ns(n.body)
+	case *macroNode:
+		macro(n.m)
+	case *callBlockNode:
+		macro(n.caller)
+		es(n.call)
+	case *filterBlockNode:
+		for _, f := range n.filters {
+			es(f)
+		}
+		ns(n.body)
+	case *generationNode:
+		ns(n.body)
+	case *withNode:
+		es(n.vals...)
+		ns(n.body)
+	}
+	return m
+}
+
+func exprDepth(e expr, d int) int {
+	if e == nil || d > MaxParseDepth {
+		return d
+	}
+	m := d
+	es := func(xs ...expr) {
+		for _, x := range xs {
+			m = max(m, exprDepth(x, d+1))
+		}
+	}
+	kws := func(kw []kwarg) {
+		for _, k := range kw {
+			es(k.e)
+		}
+	}
+	switch e := e.(type) {
+	case *listExpr:
+		es(e.items...)
+	case *tupleExpr:
+		es(e.items...)
+	case *dictExpr:
+		es(e.keys...)
+		es(e.vals...)
+	case *getattrExpr:
+		es(e.obj)
+	case *getitemExpr:
+		es(e.obj, e.key)
+	case *sliceExpr:
+		es(e.obj, e.start, e.stop, e.step)
+	case *callExpr:
+		es(e.fn, e.dynArgs, e.dynKwargs)
+		es(e.args...)
+		kws(e.kwargs)
+	case *filterExpr:
+		es(e.obj)
+		es(e.args...)
+		kws(e.kwargs)
+	case *testExpr:
+		es(e.obj)
+		es(e.args...)
+		kws(e.kwargs)
+	case *binExpr:
+		es(e.l, e.r)
+	case *unaryExpr:
+		es(e.e)
+	case *condExpr:
+		es(e.cond, e.yes, e.no)
+	case *concatExpr:
+		es(e.items...)
+	case *compareExpr:
+		es(e.first)
+		es(e.rest...)
+	}
+	return m
 }

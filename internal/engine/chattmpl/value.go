@@ -525,7 +525,19 @@ func pyRepr(v any) string {
 	return b.String()
 }
 
-func writeRepr(b *strings.Builder, v any) {
+// maxValueDepth bounds the nesting of values printed or serialised (a
+// namespace can hold itself).
+const maxValueDepth = 10_100
+
+func writeRepr(b *strings.Builder, v any) { writeReprD(b, v, 0) }
+
+// writeReprD writes repr(v), within MaxValueBytes (panicking with the limit,
+// which run recovers, past it).
+func writeReprD(b *strings.Builder, v any, depth int) {
+	checkLen(b.Len())
+	if depth > maxValueDepth {
+		panic(limitPanic{&LimitError{Limit: "recursion_depth", Max: maxValueDepth}})
+	}
 	switch t := v.(type) {
 	case nil:
 		b.WriteString("None")
@@ -549,7 +561,7 @@ func writeRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, e)
+			writeReprD(b, e, depth+1)
 		}
 		b.WriteByte(']')
 	case Tuple:
@@ -558,7 +570,7 @@ func writeRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, e)
+			writeReprD(b, e, depth+1)
 		}
 		if len(t) == 1 {
 			b.WriteByte(',')
@@ -570,14 +582,14 @@ func writeRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, k)
+			writeReprD(b, k, depth+1)
 			b.WriteString(": ")
-			writeRepr(b, t.vals[i])
+			writeReprD(b, t.vals[i], depth+1)
 		}
 		b.WriteByte('}')
 	case *Namespace:
 		b.WriteString("<Namespace ")
-		writeRepr(b, t.vals)
+		writeReprD(b, t.vals, depth+1)
 		b.WriteString(">")
 	case *macro:
 		fmt.Fprintf(b, "<Macro '%s'>", t.name)
@@ -592,7 +604,19 @@ func writeStrRepr(b *strings.Builder, s string) {
 		q = '"'
 	}
 	b.WriteByte(q)
-	for _, r := range s {
+	for i := 0; i < len(s); {
+		checkLen(b.Len())
+		j := i // a run of printable ASCII needing no escape, written at once
+		for j < len(s) && s[j] >= 0x20 && s[j] < 0x7f && s[j] != q && s[j] != '\\' {
+			j++
+		}
+		if j > i {
+			b.WriteString(s[i:j])
+			i = j
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		i += n
 		switch {
 		case r == rune(q) || r == '\\':
 			b.WriteByte('\\')
@@ -666,6 +690,12 @@ func pyJSONDumps(v any, o jsonOpts) (string, error) {
 }
 
 func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) error {
+	if b.Len() > MaxValueBytes {
+		return valueLimit()
+	}
+	if depth > maxValueDepth {
+		return &LimitError{Limit: "recursion_depth", Max: maxValueDepth}
+	}
 	switch t := v.(type) {
 	case nil:
 		b.WriteString("null")
@@ -778,6 +808,9 @@ func newlineIndent(b *strings.Builder, o jsonOpts, depth int) {
 	if o.indent == nil {
 		return
 	}
+	if !fits(depth, len(*o.indent), b.Len()+1) {
+		panic(limitPanic{valueLimit().(*LimitError)})
+	}
 	b.WriteByte('\n')
 	for i := 0; i < depth; i++ {
 		b.WriteString(*o.indent)
@@ -790,6 +823,9 @@ func writeJSONString(b *strings.Builder, s string, ascii bool) {
 	b.WriteByte('"')
 	start := 0
 	for i := 0; i < len(s); {
+		if i&4095 == 0 {
+			checkLen(b.Len())
+		}
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && (c < 0x7f || !ascii) {
 			i++
