@@ -88,6 +88,19 @@ function cleanup() {
   if (!serverExited) server.kill('SIGTERM');
   rmSync(tmp, { recursive: true, force: true });
 }
+// The server never outlives this script, whatever ends it.
+process.on('exit', () => { if (!serverExited) server.kill('SIGKILL'); });
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.on(sig, () => { cleanup(); process.exit(1); });
+}
+// A watchdog: a hung SDK call fails the check instead of stalling CI.
+const watchdog = setTimeout(() => {
+  console.log('FAIL the check did not finish in 90 s');
+  console.log(`${passed} passed, ${failed + 1} failed`);
+  cleanup();
+  process.exit(1);
+}, 90_000);
+watchdog.unref();
 
 async function main() {
   // wait for the server (it writes the admin key at first start)
@@ -122,6 +135,10 @@ async function main() {
   writeFileSync(path.join(tmp, '.netrc'), '', { mode: 0o600 });
   process.env.WF_TRACE_SERVER_URL = base;
   process.env.WANDB_API_KEY = adminKey;
+  // Preflight: the object and file routes authenticate like the call store
+  // (a 401 here means the server does not authenticate /obj/*).
+  const pre = await post('/objs/query', { project_id: project });
+  if (pre.status !== 200) throw new Error(`/objs/query with the admin key: ${pre.status} ${pre.text}`);
   const weave = require('weave');
 
   // login probes GET /health with the key
