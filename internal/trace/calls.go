@@ -35,6 +35,8 @@ type startReq struct {
 	PlatformRunID   *string         `json:"platform_run_id"`
 	PlatformRunStep *int64          `json:"platform_run_step"`
 	// platform_user_id is deliberately not read: the server sets it.
+
+	path string // JSON path of the object the fields were read from
 }
 
 type endReq struct {
@@ -45,6 +47,8 @@ type endReq struct {
 	Output             json.RawMessage `json:"output"`
 	Summary            json.RawMessage `json:"summary"`
 	PlatformRunStepEnd *int64          `json:"platform_run_step_end"`
+
+	path string // JSON path of the object the fields were read from
 }
 
 // writeOp is one validated write, ready for the database.
@@ -398,7 +402,7 @@ func decodeOne(body []byte, key string, fn func(d *dec) error) error {
 func (s *Service) handleStart(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
 	var op *writeOp
 	err := decodeOne(body, "start", func(d *dec) error {
-		req, err := d.decodeStartReq("start")
+		req, err := d.decodeStartReq("start", false)
 		if err != nil {
 			return err
 		}
@@ -421,7 +425,7 @@ func (s *Service) handleStart(w http.ResponseWriter, r *http.Request, p *auth.Pr
 func (s *Service) handleEnd(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
 	var op *writeOp
 	err := decodeOne(body, "end", func(d *dec) error {
-		req, err := d.decodeEndReq("end")
+		req, err := d.decodeEndReq("end", false)
 		if err != nil {
 			return err
 		}
@@ -459,17 +463,17 @@ func (s *Service) handleUpsertBatch(w http.ResponseWriter, r *http.Request, p *a
 			return nil, sub.typeErr(prefix, "an object")
 		}
 		if mode == "start" {
-			req, err := sub.decodeStartReq(prefix)
+			req, err := sub.decodeStartReq(prefix, true)
 			if err != nil {
 				return nil, err
 			}
-			return s.parseStart(p, req, prefix)
+			return s.parseStart(p, req, req.path)
 		}
-		req, err := sub.decodeEndReq(prefix)
+		req, err := sub.decodeEndReq(prefix, true)
 		if err != nil {
 			return nil, err
 		}
-		return s.parseEnd(p, req, prefix)
+		return s.parseEnd(p, req, req.path)
 	}
 	err := d.object("", func(k string) error {
 		if k != "batch" {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -34,13 +35,23 @@ type canon struct {
 	out []byte
 	// scratch for object members, reused by nested objects through the stack
 	depth int
+	// sortKeys orders object members by key (Python's sort_keys=True: code
+	// point order, which is UTF-8 byte order), as object digests need.
+	sortKeys bool
 }
 
 const maxJSONDepth = 512
 
 // Canonicalize returns the canonical form of the JSON value in data.
-func Canonicalize(data []byte) ([]byte, error) {
-	c := canon{in: data, out: make([]byte, 0, len(data)+len(data)/8+8)}
+func Canonicalize(data []byte) ([]byte, error) { return canonicalize(data, false) }
+
+// canonicalSorted returns the canonical form of data with every object's
+// members sorted by key: the text of Python's json.dumps(v, sort_keys=True),
+// over which Weave computes object digests.
+func canonicalSorted(data []byte) ([]byte, error) { return canonicalize(data, true) }
+
+func canonicalize(data []byte, sortKeys bool) ([]byte, error) {
+	c := canon{in: data, out: make([]byte, 0, len(data)+len(data)/8+8), sortKeys: sortKeys}
 	c.skipWS()
 	if err := c.value(); err != nil {
 		return nil, err
@@ -194,6 +205,10 @@ func (c *canon) object() error {
 			break
 		}
 		return c.errf("expected ',' or '}'")
+	}
+	if c.sortKeys && len(members) > 1 {
+		sort.SliceStable(members, func(i, j int) bool { return members[i].key < members[j].key })
+		dup = true // rewrite in the new order
 	}
 	if dup {
 		body := make([]byte, 0, len(c.out)-objStart)

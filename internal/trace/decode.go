@@ -254,10 +254,19 @@ func (d *dec) skip() error {
 }
 
 // decodeStartReq reads a start request object. JSON-valued fields come back
-// canonical.
-func (d *dec) decodeStartReq(prefix string) (*startReq, error) {
-	var r startReq
-	err := d.object(prefix, func(key string) error {
+// canonical. With nested (batch items), the object may instead be the Weave
+// SDKs' {"start": {...}} wrapper: the fields are then read from inside it and
+// r.path names where they were found, so errors point there.
+func (d *dec) decodeStartReq(prefix string, nested bool) (*startReq, error) {
+	r := startReq{path: prefix}
+	if err := d.startFields(&r, prefix, nested); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+func (d *dec) startFields(r *startReq, prefix string, nested bool) error {
+	return d.object(prefix, func(key string) error {
 		path := joinPath(prefix, key)
 		var err error
 		switch key {
@@ -290,21 +299,31 @@ func (d *dec) decodeStartReq(prefix string) (*startReq, error) {
 			r.PlatformRunID, err = d.optString(path)
 		case "platform_run_step":
 			r.PlatformRunStep, err = d.optInt(path)
+		case "start":
+			if !nested || d.null() {
+				return d.skip()
+			}
+			r.path = path
+			return d.startFields(r, path, false)
 		default: // platform_user_id included: the server sets it
 			err = d.skip()
 		}
 		return err
 	})
-	if err != nil {
+}
+
+// decodeEndReq reads an end request object; nested as for decodeStartReq
+// ({"end": {...}}).
+func (d *dec) decodeEndReq(prefix string, nested bool) (*endReq, error) {
+	r := endReq{path: prefix}
+	if err := d.endFields(&r, prefix, nested); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
-// decodeEndReq reads an end request object.
-func (d *dec) decodeEndReq(prefix string) (*endReq, error) {
-	var r endReq
-	err := d.object(prefix, func(key string) error {
+func (d *dec) endFields(r *endReq, prefix string, nested bool) error {
+	return d.object(prefix, func(key string) error {
 		path := joinPath(prefix, key)
 		var err error
 		switch key {
@@ -325,13 +344,15 @@ func (d *dec) decodeEndReq(prefix string) (*endReq, error) {
 			r.Summary, err = d.canonical()
 		case "platform_run_step_end":
 			r.PlatformRunStepEnd, err = d.optInt(path)
+		case "end":
+			if !nested || d.null() {
+				return d.skip()
+			}
+			r.path = path
+			return d.endFields(r, path, false)
 		default:
 			err = d.skip()
 		}
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &r, nil
 }

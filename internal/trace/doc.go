@@ -1,19 +1,21 @@
 // Package trace is the call store: recorded calls (traced operation
 // invocations) grouped in projects "entity/project", their storage sizes and
-// token costs, served under /call/*, /calls/* and /cost/* as the contract in
-// shared/design/trace.md describes.
+// token costs, and the objects and files the Weave SDKs save with them,
+// served under /call/*, /calls/*, /cost/*, /obj/*, /objs/* and /file/* as the
+// contract in shared/design/trace.md describes.
 //
 // # Wiring
 //
 //	svc, err := trace.New(db, trace.Options{PricesFile: ..., DefaultServicePrice: &trace.TokenPrice{...}})
 //	svc.Register(mux) // POST /call/read, /call/start, /call/end, /call/upsert_batch, /call/update,
-//	                  // /calls/delete, /calls/query, /calls/stream_query, /cost/create, /cost/query, /cost/purge
+//	                  // /calls/delete, /calls/query, /calls/stream_query, /cost/create, /cost/query, /cost/purge,
+//	                  // /obj/create, /obj/read, /objs/query, /file/create, /file/content; GET /health, /server_info
 //	id, err := svc.RecordCall(ctx, principal, "entity/project", "chat.completions", t0, t1, inputs, output, summary, "")
 //	err = trace.PricesCommand(os.Args[2:], db, os.Stdout) // flywheel prices set|load|list
 //
 // New applies the package's own migrations (embedded SQL files, recorded in
 // trace_schema_migrations) to the shared SQLite database; its tables are
-// trace_projects, trace_calls and trace_prices. Handlers take the caller from
+// trace_projects, trace_calls, trace_prices, trace_objects and trace_files. Handlers take the caller from
 // auth.FromContext (401 without one); a project of an entity the caller is not
 // a member of is 403; projects are created on the first write. Errors are
 // {"reason": "..."} with 400, 401, 403, 413 or 500 (never Go internals).
@@ -93,4 +95,47 @@
 //   - /cost/query returns the project-level prices of the project (the
 //     Mongo-like "query" with $and/$or/$not/$eq/$gt/$gte/$lt/$lte/$in over
 //     $getField/$literal); /cost/purge accepts only a query by ids.
+//
+// # Objects and files
+//
+// The Weave SDKs save an op's code with /file/create and the op with
+// /obj/create before its first call, and name the op in the call's op_name
+// as weave:///entity/project/op/<object_id>:<digest>.
+//
+//   - Digests are Weave's (weave/shared/digest.py, and the TypeScript SDK's
+//     computeDigest): SHA-256, base64url without padding, '-' as 'X' and '_'
+//     as 'Y' (Digest). A file's digest is over its bytes; an object's over
+//     json.dumps(val, sort_keys=True), i.e. the canonical JSON above with
+//     every object's keys sorted. The SDKs compute file digests themselves
+//     and reference files by them, so these must agree byte for byte.
+//   - Objects are per (project, object_id), versioned: version_index counts
+//     from 0 in creation order, the latest is the highest. Creating a value
+//     whose digest the object already has changes nothing (same digest, no
+//     new version). val is stored as canonical JSON in the order received
+//     (size_bytes is its length); kind is "op" when the value's type is Op
+//     (_type, or weave_type.type), else "object"; base_object_class and
+//     leaf_object_class come from _class_name and _bases as in Weave.
+//     builtin_object_class is only accepted when the value already declares
+//     that class (Weave validates against a registry of builtin classes that
+//     flywheel does not have), else 400.
+//   - /obj/read takes a digest, "latest" or "v<N>"; a missing object (or an
+//     unknown project of the caller's entity) is a 404. /objs/query filters
+//     by object_ids, base_object_classes, exclude_base_object_classes,
+//     leaf_object_classes, is_op and latest_only, sorts by object_id or
+//     created_at (then created_at, insertion), and pages with limit/offset;
+//     metadata_only returns val as {} and include_storage_size fills
+//     size_bytes. ObjSchema has every key, nulls explicit; the creator is
+//     platform_user_id (Weave: wb_user_id), as for calls.
+//   - /file/create reads multipart/form-data (project_id, file) part by
+//     part; /file/content answers the bytes as application/octet-stream, 404
+//     when missing. Files are stored once per (project, digest) as BLOBs.
+//   - Bounds: an object's stored JSON up to Options.MaxObjectBytes (16 MiB),
+//     a file up to Options.MaxFileBytes (32 MiB); above them 413 naming
+//     obj.val or file. object_id: 1 to 128 letters, digits, '_', '.', '-'.
+//   - Tenancy as for calls: 401 without a key, 403 for another entity's
+//     project.
+//   - /call/upsert_batch items are {"mode", "req": {"start": {...}}} (the
+//     Weave SDKs' shape) or {"mode", "req": {...}} (flat); errors name the
+//     nested path (batch[0].req.start.started_at).
+//   - GET /health ({}) and GET /server_info need no key.
 package trace

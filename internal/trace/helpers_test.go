@@ -101,6 +101,12 @@ func (e *env) post(user, path string, body any) (int, []byte) {
 	}
 	req, _ := http.NewRequest("POST", e.srv.URL+path, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
+	return e.do(user, req)
+}
+
+// do sends req as user and returns the status and the raw response.
+func (e *env) do(user string, req *http.Request) (int, []byte) {
+	e.t.Helper()
 	if user != "" {
 		req.Header.Set("X-Test-User", user)
 	}

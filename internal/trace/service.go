@@ -51,6 +51,12 @@ type Options struct {
 	// MaxBodyBytes caps request bodies (413 above it). The foundation's
 	// middleware usually applies a smaller limit first. Default 64 MiB.
 	MaxBodyBytes int64
+	// MaxObjectBytes caps an object's value (its stored JSON text) on
+	// /obj/create (413 above it). Default DefaultMaxObjectBytes (16 MiB).
+	MaxObjectBytes int
+	// MaxFileBytes caps a file on /file/create (413 above it). Default
+	// DefaultMaxFileBytes (32 MiB).
+	MaxFileBytes int64
 	// Logger receives server-side errors. Default slog.Default().
 	Logger *slog.Logger
 	// Now returns the current time (tests). Default time.Now.
@@ -183,9 +189,10 @@ func splitSQL(body string) []string {
 	return out
 }
 
-// Register mounts the call-store routes on mux. Authentication happens
-// before these handlers (auth.FromContext); without a principal they answer
-// 401.
+// Register mounts the call-store routes on mux: calls, costs, objects and
+// files. Authentication happens before these handlers (auth.FromContext);
+// without a principal they answer 401. GET /health and GET /server_info need
+// no principal.
 func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /call/read", s.handle(s.handleRead))
 	mux.HandleFunc("POST /call/start", s.handle(s.handleStart))
@@ -198,6 +205,18 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /cost/create", s.handle(s.handleCostCreate))
 	mux.HandleFunc("POST /cost/query", s.handle(s.handleCostQuery))
 	mux.HandleFunc("POST /cost/purge", s.handle(s.handleCostPurge))
+	mux.HandleFunc("POST /obj/create", s.handle(s.handleObjCreate))
+	mux.HandleFunc("POST /obj/read", s.handle(s.handleObjRead))
+	mux.HandleFunc("POST /objs/query", s.handle(s.handleObjsQuery))
+	mux.HandleFunc("POST /file/create", s.handleFileCreate)
+	mux.HandleFunc("POST /file/content", s.handle(s.handleFileContent))
+	// The Weave SDKs probe these before logging; they need no key.
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		writeRaw(w, http.StatusOK, "application/json", []byte("{}\n"))
+	})
+	mux.HandleFunc("GET /server_info", func(w http.ResponseWriter, r *http.Request) {
+		writeRaw(w, http.StatusOK, "application/json", []byte(`{"min_required_weave_python_version": "0.0.0", "trace_server_version": "flywheel"}`+"\n"))
+	})
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error
