@@ -37,7 +37,7 @@ type authMode int
 const (
 	authNone        authMode = iota
 	authBearer               // /v1/*, /tokenize, /detokenize
-	authBasicBearer          // /call/*, /calls/*, /cost/*
+	authBasicBearer          // /call/*, /calls/*, /cost/*, /obj/*, /objs/*, /file/*
 )
 
 // routeAuth returns the authentication of a path.
@@ -54,7 +54,8 @@ func routeAuth(path string) authMode {
 }
 
 func isCallStorePath(path string) bool {
-	return strings.HasPrefix(path, "/call/") || strings.HasPrefix(path, "/calls/") || strings.HasPrefix(path, "/cost/")
+	return strings.HasPrefix(path, "/call/") || strings.HasPrefix(path, "/calls/") || strings.HasPrefix(path, "/cost/") ||
+		strings.HasPrefix(path, "/obj/") || strings.HasPrefix(path, "/objs/") || strings.HasPrefix(path, "/file/")
 }
 
 // writeError writes err in the envelope of the request's route group:
