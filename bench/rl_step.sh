@@ -37,16 +37,7 @@ pt_one=$(/usr/bin/python3 bench/torch_generate.py one 2)
 echo "PyTorch  one stream: $pt_one"
 
 field() { grep -oE "[0-9.]+ $1" <<<"$2" | head -1 | cut -d' ' -f1; }
-pyfw_n8=$(cd internal/engine && /tmp/flywheel-engine.test -test.run '^$' -test.bench 'SampleN8_480x64' -test.benchtime 2x | grep -E '^Benchmark')
-echo "flywheel n=8 x 64:   $fw_n8"
-pt_n8=$(/usr/bin/python3 bench/torch_generate.py n8 2)
-echo "PyTorch  n=8 x 64:   $pt_n8"
-fw_one=$(cd internal/engine && /tmp/flywheel-engine.test -test.run '^$' -test.bench 'SampleOne128|DecodeVsBandwidth135M' -test.benchtime 3x | grep -E '^Benchmark')
-echo "flywheel one stream: $fw_one"
-pt_one=$(/usr/bin/python3 bench/torch_generate.py one 2)
-echo "PyTorch  one stream: $pt_one"
-
-field() { grep -oE "$1=[0-9.]+" <<<"$2" | cut -d= -f2; }
+pyfield() { grep -oE "$1=[0-9.]+" <<<"$2" | cut -d= -f2; }
 a=$(field 's/step' "$fw_rl"); b=$(pyfield 'wall_s/step' "$pt_rl")
 echo "RL step (8 x (480+64)): flywheel ${a}s, PyTorch ${b}s, speed-up $(awk -v a="$a" -v b="$b" 'BEGIN{printf "%.2f", b/a}')x"
 a=$(field 's/step' "$fw_tr"); b=$(pyfield 'wall_s/step' "$pt_tr")
