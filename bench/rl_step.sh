@@ -14,9 +14,18 @@ command -v /usr/bin/python3 >/dev/null && /usr/bin/python3 -c 'import torch' 2>/
 	exit 1
 }
 export OMP_WAIT_POLICY=PASSIVE
+# Debian's OpenBLAS 0.3.21 does not recognise this VM's CPU and falls back to SSE3 ("Prescott")
+# kernels, which slows PyTorch's BLAS calls several-fold; point it at the CPU's real kernel set
+# (checked to compute correct products here) so PyTorch runs as fast as it can.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+	if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+	elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell
+	fi
+fi
 go test -c -o /tmp/flywheel-train.test ./internal/train >/dev/null
 go test -c -o /tmp/flywheel-engine.test ./internal/engine >/dev/null
 
+echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} (PyTorch's BLAS; flywheel picks its own kernels)"
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 fw_rl=$(cd internal/train && /tmp/flywheel-train.test -test.run '^$' -test.bench 'RLStepSmolLM2_8x544/shared-prefix' -test.benchtime 2x -test.timeout 30m | grep -E '^Benchmark')
 echo "flywheel RL step:    $fw_rl"
