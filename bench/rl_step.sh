@@ -17,32 +17,35 @@ export OMP_WAIT_POLICY=PASSIVE
 # Debian's OpenBLAS 0.3.21 does not recognise this VM's CPU and falls back to SSE3 ("Prescott")
 # kernels, which slows PyTorch's BLAS calls several-fold; point it at the CPU's real kernel set
 # (checked to compute correct products here) so PyTorch runs as fast as it can.
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-	if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
-	elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell
+# Only PyTorch's processes get it: flywheel picks its kernels itself, as it does for its users.
+torch_core="${OPENBLAS_CORETYPE:-}"
+if [ -z "$torch_core" ]; then
+	if grep -qw avx512f /proc/cpuinfo; then torch_core=SkylakeX
+	elif grep -qw avx2 /proc/cpuinfo; then torch_core=Haswell
 	fi
 fi
+py() { OPENBLAS_CORETYPE="$torch_core" /usr/bin/python3 "$@"; }
 go test -c -o /tmp/flywheel-train.test ./internal/train >/dev/null
 go test -c -o /tmp/flywheel-engine.test ./internal/engine >/dev/null
 
-echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} (PyTorch's BLAS; flywheel picks its own kernels)"
+echo "== PyTorch with OPENBLAS_CORETYPE=${torch_core:-unset}; flywheel with its own choice of kernels"
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 fw_rl=$(cd internal/train && /tmp/flywheel-train.test -test.run '^$' -test.bench 'RLStepSmolLM2_8x544/shared-prefix' -test.benchtime 2x -test.timeout 30m | grep -E '^Benchmark')
 echo "flywheel RL step:    $fw_rl"
-pt_rl=$(/usr/bin/python3 bench/torch_rl_step.py 2 2)
+pt_rl=$(py bench/torch_rl_step.py 2 2)
 echo "PyTorch  RL step:    $pt_rl"
 fw_tr=$(cd internal/train && /tmp/flywheel-train.test -test.run '^$' -test.bench 'TrainStepSmolLM2_135M_4x256$' -test.benchtime 2x -test.timeout 30m | grep -E '^Benchmark')
 echo "flywheel 4x256 step: $fw_tr"
-pt_tr=$(/usr/bin/python3 internal/train/testdata/torch_bench.py smol 2 2)
+pt_tr=$(py internal/train/testdata/torch_bench.py smol 2 2)
 echo "PyTorch  4x256 step: $pt_tr"
 
 fw_n8=$(cd internal/engine && /tmp/flywheel-engine.test -test.run '^$' -test.bench 'SampleN8_480x64' -test.benchtime 2x | grep -E '^Benchmark')
 echo "flywheel n=8 x 64:   $fw_n8"
-pt_n8=$(/usr/bin/python3 bench/torch_generate.py n8 2)
+pt_n8=$(py bench/torch_generate.py n8 2)
 echo "PyTorch  n=8 x 64:   $pt_n8"
 fw_one=$(cd internal/engine && /tmp/flywheel-engine.test -test.run '^$' -test.bench 'SampleOne128|DecodeVsBandwidth135M' -test.benchtime 3x | grep -E '^Benchmark')
 echo "flywheel one stream: $fw_one"
-pt_one=$(/usr/bin/python3 bench/torch_generate.py one 2)
+pt_one=$(py bench/torch_generate.py one 2)
 echo "PyTorch  one stream: $pt_one"
 
 field() { grep -oE "[0-9.]+ $1" <<<"$2" | head -1 | cut -d' ' -f1; }
