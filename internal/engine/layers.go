@@ -14,6 +14,7 @@ package engine
 
 import (
 	"math"
+	"sync"
 
 	"flywheel/internal/engine/kernels"
 	"flywheel/internal/par"
@@ -407,9 +408,15 @@ func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out
 // softmaxRow replaces row with softmax(row) and, when wantLSE, returns
 // log Σ exp(row) (as computed before the replacement).
 func softmaxRow[T Float](row []T, wantLSE bool) T {
-	if r32, ok := any(row).([]float32); ok && !wantLSE {
-		kernels.Softmax(r32)
-		return 0
+	if r32, ok := any(row).([]float32); ok {
+		if !wantLSE {
+			kernels.Softmax(r32)
+			return 0
+		}
+		mx := kernels.Max(r32)
+		sum := kernels.ExpShift(r32, mx)
+		kernels.Scale(1/sum, r32)
+		return T(mx + float32(math.Log(float64(sum))))
 	}
 	mx := row[0]
 	for _, v := range row[1:] {
@@ -492,9 +499,7 @@ func attentionBackward[T Float](q, lse, dout []T, views []attnView[T], ge attnGe
 				klo, khi = klo-lo, khi-lo
 				m := lse[(vw.R0+i0+t)*nh+g*rep+hl]
 				clear(row[:klo])
-				for j := klo; j < khi; j++ {
-					row[j] = exp(row[j] - m)
-				}
+				expShift(row[klo:khi], m)
 				clear(row[khi:])
 			}
 			for ci := range vw.KV {
@@ -588,12 +593,27 @@ func swigluForward[T Float](gu []T, n, I int, h []T) {
 // dgu [n, 2I] laid out as gu.
 func swigluBackward[T Float](gu []T, n, I int, dh, dgu []T) {
 	par.Range(n, 8*I, func(lo, hi int) {
+		var e []T // exp(−g) of a row, vectorised for float32
+		if sizeof[T]() == 4 {
+			e = make([]T, I)
+		}
 		for t := lo; t < hi; t++ {
 			g, u := gu[2*t*I:(2*t+1)*I], gu[(2*t+1)*I:(2*t+2)*I]
 			dg, du := dgu[2*t*I:(2*t+1)*I], dgu[(2*t+1)*I:(2*t+2)*I]
 			dhr := dh[t*I : (t+1)*I]
+			if e != nil {
+				for i, x := range g {
+					e[i] = -x
+				}
+				expShift(e, 0)
+			}
 			for i, x := range g {
-				sg := 1 / (1 + exp(-x))
+				var sg T
+				if e != nil {
+					sg = 1 / (1 + e[i])
+				} else {
+					sg = 1 / (1 + exp(-x))
+				}
 				du[i] = dhr[i] * x * sg
 				dg[i] = dhr[i] * u[i] * sg * (1 + x*(1-sg))
 			}
@@ -606,6 +626,9 @@ func swigluBackward[T Float](gu []T, n, I int, dh, dgu []T) {
 // logSoftmaxForward turns logits z [V] into probabilities in place and
 // returns log p[target] and the entropy −Σ p·log p.
 func logSoftmaxForward[T Float](z []T, target int) (lp, ent float64) {
+	if z32, ok := any(z).([]float32); ok {
+		return logSoftmax32(z32, target)
+	}
 	mx := z[0]
 	for _, v := range z[1:] {
 		mx = max(mx, v)
@@ -646,3 +669,43 @@ func parallelRows(n, cost int, f func(i int)) {
 		}
 	})
 }
+
+// expShift sets x[i] = exp(x[i] − shift): the kernels' vectorised exp for
+// float32, math.Exp for float64.
+func expShift[T Float](x []T, shift T) {
+	if x32, ok := any(x).([]float32); ok {
+		kernels.ExpShift(x32, float32(shift))
+		return
+	}
+	for j, v := range x {
+		x[j] = exp(v - shift)
+	}
+}
+
+// logSoftmax32 is logSoftmaxForward for float32 logits with the
+// exponentials vectorised (the vocabulary-wide exp dominated the head) and
+// the sums still in float64: e_i = exp(z_i − mx), log p_t = (z_t − mx) −
+// log Σe, entropy = log Σe − Σ e_i (z_i − mx) / Σe.
+func logSoftmax32(z []float32, target int) (lp, ent float64) {
+	mx := kernels.Max(z)
+	zt := float64(z[target] - mx)
+	d := logitsScratch.Get().(*[]float32)
+	defer logitsScratch.Put(d)
+	if cap(*d) < len(z) {
+		*d = make([]float32, len(z))
+	}
+	dz := (*d)[:len(z)]
+	copy(dz, z)
+	kernels.ExpShift(z, mx)
+	var sum, sez float64
+	for i, e := range z {
+		sum += float64(e)
+		sez += float64(e) * float64(dz[i]-mx)
+	}
+	lse := math.Log(sum)
+	kernels.Scale(float32(1/sum), z)
+	return zt - lse, lse - sez/sum
+}
+
+// logitsScratch holds per-goroutine copies of a row of logits.
+var logitsScratch = sync.Pool{New: func() any { return new([]float32) }}

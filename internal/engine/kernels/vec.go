@@ -223,3 +223,10 @@ func Exp(v float32) float32 {
 	}
 	return p * math.Float32frombits(uint32(ni+127)<<23)
 }
+
+// Max returns the largest element of a non-empty x (AVX2 when available).
+func Max(x []float32) float32 { return maxOf(x) }
+
+// ExpShift sets x[i] = exp(x[i] - shift) (the vectorised Exp) and returns
+// their float32 sum.
+func ExpShift(x []float32, shift float32) float32 { return expSum(x, shift) }
