@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"flywheel/internal/engine/kernels"
@@ -34,6 +35,21 @@ type Net[T Float] struct {
 	embed, norm, lmHead []T
 	layers              []netLayer[T]
 	invFreq             []float64
+	// actPool keeps training activations between steps: a step's forward
+	// takes them, its backward gives them back, so a training job does not
+	// allocate (and zero) its activations again every step.
+	actPool sync.Pool
+}
+
+// getActs is a set of training activations for N rows (reused when one
+// is free).
+func (n *Net[T]) getActs(N, rmax int) *acts[T] {
+	a, _ := n.actPool.Get().(*acts[T])
+	if a == nil {
+		a = &acts[T]{}
+	}
+	a.ensure(n, N, rmax, true)
+	return a
 }
 
 // netLayer is one decoder layer's weights. wqkv and wgu view q/k/v and
@@ -246,6 +262,7 @@ type acts[T Float] struct {
 	gu, ga, ua []T // [N,2I] gate|up per row, [N,rmax], [N,rmax]
 	h, da      []T // [N,I], [N,rmax]
 	train      bool
+	own        [4][]T // training's own qn, kn, qr, kr buffers (reused)
 }
 
 // actElems is the number of elements of one layer's training activations.
@@ -274,9 +291,11 @@ func (a *acts[T]) ensure(n *Net[T], N, rmax int, train bool) {
 	a.qn, a.kn, a.qr, a.kr = a.q, a.k, a.q, a.k
 	if train {
 		if c.QKNorm {
-			a.qn, a.kn = grow(a.qn[:0:0], N*Q), grow(a.kn[:0:0], N*KV)
+			a.own[0], a.own[1] = grow(a.own[0], N*Q), grow(a.own[1], N*KV)
+			a.qn, a.kn = a.own[0], a.own[1]
 		}
-		a.qr, a.kr = make([]T, N*Q), make([]T, N*KV)
+		a.own[2], a.own[3] = grow(a.own[2], N*Q), grow(a.own[3], N*KV)
+		a.qr, a.kr = a.own[2], a.own[3]
 		a.lse = grow(a.lse, N*c.NumHeads)
 	}
 	if c.QKNorm {

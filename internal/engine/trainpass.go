@@ -48,6 +48,7 @@ type Pass[T Float] struct {
 	st      rowsState[T]
 	xs      [][]T      // xs[l] input of layer l; xs[L] output of the last layer
 	acts    []*acts[T] // per layer when kept, else nil
+	shared  *acts[T]   // the one set reused by every layer when not kept
 	hx, hf  []T        // [M,H] the rows' last hidden states and their final norm
 	rinvF   []T
 	probs   [][]T // per head chunk [rows, V] when kept
@@ -82,18 +83,15 @@ func (n *Net[T]) ForwardBatch(b *Batch, lo *LoRA[T], bud Budgets) (*Pass[T], err
 	p.xs[0] = make([]T, N*H)
 	embedForward(n.embed, H, b.Tokens, p.xs[0])
 	keep := n.actElems(N, p.st.rmax)*int64(c.NumLayers)*int64(sizeof[T]()) <= bud.Activations
-	var shared *acts[T]
 	if keep {
 		p.acts = make([]*acts[T], c.NumLayers)
 	} else {
-		shared = &acts[T]{}
-		shared.ensure(n, N, p.st.rmax, true)
+		p.shared = n.getActs(N, p.st.rmax)
 	}
 	for l := 0; l < c.NumLayers; l++ {
-		a := shared
+		a := p.shared
 		if keep {
-			a = &acts[T]{}
-			a.ensure(n, N, p.st.rmax, true)
+			a = n.getActs(N, p.st.rmax)
 			p.acts[l] = a
 		}
 		p.xs[l+1] = make([]T, N*H)
@@ -229,14 +227,9 @@ func (p *Pass[T]) Backward(dLogProb []float64) {
 	}
 
 	s := newScratch(n, N, p.st.rmax)
-	var shared *acts[T]
-	if p.acts == nil {
-		shared = &acts[T]{}
-		shared.ensure(n, N, p.st.rmax, true)
-	}
 	dnext := make([]T, N*H)
 	for l := c.NumLayers - 1; l >= 0; l-- {
-		a := shared
+		a := p.shared
 		if p.acts != nil {
 			a = p.acts[l]
 		} else {
@@ -246,6 +239,11 @@ func (p *Pass[T]) Backward(dLogProb []float64) {
 		dx, dnext = dnext, dx
 		if p.acts != nil {
 			p.acts[l] = nil
+			n.actPool.Put(a) // the next step's forward takes it
 		}
+	}
+	if p.shared != nil {
+		n.actPool.Put(p.shared)
+		p.shared = nil
 	}
 }
