@@ -94,11 +94,18 @@ func benchTrainStep(b *testing.B, cfg *engine.Config, nseq, seqLen int, recomput
 	if _, err := s.runStep(sb, 1e-4, ceLoss); err != nil { // warm-up
 		b.Fatal(err)
 	}
+	el := timeSteps(b, s, sb, 1e-4, ceLoss)
+	b.ReportMetric(float64(b.N*sb.ntoken)/el, "tokens/s")
+}
+
+// timeSteps runs b.N steps of sb and reports seconds per step (wall, CPU,
+// and per phase) and the peak RSS; it returns the wall seconds.
+func timeSteps(b *testing.B, s *session, sb *stepBatch, lr float64, lossFn func([]float64) (rl.Stats, []float64)) float64 {
 	b.ResetTimer()
 	start, cpu0 := time.Now(), cpuSeconds()
 	var ph [3]float64
 	for i := 0; i < b.N; i++ {
-		r, err := s.runStep(sb, 1e-4, ceLoss)
+		r, err := s.runStep(sb, lr, lossFn)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -106,14 +113,14 @@ func benchTrainStep(b *testing.B, cfg *engine.Config, nseq, seqLen int, recomput
 			ph[k] += r.Phases[k] / float64(b.N)
 		}
 	}
+	el := time.Since(start).Seconds()
 	b.ReportMetric(ph[0], "s-forward")
 	b.ReportMetric(ph[1], "s-backward")
 	b.ReportMetric(ph[2], "s-optimizer")
-	el := time.Since(start).Seconds()
-	b.ReportMetric(float64(b.N*sb.ntoken)/el, "tokens/s")
 	b.ReportMetric(el/float64(b.N), "s/step")
 	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/step")
 	b.ReportMetric(peakRSS(), "peakRSS-MiB")
+	return el
 }
 
 // Default options: at this shape all activations fit the 2 GiB budget.
@@ -181,25 +188,7 @@ func benchRLStep(b *testing.B, shared bool) {
 	if _, err := s.runStep(sb, 1e-5, sb.rlLoss(cfgRL)); err != nil { // warm-up
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuSeconds()
-	var ph [3]float64
-	for i := 0; i < b.N; i++ {
-		r, err := s.runStep(sb, 1e-5, sb.rlLoss(cfgRL))
-		if err != nil {
-			b.Fatal(err)
-		}
-		for k := range ph {
-			ph[k] += r.Phases[k] / float64(b.N)
-		}
-	}
-	b.ReportMetric(ph[0], "s-forward")
-	b.ReportMetric(ph[1], "s-backward")
-	b.ReportMetric(ph[2], "s-optimizer")
-	el := time.Since(start).Seconds()
-	b.ReportMetric(el/float64(b.N), "s/step")
-	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/step")
-	b.ReportMetric(peakRSS(), "peakRSS-MiB")
+	timeSteps(b, s, sb, 1e-5, sb.rlLoss(cfgRL))
 }
 
 // The RL step of one group, 8 × (480 prompt + 64 sampled) tokens, SmolLM2
