@@ -384,7 +384,7 @@ func BenchmarkTrainAttention(b *testing.B) {
 			attnKernels = be
 			defer func() { attnKernels = prev }()
 			for i := 0; i < b.N; i++ {
-				attentionForward(q, views, ge, lse, out, scr)
+				attentionForward(q, views, ge, lse, out, scr, new([]attnTask))
 				attentionBackward(q, lse, dout, views, ge, dq, dk, dv, anc, scr)
 			}
 		})

@@ -284,6 +284,10 @@ type attnView[T Float] struct {
 	KV        []kvChunk[T]
 }
 
+// attnTask is the attention of the query rows [i0, i1) of view v for kv
+// head g.
+type attnTask struct{ v, g, i0, i1 int }
+
 // attnScratch is one worker's blocks: gathered queries, scores, outputs.
 type attnScratch[T Float] struct{ qg, s, og, dog, dp []T }
 
@@ -354,22 +358,25 @@ func scores[T Float](v *attnView[T], g, lo, hi, M, d int, scale T, qg, S []T) {
 //
 //	Qg [rep·B, D], S = Qg·K[lo:hi]ᵀ/√D, causal (windowed) mask,
 //	lse = log Σ exp S, P = exp(S − lse), Og = P·V[lo:hi] → out.
-func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out []T, scr []attnScratch[T]) {
+//
+// tasks is reused storage for the task list (so a decode step allocates
+// nothing here).
+func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out []T, scr []attnScratch[T], tasks *[]attnTask) {
 	rep, d, nh := ge.nh/ge.nkv, ge.d, ge.nh
 	scale := T(1 / math.Sqrt(float64(d)))
-	type task struct{ v, g, i0, i1 int }
-	var tasks []task
+	ts := (*tasks)[:0]
 	work := 0
 	for vi, v := range views {
 		for g := 0; g < ge.nkv; g++ {
 			for i0 := 0; i0 < v.N; i0 += attnBlock {
-				tasks = append(tasks, task{vi, g, i0, min(i0+attnBlock, v.N)})
+				ts = append(ts, attnTask{vi, g, i0, min(i0+attnBlock, v.N)})
 			}
 		}
 		work += nh * v.N * (v.P0 + v.N) * d
 	}
-	par.Tasks(len(tasks), work < 1<<16, func(w, ti int) {
-		tk := tasks[ti]
+	*tasks = ts
+	par.Tasks(len(ts), work < 1<<16, func(w, ti int) {
+		tk := ts[ti]
 		v := &views[tk.v]
 		B := tk.i1 - tk.i0
 		lo, hi := ge.keyRange(v.P0, tk.i0, tk.i1)

@@ -168,7 +168,7 @@ func caseAttention[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	}
 	scr := make([]attnScratch[T], 8)
 	lse, out := make([]T, N*attnNH), make([]T, N*attnNH*attnD)
-	attentionForward(in[0], views, ge, lse, out, scr)
+	attentionForward(in[0], views, ge, lse, out, scr, new([]attnTask))
 	if gy == nil {
 		return out, nil
 	}

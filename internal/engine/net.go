@@ -209,6 +209,7 @@ type rowsState[T Float] struct {
 	chunks   []kvChunk[T]     // the views' chunks
 	anc      []attnGrads[T]   // per view, for the backward
 	scr      []attnScratch[T] // per worker
+	tasks    []attnTask       // the attention's task list
 	qkv      []T              // fused q/k/v product
 }
 
@@ -363,7 +364,7 @@ func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []
 	if a.train {
 		lse = a.lse
 	}
-	attentionForward(a.qr, st.views, n.geom(), lse, a.att, st.scr)
+	attentionForward(a.qr, st.views, n.geom(), lse, a.att, st.scr, &st.tasks)
 	linearForward(a.att, N, Q, L.wo, L.bo, H, a.x2, H)
 	loraForward(gs, l, modO, a.att, Q, a.x2, H, a.oa, rm)
 	addInto(a.x2, x)

@@ -42,17 +42,13 @@ func variantSpecs() []struct {
 	return out
 }
 
-// logSoftmax64 is log p(target) under logits z, in float64.
+// logSoftmax64 is log p(target) under float32 logits z, in float64.
 func logSoftmax64(z []float32, target int) float64 {
-	mx := math.Inf(-1)
-	for _, v := range z {
-		mx = math.Max(mx, float64(v))
+	z64 := make([]float64, len(z))
+	for i, v := range z {
+		z64[i] = float64(v)
 	}
-	var s float64
-	for _, v := range z {
-		s += math.Exp(float64(v) - mx)
-	}
-	return float64(z[target]) - mx - math.Log(s)
+	return refLogSoftmax(z64, target)
 }
 
 // TestTrainingForwardMatchesServing: for every variant, the per-token
@@ -116,10 +112,6 @@ func TestTrainingForwardMatchesServing(t *testing.T) {
 			for si, s := range seqs {
 				ref := refForward(cfg, m.Weights, ad, s)
 				for i := 0; i+1 < len(s); i++ {
-					z := make([]float32, cfg.VocabSize)
-					for j, v := range ref[i] {
-						z[j] = float32(v)
-					}
 					d := math.Abs(p.LogProb[row] - served[si][i])
 					worst = max(worst, d)
 					if d > 1e-5 {

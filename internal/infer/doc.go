@@ -84,10 +84,11 @@
 //
 // The engine's kernels round differently for passes of different numbers
 // of rows, so outputs are bit-identical only for the same passes. The
-// scheduler therefore always (cache or not) prefills the tail of a prompt
-// after its last full block before the final token in a pass of its own:
-// a prompt seen before then gets exactly the tokens and logprobs it gets
-// without the cache. When the cached part was computed differently (the
+// scheduler with a cache therefore prefills the tail of a prompt after its
+// last full block before the final token in a pass of its own, hit or miss:
+// a prompt seen before then gets exactly the tokens and logprobs it got the
+// first time (without a cache nothing is split, and results equal the
+// cache's to float rounding). When the cached part was computed differently (the
 // tokens a previous turn generated were decoded one by one, not
 // prefilled), the output is the same to float rounding, as it is under
 // batching.

@@ -253,9 +253,9 @@ func (s *Scheduler) cacheSequence(st *seqState) {
 
 // cutAtLastBlock shortens a prefill chunk of n tokens that would cross the
 // end of the prompt's last full block before its final token (the most a
-// later request can take from the prefix cache), so that the rest of the
-// prompt is always prefilled in a pass of its own, with the cache or
-// without. A request whose prompt was prefilled before then runs exactly
+// later request can take from the prefix cache), so that with a cache the
+// rest of the prompt is always prefilled in a pass of its own, whether it
+// hit the cache or not (without a cache nothing is cut). A request whose prompt was prefilled before then runs exactly
 // the passes the first one ran (it copies the keys and values of the
 // first, then runs the second) and gets bit-identical logits, as without
 // the cache; this matters because the engine's kernels round differently

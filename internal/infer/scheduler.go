@@ -412,7 +412,10 @@ func (s *Scheduler) step() {
 		if budget <= 0 {
 			continue
 		}
-		n := st.cutAtLastBlock(min(len(st.pending), budget))
+		n := min(len(st.pending), budget)
+		if s.opts.PrefixCache != nil { // without a cache no later request can take part of a prompt
+			n = st.cutAtLastBlock(n)
+		}
 		budget -= n
 		s.promptToks.Add(int64(n))
 		seqs = append(seqs, st.seq)
