@@ -51,11 +51,12 @@ type dataFlags struct {
 
 func (d *dataFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.dataDir, "data-dir", envOr("FLYWHEEL_DATA_DIR", "./flywheel-data"), "data directory (env FLYWHEEL_DATA_DIR)")
-	fs.StringVar(&d.database, "database", envOr("FLYWHEEL_DATABASE_URL", ""), "database: an SQLite path (env FLYWHEEL_DATABASE_URL; default <data-dir>/flywheel.db)")
+	fs.StringVar(&d.database, "database", envOr("FLYWHEEL_DATABASE", envOr("FLYWHEEL_DATABASE_URL", "")),
+		"database: postgres://user@host:port/db (several nodes share it and the data dir, see docs/deployment.md) or an SQLite path (env FLYWHEEL_DATABASE; default <data-dir>/flywheel.db)")
 }
 
 // open opens the store of the data dir (made absolute).
-func (d *dataFlags) open(ctx context.Context) (*store.SQLite, error) {
+func (d *dataFlags) open(ctx context.Context) (store.Database, error) {
 	st, layout, err := store.OpenDataDir(ctx, d.dataDir, d.database)
 	if err != nil {
 		return nil, err

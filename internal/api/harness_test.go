@@ -134,7 +134,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if workers == 0 {
 		workers = 2
 	}
-	ck := checkpoints.New(st, store.Layout{DataDir: dir}, log)
+	ck := checkpoints.New(st, store.Layout{DataDir: dir}, log, false)
 	e.q = jobs.New(st, jobs.Config{DataDir: dir, ModelsDir: modelsDir, Workers: workers, Trainer: tr, Checkpoints: ck, Logger: log, PollInterval: 50 * time.Millisecond})
 	if err := e.q.Start(ctx); err != nil {
 		t.Fatal(err)

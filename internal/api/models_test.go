@@ -141,10 +141,10 @@ func addSteps(t *testing.T, e *env, modelID string, n int) {
 		}
 		// Run it through the store's state machine without a worker.
 		_ = j
-		if _, err := e.st.DB().Exec("UPDATE jobs SET status='RUNNING' WHERE id=?", j.ID); err != nil {
+		if _, err := e.st.DB().Exec("UPDATE jobs SET status='RUNNING', attempt=1 WHERE id=?", j.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.st.CompleteJob(context.Background(), j.ID, store.Checkpoint{ModelID: modelID, Step: step, Dir: dir}, nil); err != nil {
+		if _, err := e.st.CompleteJob(context.Background(), store.Lease{JobID: j.ID, Attempt: 1}, store.Checkpoint{ModelID: modelID, Step: step, Dir: dir}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

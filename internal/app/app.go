@@ -34,11 +34,23 @@ import (
 // flags and environment variables (README.md lists them). Zero values mean
 // the defaults noted.
 type Config struct {
-	DataDir   string // database, checkpoints, uploads, job requests; created when missing (required)
-	Database  string // SQLite path (PATH, sqlite://PATH, file:PATH); default <DataDir>/flywheel.db
+	DataDir string // database, checkpoints, uploads, job requests; created when missing (required)
+	// Database is a PostgreSQL URL (postgres://...: several nodes may share
+	// it and the data dir, see docs/deployment.md) or an SQLite path (PATH,
+	// sqlite://PATH, file:PATH); default <DataDir>/flywheel.db.
+	Database  string
 	ModelsDir string // base models; default <DataDir>/models; created, with flywheel/tiny written into it
 
-	Workers      int   // training jobs run in parallel across models; default 2
+	// Workers is how many training jobs run in parallel across models:
+	// 0 means the default 2, negative none (an API-only node).
+	Workers int
+	// NodeID names this node in its job leases (default
+	// jobs.DefaultNodeID); LeaseTimeout is how long a job of a node that
+	// stopped renewing its lease waits before another node runs it
+	// (default jobs.DefaultLeaseTimeout).
+	NodeID       string
+	LeaseTimeout time.Duration
+
 	MaxBodyBytes int64 // request body limit; default api.DefaultMaxBodyBytes
 	Version      string
 	Logger       *slog.Logger // default slog.Default()
@@ -80,7 +92,7 @@ type Config struct {
 type App struct {
 	DataDir, ModelsDir string // absolute
 
-	Store       *store.SQLite
+	Store       store.Database
 	Models      *engine.Registry // base models, loaded once, shared by training and inference
 	Calls       *trace.Service   // the call store
 	Chat        *serve.Server    // chat completions, /v1/models, /tokenize
@@ -164,6 +176,7 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 
 	a.Models = engine.NewRegistry(a.ModelsDir)
 	topts := trace.Options{PricesFile: cfg.PricesFile, DefaultServicePrice: cfg.ServicePrice, Logger: cfg.Logger}
+	topts.Dialect = a.Store.Dialect()
 	if bases, err := a.Models.List(); err == nil {
 		topts.BaseModels = bases
 	}
@@ -183,8 +196,9 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	a.Chat = serve.New(a.Models, serve.NewStoreResolver(a.Store), a.Calls, sopts)
 	a.closers = append(a.closers, a.Chat.Close)
 
-	a.Checkpoints = checkpoints.New(a.Store, layout, cfg.Logger)
+	a.Checkpoints = checkpoints.New(a.Store, layout, cfg.Logger, a.Store.Shared())
 	a.Queue = jobs.New(a.Store, jobs.Config{DataDir: a.DataDir, ModelsDir: a.ModelsDir, Workers: cfg.Workers,
+		NodeID: cfg.NodeID, LeaseTimeout: cfg.LeaseTimeout, Shared: a.Store.Shared(),
 		Trainer: trainer, Checkpoints: a.Checkpoints, Logger: cfg.Logger})
 	if err := a.Queue.Start(ctx); err != nil {
 		return nil, err

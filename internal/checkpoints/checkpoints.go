@@ -33,21 +33,30 @@ const AdapterFile = "adapter_model.safetensors"
 // createWork names the work folder of a model's step 0.
 const createWork = "create"
 
+// Store is what the lifecycle reads and writes: models and checkpoints,
+// and whether a model is in training (Sweep).
+type Store interface {
+	store.Models
+	ModelTraining(ctx context.Context, modelID string) (bool, error)
+}
+
 // Manager runs the checkpoint lifecycle over a store and a data dir. Safe
 // for concurrent use; it keeps no state of its own.
 type Manager struct {
-	st     store.Models
+	st     Store
 	layout store.Layout
 	log    *slog.Logger
+	shared bool
 }
 
 // New returns a manager of the checkpoints under layout's data dir, whose
-// rows live in st. log may be nil (slog.Default).
-func New(st store.Models, layout store.Layout, log *slog.Logger) *Manager {
+// rows live in st. log may be nil (slog.Default). shared says that other
+// nodes use the same store and data dir (see Sweep).
+func New(st Store, layout store.Layout, log *slog.Logger, shared bool) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{st: st, layout: layout, log: log}
+	return &Manager{st: st, layout: layout, log: log, shared: shared}
 }
 
 // AdapterError is returned by Create when the step-0 adapter could not be
@@ -114,13 +123,13 @@ func (m *Manager) Discard(modelID, jobID string) {
 // it publishes; a non-nil error stops the publish before anything is
 // renamed, and Publish returns it (wrapped).
 //
-// This is the seam for job leases: today the queue's fence is its
-// in-process run state (a cancelled run no longer owns its job, and the
-// queue holds the run's lock across Publish so a cancel cannot slip in).
-// With leases, the fence checks that the worker's lease on the job is still
-// current, and record re-checks it inside the transaction that inserts the
-// checkpoint, so a worker whose lease was taken over can neither rename
-// over nor record the new owner's step.
+// The job queue's fence is the run's lease (store.Jobs.LockLease): it
+// checks that the run still holds the job's lease and keeps the job's row
+// locked until record has committed (or Publish returned), so no other
+// node can claim the job again, and so publish the same step, while this
+// one renames and records; a run whose lease was taken over (its node
+// stalled past the lease timeout) can neither rename over nor record the
+// new owner's step. A cancelled run fails the fence too.
 type Fence func() error
 
 // Publish makes job jobID's work folder checkpoint step of model modelID:
@@ -195,7 +204,10 @@ func (m *Manager) Delete(ctx context.Context, modelID string, steps []int) ([]st
 // missing row there.
 //
 // Call it at start-up, before jobs run or requests are served: every work
-// folder is taken for a leftover.
+// folder is taken for a leftover. With other nodes on the same data dir
+// (shared), the models in training are left alone (their work folders and
+// the step a job is publishing belong to a live run), and a step folder is
+// removed only if, checked after that, it still has no row.
 func (m *Manager) Sweep(ctx context.Context) error {
 	root := filepath.Join(m.layout.DataDir, "checkpoints")
 	models, err := os.ReadDir(root)
@@ -228,6 +240,11 @@ func (m *Manager) sweepModel(ctx context.Context, modelID string) error {
 	} else if err != nil {
 		return err
 	}
+	if known && m.shared {
+		if training, err := m.st.ModelTraining(ctx, modelID); err != nil || training {
+			return err
+		}
+	}
 	rows := map[int]bool{}
 	if known {
 		cks, _, err := m.st.ListCheckpoints(ctx, modelID, store.Page{Limit: -1})
@@ -253,12 +270,28 @@ func (m *Manager) sweepModel(ctx context.Context, modelID string) error {
 			m.log.Warn("checkpoint folder of a model the database does not know; left in place", "model_id", modelID, "folder", name)
 			continue
 		}
-		if !rows[step] {
+		if !rows[step] && m.stillOrphan(ctx, modelID, step) {
 			m.log.Info("removing a checkpoint folder with no checkpoint row", "model_id", modelID, "step", step)
 			m.removeAll(filepath.Join(dir, name), "model_id", modelID, "step", step)
 		}
 	}
 	return nil
+}
+
+// stillOrphan re-checks, on a shared data dir, that a step folder found
+// without a row has none now and that no job of the model runs (checked in
+// that order: a publish renames while its job runs, and commits the row and
+// the job's end together), so a publish by another node is never taken for
+// a leftover.
+func (m *Manager) stillOrphan(ctx context.Context, modelID string, step int) bool {
+	if !m.shared {
+		return true
+	}
+	if training, err := m.st.ModelTraining(ctx, modelID); err != nil || training {
+		return false
+	}
+	_, err := m.st.CheckpointByStep(ctx, modelID, step)
+	return errors.Is(err, store.ErrNotFound)
 }
 
 // private makes a checkpoint folder readable by the service's user only

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/store"
@@ -30,7 +31,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	layout := store.Layout{DataDir: dir}
-	return &fixture{st: st, layout: layout, ck: checkpoints.New(st, layout, slog.New(slog.DiscardHandler))}
+	return &fixture{st: st, layout: layout, ck: checkpoints.New(st, layout, slog.New(slog.DiscardHandler), false)}
 }
 
 // writeAdapter stands in for the engine's adapter writer: it makes dir and
@@ -113,7 +114,7 @@ func (f *fixture) claim(t *testing.T, m store.Model) store.Job {
 	if _, err := f.st.CreateJob(context.Background(), store.Job{ModelID: m.ID, Kind: store.KindRL}); err != nil {
 		t.Fatal(err)
 	}
-	j, ok, err := f.st.ClaimNext(context.Background(), nil)
+	j, ok, err := f.st.ClaimNext(context.Background(), "node", time.Hour, nil)
 	if err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
 	}
@@ -126,7 +127,7 @@ func TestPublish(t *testing.T) {
 	m := f.create(t, "m")
 	j := f.claim(t, m)
 	record := func(dir string) error {
-		_, err := f.st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
+		_, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
 		return err
 	}
 
@@ -188,7 +189,7 @@ func TestDelete(t *testing.T) {
 	work, _ := f.ck.WorkDir(m.ID, j.ID)
 	writeAdapter(work)
 	if err := f.ck.Publish(m.ID, j.ID, 1, nil, func(dir string) error {
-		_, err := f.st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
+		_, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -269,7 +270,7 @@ func TestPublishedCheckpointsArePrivate(t *testing.T) {
 	os.MkdirAll(filepath.Join(work, "sub"), 0o755)
 	os.WriteFile(filepath.Join(work, "sub", "x"), []byte("x"), 0o644)
 	if err := f.ck.Publish(m.ID, j.ID, 1, nil, func(dir string) error {
-		_, err := f.st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
+		_, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)

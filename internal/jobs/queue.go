@@ -7,10 +7,18 @@
 // start-up (the process died mid-job) are re-queued and their partial
 // output discarded. Each successful job turns the model's latest checkpoint
 // N into checkpoint N+1, published by the checkpoints package.
+//
+// Several nodes may share one database (PostgreSQL): each claim is a lease
+// that the running node renews; when a node dies its lease expires and
+// another node claims the job again. Every write of a run is fenced by its
+// lease, so a run that lost it changes nothing, and a job yields exactly
+// one new step however many nodes ran it.
 package jobs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,7 +89,22 @@ type Store interface {
 type Config struct {
 	DataDir   string // absolute; request bodies live under it (see store.Layout)
 	ModelsDir string // absolute; base models live under it
-	Workers   int    // jobs run in parallel (across models); default 2
+	// Workers is how many jobs run in parallel (across models): 0 means
+	// the default 2; negative means none, an API-only node that queues
+	// jobs for other nodes to run.
+	Workers int
+	// NodeID names this node in the leases it takes (default: host name,
+	// process id and a random suffix).
+	NodeID string
+	// LeaseTimeout is how long a claim holds a job without renewal: the
+	// running node renews it every third of it, and a node that stops (it
+	// died) loses the job to another node after it. Default
+	// DefaultLeaseTimeout.
+	LeaseTimeout time.Duration
+	// Shared says that other nodes use the same database and data dir:
+	// start-up sweeps then leave recent files alone (another node may be
+	// writing them).
+	Shared bool
 	// Checkpoints prepares work folders, publishes new checkpoints and
 	// sweeps leftovers at Start (required).
 	Checkpoints *checkpoints.Manager
@@ -90,13 +113,29 @@ type Config struct {
 	Trainer Trainer
 	Logger  *slog.Logger
 	// PollInterval is how often the dispatcher looks for work without being
-	// notified (a safety net); default 2s.
+	// notified (a safety net, and how a job whose node died is found); default
+	// 2s.
 	PollInterval time.Duration
+}
+
+// DefaultLeaseTimeout is the default Config.LeaseTimeout.
+const DefaultLeaseTimeout = 30 * time.Second
+
+// sharedSweepAge is how old a leftover file must be before a node of a
+// shared data dir removes it at start-up: older than any request body or
+// upload still being written by another node.
+const sharedSweepAge = time.Hour
+
+// Waker is implemented by stores shared by several nodes (store.Postgres):
+// the channel receives when a job may have become runnable anywhere.
+type Waker interface {
+	JobWakeups() <-chan struct{}
 }
 
 var (
 	errCancelled = errors.New("job cancelled")
 	errShutdown  = errors.New("server shutting down")
+	errLeaseLost = errors.New("the job's lease was lost")
 )
 
 // ErrNotCancellable is returned by Cancel for a job that already ended.
@@ -130,8 +169,17 @@ type run struct {
 
 // New returns a queue; call Start to run it.
 func New(st Store, cfg Config) *Queue {
-	if cfg.Workers <= 0 {
+	switch {
+	case cfg.Workers == 0:
 		cfg.Workers = 2
+	case cfg.Workers < 0:
+		cfg.Workers = 0
+	}
+	if cfg.LeaseTimeout <= 0 {
+		cfg.LeaseTimeout = DefaultLeaseTimeout
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = DefaultNodeID()
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 2 * time.Second
@@ -146,8 +194,24 @@ func New(st Store, cfg Config) *Queue {
 	}
 }
 
-// Workers returns the configured worker count.
+// Workers returns the configured worker count (0 on an API-only node).
 func (q *Queue) Workers() int { return q.cfg.Workers }
+
+// NodeID is the name of this node in its leases.
+func (q *Queue) NodeID() string { return q.cfg.NodeID }
+
+// DefaultNodeID names a node by its host, process id and a random suffix:
+// unique among live processes, so a restarted node never takes its
+// predecessor's leases for its own.
+func DefaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "node"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
 
 // Start re-queues jobs left RUNNING by a previous process, sweeps what
 // crashed runs left (work folders and unrecorded checkpoint folders, request
@@ -159,7 +223,7 @@ func (q *Queue) Start(ctx context.Context) error {
 		return fmt.Errorf("re-queue interrupted jobs: %w", err)
 	}
 	for _, id := range ids {
-		q.log.Info("re-queued job interrupted by a restart", "job_id", id)
+		q.log.Info("re-queued job interrupted by a restart or a node's death", "job_id", id)
 	}
 	if err := q.cfg.Checkpoints.Sweep(ctx); err != nil {
 		q.log.Warn("sweep of checkpoint leftovers", "err", err) // garbage only; the next start retries
@@ -183,6 +247,9 @@ func (q *Queue) sweepRequests(ctx context.Context) {
 	}
 	for _, e := range entries {
 		name := e.Name()
+		if q.cfg.Shared && !old(e) {
+			continue
+		}
 		id, ok := strings.CutSuffix(name, ".json")
 		if ok {
 			j, err := q.st.JobByID(ctx, id)
@@ -195,6 +262,13 @@ func (q *Queue) sweepRequests(ctx context.Context) {
 		}
 		os.Remove(filepath.Join(dir, name))
 	}
+}
+
+// old reports whether a directory entry was last modified more than
+// sharedSweepAge ago.
+func old(e os.DirEntry) bool {
+	info, err := e.Info()
+	return err == nil && time.Since(info.ModTime()) > sharedSweepAge
 }
 
 // Notify wakes the dispatcher (after a job was submitted).
@@ -361,14 +435,22 @@ func (q *Queue) Shutdown(ctx context.Context) error {
 
 func (q *Queue) dispatchLoop() {
 	defer close(q.done)
+	if q.cfg.Workers == 0 {
+		return // API-only: other nodes run the jobs
+	}
 	t := time.NewTicker(q.cfg.PollInterval)
 	defer t.Stop()
+	var remote <-chan struct{} // nil (never ready) on a store of one node
+	if w, ok := q.st.(Waker); ok {
+		remote = w.JobWakeups()
+	}
 	for {
 		q.dispatch()
 		select {
 		case <-q.stop:
 			return
 		case <-q.wake:
+		case <-remote:
 		case <-t.C:
 		}
 	}
@@ -386,7 +468,7 @@ func (q *Queue) dispatch() {
 		for m := range q.busy {
 			skip = append(skip, m)
 		}
-		j, ok, err := q.st.ClaimNext(context.Background(), skip)
+		j, ok, err := q.st.ClaimNext(context.Background(), q.cfg.NodeID, q.cfg.LeaseTimeout, skip)
 		if err != nil || !ok {
 			q.mu.Unlock()
 			if err != nil {
@@ -414,48 +496,109 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 		q.mu.Unlock()
 		q.Notify()
 	}()
-	log := q.log.With("job_id", j.ID, "model_id", j.ModelID, "kind", j.Kind)
+	log := q.log.With("job_id", j.ID, "model_id", j.ModelID, "kind", j.Kind, "attempt", j.Attempt)
 	log.Info("job started")
 	start := time.Now()
-	defer q.cfg.Checkpoints.Discard(j.ModelID, j.ID) // a no-op after a successful publish
+	lease := j.Lease()
+	work := workName(j)
+	defer q.cfg.Checkpoints.Discard(j.ModelID, work) // a no-op after a successful publish
+	renewed := make(chan struct{})
+	go func() { defer close(renewed); q.renew(ctx, lease, r) }()
 
 	res, err := q.trainRecovered(ctx, j, r)
 	cause := context.Cause(ctx)
+	r.mu.Lock()
+	if r.ended { // cancelled here, whatever the renewal saw first
+		cause = errCancelled
+	}
+	r.mu.Unlock()
 	bg := context.Background()
-	if !errors.Is(cause, errShutdown) {
+	if !errors.Is(cause, errShutdown) && !errors.Is(cause, errLeaseLost) {
 		// The job ends here; its request body is no longer needed.
 		defer os.Remove(j.RequestPath)
 	}
 	switch {
 	case errors.Is(cause, errCancelled):
 		log.Info("job cancelled", "duration", time.Since(start))
+	case errors.Is(cause, errLeaseLost):
+		// Cancelled on another node, or this node stalled past the lease
+		// timeout and another node runs the job now: nothing of this run
+		// may be recorded.
+		log.Warn("job's lease lost; output discarded", "duration", time.Since(start))
 	case errors.Is(cause, errShutdown):
-		if rerr := q.st.Requeue(bg, j.ID); rerr != nil {
+		if rerr := q.st.Requeue(bg, lease); rerr != nil {
 			log.Error("re-queue on shutdown", "err", rerr)
 		} else {
 			log.Info("job re-queued on shutdown")
 		}
 	case err != nil:
 		log.Warn("job failed", "err", err, "duration", time.Since(start))
-		q.fail(bg, j.ID, r, err.Error())
+		q.fail(bg, lease, r, err.Error())
 	default:
-		if err := q.complete(bg, j, res, r); err != nil {
+		err := q.complete(bg, j, res, r)
+		switch {
+		case errors.Is(err, store.ErrLeaseLost):
+			log.Warn("job's lease lost before its checkpoint was published; output discarded", "err", err)
+		case err != nil:
 			log.Error("job failed while saving its checkpoint", "err", err)
-			q.fail(bg, j.ID, r, "saving the new checkpoint failed")
-			return
+			q.fail(bg, lease, r, "saving the new checkpoint failed")
+		default:
+			log.Info("job completed", "to_step", *j.FromStep+1, "duration", time.Since(start))
 		}
-		log.Info("job completed", "to_step", *j.FromStep+1, "duration", time.Since(start))
+	}
+	r.cancel(nil)
+	<-renewed
+}
+
+// workName names a run's work folder: one per claim, so a run that lost
+// its lease and the run that took the job over never share one.
+func workName(j store.Job) string { return fmt.Sprintf("%s.%d", j.ID, j.Attempt) }
+
+// renew renews the run's lease every third of the lease timeout until ctx
+// ends. When the lease is lost (the job was cancelled, possibly on another
+// node, or claimed again after this node stalled), or no renewal succeeded
+// for a whole timeout, the run is cancelled with errLeaseLost: past its
+// expiry another node may run the job.
+func (q *Queue) renew(ctx context.Context, l store.Lease, r *run) {
+	t := time.NewTicker(q.cfg.LeaseTimeout / 3)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, q.cfg.LeaseTimeout/3)
+		err := q.st.RenewLease(rctx, l, q.cfg.LeaseTimeout)
+		cancel()
+		switch {
+		case err == nil:
+			last = time.Now()
+		case errors.Is(err, store.ErrLeaseLost) || time.Since(last) >= q.cfg.LeaseTimeout:
+			if ctx.Err() == nil {
+				q.log.Warn("lease lost; stopping the run", "job_id", l.JobID, "attempt", l.Attempt, "err", err)
+			}
+			r.cancel(errLeaseLost)
+			return
+		default:
+			q.log.Warn("renew lease", "job_id", l.JobID, "err", err)
+		}
 	}
 }
 
-func (q *Queue) fail(ctx context.Context, id string, r *run, msg string) {
+func (q *Queue) fail(ctx context.Context, l store.Lease, r *run, msg string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ended {
 		return
 	}
-	if err := q.st.FinishJob(ctx, id, store.StatusFailed, q.clientMessage(msg)); err != nil && !errors.Is(err, store.ErrConflict) {
-		q.log.Error("record job failure", "job_id", id, "err", err)
+	err := q.st.FailJob(ctx, l, q.clientMessage(msg))
+	switch {
+	case errors.Is(err, store.ErrLeaseLost):
+		q.log.Warn("job's lease lost; its failure is not recorded", "job_id", l.JobID, "err", err)
+	case err != nil:
+		q.log.Error("record job failure", "job_id", l.JobID, "err", err)
 	}
 }
 
@@ -522,7 +665,7 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 		}
 		tj.DataFile = f.Path
 	}
-	if tj.OutDir, err = q.cfg.Checkpoints.WorkDir(j.ModelID, j.ID); err != nil {
+	if tj.OutDir, err = q.cfg.Checkpoints.WorkDir(j.ModelID, workName(j)); err != nil {
 		return Result{}, err
 	}
 	emit := func(e Event) error {
@@ -534,7 +677,10 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 		if e.Type == "" {
 			return errors.New("event without a type")
 		}
-		_, err := q.st.AppendEvent(context.Background(), j.ID, e.Type, e.Data)
+		_, err := q.st.AppendEvent(context.Background(), j.Lease(), e.Type, e.Data)
+		if errors.Is(err, store.ErrLeaseLost) {
+			r.cancel(errLeaseLost)
+		}
 		return err
 	}
 	return q.cfg.Trainer.Train(ctx, tj, emit)
@@ -542,17 +688,28 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 
 // complete publishes the work folder as the model's next checkpoint and, in
 // one transaction, records it and marks the job COMPLETED. The run's lock is
-// held throughout, so a cancel either ends the job before (and the output
-// is discarded) or finds it completed.
+// held throughout, so a cancel on this node either ends the job before (and
+// the output is discarded) or finds it completed; the fence is the run's
+// lease, whose row stays locked from the check to the commit, so no other
+// node claims the job and publishes its step meanwhile. ErrLeaseLost when
+// the lease was lost: the output is discarded.
 func (q *Queue) complete(ctx context.Context, j store.Job, res Result, r *run) error {
 	step := *j.FromStep + 1
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var lt *store.LeaseTx
+	defer func() {
+		if lt != nil {
+			lt.Rollback() // a no-op once Complete committed
+		}
+	}()
 	fence := func() error {
 		if r.ended {
 			return errCancelled
 		}
-		return nil
+		var err error
+		lt, err = q.st.LockLease(ctx, j.Lease())
+		return err
 	}
 	metrics := map[string]float64{}
 	for k, v := range res.Metrics {
@@ -567,8 +724,8 @@ func (q *Queue) complete(ctx context.Context, j store.Job, res Result, r *run) e
 		}
 		jobMetrics[k] = v
 	}
-	err := q.cfg.Checkpoints.Publish(j.ModelID, j.ID, step, fence, func(dir string) error {
-		_, err := q.st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: j.ModelID, Step: step, Dir: dir, Metrics: metrics}, jobMetrics)
+	err := q.cfg.Checkpoints.Publish(j.ModelID, workName(j), step, fence, func(dir string) error {
+		_, err := lt.Complete(ctx, store.Checkpoint{ModelID: j.ModelID, Step: step, Dir: dir, Metrics: metrics}, jobMetrics)
 		return err
 	})
 	if errors.Is(err, errCancelled) {

@@ -13,6 +13,7 @@ import (
 
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/jobs"
+	"flywheel/internal/pgtest"
 	"flywheel/internal/store"
 )
 
@@ -74,15 +75,27 @@ func (t *recTrainer) Train(ctx context.Context, j jobs.Job, emit func(jobs.Event
 }
 
 type fixture struct {
-	st      *store.SQLite
+	st      store.Database
 	dataDir string
 	layout  store.Layout
 }
 
-func newFixture(t *testing.T) *fixture {
+// newFixture is a data dir over SQLite.
+func newFixture(t *testing.T) *fixture { return openFixture(t, "") }
+
+// each runs fn on a fixture over SQLite and one over PostgreSQL
+// (internal/pgtest).
+func each(t *testing.T, fn func(t *testing.T, f *fixture)) {
+	t.Run("sqlite", func(t *testing.T) { fn(t, newFixture(t)) })
+	t.Run("postgres", func(t *testing.T) { fn(t, openFixture(t, pgtest.DSN(t))) })
+}
+
+// openFixture opens a data dir over the database dbURL (SQLite in the data
+// dir when empty).
+func openFixture(t *testing.T, dbURL string) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := store.OpenSQLite(context.Background(), filepath.Join(dir, "db"))
+	st, _, err := store.OpenDataDir(context.Background(), dir, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +121,8 @@ func (f *fixture) model(t *testing.T, name string) string {
 
 func (f *fixture) queue(tr jobs.Trainer, workers int) *jobs.Queue {
 	log := slog.New(slog.DiscardHandler)
-	return jobs.New(f.st, jobs.Config{DataDir: f.dataDir, ModelsDir: f.dataDir, Workers: workers, Trainer: tr,
-		Checkpoints: checkpoints.New(f.st, f.layout, log), Logger: log, PollInterval: 20 * time.Millisecond})
+	return jobs.New(f.st, jobs.Config{DataDir: f.dataDir, ModelsDir: f.dataDir, Workers: workers, Trainer: tr, Shared: f.st.Shared(),
+		Checkpoints: checkpoints.New(f.st, f.layout, log, f.st.Shared()), Logger: log, PollInterval: 20 * time.Millisecond})
 }
 
 func submit(t *testing.T, q *jobs.Queue, modelID string) string {
@@ -141,8 +154,9 @@ func waitAll(t *testing.T, st store.Store, ids []string, status string) {
 	}
 }
 
-func TestPerModelOrderAndParallelism(t *testing.T) {
-	f := newFixture(t)
+func TestPerModelOrderAndParallelism(t *testing.T) { each(t, testPerModelOrderAndParallelism) }
+
+func testPerModelOrderAndParallelism(t *testing.T, f *fixture) {
 	tr := &recTrainer{delay: 30 * time.Millisecond}
 	q := f.queue(tr, 2)
 	a, b := f.model(t, "a"), f.model(t, "b")
@@ -211,8 +225,9 @@ func TestPerModelOrderAndParallelism(t *testing.T) {
 	}
 }
 
-func TestRequeueAtStartAndShutdown(t *testing.T) {
-	f := newFixture(t)
+func TestRequeueAtStartAndShutdown(t *testing.T) { each(t, testRequeueAtStartAndShutdown) }
+
+func testRequeueAtStartAndShutdown(t *testing.T, f *fixture) {
 	m := f.model(t, "m")
 	// A first queue starts a job, then shuts down mid-run: the job goes back
 	// to the queue with its partial events dropped.
@@ -235,13 +250,16 @@ func TestRequeueAtStartAndShutdown(t *testing.T) {
 	}
 
 	// A process killed mid-job leaves it RUNNING with a partial work dir.
-	if _, ok, err := f.st.ClaimNext(context.Background(), nil); !ok || err != nil {
+	// (Its lease has expired by the restart, as a dead node's does.)
+	dead, ok, err := f.st.ClaimNext(context.Background(), "dead-node", time.Millisecond, nil)
+	if !ok || err != nil {
 		t.Fatal("claim", err)
 	}
-	partial := f.layout.WorkDir(m, id)
+	partial := f.layout.WorkDir(m, id+".1")
 	os.MkdirAll(partial, 0o755)
 	os.WriteFile(filepath.Join(partial, "junk"), []byte("x"), 0o644)
-	f.st.AppendEvent(context.Background(), id, "training_started", map[string]any{"num_sequences": 1})
+	f.st.AppendEvent(context.Background(), dead.Lease(), "training_started", map[string]any{"num_sequences": 1})
+	time.Sleep(5 * time.Millisecond)
 
 	orphans := []string{filepath.Join(f.dataDir, "requests", store.NewID()+".json"), filepath.Join(f.dataDir, "requests", "x.json.part")}
 	for _, o := range orphans {
@@ -262,14 +280,18 @@ func TestRequeueAtStartAndShutdown(t *testing.T) {
 		t.Errorf("partial work dir remains")
 	}
 	for _, o := range orphans {
-		if _, err := os.Stat(o); !os.IsNotExist(err) {
-			t.Errorf("orphan request %s remains", filepath.Base(o))
+		_, err := os.Stat(o)
+		// On a shared data dir a recent file may be another node's intake
+		// in progress: only files older than an hour are swept.
+		if removed := os.IsNotExist(err); removed == f.st.Shared() {
+			t.Errorf("orphan request %s: removed %v on a shared data dir %v", filepath.Base(o), removed, f.st.Shared())
 		}
 	}
 }
 
-func TestFailureLeavesModelUnchanged(t *testing.T) {
-	f := newFixture(t)
+func TestFailureLeavesModelUnchanged(t *testing.T) { each(t, testFailureLeavesModelUnchanged) }
+
+func testFailureLeavesModelUnchanged(t *testing.T, f *fixture) {
 	m := f.model(t, "m")
 	q := f.queue(jobs.Trainer(failTrainer{}), 1)
 	if err := q.Start(context.Background()); err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 // CreateFile records an uploaded file whose bytes are already at f.Path.
-func (s *SQLite) CreateFile(ctx context.Context, f File) error {
+func (s *sqlDB) CreateFile(ctx context.Context, f File) error {
 	if f.CreatedAt.IsZero() {
 		f.CreatedAt = now()
 	}
@@ -21,7 +21,7 @@ func (s *SQLite) CreateFile(ctx context.Context, f File) error {
 }
 
 // FileByID returns the file record with that id.
-func (s *SQLite) FileByID(ctx context.Context, id string) (File, error) {
+func (s *sqlDB) FileByID(ctx context.Context, id string) (File, error) {
 	var f File
 	var created string
 	err := s.db.QueryRowContext(ctx, "SELECT id, user_id, filename, purpose, bytes, path, created_at FROM files WHERE id = ?", id).
@@ -38,7 +38,7 @@ func (s *SQLite) FileByID(ctx context.Context, id string) (File, error) {
 
 // ListFiles lists a page of the user's files in id (creation) order; with
 // purpose set, only the files of that purpose.
-func (s *SQLite) ListFiles(ctx context.Context, userID, purpose string, page Page) ([]File, bool, error) {
+func (s *sqlDB) ListFiles(ctx context.Context, userID, purpose string, page Page) ([]File, bool, error) {
 	where, order, limit, args := pageClause(page, "")
 	query := "SELECT id, user_id, filename, purpose, bytes, path, created_at FROM files WHERE user_id = ?"
 	qargs := []any{userID}
@@ -73,7 +73,7 @@ func (s *SQLite) ListFiles(ctx context.Context, userID, purpose string, page Pag
 
 // DeleteFile deletes a file's record (ErrNotFound when missing); the caller
 // removes its bytes.
-func (s *SQLite) DeleteFile(ctx context.Context, id string) error {
+func (s *sqlDB) DeleteFile(ctx context.Context, id string) error {
 	res, err := s.db.ExecContext(ctx, "DELETE FROM files WHERE id = ?", id)
 	if err != nil {
 		return fmt.Errorf("delete file: %w", err)

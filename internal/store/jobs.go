@@ -6,22 +6,23 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"time"
 )
 
 const jobCols = `id, model_id, kind, status, request_path, request_bytes, file_id, experimental_config, config,
-	error_message, from_step, to_step, metrics, created_by, created_at, training_start, training_end`
+	error_message, from_step, to_step, metrics, created_by, created_at, training_start, training_end, attempt, lease_owner`
 
 func scanJob(sc interface{ Scan(...any) error }) (Job, error) {
 	var j Job
-	var fileID, errMsg, created, start, end sql.NullString
+	var fileID, errMsg, created, start, end, owner sql.NullString
 	var from, to sql.NullInt64
 	var exp, cfg, metrics string
 	if err := sc.Scan(&j.ID, &j.ModelID, &j.Kind, &j.Status, &j.RequestPath, &j.RequestBytes, &fileID, &exp, &cfg,
-		&errMsg, &from, &to, &metrics, &j.CreatedBy, &created, &start, &end); err != nil {
+		&errMsg, &from, &to, &metrics, &j.CreatedBy, &created, &start, &end, &j.Attempt, &owner); err != nil {
 		return j, err
 	}
 	j.FileID = fileID.String
+	j.LeaseOwner = owner.String
 	j.ErrorMessage = errMsg.String
 	j.ExperimentalConfig = json.RawMessage(exp)
 	j.Config = json.RawMessage(cfg)
@@ -49,7 +50,7 @@ func rawOr(b json.RawMessage, def string) string {
 }
 
 // CreateJob inserts a QUEUED job.
-func (s *SQLite) CreateJob(ctx context.Context, j Job) (Job, error) {
+func (s *sqlDB) CreateJob(ctx context.Context, j Job) (Job, error) {
 	if j.ID == "" {
 		j.ID = NewID()
 	}
@@ -62,16 +63,21 @@ func (s *SQLite) CreateJob(ctx context.Context, j Job) (Job, error) {
 		j.ID, j.ModelID, j.Kind, j.Status, j.RequestPath, j.RequestBytes, nullString(j.FileID),
 		rawOr(j.ExperimentalConfig, "{}"), rawOr(j.Config, "{}"), j.CreatedBy, FormatTime(j.CreatedAt))
 	if err != nil {
-		if strings.Contains(err.Error(), "FOREIGN KEY") {
+		if s.d.isForeignKey(err) {
 			return j, fmt.Errorf("model %s: %w", j.ModelID, ErrNotFound)
 		}
 		return j, fmt.Errorf("insert job: %w", err)
+	}
+	if s.d.notify != nil {
+		// Wakes the other nodes' queues; the job is safe in its table
+		// whatever happens to the wake-up (they also poll).
+		_ = s.d.notify(ctx, s.db)
 	}
 	return j, nil
 }
 
 // JobByID returns the job with that id.
-func (s *SQLite) JobByID(ctx context.Context, id string) (Job, error) {
+func (s *sqlDB) JobByID(ctx context.Context, id string) (Job, error) {
 	j, err := scanJob(s.db.QueryRowContext(ctx, "SELECT "+jobCols+" FROM jobs WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return j, fmt.Errorf("job %s: %w", id, ErrNotFound)
@@ -83,7 +89,7 @@ func (s *SQLite) JobByID(ctx context.Context, id string) (Job, error) {
 }
 
 // ListEvents lists a page of the job's events in creation order.
-func (s *SQLite) ListEvents(ctx context.Context, jobID string, page Page) ([]Event, bool, error) {
+func (s *sqlDB) ListEvents(ctx context.Context, jobID string, page Page) ([]Event, bool, error) {
 	where, order, limit, args := pageClause(page, "")
 	q := "SELECT id, job_id, type, data, created_at FROM job_events WHERE job_id = ?" + where + order + fmt.Sprintf(" LIMIT %d", limit+1)
 	rows, err := s.db.QueryContext(ctx, q, append([]any{jobID}, args...)...)
@@ -111,9 +117,35 @@ func (s *SQLite) ListEvents(ctx context.Context, jobID string, page Page) ([]Eve
 	return out, false, nil
 }
 
-// AppendEvent appends an event to the job's log.
-func (s *SQLite) AppendEvent(ctx context.Context, jobID, typ string, data any) (Event, error) {
-	return appendEvent(ctx, s.db, jobID, typ, data)
+// AppendEvent appends an event to the log of the job l leases.
+func (s *sqlDB) AppendEvent(ctx context.Context, l Lease, typ string, data any) (Event, error) {
+	var e Event
+	err := s.tx(ctx, func(tx *rtx) error {
+		// Shares the job's row with other appends and excludes a claim or
+		// an end of the job until commit: no event follows the final one,
+		// and none of a lost run survives the claim that discards them.
+		if err := s.holdLease(ctx, tx, l, s.d.forShare); err != nil {
+			return err
+		}
+		var err error
+		e, err = appendEvent(ctx, tx, l.JobID, typ, data)
+		return err
+	})
+	return e, err
+}
+
+// holdLease checks that l is the lease of its RUNNING job, locking the
+// job's row with lock (a dialect's forUpdate or forShare) until tx ends.
+func (s *sqlDB) holdLease(ctx context.Context, tx *rtx, l Lease, lock string) error {
+	var attempt int
+	err := tx.QueryRowContext(ctx, "SELECT attempt FROM jobs WHERE id = ? AND status = 'RUNNING' AND attempt = ?"+lock, l.JobID, l.Attempt).Scan(&attempt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("job %s attempt %d: %w", l.JobID, l.Attempt, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("check lease of job %s: %w", l.JobID, err)
+	}
+	return nil
 }
 
 func appendEvent(ctx context.Context, q queryer, jobID, typ string, data any) (Event, error) {
@@ -132,11 +164,11 @@ func appendEvent(ctx context.Context, q queryer, jobID, typ string, data any) (E
 	return e, nil
 }
 
-// ClaimNext marks the oldest runnable job RUNNING.
-func (s *SQLite) ClaimNext(ctx context.Context, skip []string) (Job, bool, error) {
+// ClaimNext claims the oldest runnable job for owner.
+func (s *sqlDB) ClaimNext(ctx context.Context, owner string, ttl time.Duration, skip []string) (Job, bool, error) {
 	var j Job
 	var ok bool
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *rtx) error {
 		args := make([]any, 0, len(skip))
 		for _, id := range skip {
 			args = append(args, id)
@@ -145,20 +177,35 @@ func (s *SQLite) ClaimNext(ctx context.Context, skip []string) (Job, bool, error
 		if len(skip) > 0 {
 			skipSQL = " AND j.model_id NOT IN " + inList(len(skip))
 		}
+		// A job whose node died first: it is older than every QUEUED job
+		// of its model, which waits for it.
 		var id string
-		err := tx.QueryRowContext(ctx, `SELECT j.id FROM jobs j WHERE j.status = 'QUEUED'`+skipSQL+`
-			AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.model_id = j.model_id AND r.status = 'RUNNING')
-			AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.model_id = j.model_id AND e.status = 'QUEUED' AND e.id < j.id)
-			ORDER BY j.id LIMIT 1`, args...).Scan(&id)
+		reclaimed := true
+		err := tx.QueryRowContext(ctx, `SELECT j.id FROM jobs j WHERE j.status = 'RUNNING' AND j.lease_expires < `+s.d.nowMS+skipSQL+`
+			ORDER BY j.id LIMIT 1`+s.d.skipLocked, args...).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			reclaimed = false
+			err = tx.QueryRowContext(ctx, `SELECT j.id FROM jobs j WHERE j.status = 'QUEUED'`+skipSQL+`
+				AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.model_id = j.model_id AND r.status = 'RUNNING')
+				AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.model_id = j.model_id AND e.status = 'QUEUED' AND e.id < j.id)
+				ORDER BY j.id LIMIT 1`+s.d.skipLocked, args...).Scan(&id)
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("claim job: %w", err)
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE jobs SET status = 'RUNNING', training_start = ?,
+		if reclaimed {
+			// The dead run's events go, as at a restart: the job starts over.
+			if _, err := tx.ExecContext(ctx, "DELETE FROM job_events WHERE job_id = ?", id); err != nil {
+				return fmt.Errorf("claim job: %w", err)
+			}
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE jobs SET status = 'RUNNING', training_start = ?, attempt = attempt + 1,
+			lease_owner = ?, lease_expires = `+s.d.nowMS+` + ?,
 			from_step = (SELECT max(step) FROM checkpoints c WHERE c.model_id = jobs.model_id)
-			WHERE id = ?`, FormatTime(now()), id)
+			WHERE id = ?`, FormatTime(now()), owner, ttl.Milliseconds(), id)
 		if err != nil {
 			return fmt.Errorf("claim job: %w", err)
 		}
@@ -172,11 +219,28 @@ func (s *SQLite) ClaimNext(ctx context.Context, skip []string) (Job, bool, error
 	return j, ok, err
 }
 
-// RequeueRunning re-queues every RUNNING job.
-func (s *SQLite) RequeueRunning(ctx context.Context) ([]string, error) {
+// RenewLease extends l by ttl from the database's now.
+func (s *sqlDB) RenewLease(ctx context.Context, l Lease, ttl time.Duration) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET lease_expires = `+s.d.nowMS+` + ?
+		WHERE id = ? AND status = 'RUNNING' AND attempt = ?`, ttl.Milliseconds(), l.JobID, l.Attempt)
+	if err != nil {
+		return fmt.Errorf("renew lease of job %s: %w", l.JobID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("job %s attempt %d: %w", l.JobID, l.Attempt, ErrLeaseLost)
+	}
+	return nil
+}
+
+// RequeueRunning re-queues the RUNNING jobs no live node runs.
+func (s *sqlDB) RequeueRunning(ctx context.Context) ([]string, error) {
 	var ids []string
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, "SELECT id FROM jobs WHERE status = 'RUNNING' ORDER BY id")
+	cond := ""
+	if !s.d.requeueAll {
+		cond = " AND lease_expires < " + s.d.nowMS
+	}
+	err := s.tx(ctx, func(tx *rtx) error {
+		rows, err := tx.QueryContext(ctx, "SELECT id FROM jobs WHERE status = 'RUNNING'"+cond+" ORDER BY id"+s.d.skipLocked)
 		if err != nil {
 			return fmt.Errorf("requeue: %w", err)
 		}
@@ -190,7 +254,7 @@ func (s *SQLite) RequeueRunning(ctx context.Context) ([]string, error) {
 		}
 		rows.Close()
 		for _, id := range ids {
-			if err := requeue(ctx, tx, id); err != nil {
+			if err := s.requeue(ctx, tx, id); err != nil {
 				return err
 			}
 		}
@@ -199,28 +263,68 @@ func (s *SQLite) RequeueRunning(ctx context.Context) ([]string, error) {
 	return ids, err
 }
 
-// Requeue puts one RUNNING job back in the queue.
-func (s *SQLite) Requeue(ctx context.Context, id string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error { return requeue(ctx, tx, id) })
+// Requeue puts the job l leases back in the queue.
+func (s *sqlDB) Requeue(ctx context.Context, l Lease) error {
+	return s.tx(ctx, func(tx *rtx) error {
+		if err := s.holdLease(ctx, tx, l, s.d.forUpdate); err != nil {
+			return err
+		}
+		return s.requeue(ctx, tx, l.JobID)
+	})
 }
 
-func requeue(ctx context.Context, q queryer, id string) error {
-	res, err := q.ExecContext(ctx, `UPDATE jobs SET status = 'QUEUED', training_start = NULL, from_step = NULL
-		WHERE id = ? AND status = 'RUNNING'`, id)
+func (s *sqlDB) requeue(ctx context.Context, tx *rtx, id string) error {
+	res, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 'QUEUED', training_start = NULL, from_step = NULL,
+		lease_owner = NULL, lease_expires = NULL WHERE id = ? AND status = 'RUNNING'`, id)
 	if err != nil {
 		return fmt.Errorf("requeue %s: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("job %s is not running: %w", id, ErrConflict)
 	}
-	if _, err := q.ExecContext(ctx, "DELETE FROM job_events WHERE job_id = ?", id); err != nil {
+	if _, err := tx.ExecContext(ctx, "DELETE FROM job_events WHERE job_id = ?", id); err != nil {
 		return fmt.Errorf("requeue %s: %w", id, err)
 	}
-	return nil
+	return s.wake(ctx, tx)
 }
 
-// CompleteJob records the job's checkpoint and ends it COMPLETED.
-func (s *SQLite) CompleteJob(ctx context.Context, id string, ck Checkpoint, metrics map[string]any) (Checkpoint, error) {
+// wake notifies the other nodes' queues at commit (PostgreSQL).
+func (s *sqlDB) wake(ctx context.Context, tx *rtx) error {
+	if s.d.notify == nil {
+		return nil
+	}
+	return s.d.notify(ctx, tx)
+}
+
+// LeaseTx is the transaction that completes a leased job (see
+// Jobs.LockLease). Rollback after Complete is a no-op, so defer it.
+type LeaseTx struct {
+	s    *sqlDB
+	tx   *rtx
+	l    Lease
+	done bool
+}
+
+// LockLease locks the job l leases after checking the lease.
+func (s *sqlDB) LockLease(ctx context.Context, l Lease) (*LeaseTx, error) {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.holdLease(ctx, tx, l, s.d.forUpdate); err != nil {
+		_ = tx.tx.Rollback()
+		return nil, err
+	}
+	return &LeaseTx{s: s, tx: tx, l: l}, nil
+}
+
+// Complete records ck as the job's checkpoint, marks the job COMPLETED and
+// appends training_ended, and commits. On error the transaction stays open
+// (the row stays locked) until Rollback.
+func (t *LeaseTx) Complete(ctx context.Context, ck Checkpoint, metrics map[string]any) (Checkpoint, error) {
+	if t.done {
+		return ck, errors.New("lease transaction already ended")
+	}
 	if metrics == nil {
 		metrics = map[string]any{}
 	}
@@ -228,31 +332,54 @@ func (s *SQLite) CompleteJob(ctx context.Context, id string, ck Checkpoint, metr
 	if err != nil {
 		return ck, fmt.Errorf("job metrics: %w", err)
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 'COMPLETED', to_step = ?, metrics = ?, training_end = ?
-			WHERE id = ? AND status = 'RUNNING'`, ck.Step, string(m), FormatTime(now()), id)
-		if err != nil {
-			return fmt.Errorf("complete job: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("job %s is not running: %w", id, ErrConflict)
-		}
-		if err := insertCheckpoint(ctx, tx, &ck); err != nil {
-			return err
-		}
-		_, err = appendEvent(ctx, tx, id, "training_ended", map[string]any{"step": ck.Step, "checkpoint_id": ck.ID})
-		return err
-	})
-	return ck, err
+	id := t.l.JobID
+	_, err = t.tx.ExecContext(ctx, `UPDATE jobs SET status = 'COMPLETED', to_step = ?, metrics = ?, training_end = ?,
+		lease_expires = NULL WHERE id = ?`, ck.Step, string(m), FormatTime(now()), id)
+	if err != nil {
+		return ck, fmt.Errorf("complete job: %w", err)
+	}
+	if err := t.s.insertCheckpoint(ctx, t.tx, &ck); err != nil {
+		return ck, err
+	}
+	if _, err := appendEvent(ctx, t.tx, id, "training_ended", map[string]any{"step": ck.Step, "checkpoint_id": ck.ID}); err != nil {
+		return ck, err
+	}
+	if err := t.s.wake(ctx, t.tx); err != nil {
+		return ck, err
+	}
+	t.done = true
+	if err := t.tx.tx.Commit(); err != nil {
+		return ck, fmt.Errorf("complete job: commit: %w", err)
+	}
+	return ck, nil
+}
+
+// Rollback ends the transaction without completing the job (a no-op after
+// Complete committed).
+func (t *LeaseTx) Rollback() {
+	if !t.done {
+		t.done = true
+		_ = t.tx.tx.Rollback()
+	}
+}
+
+// CompleteJob records the job's checkpoint and ends it COMPLETED.
+func (s *sqlDB) CompleteJob(ctx context.Context, l Lease, ck Checkpoint, metrics map[string]any) (Checkpoint, error) {
+	t, err := s.LockLease(ctx, l)
+	if err != nil {
+		return ck, err
+	}
+	defer t.Rollback()
+	return t.Complete(ctx, ck, metrics)
 }
 
 // FinishJob ends a QUEUED or RUNNING job FAILED or CANCELLED.
-func (s *SQLite) FinishJob(ctx context.Context, id, status, message string) error {
+func (s *sqlDB) FinishJob(ctx context.Context, id, status, message string) error {
 	if status != StatusFailed && status != StatusCancelled {
 		return fmt.Errorf("finish job: bad status %q", status)
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE jobs SET status = ?, error_message = ?, training_end = ?
+	return s.tx(ctx, func(tx *rtx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE jobs SET status = ?, error_message = ?, training_end = ?, lease_expires = NULL
 			WHERE id = ? AND status IN ('QUEUED', 'RUNNING')`, status, message, FormatTime(now()), id)
 		if err != nil {
 			return fmt.Errorf("finish job: %w", err)
@@ -264,13 +391,41 @@ func (s *SQLite) FinishJob(ctx context.Context, id, status, message string) erro
 			}
 			return fmt.Errorf("job %s is already %s: %w", id, st, ErrConflict)
 		}
-		_, err = appendEvent(ctx, tx, id, "training_failed", map[string]any{"error_message": message})
-		return err
+		if _, err := appendEvent(ctx, tx, id, "training_failed", map[string]any{"error_message": message}); err != nil {
+			return err
+		}
+		return s.wake(ctx, tx)
 	})
 }
 
+// FailJob ends the job l leases FAILED.
+func (s *sqlDB) FailJob(ctx context.Context, l Lease, message string) error {
+	return s.tx(ctx, func(tx *rtx) error {
+		if err := s.holdLease(ctx, tx, l, s.d.forUpdate); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 'FAILED', error_message = ?, training_end = ?, lease_expires = NULL
+			WHERE id = ?`, message, FormatTime(now()), l.JobID); err != nil {
+			return fmt.Errorf("fail job: %w", err)
+		}
+		if _, err := appendEvent(ctx, tx, l.JobID, "training_failed", map[string]any{"error_message": message}); err != nil {
+			return err
+		}
+		return s.wake(ctx, tx)
+	})
+}
+
+// ModelTraining reports whether a job of the model is RUNNING.
+func (s *sqlDB) ModelTraining(ctx context.Context, modelID string) (bool, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM jobs WHERE model_id = ? AND status = 'RUNNING'", modelID).Scan(&n); err != nil {
+		return false, fmt.Errorf("jobs of model %s: %w", modelID, err)
+	}
+	return n > 0, nil
+}
+
 // QueueStats reports queue depth and the oldest queued job's age.
-func (s *SQLite) QueueStats(ctx context.Context) (QueueStats, error) {
+func (s *sqlDB) QueueStats(ctx context.Context) (QueueStats, error) {
 	var st QueueStats
 	var oldest sql.NullString
 	err := s.db.QueryRowContext(ctx, `SELECT
@@ -285,7 +440,7 @@ func (s *SQLite) QueueStats(ctx context.Context) (QueueStats, error) {
 }
 
 // JobCounts counts jobs per status.
-func (s *SQLite) JobCounts(ctx context.Context) (map[string]int, error) {
+func (s *sqlDB) JobCounts(ctx context.Context) (map[string]int, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT status, count(*) FROM jobs GROUP BY status")
 	if err != nil {
 		return nil, fmt.Errorf("job counts: %w", err)

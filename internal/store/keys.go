@@ -61,7 +61,7 @@ func hashKey(key string) []byte {
 }
 
 // CountUsers returns the number of users.
-func (s *SQLite) CountUsers(ctx context.Context) (int, error) {
+func (s *sqlDB) CountUsers(ctx context.Context) (int, error) {
 	var n int
 	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM users").Scan(&n); err != nil {
 		return 0, fmt.Errorf("count users: %w", err)
@@ -84,12 +84,12 @@ func validName(name string) error {
 
 // EnsureUser creates the user, its personal entity and the membership if
 // missing.
-func (s *SQLite) EnsureUser(ctx context.Context, name string) (User, error) {
+func (s *sqlDB) EnsureUser(ctx context.Context, name string) (User, error) {
 	if err := validName(name); err != nil {
 		return User{}, fmt.Errorf("user: %w", err)
 	}
 	var u User
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *rtx) error {
 		var err error
 		u, err = ensureUser(ctx, tx, name)
 		if err != nil {
@@ -100,30 +100,28 @@ func (s *SQLite) EnsureUser(ctx context.Context, name string) (User, error) {
 	return u, err
 }
 
+// ensureUser returns the user, inserting it when missing; a concurrent
+// insert of the same name (another node) is not an error.
 func ensureUser(ctx context.Context, q queryer, name string) (User, error) {
+	if _, err := q.ExecContext(ctx, "INSERT INTO users (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING",
+		NewID(), name, FormatTime(now())); err != nil {
+		return User{}, fmt.Errorf("create user: %w", err)
+	}
 	var u User
 	var created string
-	err := q.QueryRowContext(ctx, "SELECT id, name, created_at FROM users WHERE name = ?", name).Scan(&u.ID, &u.Name, &created)
-	if err == nil {
-		u.CreatedAt = parseTime(created)
-		return u, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
+	if err := q.QueryRowContext(ctx, "SELECT id, name, created_at FROM users WHERE name = ?", name).Scan(&u.ID, &u.Name, &created); err != nil {
 		return u, fmt.Errorf("find user: %w", err)
 	}
-	u = User{ID: NewID(), Name: name, CreatedAt: now()}
-	if _, err := q.ExecContext(ctx, "INSERT INTO users (id, name, created_at) VALUES (?, ?, ?)", u.ID, u.Name, FormatTime(u.CreatedAt)); err != nil {
-		return u, fmt.Errorf("create user: %w", err)
-	}
+	u.CreatedAt = parseTime(created)
 	return u, nil
 }
 
 func addMembership(ctx context.Context, q queryer, userID, entity string) error {
-	if _, err := q.ExecContext(ctx, "INSERT OR IGNORE INTO entities (id, name, created_at) VALUES (?, ?, ?)", NewID(), entity, FormatTime(now())); err != nil {
+	if _, err := q.ExecContext(ctx, "INSERT INTO entities (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING", NewID(), entity, FormatTime(now())); err != nil {
 		return fmt.Errorf("create entity: %w", err)
 	}
-	_, err := q.ExecContext(ctx, `INSERT OR IGNORE INTO memberships (user_id, entity_id)
-		SELECT ?, id FROM entities WHERE name = ?`, userID, entity)
+	_, err := q.ExecContext(ctx, `INSERT INTO memberships (user_id, entity_id)
+		SELECT ?, id FROM entities WHERE name = ? ON CONFLICT (user_id, entity_id) DO NOTHING`, userID, entity)
 	if err != nil {
 		return fmt.Errorf("add membership: %w", err)
 	}
@@ -131,11 +129,11 @@ func addMembership(ctx context.Context, q queryer, userID, entity string) error 
 }
 
 // AddMembership makes an existing user a member of entity, creating it.
-func (s *SQLite) AddMembership(ctx context.Context, userName, entity string) error {
+func (s *sqlDB) AddMembership(ctx context.Context, userName, entity string) error {
 	if err := validName(entity); err != nil {
 		return fmt.Errorf("entity: %w", err)
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(tx *rtx) error {
 		var id string
 		if err := tx.QueryRowContext(ctx, "SELECT id FROM users WHERE name = ?", userName).Scan(&id); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
@@ -148,7 +146,7 @@ func (s *SQLite) AddMembership(ctx context.Context, userName, entity string) err
 }
 
 // CreateKey stores the SHA-256 hash of key (generated when empty) for user.
-func (s *SQLite) CreateKey(ctx context.Context, userName, name, key string) (APIKey, string, error) {
+func (s *sqlDB) CreateKey(ctx context.Context, userName, name, key string) (APIKey, string, error) {
 	if key == "" {
 		key = GenerateKey()
 	}
@@ -162,7 +160,7 @@ func (s *SQLite) CreateKey(ctx context.Context, userName, name, key string) (API
 		return APIKey{}, "", fmt.Errorf("key name %q %w", name, err)
 	}
 	k := APIKey{ID: NewID(), UserName: userName, Name: name, Prefix: keyPrefix(key), CreatedAt: now()}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *rtx) error {
 		if err := tx.QueryRowContext(ctx, "SELECT id FROM users WHERE name = ?", userName).Scan(&k.UserID); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return fmt.Errorf("user %q: %w", userName, ErrNotFound)
@@ -191,7 +189,7 @@ func (s *SQLite) CreateKey(ctx context.Context, userName, name, key string) (API
 // anything is written. publish, when not nil, runs inside the transaction
 // once the rows are written (e.g. to write the key to a file); its error
 // rolls everything back, so the user never exists without its key.
-func (s *SQLite) Bootstrap(ctx context.Context, userName, keyName, key string, publish func(key string) error) (created string, ok bool, err error) {
+func (s *sqlDB) Bootstrap(ctx context.Context, userName, keyName, key string, publish func(key string) error) (created string, ok bool, err error) {
 	if err := validName(userName); err != nil {
 		return "", false, fmt.Errorf("user: %w", err)
 	}
@@ -201,7 +199,11 @@ func (s *SQLite) Bootstrap(ctx context.Context, userName, keyName, key string, p
 	if err := ValidateKey(key); err != nil {
 		return "", false, err
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *rtx) error {
+		// Nodes starting together on one database bootstrap once.
+		if err := s.d.serialize(ctx, tx, "bootstrap"); err != nil {
+			return err
+		}
 		var n int
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM api_keys").Scan(&n); err != nil {
 			return fmt.Errorf("count keys: %w", err)
@@ -236,7 +238,7 @@ func (s *SQLite) Bootstrap(ctx context.Context, userName, keyName, key string, p
 }
 
 // ListKeys lists the keys of userName, or every key when it is empty.
-func (s *SQLite) ListKeys(ctx context.Context, userName string) ([]APIKey, error) {
+func (s *sqlDB) ListKeys(ctx context.Context, userName string) ([]APIKey, error) {
 	q := `SELECT k.id, k.user_id, u.name, k.name, k.prefix, k.created_at, k.revoked_at
 		FROM api_keys k JOIN users u ON u.id = k.user_id`
 	var args []any
@@ -266,8 +268,8 @@ func (s *SQLite) ListKeys(ctx context.Context, userName string) ([]APIKey, error
 
 // RevokeKey revokes the key with id idOrPrefix, or the single unrevoked key
 // with that prefix.
-func (s *SQLite) RevokeKey(ctx context.Context, idOrPrefix string) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+func (s *sqlDB) RevokeKey(ctx context.Context, idOrPrefix string) error {
+	return s.tx(ctx, func(tx *rtx) error {
 		res, err := tx.ExecContext(ctx, "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", FormatTime(now()), idOrPrefix)
 		if err != nil {
 			return fmt.Errorf("revoke key: %w", err)
@@ -292,7 +294,7 @@ func (s *SQLite) RevokeKey(ctx context.Context, idOrPrefix string) error {
 
 // Authenticate finds the unrevoked key whose hash matches key, comparing
 // hashes in constant time, and returns its user as a principal.
-func (s *SQLite) Authenticate(ctx context.Context, key string) (*auth.Principal, error) {
+func (s *sqlDB) Authenticate(ctx context.Context, key string) (*auth.Principal, error) {
 	if key == "" {
 		return nil, ErrUnauthorized
 	}

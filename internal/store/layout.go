@@ -49,7 +49,7 @@ func (l Layout) FilePath(fileID string) string {
 // (DirMode, tightened when they exist with more), and opens the database dbURL (see Open), or
 // <dataDir>/flywheel.db when dbURL is empty. It returns the layout of the
 // absolute data dir beside the store.
-func OpenDataDir(ctx context.Context, dataDir, dbURL string) (*SQLite, Layout, error) {
+func OpenDataDir(ctx context.Context, dataDir, dbURL string) (Database, Layout, error) {
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
 		return nil, Layout{}, fmt.Errorf("data dir: %w", err)
@@ -65,7 +65,7 @@ func OpenDataDir(ctx context.Context, dataDir, dbURL string) (*SQLite, Layout, e
 	if err != nil {
 		return nil, Layout{}, err
 	}
-	return st.(*SQLite), l, nil
+	return st, l, nil
 }
 
 // Modes of what the service keeps under its data dir: readable by its own

@@ -28,7 +28,7 @@ func scanModel(sc interface{ Scan(...any) error }) (Model, error) {
 }
 
 // CreateModel inserts the model and its first checkpoint.
-func (s *SQLite) CreateModel(ctx context.Context, m Model, first Checkpoint) (Model, error) {
+func (s *sqlDB) CreateModel(ctx context.Context, m Model, first Checkpoint) (Model, error) {
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = now()
 	}
@@ -36,17 +36,17 @@ func (s *SQLite) CreateModel(ctx context.Context, m Model, first Checkpoint) (Mo
 	if err != nil {
 		return m, err
 	}
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *rtx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO models (id, entity, project, name, base_model, lora, run_id, created_by, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, m.ID, m.Entity, m.Project, m.Name, m.BaseModel, string(lora), m.RunID, m.CreatedBy, FormatTime(m.CreatedAt))
 		if err != nil {
-			if isUniqueViolation(err) {
+			if s.d.isUnique(err) {
 				return fmt.Errorf("model %s/%s/%s exists: %w", m.Entity, m.Project, m.Name, ErrConflict)
 			}
 			return fmt.Errorf("insert model: %w", err)
 		}
 		first.ModelID = m.ID
-		return insertCheckpoint(ctx, tx, &first)
+		return s.insertCheckpoint(ctx, tx, &first)
 	})
 	if err != nil {
 		return m, err
@@ -55,7 +55,7 @@ func (s *SQLite) CreateModel(ctx context.Context, m Model, first Checkpoint) (Mo
 	return m, nil
 }
 
-func insertCheckpoint(ctx context.Context, q queryer, c *Checkpoint) error {
+func (s *sqlDB) insertCheckpoint(ctx context.Context, q queryer, c *Checkpoint) error {
 	if c.ID == "" {
 		c.ID = NewID()
 	}
@@ -72,7 +72,7 @@ func insertCheckpoint(ctx context.Context, q queryer, c *Checkpoint) error {
 	_, err = q.ExecContext(ctx, `INSERT INTO checkpoints (id, model_id, step, dir, metrics, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
 		c.ID, c.ModelID, c.Step, c.Dir, string(metrics), FormatTime(c.CreatedAt))
 	if err != nil {
-		if isUniqueViolation(err) {
+		if s.d.isUnique(err) {
 			return fmt.Errorf("checkpoint step %d exists: %w", c.Step, ErrConflict)
 		}
 		return fmt.Errorf("insert checkpoint: %w", err)
@@ -81,7 +81,7 @@ func insertCheckpoint(ctx context.Context, q queryer, c *Checkpoint) error {
 }
 
 // ModelByID returns the model with that id.
-func (s *SQLite) ModelByID(ctx context.Context, id string) (Model, error) {
+func (s *sqlDB) ModelByID(ctx context.Context, id string) (Model, error) {
 	m, err := scanModel(s.db.QueryRowContext(ctx, "SELECT "+modelCols+" FROM models m WHERE m.id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, fmt.Errorf("model %s: %w", id, ErrNotFound)
@@ -93,7 +93,7 @@ func (s *SQLite) ModelByID(ctx context.Context, id string) (Model, error) {
 }
 
 // ModelByName returns the model entity/project/name.
-func (s *SQLite) ModelByName(ctx context.Context, entity, project, name string) (Model, error) {
+func (s *sqlDB) ModelByName(ctx context.Context, entity, project, name string) (Model, error) {
 	m, err := scanModel(s.db.QueryRowContext(ctx, "SELECT "+modelCols+" FROM models m WHERE m.entity = ? AND m.project = ? AND m.name = ?", entity, project, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, fmt.Errorf("model %s/%s/%s: %w", entity, project, name, ErrNotFound)
@@ -112,17 +112,17 @@ func inList(n int) string {
 }
 
 // ListModels lists all models of the entities, oldest first.
-func (s *SQLite) ListModels(ctx context.Context, entities []string) ([]Model, error) {
+func (s *sqlDB) ListModels(ctx context.Context, entities []string) ([]Model, error) {
 	out, _, err := s.listModels(ctx, entities, Page{Limit: -1})
 	return out, err
 }
 
 // ListModelsPage lists a page of the entities' models.
-func (s *SQLite) ListModelsPage(ctx context.Context, entities []string, page Page) ([]Model, bool, error) {
+func (s *sqlDB) ListModelsPage(ctx context.Context, entities []string, page Page) ([]Model, bool, error) {
 	return s.listModels(ctx, entities, page)
 }
 
-func (s *SQLite) listModels(ctx context.Context, entities []string, page Page) ([]Model, bool, error) {
+func (s *sqlDB) listModels(ctx context.Context, entities []string, page Page) ([]Model, bool, error) {
 	args := make([]any, 0, len(entities)+2)
 	for _, e := range entities {
 		args = append(args, e)
@@ -159,9 +159,9 @@ func (s *SQLite) listModels(ctx context.Context, entities []string, page Page) (
 }
 
 // DeleteModel deletes the model and everything that hangs off it.
-func (s *SQLite) DeleteModel(ctx context.Context, id string) ([]Checkpoint, error) {
+func (s *sqlDB) DeleteModel(ctx context.Context, id string) ([]Checkpoint, error) {
 	var cks []Checkpoint
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *rtx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM models WHERE id = ?", id).Scan(&n); err != nil {
 			return fmt.Errorf("delete model: %w", err)
@@ -203,7 +203,7 @@ func scanCheckpoint(sc interface{ Scan(...any) error }) (Checkpoint, error) {
 }
 
 // CheckpointByStep returns the model's checkpoint of that step.
-func (s *SQLite) CheckpointByStep(ctx context.Context, modelID string, step int) (Checkpoint, error) {
+func (s *sqlDB) CheckpointByStep(ctx context.Context, modelID string, step int) (Checkpoint, error) {
 	c, err := scanCheckpoint(s.db.QueryRowContext(ctx, "SELECT "+checkpointCols+" FROM checkpoints WHERE model_id = ? AND step = ?", modelID, step))
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, fmt.Errorf("model %s step %d: %w", modelID, step, ErrNotFound)
@@ -215,12 +215,14 @@ func (s *SQLite) CheckpointByStep(ctx context.Context, modelID string, step int)
 }
 
 // LatestCheckpoint returns the model's checkpoint of the highest step.
-func (s *SQLite) LatestCheckpoint(ctx context.Context, modelID string) (Checkpoint, error) {
-	return latestCheckpoint(ctx, s.db, modelID)
+func (s *sqlDB) LatestCheckpoint(ctx context.Context, modelID string) (Checkpoint, error) {
+	return latestCheckpoint(ctx, s.db, modelID, "")
 }
 
-func latestCheckpoint(ctx context.Context, q queryer, modelID string) (Checkpoint, error) {
-	c, err := scanCheckpoint(q.QueryRowContext(ctx, "SELECT "+checkpointCols+" FROM checkpoints WHERE model_id = ? ORDER BY step DESC LIMIT 1", modelID))
+// latestCheckpoint reads the model's latest checkpoint, locking its row
+// with lock (a dialect's forUpdate, or "").
+func latestCheckpoint(ctx context.Context, q queryer, modelID, lock string) (Checkpoint, error) {
+	c, err := scanCheckpoint(q.QueryRowContext(ctx, "SELECT "+checkpointCols+" FROM checkpoints WHERE model_id = ? ORDER BY step DESC LIMIT 1"+lock, modelID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return c, fmt.Errorf("model %s has no checkpoint: %w", modelID, ErrNotFound)
 	}
@@ -232,7 +234,7 @@ func latestCheckpoint(ctx context.Context, q queryer, modelID string) (Checkpoin
 
 // ListCheckpoints lists a page of the model's checkpoints by creation (and
 // so step) order.
-func (s *SQLite) ListCheckpoints(ctx context.Context, modelID string, page Page) ([]Checkpoint, bool, error) {
+func (s *sqlDB) ListCheckpoints(ctx context.Context, modelID string, page Page) ([]Checkpoint, bool, error) {
 	cks, err := listCheckpoints(ctx, s.db, modelID, page)
 	if err != nil || page.Limit < 0 {
 		return cks, false, err
@@ -271,10 +273,10 @@ func listCheckpoints(ctx context.Context, q queryer, modelID string, page Page) 
 }
 
 // DeleteCheckpoints deletes the given steps of a model.
-func (s *SQLite) DeleteCheckpoints(ctx context.Context, modelID string, steps []int) ([]Checkpoint, []int, error) {
+func (s *sqlDB) DeleteCheckpoints(ctx context.Context, modelID string, steps []int) ([]Checkpoint, []int, error) {
 	var deleted []Checkpoint
 	notFound := []int{}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *rtx) error {
 		seen := map[int]bool{}
 		for _, step := range steps {
 			if seen[step] {
@@ -310,11 +312,11 @@ func (s *SQLite) DeleteCheckpoints(ctx context.Context, modelID string, steps []
 }
 
 // LogMetrics merges metrics into the latest checkpoint and the history.
-func (s *SQLite) LogMetrics(ctx context.Context, modelID, split string, metrics map[string]float64) (Checkpoint, error) {
+func (s *sqlDB) LogMetrics(ctx context.Context, modelID, split string, metrics map[string]float64) (Checkpoint, error) {
 	var c Checkpoint
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *rtx) error {
 		var err error
-		c, err = latestCheckpoint(ctx, tx, modelID)
+		c, err = latestCheckpoint(ctx, tx, modelID, s.d.forUpdate) // concurrent /log calls merge in turn
 		if err != nil {
 			return err
 		}

@@ -3,31 +3,37 @@ package store
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
 
-//go:embed migrations/*.sql
-var migrations embed.FS
-
 // SQLite is the embedded, single-file implementation of Store (pure Go, no
 // cgo). The database runs in WAL mode with foreign keys on; write
 // transactions begin IMMEDIATE and wait on a busy timeout, so concurrent
-// writers queue instead of failing.
+// writers queue instead of failing. One process (node) uses it.
 type SQLite struct {
-	db *sql.DB
+	*sqlDB
 }
 
-var _ Store = (*SQLite)(nil)
+var _ Database = (*SQLite)(nil)
+
+var sqliteDialect = &dialect{
+	name:       "sqlite",
+	nowMS:      "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+	requeueAll: true,
+	isUnique: func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+	},
+	isForeignKey: func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "FOREIGN KEY")
+	},
+}
 
 // OpenSQLite opens (creating if needed) the SQLite database at path and
 // applies pending migrations.
@@ -53,7 +59,7 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &SQLite{db: db}
+	s := &SQLite{newSQLDB(db, sqliteDialect)}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -82,13 +88,13 @@ func privateDB(path string) error {
 	return nil
 }
 
-// Open opens the database named by url: a plain file path, "sqlite://PATH"
-// or "file:PATH". PostgreSQL URLs are recognised and refused with a clear
-// error until that implementation exists.
-func Open(ctx context.Context, dbURL string) (Store, error) {
+// Open opens the database named by dbURL: a PostgreSQL URL
+// (postgres://... or postgresql://..., see OpenPostgres), or an SQLite
+// database: a plain file path, "sqlite://PATH" or "file:PATH".
+func Open(ctx context.Context, dbURL string) (Database, error) {
 	switch {
 	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
-		return nil, errors.New("PostgreSQL is not supported by this build yet; use an SQLite path")
+		return OpenPostgres(ctx, dbURL)
 	case strings.HasPrefix(dbURL, "sqlite://"):
 		dbURL = strings.TrimPrefix(dbURL, "sqlite://")
 	case strings.HasPrefix(dbURL, "file:"):
@@ -98,129 +104,4 @@ func Open(ctx context.Context, dbURL string) (Store, error) {
 		return nil, errors.New("empty database path")
 	}
 	return OpenSQLite(ctx, dbURL)
-}
-
-// DB returns the underlying database, for packages that keep their own
-// tables in the same file (the call store). They must not touch the tables
-// of this package.
-func (s *SQLite) DB() *sql.DB { return s.db }
-
-// Ping checks the connection with a trivial query.
-func (s *SQLite) Ping(ctx context.Context) error {
-	var one int
-	return s.db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
-}
-
-// Close closes the database.
-func (s *SQLite) Close() error { return s.db.Close() }
-
-// migrate applies the embedded migrations not yet recorded in
-// schema_migrations, each in its own transaction, in file-name order.
-func (s *SQLite) migrate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
-		return fmt.Errorf("create schema_migrations: %w", err)
-	}
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return err
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		version := strings.TrimSuffix(strings.TrimPrefix(name, "migrations/"), ".sql")
-		var n int
-		if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ?", version).Scan(&n); err != nil {
-			return fmt.Errorf("read schema_migrations: %w", err)
-		}
-		if n > 0 {
-			continue
-		}
-		body, err := migrations.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		err = s.tx(ctx, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", version, FormatTime(now()))
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("apply migration %s: %w", version, err)
-		}
-	}
-	return nil
-}
-
-// tx runs fn in a write transaction, committing when it returns nil.
-func (s *SQLite) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
-// queryer is what *sql.DB and *sql.Tx share.
-type queryer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func parseTime(s string) time.Time {
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}
-	}
-	return t.UTC()
-}
-
-func parseTimePtr(s sql.NullString) *time.Time {
-	if !s.Valid {
-		return nil
-	}
-	t := parseTime(s.String)
-	return &t
-}
-
-func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
-
-// isUniqueViolation reports whether err is an SQLite UNIQUE constraint error.
-func isUniqueViolation(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
-}
-
-// pageClause returns the ORDER BY / cursor SQL of a page over column "id",
-// with args, and the effective limit (one more is fetched to learn has_more).
-func pageClause(p Page, alias string) (where string, order string, limit int, args []any) {
-	col := "id"
-	if alias != "" {
-		col = alias + ".id"
-	}
-	limit = p.Limit
-	if limit <= 0 {
-		limit = 20
-	}
-	order = " ORDER BY " + col + " ASC"
-	if p.Desc {
-		order = " ORDER BY " + col + " DESC"
-	}
-	if p.After != "" {
-		if p.Desc {
-			where = " AND " + col + " < ?"
-		} else {
-			where = " AND " + col + " > ?"
-		}
-		args = append(args, p.After)
-	}
-	return where, order, limit, args
 }

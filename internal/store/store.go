@@ -29,6 +29,10 @@ var (
 	// ErrUnauthorized is returned by Authenticate for a missing, unknown or
 	// revoked key.
 	ErrUnauthorized = errors.New("invalid API key")
+	// ErrLeaseLost is returned by the writes of a run whose lease is no
+	// longer the job's: the job ended (cancelled) or, its lease having
+	// expired, another node claimed it again.
+	ErrLeaseLost = errors.New("the job's lease was lost")
 )
 
 // Job statuses.
@@ -124,7 +128,25 @@ type Job struct {
 	CreatedAt          time.Time
 	TrainingStart      *time.Time
 	TrainingEnd        *time.Time
+	// Attempt counts the claims of the job; LeaseOwner is the node that
+	// made the last one (see Lease).
+	Attempt    int
+	LeaseOwner string
 }
+
+// Lease is one claim of a RUNNING job by a node. Attempt is the fencing
+// token: each claim increments it, and every write of a run (events,
+// completion, failure, re-queue) checks that it is still the job's, so a
+// node that lost its lease (it stopped renewing it in time, and another
+// node claimed the job again) can no longer change the job.
+type Lease struct {
+	JobID   string
+	Owner   string
+	Attempt int
+}
+
+// Lease returns the lease of the claim that returned j.
+func (j Job) Lease() Lease { return Lease{JobID: j.ID, Owner: j.LeaseOwner, Attempt: j.Attempt} }
 
 // Event is one entry of a job's event log.
 type Event struct {
@@ -232,25 +254,45 @@ type Jobs interface {
 	JobByID(ctx context.Context, id string) (Job, error)
 	// ListEvents lists a job's events in creation order after the cursor.
 	ListEvents(ctx context.Context, jobID string, page Page) ([]Event, bool, error)
-	// AppendEvent appends an event to a job's log.
-	AppendEvent(ctx context.Context, jobID, typ string, data any) (Event, error)
-	// ClaimNext marks the oldest runnable job RUNNING and returns it: the
-	// oldest QUEUED job of a model that has no RUNNING job and no older
-	// QUEUED job, skipping the models in skip. ok is false when none is
-	// runnable. fromStep is the step of the model's latest checkpoint.
-	ClaimNext(ctx context.Context, skip []string) (j Job, ok bool, err error)
-	// RequeueRunning puts every RUNNING job back to QUEUED, discarding their
-	// partial events, and returns their ids. Used at start-up.
+	// AppendEvent appends an event to the log of the job l leases
+	// (ErrLeaseLost when l is no longer its lease).
+	AppendEvent(ctx context.Context, l Lease, typ string, data any) (Event, error)
+	// ClaimNext claims the oldest runnable job for node owner with a lease
+	// of ttl and returns it RUNNING: a RUNNING job whose lease expired
+	// (its node died; its partial events are discarded), else the oldest
+	// QUEUED job of a model that has no RUNNING job and no older QUEUED
+	// job, skipping the models in skip. ok is false when none is runnable.
+	// FromStep is the step of the model's latest checkpoint. Concurrent
+	// claims (other nodes) never return the same job.
+	ClaimNext(ctx context.Context, owner string, ttl time.Duration, skip []string) (j Job, ok bool, err error)
+	// RenewLease extends l by ttl from now (ErrLeaseLost when l is no
+	// longer the job's lease).
+	RenewLease(ctx context.Context, l Lease, ttl time.Duration) error
+	// RequeueRunning puts back to QUEUED the RUNNING jobs that no live node
+	// runs, discarding their partial events, and returns their ids. Used at
+	// start-up. On SQLite (one node) that is every RUNNING job; on a shared
+	// database only those whose lease expired.
 	RequeueRunning(ctx context.Context) ([]string, error)
-	// Requeue puts one RUNNING job back to QUEUED (shutdown mid-run).
-	Requeue(ctx context.Context, id string) error
-	// CompleteJob records the new checkpoint, marks the job COMPLETED and
-	// appends training_ended, in one transaction.
-	CompleteJob(ctx context.Context, id string, ck Checkpoint, metrics map[string]any) (Checkpoint, error)
-	// FinishJob ends a job with status FAILED or CANCELLED and appends
-	// training_failed carrying message, in one transaction. A job already
-	// ended is left alone and ErrConflict returned.
+	// Requeue puts the job l leases back to QUEUED (shutdown mid-run).
+	Requeue(ctx context.Context, l Lease) error
+	// LockLease begins the transaction that completes the job l leases: it
+	// holds the job's row until Complete or Rollback, after checking that
+	// l is still its lease (ErrLeaseLost otherwise). Publishing a
+	// checkpoint happens under it, so no other node can claim the job again
+	// meanwhile.
+	LockLease(ctx context.Context, l Lease) (*LeaseTx, error)
+	// CompleteJob is LockLease followed by Complete.
+	CompleteJob(ctx context.Context, l Lease, ck Checkpoint, metrics map[string]any) (Checkpoint, error)
+	// FinishJob ends a QUEUED or RUNNING job with status FAILED or
+	// CANCELLED and appends training_failed carrying message, in one
+	// transaction, whoever runs it (a user's cancel). A job already ended
+	// is left alone and ErrConflict returned.
 	FinishJob(ctx context.Context, id, status, message string) error
+	// FailJob ends the job l leases FAILED with training_failed carrying
+	// message (ErrLeaseLost when l is no longer its lease).
+	FailJob(ctx context.Context, l Lease, message string) error
+	// ModelTraining reports whether a job of the model is RUNNING.
+	ModelTraining(ctx context.Context, modelID string) (bool, error)
 	QueueStats(ctx context.Context) (QueueStats, error)
 	// JobCounts returns the number of jobs per status.
 	JobCounts(ctx context.Context) (map[string]int, error)

@@ -8,19 +8,53 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"flywheel/internal/pgtest"
 	"flywheel/internal/store"
 )
 
-func open(t *testing.T) (*store.SQLite, string) {
+// dbPath is the file of an SQLite store.
+func dbPath(t *testing.T, st store.Database) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "flywheel.db")
-	st, err := store.OpenSQLite(context.Background(), path)
-	if err != nil {
+	var seq int
+	var name, file string
+	if err := st.DB().QueryRow("PRAGMA database_list").Scan(&seq, &name, &file); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { st.Close() })
-	return st, path
+	return file
+}
+
+// opener opens the test's database; each call opens it again (a restart).
+type opener func(t *testing.T) store.Database
+
+// backends runs fn against a fresh SQLite file and a fresh PostgreSQL
+// database (internal/pgtest: skipped without a server, failed under CI).
+func backends(t *testing.T, fn func(t *testing.T, open opener)) {
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "flywheel.db")
+		fn(t, func(t *testing.T) store.Database {
+			t.Helper()
+			st, err := store.OpenSQLite(context.Background(), path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := pgtest.DSN(t)
+		fn(t, func(t *testing.T) store.Database {
+			t.Helper()
+			st, err := store.OpenPostgres(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st
+		})
+	})
 }
 
 // otherLast returns key with its last character changed: always another
@@ -34,9 +68,11 @@ func otherLast(key string) string {
 	return key[:len(key)-1] + string(c)
 }
 
-func TestKeys(t *testing.T) {
+func TestKeys(t *testing.T) { backends(t, testKeys) }
+
+func testKeys(t *testing.T, open opener) {
 	ctx := context.Background()
-	st, path := open(t)
+	st := open(t)
 	if n, _ := st.CountUsers(ctx); n != 0 {
 		t.Fatalf("fresh database has %d users", n)
 	}
@@ -69,17 +105,22 @@ func TestKeys(t *testing.T) {
 		}
 	}
 	// The key is never stored in clear.
-	st.Close()
-	raw, _ := os.ReadFile(path)
-	wal, _ := os.ReadFile(path + "-wal")
-	if bytes.Contains(raw, []byte(key)) || bytes.Contains(wal, []byte(key)) {
-		t.Error("API key stored in clear")
+	if st.Dialect() == "sqlite" {
+		path := dbPath(t, st)
+		st.Close()
+		raw, _ := os.ReadFile(path)
+		wal, _ := os.ReadFile(path + "-wal")
+		if bytes.Contains(raw, []byte(key)) || bytes.Contains(wal, []byte(key)) {
+			t.Error("API key stored in clear")
+		}
+	} else {
+		var n int
+		if err := st.DB().QueryRow("SELECT count(*) FROM api_keys WHERE strpos(id || name || prefix || encode(key_hash, 'escape'), $1) > 0", key).Scan(&n); err != nil || n != 0 {
+			t.Errorf("API key stored in clear: %d rows, %v", n, err)
+		}
+		st.Close()
 	}
-	st, err = store.OpenSQLite(ctx, path) // migrations are idempotent
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st = open(t) // migrations are idempotent
 	keys, err := st.ListKeys(ctx, "ann")
 	if err != nil || len(keys) != 1 || keys[0].Prefix != rec.Prefix || keys[0].UserName != "ann" {
 		t.Fatalf("list: %+v %v", keys, err)
@@ -108,9 +149,11 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-func TestModelsAndCheckpoints(t *testing.T) {
+func TestModelsAndCheckpoints(t *testing.T) { backends(t, testModelsAndCheckpoints) }
+
+func testModelsAndCheckpoints(t *testing.T, open opener) {
 	ctx := context.Background()
-	st, _ := open(t)
+	st := open(t)
 	st.EnsureUser(ctx, "ann")
 	st.EnsureUser(ctx, "bo")
 	m := store.Model{ID: store.NewID(), Entity: "ann", Project: "p", Name: "m", BaseModel: "b", LoRA: store.LoRA{Rank: 8, Alpha: 16, TargetModules: []string{"q_proj"}}}
@@ -146,11 +189,11 @@ func TestModelsAndCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claimed, ok, err := st.ClaimNext(ctx, nil)
+	claimed, ok, err := st.ClaimNext(ctx, "node-a", time.Hour, nil)
 	if err != nil || !ok || claimed.ID != j.ID || *claimed.FromStep != 0 {
 		t.Fatalf("claim: %+v %v %v", claimed, ok, err)
 	}
-	if _, ok, _ := st.ClaimNext(ctx, nil); ok {
+	if _, ok, _ := st.ClaimNext(ctx, "node-a", time.Hour, nil); ok {
 		t.Error("claimed a second job")
 	}
 	if _, _, err := st.DeleteCheckpoints(ctx, m.ID, []int{0}); !errors.Is(err, store.ErrConflict) {
@@ -159,7 +202,7 @@ func TestModelsAndCheckpoints(t *testing.T) {
 	if _, err := st.DeleteModel(ctx, m.ID); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("delete a model in training: %v", err)
 	}
-	ck, err := st.CompleteJob(ctx, j.ID, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/d/1", Metrics: map[string]float64{"loss": 1}}, map[string]any{"loss": 1})
+	ck, err := st.CompleteJob(ctx, claimed.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/d/1", Metrics: map[string]float64{"loss": 1}}, map[string]any{"loss": 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,9 +231,11 @@ func TestModelsAndCheckpoints(t *testing.T) {
 
 // User, entity and key names refuse control and bidirectional-override
 // characters; operator-given keys are checked before anything is written.
-func TestNamesAndKeysRefused(t *testing.T) {
+func TestNamesAndKeysRefused(t *testing.T) { backends(t, testNamesAndKeysRefused) }
+
+func testNamesAndKeysRefused(t *testing.T, open opener) {
 	ctx := context.Background()
-	st, _ := open(t)
+	st := open(t)
 	for _, bad := range []string{"a\u0000b", "a\u0007b", "a\u202eb", "a\rb"} {
 		if _, err := st.EnsureUser(ctx, bad); err == nil {
 			t.Errorf("user %q accepted", bad)

@@ -34,6 +34,7 @@ type TokenPrice struct {
 
 // Options configures a Service. The zero value is usable.
 type Options struct {
+	Dialect string // "" or "sqlite": SQLite; "postgres": PostgreSQL, a *sql.DB over pgx's stdlib driver
 	// PricesFile, when set, is a JSON file of default-level prices loaded (and
 	// upserted) by New. See LoadPricesFile for the format.
 	PricesFile string

@@ -1,0 +1,347 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"flywheel/internal/pgtest"
+	"flywheel/internal/store"
+)
+
+// pgNodes opens n stores on the PostgreSQL database dsn, as n nodes would.
+func pgNodes(t *testing.T, dsn string, n int) []*store.Postgres {
+	t.Helper()
+	var nodes []*store.Postgres
+	for range n {
+		st, err := store.OpenPostgres(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		nodes = append(nodes, st)
+	}
+	return nodes
+}
+
+func newModel(t *testing.T, st store.Database, name string) store.Model {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.EnsureUser(ctx, "ann"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.CreateModel(ctx, store.Model{ID: store.NewID(), Entity: "ann", Project: "p", Name: name, BaseModel: "b"}, store.Checkpoint{Step: 0, Dir: "/d/0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A lease that expires is claimed again by another node, and every write of
+// the run that lost it is refused: events, renewal, completion, failure,
+// re-queue. The new run's completion yields the one new step.
+func TestLeaseExpiryAndFencing(t *testing.T) { backends(t, testLeaseExpiryAndFencing) }
+
+func testLeaseExpiryAndFencing(t *testing.T, open opener) {
+	ctx := context.Background()
+	st := open(t)
+	m := newModel(t, st, "m")
+	job, err := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok, err := st.ClaimNext(ctx, "node-a", 200*time.Millisecond, nil)
+	if err != nil || !ok || a.ID != job.ID || a.Attempt != 1 || a.LeaseOwner != "node-a" || a.Status != store.StatusRunning {
+		t.Fatalf("claim: %+v %v %v", a, ok, err)
+	}
+	if _, err := st.AppendEvent(ctx, a.Lease(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RenewLease(ctx, a.Lease(), 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := st.ClaimNext(ctx, "node-b", time.Hour, nil); ok {
+		t.Fatal("a live lease was claimed")
+	}
+	// Node a stops renewing; after the lease expires node b takes over.
+	time.Sleep(300 * time.Millisecond)
+	b, ok, err := st.ClaimNext(ctx, "node-b", time.Hour, nil)
+	if err != nil || !ok || b.ID != job.ID || b.Attempt != 2 || b.LeaseOwner != "node-b" || *b.FromStep != 0 {
+		t.Fatalf("reclaim: %+v %v %v", b, ok, err)
+	}
+	if evs, _, _ := st.ListEvents(ctx, job.ID, store.Page{}); len(evs) != 0 {
+		t.Errorf("the lost run's %d events survive its reclaim", len(evs))
+	}
+	lost := a.Lease()
+	if _, err := st.AppendEvent(ctx, lost, "gradient_step", nil); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("event of a lost lease: %v", err)
+	}
+	if err := st.RenewLease(ctx, lost, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("renew a lost lease: %v", err)
+	}
+	if _, err := st.CompleteJob(ctx, lost, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/a/1"}, nil); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("complete with a lost lease: %v", err)
+	}
+	if err := st.FailJob(ctx, lost, "x"); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("fail with a lost lease: %v", err)
+	}
+	if err := st.Requeue(ctx, lost); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("requeue with a lost lease: %v", err)
+	}
+	if _, err := st.AppendEvent(ctx, b.Lease(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CompleteJob(ctx, b.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/b/1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	cks, _, _ := st.ListCheckpoints(ctx, m.ID, store.Page{Limit: -1})
+	if len(cks) != 2 || cks[1].Step != 1 || cks[1].Dir != "/b/1" {
+		t.Errorf("checkpoints %+v", cks)
+	}
+	evs, _, _ := st.ListEvents(ctx, job.ID, store.Page{})
+	if len(evs) != 2 || evs[0].Type != "training_started" || evs[1].Type != "training_ended" {
+		t.Errorf("events %+v", evs)
+	}
+	// Ended: no lease of it is current any more, not even the last one.
+	if _, err := st.AppendEvent(ctx, b.Lease(), "gradient_step", nil); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("event after the end: %v", err)
+	}
+	// A user's cancel ends a running job; its run's lease is lost with it.
+	j2, _ := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r2"})
+	c, ok, _ := st.ClaimNext(ctx, "node-a", time.Hour, nil)
+	if !ok || c.ID != j2.ID || *c.FromStep != 1 {
+		t.Fatalf("claim after completion: %+v", c)
+	}
+	if err := st.FinishJob(ctx, j2.ID, store.StatusCancelled, "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RenewLease(ctx, c.Lease(), time.Hour); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("renew a cancelled job's lease: %v", err)
+	}
+}
+
+// At start-up a shared database re-queues only the jobs whose lease
+// expired (their node is gone), SQLite every RUNNING job (one node).
+func TestRequeueRunning(t *testing.T) { backends(t, testRequeueRunning) }
+
+func testRequeueRunning(t *testing.T, open opener) {
+	ctx := context.Background()
+	st := open(t)
+	live := newModel(t, st, "live")
+	dead := newModel(t, st, "dead")
+	jl, _ := st.CreateJob(ctx, store.Job{ModelID: live.ID, Kind: store.KindRL, RequestPath: "/r"})
+	jd, _ := st.CreateJob(ctx, store.Job{ModelID: dead.ID, Kind: store.KindRL, RequestPath: "/r"})
+	if _, ok, _ := st.ClaimNext(ctx, "node-a", time.Hour, []string{dead.ID}); !ok {
+		t.Fatal("no claim")
+	}
+	if _, ok, _ := st.ClaimNext(ctx, "node-b", time.Millisecond, []string{live.ID}); !ok {
+		t.Fatal("no claim")
+	}
+	time.Sleep(20 * time.Millisecond)
+	ids, err := st.RequeueRunning(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{jd.ID}
+	if !st.Shared() {
+		want = []string{jl.ID, jd.ID}
+		sort.Strings(want)
+	}
+	if fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Errorf("re-queued %v, want %v", ids, want)
+	}
+	if j, _ := st.JobByID(ctx, jl.ID); st.Shared() && (j.Status != store.StatusRunning || j.LeaseOwner != "node-a") {
+		t.Errorf("a live node's job was re-queued: %+v", j)
+	}
+}
+
+// Nodes competing for jobs (four store instances on one database, several
+// claimers each) never run one job twice, never run two jobs of a model at
+// once, and run each model's jobs in submission order.
+func TestConcurrentClaims(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		st, err := store.OpenSQLite(context.Background(), t.TempDir()+"/flywheel.db")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		testConcurrentClaims(t, []store.Database{st})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		testConcurrentClaims(t, pgNodes(t, pgtest.DSN(t), 4))
+	})
+}
+
+func testConcurrentClaims[S store.Database](t *testing.T, nodes []S) {
+	ctx := context.Background()
+	const models, perModel = 6, 8
+	var ms []store.Model
+	order := map[string][]string{} // model -> job ids in submission order
+	for i := range models {
+		m := newModel(t, nodes[0], fmt.Sprintf("m%d", i))
+		ms = append(ms, m)
+	}
+	for range perModel {
+		for _, m := range ms {
+			j, err := nodes[0].CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			order[m.ID] = append(order[m.ID], j.ID)
+		}
+	}
+	var mu sync.Mutex
+	running := map[string]string{} // model -> job running
+	var done []store.Job
+	var wg sync.WaitGroup
+	errc := make(chan error, 64)
+	for n, st := range nodes {
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				owner := fmt.Sprintf("node-%d-%d", n, w)
+				for idle := 0; idle < 50; {
+					j, ok, err := st.ClaimNext(ctx, owner, time.Hour, nil)
+					if err != nil {
+						errc <- err
+						return
+					}
+					if !ok {
+						idle++
+						time.Sleep(2 * time.Millisecond)
+						continue
+					}
+					idle = 0
+					mu.Lock()
+					if other, busy := running[j.ModelID]; busy {
+						errc <- fmt.Errorf("job %s claimed while %s of its model runs", j.ID, other)
+					}
+					running[j.ModelID] = j.ID
+					done = append(done, j)
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					delete(running, j.ModelID)
+					mu.Unlock()
+					if _, err := st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: j.ModelID, Step: *j.FromStep + 1, Dir: "/d"}, nil); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if len(done) != models*perModel {
+		t.Fatalf("%d claims of %d jobs", len(done), models*perModel)
+	}
+	got := map[string][]string{}
+	for _, j := range done {
+		got[j.ModelID] = append(got[j.ModelID], j.ID)
+	}
+	for _, m := range ms {
+		if fmt.Sprint(got[m.ID]) != fmt.Sprint(order[m.ID]) {
+			t.Errorf("model %s ran %v, submitted %v", m.Name, got[m.ID], order[m.ID])
+		}
+		if latest, _ := nodes[0].LatestCheckpoint(ctx, m.ID); latest.Step != perModel {
+			t.Errorf("model %s at step %d, want %d", m.Name, latest.Step, perModel)
+		}
+	}
+}
+
+// Nodes starting together on an empty database migrate it once.
+func TestPostgresConcurrentMigrations(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := store.OpenPostgres(context.Background(), dsn)
+			if err == nil {
+				_, _, err = st.Bootstrap(context.Background(), "admin", "bootstrap", "", nil)
+				st.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := store.OpenPostgres(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	keys, err := st.ListKeys(context.Background(), "")
+	if err != nil || len(keys) != 1 {
+		t.Errorf("%d bootstrap keys after concurrent starts (%v)", len(keys), err)
+	}
+}
+
+// A completion holds the job's row: while it publishes, another node's
+// claim skips the job even though its lease expired, so the step cannot be
+// published twice.
+func TestPostgresLockLeaseExcludesReclaim(t *testing.T) {
+	ctx := context.Background()
+	nodes := pgNodes(t, pgtest.DSN(t), 2)
+	a, b := nodes[0], nodes[1]
+	m := newModel(t, a, "m")
+	if _, err := a.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"}); err != nil {
+		t.Fatal(err)
+	}
+	j, ok, err := a.ClaimNext(ctx, "node-a", 50*time.Millisecond, nil)
+	if !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	lt, err := a.LockLease(ctx, j.Lease())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lt.Rollback()
+	time.Sleep(100 * time.Millisecond) // expired, but held
+	if c, ok, err := b.ClaimNext(ctx, "node-b", time.Hour, nil); ok || err != nil {
+		t.Fatalf("claimed a job under completion: %+v %v", c, err)
+	}
+	if _, err := lt.Complete(ctx, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/a/1"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := b.ClaimNext(ctx, "node-b", time.Hour, nil); ok {
+		t.Error("claimed a completed job")
+	}
+}
+
+// A job queued on one node wakes the queues of the others at once.
+func TestPostgresJobWakeups(t *testing.T) {
+	ctx := context.Background()
+	nodes := pgNodes(t, pgtest.DSN(t), 2)
+	a, b := nodes[0], nodes[1]
+	m := newModel(t, a, "m")
+	wake := b.JobWakeups()
+	select { // the wake-up every (re)connection sends
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up on LISTEN")
+	}
+	if _, err := a.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a job queued on node a did not wake node b")
+	}
+}
