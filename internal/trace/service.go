@@ -34,7 +34,6 @@ type TokenPrice struct {
 
 // Options configures a Service. The zero value is usable.
 type Options struct {
-	Dialect string // "" or "sqlite": SQLite; "postgres": PostgreSQL, a *sql.DB over pgx's stdlib driver
 	// PricesFile, when set, is a JSON file of default-level prices loaded (and
 	// upserted) by New. See LoadPricesFile for the format.
 	PricesFile string
@@ -62,6 +61,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the current time (tests). Default time.Now.
 	Now func() time.Time
+	// Dialect is the SQL dialect of the database: "" or "sqlite" (the default,
+	// today's behaviour) or "postgres" (a database/sql DB over pgx's stdlib driver).
+	Dialect string
 }
 
 // Service is the call store: storage, HTTP handlers and prices.
