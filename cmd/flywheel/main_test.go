@@ -312,6 +312,19 @@ func TestServeFlags(t *testing.T) {
 	if _, err := parseServe([]string{"--max-queue", "-1"}, &errb); err == nil || !strings.Contains(err.Error(), "--max-queue") {
 		t.Errorf("negative --max-queue: %v", err)
 	}
+	// Scale-out: --workers 0 is an API-only node; the lease flags; the
+	// database from FLYWHEEL_DATABASE.
+	t.Setenv("FLYWHEEL_DATABASE", "postgres://u@h:5432/db")
+	c, err = parseServe([]string{"--workers", "0", "--lease-timeout", "5s", "--node-id", "n1"}, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.app.Workers >= 0 || c.app.LeaseTimeout != 5*time.Second || c.app.NodeID != "n1" || c.app.Database != "postgres://u@h:5432/db" {
+		t.Errorf("scale-out flags: workers %d, lease %s, node %q, database %q", c.app.Workers, c.app.LeaseTimeout, c.app.NodeID, c.app.Database)
+	}
+	if _, err := parseServe([]string{"--lease-timeout", "10ms"}, &errb); err == nil || !strings.Contains(err.Error(), "--lease-timeout") {
+		t.Errorf("a lease timeout under a second: %v", err)
+	}
 	errb.Reset()
 	if _, err := parseServe([]string{"-h"}, &errb); err != errUsage || !strings.Contains(errb.String(), "-prefill-chunk") {
 		t.Errorf("help: %v %q", err, errb.String())
