@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"flywheel/internal/pgtest"
 )
 
 // payload builds an RL training-job body of at least size bytes shaped like
@@ -54,9 +56,15 @@ func payload(modelID string, size int) []byte {
 
 // BenchmarkCreateTrainingJob50MB measures POST /v1/preview/training-jobs
 // with a 50 MB trajectory payload: read, decode and validate, persist the
-// request and queue the job (no network; the handler is called directly).
+// request and queue the job (no network; the handler is called directly),
+// over SQLite and over PostgreSQL (internal/pgtest).
 func BenchmarkCreateTrainingJob50MB(b *testing.B) {
-	e := newEnv(b, envOpts{noTrain: true, workers: 1})
+	b.Run("sqlite", func(b *testing.B) { benchCreateTrainingJob50MB(b, "") })
+	b.Run("postgres", func(b *testing.B) { benchCreateTrainingJob50MB(b, pgtest.DSN(b)) })
+}
+
+func benchCreateTrainingJob50MB(b *testing.B, database string) {
+	e := newEnv(b, envOpts{noTrain: true, workers: 1, database: database})
 	id := createModelB(b, e)
 	body := payload(id, 50<<20)
 	b.SetBytes(int64(len(body)))

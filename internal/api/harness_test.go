@@ -78,7 +78,7 @@ func (t *testTrainer) Train(ctx context.Context, j jobs.Job, emit func(jobs.Even
 type env struct {
 	t        testing.TB
 	url      string
-	st       *store.SQLite
+	st       store.Database
 	q        *jobs.Queue
 	dataDir  string
 	alice    string // key of alice (entities alice, team)
@@ -97,13 +97,20 @@ type envOpts struct {
 	noAuthTT bool
 	// bodyTimeout is the api.Config.BodyReadTimeout (0: the default).
 	bodyTimeout time.Duration
+	// database is the store's database URL (store.Open); default an
+	// SQLite file in the data dir.
+	database string
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := store.OpenSQLite(ctx, filepath.Join(dir, "flywheel.db"))
+	dbURL := o.database
+	if dbURL == "" {
+		dbURL = filepath.Join(dir, "flywheel.db")
+	}
+	st, err := store.Open(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +141,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if workers == 0 {
 		workers = 2
 	}
-	ck := checkpoints.New(st, store.Layout{DataDir: dir}, log, false)
-	e.q = jobs.New(st, jobs.Config{DataDir: dir, ModelsDir: modelsDir, Workers: workers, Trainer: tr, Checkpoints: ck, Logger: log, PollInterval: 50 * time.Millisecond})
+	ck := checkpoints.New(st, store.Layout{DataDir: dir}, log, st.Shared())
+	e.q = jobs.New(st, jobs.Config{DataDir: dir, ModelsDir: modelsDir, Workers: workers, Trainer: tr, Checkpoints: ck, Logger: log,
+		PollInterval: 50 * time.Millisecond, Shared: st.Shared()})
 	if err := e.q.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

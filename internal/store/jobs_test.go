@@ -14,7 +14,7 @@ import (
 )
 
 // pgNodes opens n stores on the PostgreSQL database dsn, as n nodes would.
-func pgNodes(t *testing.T, dsn string, n int) []*store.Postgres {
+func pgNodes(t testing.TB, dsn string, n int) []*store.Postgres {
 	t.Helper()
 	var nodes []*store.Postgres
 	for range n {
