@@ -85,7 +85,7 @@ func (s *Server) fileContent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	fh, err := os.Open(f.Path)
+	fh, size, err := s.cfg.Storage.Open(f.Path)
 	if errors.Is(err, os.ErrNotExist) {
 		return httpx.NotFound("the content of file %s is gone", f.ID)
 	}
@@ -94,9 +94,7 @@ func (s *Server) fileContent(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer fh.Close()
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if st, err := fh.Stat(); err == nil {
-		w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
-	}
+	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	w.WriteHeader(http.StatusOK)
 	_, err = io.Copy(w, fh)
 	if err != nil {
@@ -115,7 +113,7 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) error {
 	if err := s.st.DeleteFile(r.Context(), f.ID); err != nil {
 		return err
 	}
-	if err := os.Remove(f.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := s.cfg.Storage.Remove(f.Path); err != nil {
 		s.log.Warn("files: removing bytes", "file", f.ID, "err", err)
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"id": f.ID, "object": "file", "deleted": true})

@@ -93,6 +93,7 @@ type App struct {
 	DataDir, ModelsDir string // absolute
 
 	Store       store.Database
+	Storage     store.Storage    // checkpoints, request bodies and uploads (the data dir: store.SharedFS)
 	Models      *engine.Registry // base models, loaded once, shared by training and inference
 	Calls       *trace.Service   // the call store
 	Chat        *serve.Server    // chat completions, /v1/models, /tokenize
@@ -154,6 +155,7 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 		return nil, err
 	}
 	a.DataDir = layout.DataDir
+	a.Storage = store.SharedFS{}
 	a.closers = append(a.closers, func() { a.Store.Close() })
 
 	a.ModelsDir = cfg.ModelsDir
@@ -196,16 +198,16 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	a.Chat = serve.New(a.Models, serve.NewStoreResolver(a.Store), a.Calls, sopts)
 	a.closers = append(a.closers, a.Chat.Close)
 
-	a.Checkpoints = checkpoints.New(a.Store, layout, cfg.Logger, a.Store.Shared())
+	a.Checkpoints = checkpoints.New(a.Store, layout, a.Storage, cfg.Logger, a.Store.Shared())
 	a.Queue = jobs.New(a.Store, jobs.Config{DataDir: a.DataDir, ModelsDir: a.ModelsDir, Workers: cfg.Workers,
-		NodeID: cfg.NodeID, LeaseTimeout: cfg.LeaseTimeout, Shared: a.Store.Shared(),
+		NodeID: cfg.NodeID, LeaseTimeout: cfg.LeaseTimeout, Shared: a.Store.Shared(), Storage: a.Storage,
 		Trainer: trainer, Checkpoints: a.Checkpoints, Logger: cfg.Logger})
 	if err := a.Queue.Start(ctx); err != nil {
 		return nil, err
 	}
 	a.closers = append(a.closers, a.shutdownQueue)
 
-	acfg := api.Config{Checkpoints: a.Checkpoints, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
+	acfg := api.Config{Checkpoints: a.Checkpoints, Storage: a.Storage, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
 		MaxBodyBytes: cfg.MaxBodyBytes, BodyReadTimeout: cfg.BodyReadTimeout, Version: cfg.Version, Logger: cfg.Logger}
 	if lr, ok := trainer.(defaultLRer); ok {
 		acfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use
@@ -316,15 +318,20 @@ func (a *App) bootstrap(ctx context.Context, key string) error {
 // sweepUploads removes uploads cut short by a crash (atomicfile's .tmp-*
 // files under <data-dir>/files, and .part files of earlier versions): a
 // request in flight when the process died, even by kill -9. Run at start-up, before requests are served.
+// On a data dir shared with other nodes only files older than an hour go:
+// a recent one may be another node's upload in progress.
 func (a *App) sweepUploads() {
 	dir := filepath.Join(a.DataDir, "files")
-	entries, err := os.ReadDir(dir)
+	entries, err := a.Storage.List(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
+		if a.Store.Shared() && !store.Old(e) {
+			continue
+		}
 		if strings.HasPrefix(e.Name(), ".tmp-") || strings.HasSuffix(e.Name(), ".part") {
-			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			if err := a.Storage.Remove(filepath.Join(dir, e.Name())); err != nil {
 				a.log.Warn("remove an interrupted upload", "file", e.Name(), "err", err)
 			} else {
 				a.log.Info("removed an upload interrupted by a restart", "file", e.Name())

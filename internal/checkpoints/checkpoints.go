@@ -43,20 +43,25 @@ type Store interface {
 // Manager runs the checkpoint lifecycle over a store and a data dir. Safe
 // for concurrent use; it keeps no state of its own.
 type Manager struct {
-	st     Store
-	layout store.Layout
-	log    *slog.Logger
-	shared bool
+	st      Store
+	layout  store.Layout
+	storage store.Storage
+	log     *slog.Logger
+	shared  bool
 }
 
-// New returns a manager of the checkpoints under layout's data dir, whose
-// rows live in st. log may be nil (slog.Default). shared says that other
-// nodes use the same store and data dir (see Sweep).
-func New(st Store, layout store.Layout, log *slog.Logger, shared bool) *Manager {
+// New returns a manager of the checkpoints under layout's data dir, kept in
+// storage (nil: store.SharedFS), whose rows live in st. log may be nil
+// (slog.Default). shared says that other nodes use the same store and data
+// dir (see Sweep).
+func New(st Store, layout store.Layout, storage store.Storage, log *slog.Logger, shared bool) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{st: st, layout: layout, log: log, shared: shared}
+	if storage == nil {
+		storage = store.SharedFS{}
+	}
+	return &Manager{st: st, layout: layout, storage: storage, log: log, shared: shared}
 }
 
 // AdapterError is returned by Create when the step-0 adapter could not be
@@ -76,7 +81,7 @@ func (m *Manager) Create(ctx context.Context, model store.Model, writeAdapter fu
 	modelDir := m.layout.ModelDir(model.ID)
 	work := m.layout.WorkDir(model.ID, createWork)
 	final := m.layout.CheckpointDir(model.ID, 0)
-	if err := os.MkdirAll(modelDir, 0o700); err != nil {
+	if err := m.storage.EmptyDir(work); err != nil {
 		return store.Model{}, fmt.Errorf("create the folder of model %s: %w", model.ID, err)
 	}
 	if err := writeAdapter(work); err != nil {
@@ -87,7 +92,7 @@ func (m *Manager) Create(ctx context.Context, model store.Model, writeAdapter fu
 		m.removeAll(modelDir, "model_id", model.ID)
 		return store.Model{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
 	}
-	if err := os.Rename(work, final); err != nil {
+	if err := m.storage.PublishDir(work, final); err != nil {
 		m.removeAll(modelDir, "model_id", model.ID)
 		return store.Model{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
 	}
@@ -104,10 +109,7 @@ func (m *Manager) Create(ctx context.Context, model store.Model, writeAdapter fu
 // renames it into place; Discard removes it.
 func (m *Manager) WorkDir(modelID, jobID string) (string, error) {
 	dir := m.layout.WorkDir(modelID, jobID)
-	if err := os.RemoveAll(dir); err != nil {
-		return "", fmt.Errorf("prepare work folder: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := m.storage.EmptyDir(dir); err != nil {
 		return "", fmt.Errorf("prepare work folder: %w", err)
 	}
 	return dir, nil
@@ -154,10 +156,7 @@ func (m *Manager) Publish(modelID, jobID string, step int, fence Fence, record f
 	dst := m.layout.CheckpointDir(modelID, step)
 	// A folder at dst has no row (rows are recorded after the rename): it is
 	// left by a crash between rename and commit, and is stale.
-	if err := os.RemoveAll(dst); err != nil {
-		return fmt.Errorf("publish step %d: remove stale folder: %w", step, err)
-	}
-	if err := os.Rename(work, dst); err != nil {
+	if err := m.storage.PublishDir(work, dst); err != nil {
 		return fmt.Errorf("publish step %d: %w", step, err)
 	}
 	if err := record(dst); err != nil {
@@ -210,10 +209,7 @@ func (m *Manager) Delete(ctx context.Context, modelID string, steps []int) ([]st
 // removed only if, checked after that, it still has no row.
 func (m *Manager) Sweep(ctx context.Context) error {
 	root := filepath.Join(m.layout.DataDir, "checkpoints")
-	models, err := os.ReadDir(root)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	models, err := m.storage.List(root)
 	if err != nil {
 		return fmt.Errorf("sweep checkpoints: %w", err)
 	}
@@ -230,7 +226,7 @@ func (m *Manager) Sweep(ctx context.Context) error {
 
 func (m *Manager) sweepModel(ctx context.Context, modelID string) error {
 	dir := m.layout.ModelDir(modelID)
-	entries, err := os.ReadDir(dir)
+	entries, err := m.storage.List(dir)
 	if err != nil {
 		return err
 	}
@@ -328,7 +324,7 @@ func stepOf(name string) (int, bool) {
 // removeAll removes a folder, logging (with the attributes) when it cannot:
 // what is left is garbage that the next Sweep retries, never state.
 func (m *Manager) removeAll(dir string, attrs ...any) {
-	if err := os.RemoveAll(dir); err != nil {
+	if err := m.storage.Remove(dir); err != nil {
 		m.log.Error("remove checkpoint files", append(attrs, "dir", dir, "err", err)...)
 	}
 }

@@ -31,7 +31,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	layout := store.Layout{DataDir: dir}
-	return &fixture{st: st, layout: layout, ck: checkpoints.New(st, layout, slog.New(slog.DiscardHandler), false)}
+	return &fixture{st: st, layout: layout, ck: checkpoints.New(st, layout, nil, slog.New(slog.DiscardHandler), false)}
 }
 
 // writeAdapter stands in for the engine's adapter writer: it makes dir and
@@ -295,5 +295,35 @@ func TestPublishedCheckpointsArePrivate(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// On a data dir shared with other nodes the sweep leaves a model in
+// training alone (its work folder, and the step it may be publishing,
+// belong to a live run elsewhere) and sweeps it once no job runs.
+func TestSharedSweepSparesModelsInTraining(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	shared := checkpoints.New(f.st, f.layout, nil, slog.New(slog.DiscardHandler), true)
+	m := f.create(t, "m")
+	j := f.claim(t, m)
+	work := f.layout.WorkDir(m.ID, j.ID+".1")
+	writeAdapter(work)
+	publishing := f.layout.CheckpointDir(m.ID, 1) // renamed, row not yet committed
+	writeAdapter(publishing)
+	if err := shared.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(work) || !exists(publishing) {
+		t.Fatalf("a live run's folders were swept: work %v, step-1 %v", exists(work), exists(publishing))
+	}
+	if err := f.st.FinishJob(ctx, j.ID, store.StatusFailed, "node died"); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if exists(work) || exists(publishing) || !exists(f.layout.CheckpointDir(m.ID, 0)) {
+		t.Errorf("after the run: work %v, step-1 %v, step-0 %v", exists(work), exists(publishing), exists(f.layout.CheckpointDir(m.ID, 0)))
 	}
 }

@@ -32,7 +32,6 @@ import (
 	"sync"
 	"time"
 
-	"flywheel/internal/atomicfile"
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/store"
 )
@@ -108,6 +107,8 @@ type Config struct {
 	// Checkpoints prepares work folders, publishes new checkpoints and
 	// sweeps leftovers at Start (required).
 	Checkpoints *checkpoints.Manager
+	// Storage keeps the request bodies (default store.SharedFS).
+	Storage store.Storage
 	// Trainer runs the jobs. When nil every job fails with a clear error
 	// saying that training is unavailable in this build.
 	Trainer Trainer
@@ -120,11 +121,6 @@ type Config struct {
 
 // DefaultLeaseTimeout is the default Config.LeaseTimeout.
 const DefaultLeaseTimeout = 30 * time.Second
-
-// sharedSweepAge is how old a leftover file must be before a node of a
-// shared data dir removes it at start-up: older than any request body or
-// upload still being written by another node.
-const sharedSweepAge = time.Hour
 
 // Waker is implemented by stores shared by several nodes (store.Postgres):
 // the channel receives when a job may have become runnable anywhere.
@@ -180,6 +176,9 @@ func New(st Store, cfg Config) *Queue {
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID()
+	}
+	if cfg.Storage == nil {
+		cfg.Storage = store.SharedFS{}
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 2 * time.Second
@@ -241,13 +240,13 @@ func (q *Queue) Start(ctx context.Context) error {
 // were deleted with their model. It runs before the HTTP server starts.
 func (q *Queue) sweepRequests(ctx context.Context) {
 	dir := filepath.Join(q.cfg.DataDir, "requests")
-	entries, err := os.ReadDir(dir)
+	entries, err := q.cfg.Storage.List(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if q.cfg.Shared && !old(e) {
+		if q.cfg.Shared && !store.Old(e) {
 			continue
 		}
 		id, ok := strings.CutSuffix(name, ".json")
@@ -260,15 +259,8 @@ func (q *Queue) sweepRequests(ctx context.Context) {
 				continue
 			}
 		}
-		os.Remove(filepath.Join(dir, name))
+		q.cfg.Storage.Remove(filepath.Join(dir, name))
 	}
-}
-
-// old reports whether a directory entry was last modified more than
-// sharedSweepAge ago.
-func old(e os.DirEntry) bool {
-	info, err := e.Info()
-	return err == nil && time.Since(info.ModTime()) > sharedSweepAge
 }
 
 // Notify wakes the dispatcher (after a job was submitted).
@@ -297,7 +289,7 @@ func (q *Queue) Submit(ctx context.Context, j store.Job, body []byte) (store.Job
 type Pending struct {
 	q     *Queue
 	id    string
-	f     *atomicfile.File
+	f     store.Object
 	ch    chan []byte
 	done  chan error
 	n     int64
@@ -308,7 +300,7 @@ type Pending struct {
 // background as Write hands it slices of the body.
 func (q *Queue) Prepare() (*Pending, error) {
 	id := store.NewID()
-	f, err := atomicfile.Create(q.layout.RequestPath(id), store.FileMode)
+	f, err := q.cfg.Storage.Create(q.layout.RequestPath(id))
 	if err != nil {
 		return nil, fmt.Errorf("store request: %w", err)
 	}
@@ -370,7 +362,7 @@ func (p *Pending) Submit(ctx context.Context, j store.Job) (store.Job, error) {
 	}
 	j, err := p.q.st.CreateJob(ctx, j)
 	if err != nil {
-		os.Remove(j.RequestPath)
+		p.q.cfg.Storage.Remove(j.RequestPath)
 		return j, err
 	}
 	p.q.Notify()
@@ -399,7 +391,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 		r.ended = true
 		r.cancel(errCancelled)
 	} else if j, err := q.st.JobByID(ctx, id); err == nil {
-		os.Remove(j.RequestPath) // a queued job's request is no longer needed
+		q.cfg.Storage.Remove(j.RequestPath) // a queued job's request is no longer needed
 	}
 	return nil
 }
@@ -515,7 +507,7 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	bg := context.Background()
 	if !errors.Is(cause, errShutdown) && !errors.Is(cause, errLeaseLost) {
 		// The job ends here; its request body is no longer needed.
-		defer os.Remove(j.RequestPath)
+		defer q.cfg.Storage.Remove(j.RequestPath)
 	}
 	switch {
 	case errors.Is(cause, errCancelled):
@@ -648,7 +640,7 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 	if q.cfg.Trainer == nil {
 		return Result{}, fmt.Errorf("training is not available in this server build: no trainer is configured for base model %q", m.BaseModel)
 	}
-	req, err := os.ReadFile(j.RequestPath)
+	req, err := store.ReadAll(q.cfg.Storage, j.RequestPath)
 	if err != nil {
 		return Result{}, errors.New("the stored request of this job is missing; submit the job again")
 	}
