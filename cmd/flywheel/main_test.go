@@ -18,6 +18,7 @@ import (
 
 	"flywheel/internal/app"
 	"flywheel/internal/jobs"
+	"flywheel/internal/pgtest"
 	"flywheel/internal/serve"
 	"flywheel/internal/store"
 )
@@ -328,5 +329,35 @@ func TestServeFlags(t *testing.T) {
 	errb.Reset()
 	if _, err := parseServe([]string{"-h"}, &errb); err != errUsage || !strings.Contains(errb.String(), "-prefill-chunk") {
 		t.Errorf("help: %v %q", err, errb.String())
+	}
+}
+
+// `flywheel keys` manages the keys of a PostgreSQL database the same way,
+// from any machine that reaches it.
+func TestKeysCommandsPostgres(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	if code := run([]string{"keys", "create", "--data-dir", dir, "--database", dsn, "--user", "carol"}, &out, &errb); code != 0 {
+		t.Fatalf("keys create: %d %s", code, errb.String())
+	}
+	key := strings.TrimSpace(out.String())
+	st, err := store.OpenPostgres(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if p, err := st.Authenticate(context.Background(), key); err != nil || p.UserName != "carol" {
+		t.Fatalf("created key: %+v %v", p, err)
+	}
+	t.Setenv("FLYWHEEL_DATABASE", dsn)
+	if code := run([]string{"keys", "revoke", "--data-dir", dir, key[:store.KeyPrefixLen]}, &out, &errb); code != 0 {
+		t.Fatalf("keys revoke: %d %s", code, errb.String())
+	}
+	if _, err := st.Authenticate(context.Background(), key); err == nil {
+		t.Error("a revoked key authenticates")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "flywheel.db")); err == nil {
+		t.Error("an SQLite database was created beside PostgreSQL")
 	}
 }

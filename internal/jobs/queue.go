@@ -494,8 +494,10 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	lease := j.Lease()
 	work := workName(j)
 	defer q.cfg.Checkpoints.Discard(j.ModelID, work) // a no-op after a successful publish
+	rctx, stopRenewing := context.WithCancel(ctx)
 	renewed := make(chan struct{})
-	go func() { defer close(renewed); q.renew(ctx, lease, r) }()
+	go func() { defer close(renewed); q.renew(rctx, lease, r) }()
+	defer func() { stopRenewing(); <-renewed }()
 
 	res, err := q.trainRecovered(ctx, j, r)
 	cause := context.Cause(ctx)
@@ -527,6 +529,11 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 		log.Warn("job failed", "err", err, "duration", time.Since(start))
 		q.fail(bg, lease, r, err.Error())
 	default:
+		// The publish holds the job's row from its lease check to its
+		// commit, so no other node can take the job meanwhile: renewals,
+		// which would wait on that row, stop here.
+		stopRenewing()
+		<-renewed
 		err := q.complete(bg, j, res, r)
 		switch {
 		case errors.Is(err, store.ErrLeaseLost):
@@ -538,8 +545,6 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 			log.Info("job completed", "to_step", *j.FromStep+1, "duration", time.Since(start))
 		}
 	}
-	r.cancel(nil)
-	<-renewed
 }
 
 // workName names a run's work folder: one per claim, so a run that lost
