@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -379,6 +380,7 @@ func (s *sqlDB) FinishJob(ctx context.Context, id, status, message string) error
 		return fmt.Errorf("finish job: bad status %q", status)
 	}
 	return s.tx(ctx, func(tx *rtx) error {
+		message := storableText(message)
 		res, err := tx.ExecContext(ctx, `UPDATE jobs SET status = ?, error_message = ?, training_end = ?, lease_expires = NULL
 			WHERE id = ? AND status IN ('QUEUED', 'RUNNING')`, status, message, FormatTime(now()), id)
 		if err != nil {
@@ -404,6 +406,7 @@ func (s *sqlDB) FailJob(ctx context.Context, l Lease, message string) error {
 		if err := s.holdLease(ctx, tx, l, s.d.forUpdate); err != nil {
 			return err
 		}
+		message := storableText(message)
 		if _, err := tx.ExecContext(ctx, `UPDATE jobs SET status = 'FAILED', error_message = ?, training_end = ?, lease_expires = NULL
 			WHERE id = ?`, message, FormatTime(now()), l.JobID); err != nil {
 			return fmt.Errorf("fail job: %w", err)
@@ -413,6 +416,15 @@ func (s *sqlDB) FailJob(ctx context.Context, l Lease, message string) error {
 		}
 		return s.wake(ctx, tx)
 	})
+}
+
+// storableText is s as both databases store text: valid UTF-8 without NUL
+// (PostgreSQL refuses both), each NUL and each run of invalid bytes
+// replaced by U+FFFD. A
+// failure message may quote what a client sent; it must never be the
+// reason a job cannot end.
+func storableText(s string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 }
 
 // ModelTraining reports whether a job of the model is RUNNING.

@@ -345,3 +345,27 @@ func TestPostgresJobWakeups(t *testing.T) {
 		t.Fatal("a job queued on node a did not wake node b")
 	}
 }
+
+// A failure message is stored whatever bytes it quotes (PostgreSQL refuses
+// NUL and invalid UTF-8 in text): the job ends.
+func TestFailureMessageAnyBytes(t *testing.T) { backends(t, testFailureMessageAnyBytes) }
+
+func testFailureMessageAnyBytes(t *testing.T, open opener) {
+	ctx := context.Background()
+	st := open(t)
+	m := newModel(t, st, "m")
+	j1, _ := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
+	c, _, _ := st.ClaimNext(ctx, "node-a", time.Hour, nil)
+	if err := st.FailJob(ctx, c.Lease(), "bad token \x00 in \xff\xfe"); err != nil {
+		t.Fatal(err)
+	}
+	j2, _ := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
+	if err := st.FinishJob(ctx, j2.ID, store.StatusCancelled, "\x00"); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{j1.ID: "bad token \uFFFD in \uFFFD", j2.ID: "\uFFFD"} {
+		if j, _ := st.JobByID(ctx, id); j.ErrorMessage != want || (j.Status != store.StatusFailed && j.Status != store.StatusCancelled) {
+			t.Errorf("job %s %q, want %q", j.Status, j.ErrorMessage, want)
+		}
+	}
+}

@@ -3,9 +3,14 @@
 // their events. It only persists; it knows nothing of HTTP or training.
 //
 // Handlers and the job queue depend on the small interfaces below (Keys,
-// Models, Files, Jobs, or Store for all of them), so a PostgreSQL
-// implementation can follow the SQLite one without touching them. Every
-// lookup of a missing row returns an error wrapping ErrNotFound.
+// Models, Files, Jobs, or Store for all of them). Two databases implement
+// them with one code base (sqlDB and its dialects): SQLite, embedded, for
+// one node, and PostgreSQL, shared by several nodes, where each claim of a
+// job is a lease (Lease) that fences the writes of its run. Every lookup of
+// a missing row returns an error wrapping ErrNotFound.
+//
+// The bytes the rows point at (checkpoints, request bodies, uploads) go
+// through Storage; Layout names them under the data dir.
 package store
 
 import (
