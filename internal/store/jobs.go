@@ -420,9 +420,8 @@ func (s *sqlDB) FailJob(ctx context.Context, l Lease, message string) error {
 
 // storableText is s as both databases store text: valid UTF-8 without NUL
 // (PostgreSQL refuses both), each NUL and each run of invalid bytes
-// replaced by U+FFFD. A
-// failure message may quote what a client sent; it must never be the
-// reason a job cannot end.
+// replaced by U+FFFD. A failure message may quote what a client sent; it
+// must never be the reason a job cannot end.
 func storableText(s string) string {
 	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 }
