@@ -1,6 +1,6 @@
 // Browser test of the dashboard (/ui/): playwright-core drives Debian's
 // chromium (headless) against a flywheel binary:
-//   node check.mjs /path/to/flywheel [screenshot dir]
+//   node check.mjs /path/to/flywheel [screenshot dir] [seeded data dir]
 //
 // It starts `flywheel serve` on a free loopback port with a temporary data
 // dir, then: a wrong key and a revoked key get a sign-in error; another
@@ -9,9 +9,13 @@
 // grows by one point per step; a checkpoint's trajectories lead to the call
 // that sampled a choice; a queued job is cancelled from the UI; the
 // playground streams a reply with logprobs on hover; the calls page filters.
-// Any console error or page error fails the test. Screenshots of each page go
-// to the screenshot dir (default: a temp dir, printed). Exits non-zero on any
-// failure.
+// With a seeded data dir (go test ./internal/app -run TestSeedDashboardDataDir
+// writes one: a model of 1,000 steps and a project of 100,000 calls) a second
+// server serves it: the model page draws all 1,000 points and the calls page
+// pages back, every list request a page (limit <= 100), never a full load;
+// the times are printed. Any console error or page error fails the test.
+// Screenshots of each page go to the screenshot dir (default: a temp dir,
+// printed). Exits non-zero on any failure.
 
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, mkdirSync } from "node:fs";
@@ -27,6 +31,7 @@ if (!bin) {
 }
 const KEY = "fw_ui_browser_check_0123456789abcdefgh";
 const STEPS = 3;
+const seeded = process.argv[4];
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -46,19 +51,25 @@ const dataDir = join(dir, "data");
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
 let log = "";
-const proc = spawn(bin, ["serve", "--addr", `127.0.0.1:${port}`, "--data-dir", dataDir, "--log-level", "warn", "--workers", "1"], {
-  env: { ...process.env, FLYWHEEL_BOOTSTRAP_API_KEY: KEY },
-  stdio: ["ignore", "pipe", "pipe"],
-});
-proc.stdout.on("data", (d) => (log += d));
-proc.stderr.on("data", (d) => (log += d));
 let exited = false;
-proc.on("exit", () => (exited = true));
+const procs = [];
+function serve(data, addr) {
+  const p = spawn(bin, ["serve", "--addr", addr, "--data-dir", data, "--log-level", "warn", "--workers", "1"], {
+    env: { ...process.env, FLYWHEEL_BOOTSTRAP_API_KEY: KEY },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  p.stdout.on("data", (d) => (log += d));
+  p.stderr.on("data", (d) => (log += d));
+  p.on("exit", () => (exited = true));
+  procs.push(p);
+  return p;
+}
+serve(dataDir, `127.0.0.1:${port}`);
 let browser;
 
 async function cleanup() {
   if (browser) await browser.close().catch(() => {});
-  if (!exited) proc.kill("SIGTERM");
+  for (const p of procs) if (p.exitCode === null) p.kill("SIGTERM");
   rmSync(dataDir, { recursive: true, force: true });
 }
 
@@ -72,19 +83,19 @@ function assert(cond, msg) {
   if (!cond) throw new Error(msg);
 }
 
-async function waitHealthy() {
+async function waitHealthy(url = base) {
   for (let i = 0; i < 300; i++) {
     if (exited) throw new Error("flywheel serve exited:\n" + log);
     try {
-      if ((await fetch(`${base}/v1/health`)).ok) return;
+      if ((await fetch(`${url}/v1/health`)).ok) return;
     } catch {}
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error("flywheel serve did not become healthy in 30 s:\n" + log);
 }
 
-async function api(method, path, body, key = KEY) {
-  const r = await fetch(base + path, {
+async function api(method, path, body, key = KEY, url = base) {
+  const r = await fetch(url + path, {
     method,
     headers: { Authorization: `Bearer ${key}`, "Content-Type": "application/json" },
     body: body === undefined ? undefined : JSON.stringify(body),
@@ -122,6 +133,61 @@ async function signIn(page, key) {
   await page.goto(`${base}/ui/`);
   await page.fill("#apikey", key);
   await page.click("#signin button[type=submit]");
+}
+
+// scaleChecks serves the seeded data dir and opens the model of 1,000 steps
+// and the project of 100,000 calls, checking that every list request is a
+// page and printing how long each page took to show.
+async function scaleChecks() {
+  const sport = await freePort();
+  const sbase = `http://127.0.0.1:${sport}`;
+  serve(seeded, `127.0.0.1:${sport}`);
+  await waitHealthy(sbase);
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await newPage(ctx);
+  const unpaged = [];
+  page.on("request", (r) => {
+    const u = new URL(r.url());
+    if (u.pathname === "/calls/query") {
+      const b = JSON.parse(r.postData() || "{}");
+      if (!(b.limit > 0 && b.limit <= 101)) unpaged.push(`${u.pathname} limit ${b.limit}`);
+    } else if (/^\/v1\/preview\/(models|training-jobs)(\/[^/]+\/(checkpoints|events))?$/.test(u.pathname) && r.method() === "GET") {
+      const l = +u.searchParams.get("limit");
+      if (!(l > 0 && l <= 100)) unpaged.push(`${u.pathname} limit ${u.searchParams.get("limit")}`);
+    }
+  });
+  await page.goto(`${sbase}/ui/`);
+  await page.fill("#apikey", KEY);
+  await page.click("#signin button[type=submit]");
+  await page.waitForSelector("#models tbody tr");
+  const models = await api("GET", "/v1/preview/models?limit=100", undefined, KEY, sbase);
+  const long = models.data.find((m) => m.name === "long");
+  let t0 = Date.now();
+  await page.goto(`${sbase}/ui/#/models/${long.id}`);
+  await page.waitForSelector('.chart[data-metric="reward"][data-points="1000"]', { timeout: 60_000 });
+  await page.waitForSelector('.chart[data-metric="loss"]');
+  const tModel = Date.now() - t0;
+  assert(+(await page.getAttribute('#step-charts .chart[data-metric="loss"]', "data-points")) === 1000, "loss per gradient step: not 1000 points");
+  await page.hover('.chart[data-metric="reward"] svg');
+  await shot(page, "scale-model-1000-steps");
+  t0 = Date.now();
+  await page.goto(`${sbase}/ui/#/calls?project=admin/scale`);
+  await page.waitForSelector("#calls tbody tr");
+  const tCalls = Date.now() - t0;
+  assert((await page.$$eval("#calls tbody tr", (r) => r.length)) === 50, "calls page: not 50 rows");
+  const firstID = await page.getAttribute("#calls tbody tr", "data-id");
+  t0 = Date.now();
+  await page.click("#calls-older");
+  await page.waitForFunction((id) => {
+    const tr = document.querySelector("#calls tbody tr");
+    return tr && tr.dataset.id !== id;
+  }, firstID);
+  const tOlder = Date.now() - t0;
+  assert((await page.$$eval("#calls tbody tr", (r) => r.length)) === 50, "older calls page: not 50 rows");
+  await shot(page, "scale-calls-100k");
+  await ctx.close();
+  assert(unpaged.length === 0, "unpaged requests: " + unpaged.join(", "));
+  console.log(`ui-browser: model of 1000 steps shown in ${tModel} ms; calls page (100,000 calls) ${tCalls} ms, next page ${tOlder} ms`);
 }
 
 try {
@@ -191,7 +257,7 @@ try {
   const code = await demoDone;
   assert(code === 0, `demo failed (${code}):\n${demoOut}`);
   // one point per step: the chart ends with exactly STEPS points, having shown 1..STEPS
-  await page.waitForFunction((n) => +document.querySelector('.chart[data-metric="reward"]').dataset.points === n, STEPS);
+  await page.waitForFunction((n) => +document.querySelector('.chart[data-metric="reward"]')?.dataset.points === n, STEPS);
   assert(seen.every((v, i) => v >= i + 1) && seen.at(-1) <= STEPS, `reward chart points seen: ${seen}`);
   await page.waitForSelector('.chart[data-metric="loss"]');
   assert(+(await page.getAttribute('.chart[data-metric="loss"]', "data-points")) >= STEPS, "loss chart: fewer points than steps");
@@ -219,7 +285,7 @@ try {
   assert(nCalls >= STEPS + 1, `calls page shows ${nCalls} calls`);
   await page.selectOption("#f-status", "error");
   await page.click("#calls-filter button[type=submit]");
-  await page.waitForFunction(() => /status=error/.test(location.hash) && document.querySelector("#calls"));
+  await page.waitForFunction(() => /status=error/.test(location.hash) && document.querySelector(".pager span")?.textContent === "no calls");
   assert((await page.$$eval("#calls tbody tr", (r) => r.length)) === 0, "status=error shows calls");
   await shot(page, "calls");
 
@@ -273,6 +339,8 @@ try {
   await ctx2.close();
   dropExpected(404); // bob's request for admin's model, answered 404 as it must be
 
+  assert(errors.length === 0, "browser errors:\n" + errors.join("\n"));
+  if (seeded) await scaleChecks();
   assert(errors.length === 0, "browser errors:\n" + errors.join("\n"));
   console.log(`ui-browser: ok (screenshots in ${shots})`);
   clearTimeout(watchdog);

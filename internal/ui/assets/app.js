@@ -304,8 +304,17 @@ async function pageModel(id) {
       : [el('p', { class: 'muted' }, 'No gradient steps yet.')]));
   }
 
+  // The checkpoint table shows 20 rows at a time, newest first.
+  let ckFrom = 0;
+  const ckPager = el('div', { class: 'pager' });
   function renderCheckpoints() {
-    ckBody.replaceChildren(...checkpoints.slice().reverse().slice(0, 200).map((c) => {
+    const rows = checkpoints.slice().reverse();
+    ckFrom = Math.min(ckFrom, Math.max(0, rows.length - 1));
+    ckPager.replaceChildren(
+      el('button', { type: 'button', disabled: ckFrom === 0, onclick: () => { ckFrom = Math.max(0, ckFrom - 20); renderCheckpoints(); } }, 'Newer'),
+      el('span', { class: 'muted' }, rows.length ? `${ckFrom + 1}–${Math.min(ckFrom + 20, rows.length)} of ${rows.length}` : ''),
+      el('button', { type: 'button', disabled: ckFrom + 20 >= rows.length, onclick: () => { ckFrom += 20; renderCheckpoints(); } }, 'Older'));
+    ckBody.replaceChildren(...rows.slice(ckFrom, ckFrom + 20).map((c) => {
       const del = el('button', {
         class: 'danger', type: 'button', onclick: async () => {
           if (!confirm(`Delete step ${c.step}?`)) return;
@@ -378,6 +387,7 @@ async function pageModel(id) {
     el('h2', {}, 'Jobs'), el('table', { id: 'model-jobs' }, jobHead(), jobBody),
     el('h2', {}, 'Checkpoints'),
     el('table', { id: 'checkpoints' }, el('thead', {}, el('tr', {}, ['Step', 'Metrics', 'Size', 'Created', ''].map((h) => el('th', {}, h)))), ckBody),
+    ckPager,
   );
   every(1500, () => poll().catch((e) => { if (e.status !== 401) err.replaceChildren(errorBox(e)); }));
 }
@@ -507,7 +517,12 @@ async function pageCalls(q) {
     after: el('input', { id: 'f-after', type: 'datetime-local', value: q.get('after') || '' }),
     before: el('input', { id: 'f-before', type: 'datetime-local', value: q.get('before') || '' }),
   };
-  const offset = +(q.get('offset') || 0);
+  // Paging is by a cursor, not an offset, so the oldest page costs what the
+  // newest does: "older" asks for calls started at or before the last one
+  // shown (started_before = its time + 1 µs) and skips the ones at that very
+  // time already shown (ties are ordered by id).
+  const cursor = q.get('cursor') || '';
+  const skip = +(q.get('skip') || 0);
   const form = el('form', {
     class: 'inline', id: 'calls-filter', onsubmit: (e) => {
       e.preventDefault();
@@ -528,8 +543,9 @@ async function pageCalls(q) {
   if (q.get('status')) filter.statuses = [q.get('status')];
   if (q.get('after')) filter.started_after = new Date(q.get('after') + 'Z').toISOString();
   if (q.get('before')) filter.started_before = new Date(q.get('before') + 'Z').toISOString();
+  if (cursor) filter.started_before = cursor;
   const res = await api('POST', '/calls/query', {
-    project_id: project, filter, sort_by: [{ field: 'started_at', direction: 'desc' }], limit: CALL_PAGE + 1, offset,
+    project_id: project, filter, sort_by: [{ field: 'started_at', direction: 'desc' }], limit: CALL_PAGE + 1, offset: skip,
     include_costs: true, include_storage_size: true,
   });
   const calls = res.calls.slice(0, CALL_PAGE);
@@ -544,13 +560,33 @@ async function pageCalls(q) {
       el('td', { class: 'num' }, cost === null ? '—' : '$' + cost.toFixed(6)), el('td', { class: 'num' }, bytes(c.storage_size_bytes)),
       el('td', {}, c.parent_id ? 'child' : 'root'));
   }));
-  const nav = (o) => { const p = new URLSearchParams(q); p.set('project', project); p.set('offset', String(o)); location.hash = '#/calls?' + p.toString(); };
+  const nav = (c, k) => {
+    const p = new URLSearchParams(q);
+    p.set('project', project);
+    if (c) { p.set('cursor', c); p.set('skip', String(k)); } else { p.delete('cursor'); p.delete('skip'); }
+    location.hash = '#/calls?' + p.toString();
+  };
+  const older = () => {
+    const last = calls.at(-1).started_at;
+    const ties = calls.filter((c) => c.started_at === last).length;
+    const next = plusMicro(last);
+    nav(next, next === cursor ? skip + ties : ties);
+  };
   show(el('h1', {}, 'Calls'), form,
     el('table', { id: 'calls' }, el('thead', {}, el('tr', {}, ['Op', 'Status', 'Started', 'Latency', 'Cost', 'Size', ''].map((h) => el('th', {}, h)))), tbody),
     el('div', { class: 'pager' },
-      el('button', { type: 'button', disabled: offset === 0, onclick: () => nav(Math.max(0, offset - CALL_PAGE)) }, 'Newer'),
-      el('span', { class: 'muted' }, calls.length ? `${offset + 1}–${offset + calls.length}` : 'no calls'),
-      el('button', { type: 'button', disabled: res.calls.length <= CALL_PAGE, onclick: () => nav(offset + CALL_PAGE) }, 'Older')));
+      el('button', { type: 'button', id: 'calls-newest', disabled: !cursor, onclick: () => nav('', 0) }, 'Newest'),
+      el('span', { class: 'muted' }, calls.length ? `${calls.length} calls, ${when(calls[0].started_at)} back to ${when(calls.at(-1).started_at)}` : 'no calls'),
+      el('button', { type: 'button', id: 'calls-older', disabled: res.calls.length <= CALL_PAGE, onclick: older }, 'Older')));
+}
+
+// plusMicro adds one microsecond to a wire timestamp (RFC 3339 with six
+// fractional digits), exactly (Date has milliseconds only).
+function plusMicro(ts) {
+  const m = ts.match(/^(.*T\d\d:\d\d:\d\d)\.(\d{6})Z$/);
+  if (!m) return ts;
+  const us = BigInt(Date.parse(m[1] + 'Z')) * 1000n + BigInt(m[2]) + 1n;
+  return new Date(Number(us / 1000n)).toISOString().replace('Z', String(us % 1000n).padStart(3, '0') + 'Z');
 }
 
 async function pageCall(project, id) {
