@@ -278,6 +278,21 @@ try {
   assert(out.object === "chat.completion" && out.choices.length >= 1, "the linked call is not a chat completion");
   await shot(page, "call");
 
+  // A call's tree: a parent with a child in another project.
+  const parent = await api("POST", "/call/start", { start: { project_id: "admin/evals", op_name: "evaluate",
+    started_at: new Date().toISOString(), attributes: {}, inputs: { note: "<img src=x onerror=alert(1)>" } } });
+  const child = await api("POST", "/call/start", { start: { project_id: "admin/evals", op_name: "score", trace_id: parent.trace_id,
+    parent_id: parent.id, started_at: new Date().toISOString(), attributes: {}, inputs: { a: 1 } } });
+  await api("POST", "/call/end", { end: { project_id: "admin/evals", id: child.id, ended_at: new Date().toISOString(), output: 2, summary: {} } });
+  await page.goto(`${base}/ui/#/calls/admin/evals/${child.id}`);
+  await page.waitForSelector("#trace-tree");
+  assert((await page.$$eval("#trace-tree li", (l) => l.length)) === 2, "trace tree: not 2 calls");
+  assert(await page.$(`#trace-tree li[data-id='${parent.id}'] li[data-id='${child.id}'] strong`), "trace tree: child not under its parent");
+  await page.click("#parent-call");
+  await page.waitForSelector(`#children a[href$='${child.id}']`);
+  assert((await page.textContent("#call-inputs pre")).includes("<img src=x onerror=alert(1)>") && !(await page.$("main img")), "inputs rendered as HTML");
+  await shot(page, "call-tree");
+
   // Calls list with filters.
   await page.goto(`${base}/ui/#/calls?project=admin/demo`);
   await page.waitForSelector("#calls tbody tr");

@@ -580,6 +580,26 @@ async function pageCalls(q) {
       el('button', { type: 'button', id: 'calls-older', disabled: res.calls.length <= CALL_PAGE, onclick: older }, 'Older')));
 }
 
+// traceTree renders a trace's calls as nested lists by parent_id (calls
+// whose parent is not among them are roots), the current call in bold.
+function traceTree(calls, current, href) {
+  const byParent = new Map();
+  const ids = new Set(calls.map((c) => c.id));
+  for (const c of calls) {
+    const p = c.parent_id && ids.has(c.parent_id) ? c.parent_id : '';
+    if (!byParent.has(p)) byParent.set(p, []);
+    byParent.get(p).push(c);
+  }
+  const seen = new Set();
+  const list = (parent) => el('ul', {}, (byParent.get(parent) || []).filter((c) => !seen.has(c.id)).map((c) => {
+    seen.add(c.id);
+    const name = c.summary?.platform?.trace_name || c.op_name;
+    return el('li', { dataset: { id: c.id } }, c.id === current ? el('strong', {}, name) : el('a', { href: href(c.id) }, name),
+      ' ', status(c.summary?.platform?.status || ''), ` ${when(c.started_at)}`, byParent.has(c.id) ? list(c.id) : null);
+  }));
+  return el('div', { id: 'trace-tree' }, list(''));
+}
+
 // plusMicro adds one microsecond to a wire timestamp (RFC 3339 with six
 // fractional digits), exactly (Date has milliseconds only).
 function plusMicro(ts) {
@@ -594,15 +614,19 @@ async function pageCall(project, id) {
   const c = read.call;
   if (!c) { show(el('h1', {}, 'Call'), el('p', { class: 'error' }, 'No such call in ' + project)); return; }
   const kids = await api('POST', '/calls/query', { project_id: project, filter: { parent_ids: [id] }, limit: 100 });
+  const TREE = 200;
+  const trace = await api('POST', '/calls/query', { project_id: project, filter: { trace_ids: [c.trace_id] }, limit: TREE + 1 });
   const [ent, proj] = project.split('/');
   const href = (cid) => `#/calls/${encodeURIComponent(ent)}/${encodeURIComponent(proj)}/${cid}`;
   const costs = c.summary?.platform?.costs || {};
   show(el('h1', {}, c.summary?.platform?.trace_name || c.op_name),
     el('p', {}, status(c.summary?.platform?.status || ''), ` ${project} · started ${when(c.started_at)} · ended ${when(c.ended_at)} · `,
-      `latency ${c.summary?.platform?.latency_ms ?? '—'} ms · size ${bytes(c.storage_size_bytes)} · trace total ${bytes(c.total_storage_size_bytes)}`),
+      `latency ${c.summary?.platform?.latency_ms === undefined ? '—' : c.summary.platform.latency_ms + ' ms'} · size ${bytes(c.storage_size_bytes)} · trace total ${bytes(c.total_storage_size_bytes)}`),
     el('p', {}, 'Trace ', c.trace_id, c.parent_id ? ['  · parent ', el('a', { href: href(c.parent_id), id: 'parent-call' }, c.parent_id)] : '  · root call'),
     el('h2', {}, `Children (${kids.calls.length}${kids.calls.length === 100 ? '+' : ''})`),
     kids.calls.length ? el('ul', { id: 'children' }, kids.calls.map((k) => el('li', {}, el('a', { href: href(k.id) }, k.op_name), ` ${when(k.started_at)}`))) : el('p', { class: 'muted' }, 'none'),
+    el('h2', {}, 'Trace tree'), traceTree(trace.calls.slice(0, TREE), id, href),
+    trace.calls.length > TREE ? el('p', { class: 'muted' }, `The first ${TREE} calls of the trace, by start time.`) : null,
     el('h2', {}, 'Costs'),
     Object.keys(costs).length
       ? el('table', {}, el('thead', {}, el('tr', {}, ['Model', 'Prompt tokens', 'Completion tokens', 'Prompt cost', 'Completion cost'].map((h) => el('th', {}, h)))),
