@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"flywheel/internal/app"
-	"flywheel/internal/rl"
 	"flywheel/internal/ui"
 )
 
@@ -151,33 +150,6 @@ func TestDashboardProvenance(t *testing.T) {
 	}
 	if pr := mustDo(t, url, key, "GET", "/calls/projects", ""); fmt.Sprint(pr["projects"]) != "[admin/prov]" {
 		t.Errorf("admin's projects: %v", pr)
-	}
-}
-
-// TestChoiceFingerprintMatchesWire: the fingerprint serve records from its
-// response equals the one rl computes from the choice as a client posts it
-// back (numbers through JSON).
-func TestChoiceFingerprintMatchesWire(t *testing.T) {
-	raw := `{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop",
-		"logprobs": {"content": [{"token": "token_id:5", "logprob": -0.30000001192092896}, {"token": "token_id:9", "logprob": -1e-7}]}}`
-	var e rl.Element
-	if err := json.Unmarshal([]byte(raw), &e); err != nil {
-		t.Fatal(err)
-	}
-	toks := []string{"token_id:5", "token_id:9"}
-	lps := []float64{float64(float32(-0.3)), -1e-7}
-	want := rl.ChoiceFingerprint(2, func(i int) (string, float64) { return toks[i], lps[i] })
-	if got := e.Fingerprint(); got != want || len(got) != 32 {
-		t.Errorf("fingerprint %q, want %q", got, want)
-	}
-	lps[1] = -1.0000001e-7
-	if rl.ChoiceFingerprint(2, func(i int) (string, float64) { return toks[i], lps[i] }) == want {
-		t.Error("a different logprob gives the same fingerprint")
-	}
-	var none rl.Element
-	json.Unmarshal([]byte(`{"index": 0, "message": {"role": "assistant", "content": "hi"}}`), &none)
-	if none.Fingerprint() != "" {
-		t.Error("a choice without logprobs has a fingerprint")
 	}
 }
 
