@@ -77,8 +77,15 @@ function errorBox(err) {
   return el('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err));
 }
 
+// every runs fn every ms milliseconds until the page changes, never two at
+// once (a slow round is not overlapped by the next).
 function every(ms, fn) {
-  const id = setInterval(fn, ms);
+  let busy = false;
+  const id = setInterval(async () => {
+    if (busy) return;
+    busy = true;
+    try { await fn(); } finally { busy = false; }
+  }, ms);
   cleanups.push(() => clearInterval(id));
 }
 
