@@ -358,6 +358,8 @@ async function pageModel(id) {
   // The running (or else queued, or else latest) job's events, as they come.
   let liveJob = null;
   let liveAfter = '';
+  let liveTotal = 0;
+  let liveDone = 0;
   const liveLog = el('div', { class: 'events', id: 'live-events' });
   async function loadJobs() {
     const page = await api('GET', `/v1/preview/training-jobs?model_id=${id}&limit=20&order=desc`);
@@ -367,17 +369,23 @@ async function pageModel(id) {
       live.replaceChildren(el('p', { class: 'muted' }, 'No job has run for this model yet.'));
       return;
     }
-    if (pick.id !== liveJob) { liveJob = pick.id; liveAfter = ''; liveLog.replaceChildren(); }
+    if (pick.id !== liveJob) { liveJob = pick.id; liveAfter = ''; liveLog.replaceChildren(); liveTotal = 0; liveDone = 0; }
     for (;;) {
       const ev = await api('GET', `/v1/preview/training-jobs/${liveJob}/events?limit=100${liveAfter ? '&after=' + liveAfter : ''}`);
-      for (const e of ev.data) liveLog.append(el('div', { dataset: { type: e.type } }, `${when(e.created_at)}  ${e.type}  ${JSON.stringify(e.data)}`));
+      for (const e of ev.data) {
+        if (e.type === 'training_started') liveTotal = e.data.num_sequences || 0;
+        if (e.type === 'gradient_step') liveDone++;
+        liveLog.append(el('div', { dataset: { type: e.type } }, `${when(e.created_at)}  ${e.type}  ${JSON.stringify(e.data)}`));
+      }
       if (ev.last_id) liveAfter = ev.last_id;
       if (!ev.has_more) break;
     }
     liveLog.scrollTop = liveLog.scrollHeight;
     const active = pick.status === 'RUNNING' || pick.status === 'QUEUED';
     live.replaceChildren(el('p', {}, active ? 'Job ' : 'No job is running; the latest was ', el('a', { href: '#/jobs/' + liveJob }, liveJob), ' ',
-      status(pick.status), active ? ` · ${duration(pick.training_start, null)}` : ''), liveLog);
+      status(pick.status), active ? ` · ${duration(pick.training_start, null)}` : ''),
+    liveTotal ? el('p', {}, el('progress', { id: 'live-progress', max: liveTotal, value: liveDone }), ` ${liveDone} / ${liveTotal} gradient steps`) : null,
+    liveLog);
   }
 
   await poll();
