@@ -18,8 +18,8 @@ type ChoiceLink struct {
 	ChoiceIndex int    `json:"choice_index"`
 }
 
-// maxLinkLookup bounds one ChoiceLinks lookup.
-const maxLinkLookup = 1000
+// linkLookupChunk is how many fingerprints one lookup query carries.
+const linkLookupChunk = 500
 
 // LinkChoices records that call callID of project projectID (entity/project,
 // already written by RecordCall) sampled choices whose fingerprints
@@ -65,32 +65,38 @@ func (s *Service) LinkChoices(ctx context.Context, projectID, callID string, fin
 // other entities are never returned (nor is their existence revealed).
 func (s *Service) ChoiceLinks(ctx context.Context, p *auth.Principal, fingerprints []string) (map[string]ChoiceLink, error) {
 	out := map[string]ChoiceLink{}
-	if len(fingerprints) == 0 || p == nil || len(p.Entities) == 0 {
+	if p == nil || len(p.Entities) == 0 {
 		return out, nil
 	}
-	if len(fingerprints) > maxLinkLookup {
-		return nil, httpx.Errorf(http.StatusRequestEntityTooLarge, "at most %d choices per lookup", maxLinkLookup)
-	}
-	fps, _ := json.Marshal(fingerprints)
 	ents, _ := json.Marshal(p.Entities)
+	for from := 0; from < len(fingerprints); from += linkLookupChunk {
+		fps, _ := json.Marshal(fingerprints[from:min(from+linkLookupChunk, len(fingerprints))])
+		if err := s.choiceLinks(ctx, string(fps), string(ents), out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) choiceLinks(ctx context.Context, fps, ents string, out map[string]ChoiceLink) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT l.fingerprint, p.entity, p.name, l.call_id, l.choice_index
 		FROM trace_choice_links l JOIN trace_projects p ON p.id = l.project
 		WHERE l.fingerprint IN (SELECT value FROM json_each(?)) AND p.entity IN (SELECT value FROM json_each(?))
-		ORDER BY l.created_at ASC`, string(fps), string(ents))
+		ORDER BY l.created_at ASC`, fps, ents)
 	if err != nil {
-		return nil, fmt.Errorf("trace: choice links: %w", err)
+		return fmt.Errorf("trace: choice links: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var fp, entity, name string
 		var l ChoiceLink
 		if err := rows.Scan(&fp, &entity, &name, &l.CallID, &l.ChoiceIndex); err != nil {
-			return nil, fmt.Errorf("trace: choice links: %w", err)
+			return fmt.Errorf("trace: choice links: %w", err)
 		}
 		l.ProjectID = entity + "/" + name
 		out[fp] = l // ascending: the latest wins
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // Projects lists the call-store projects (entity/project) of the given
