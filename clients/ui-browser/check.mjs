@@ -320,6 +320,8 @@ try {
   await page.waitForSelector("#job-events [data-type='training_failed']");
   assert((await api("GET", `/v1/preview/training-jobs/${j2.id}`)).status === "CANCELLED", "job not cancelled");
   await shot(page, "job-cancelled");
+  const j1s = await api("GET", `/v1/preview/training-jobs/${j1.id}`);
+  console.log(`ui-browser: the job ahead of the cancelled one was ${j1s.status} when it was cancelled`);
   await api("POST", `/v1/preview/training-jobs/${j1.id}/cancel`).catch(() => {}); // may have ended
   await page.goto(`${base}/ui/#/jobs`);
   await page.waitForSelector(`#jobs tr[data-id='${j2.id}'][data-status='CANCELLED']`);
