@@ -34,6 +34,15 @@ function show(...nodes) {
   main.replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
 }
 
+// gen counts page changes. A page takes view() before its first await and
+// shows through it, so a slow page the user has already left never
+// replaces the page that followed it.
+let gen = 0;
+function view() {
+  const my = gen;
+  return (...nodes) => { if (my === gen) show(...nodes); };
+}
+
 function fmt(v, digits = 4) {
   if (v === null || v === undefined) return '—';
   if (typeof v === 'number') {
@@ -135,6 +144,7 @@ function signOut(message) {
 }
 
 function renderSignIn(message) {
+  gen++; // a page still loading must not replace the form
   for (const c of cleanups) c();
   cleanups = [];
   document.getElementById('signout').hidden = true;
@@ -180,6 +190,7 @@ const routes = [
 ];
 
 async function route() {
+  const my = ++gen;
   for (const c of cleanups) c();
   cleanups = [];
   if (!sessionStorage.getItem(KEY)) { renderSignIn(); return; }
@@ -196,7 +207,7 @@ async function route() {
       try {
         await fn(...m.slice(1));
       } catch (e) {
-        if (e.status !== 401) show(errorBox(e));
+        if (e.status !== 401 && my === gen) show(errorBox(e));
       }
       return;
     }
@@ -207,6 +218,7 @@ async function route() {
 // ---------- models ----------
 
 async function pageModels() {
+  const show = view();
   const tbody = el('tbody');
   const err = el('div');
   const bases = await api('GET', '/v1/models');
@@ -267,6 +279,7 @@ function splitOf(key) {
 }
 
 async function pageModel(id) {
+  const show = view();
   const m = await api('GET', '/v1/preview/models/' + id);
   const ref = `${m.entity}/${m.project}/${m.name}`;
   const err = el('div');
@@ -427,6 +440,7 @@ function jobRow(j) {
 }
 
 async function pageJobs() {
+  const show = view();
   const tbody = el('tbody');
   const more = el('button', { type: 'button', hidden: true }, 'More');
   let after = '';
@@ -442,6 +456,7 @@ async function pageJobs() {
 }
 
 async function pageJob(id) {
+  const show = view();
   let j = await api('GET', '/v1/preview/training-jobs/' + id);
   const head = el('div');
   const log = el('div', { class: 'events', id: 'job-events' });
@@ -477,6 +492,7 @@ async function pageJob(id) {
 // ---------- provenance ----------
 
 async function pageTrajectories(id, step) {
+  const show = view();
   const m = await api('GET', '/v1/preview/models/' + id);
   const list = el('div', { id: 'trajectories' });
   const pager = el('div', { class: 'pager' });
@@ -521,6 +537,7 @@ async function pageTrajectories(id, step) {
 const CALL_PAGE = 50;
 
 async function pageCalls(q) {
+  const show = view();
   let projects = [];
   try { projects = (await api('GET', '/calls/projects')).projects; } catch (e) { if (e.status === 401) throw e; }
   const project = q.get('project') || projects[0] || '';
@@ -625,6 +642,7 @@ function plusMicro(ts) {
 }
 
 async function pageCall(project, id) {
+  const show = view();
   const read = await api('POST', '/call/read', { project_id: project, id, include_costs: true, include_storage_size: true, include_total_storage_size: true });
   const c = read.call;
   if (!c) { show(el('h1', {}, 'Call'), el('p', { class: 'error' }, 'No such call in ' + project)); return; }
@@ -658,6 +676,7 @@ async function pageCall(project, id) {
 // ---------- playground ----------
 
 async function pagePlayground(q) {
+  const show = view();
   const models = await api('GET', '/v1/models');
   const model = el('input', { id: 'pg-model', list: 'pg-models', size: 50, value: q.get('model') || models.data[0]?.id || '' });
   const msgs = [];
