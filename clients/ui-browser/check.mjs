@@ -277,6 +277,12 @@ try {
   const out = JSON.parse(await page.textContent("#call-output pre"));
   assert(out.object === "chat.completion" && out.choices.length >= 1, "the linked call is not a chat completion");
   await shot(page, "call");
+  // and from the job that made the checkpoint back to what it trained on
+  await page.goBack();
+  await page.waitForSelector("#trained-by");
+  await page.click("#trained-by");
+  await page.waitForSelector(`#job-trajectories[href$='/steps/${STEPS}']`);
+  await shot(page, "job");
 
   // A call's tree: a parent with a child in another project.
   const parent = await api("POST", "/call/start", { start: { project_id: "admin/evals", op_name: "evaluate",

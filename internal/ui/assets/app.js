@@ -376,7 +376,7 @@ async function pageModel(id) {
   const liveLog = el('div', { class: 'events', id: 'live-events' });
   async function loadJobs() {
     const page = await api('GET', `/v1/preview/training-jobs?model_id=${id}&limit=20&order=desc`);
-    jobBody.replaceChildren(...page.data.map(jobRow));
+    jobBody.replaceChildren(...page.data.map((j) => jobRow(j, false)));
     const pick = page.data.find((j) => j.status === 'RUNNING') || page.data.find((j) => j.status === 'QUEUED') || page.data[0];
     if (!pick) {
       live.replaceChildren(el('p', { class: 'muted' }, 'No job has run for this model yet.'));
@@ -422,18 +422,32 @@ async function pageModel(id) {
 
 // ---------- jobs ----------
 
-function jobHead() {
-  return el('thead', {}, el('tr', {}, ['Job', 'Kind', 'Status', 'Steps', 'Created', 'Duration', 'Reward', ''].map((h) => el('th', {}, h))));
+// modelLink is a link to a model showing its name once known (names are
+// looked up once per page load per model; a deleted model shows its id).
+const modelNames = new Map();
+function modelLink(id) {
+  const a = el('a', { href: '#/models/' + id }, id.slice(0, 8) + '…');
+  if (!modelNames.has(id)) {
+    modelNames.set(id, api('GET', '/v1/preview/models/' + id).then((m) => `${m.entity}/${m.project}/${m.name}`).catch(() => id));
+  }
+  modelNames.get(id).then((name) => { a.textContent = name; });
+  return a;
 }
 
-function jobRow(j) {
+function jobHead(withModel) {
+  return el('thead', {}, el('tr', {}, ['Job', withModel ? 'Model' : null, 'Kind', 'Status', 'Steps', 'Created', 'Duration', 'Reward', '']
+    .filter((h) => h !== null).map((h) => el('th', {}, h))));
+}
+
+function jobRow(j, withModel) {
   const cancel = (j.status === 'QUEUED' || j.status === 'RUNNING')
     ? el('button', { class: 'danger', type: 'button', onclick: async (e) => {
       e.target.disabled = true;
       try { await api('POST', `/v1/preview/training-jobs/${j.id}/cancel`); route(); } catch (ex) { alert(ex.message); }
     } }, 'Cancel') : null;
   return el('tr', { dataset: { id: j.id, status: j.status } },
-    el('td', {}, el('a', { href: '#/jobs/' + j.id }, j.id.slice(0, 8) + '…')), el('td', {}, j.kind), el('td', {}, status(j.status)),
+    el('td', {}, el('a', { href: '#/jobs/' + j.id }, j.id.slice(0, 8) + '…')), withModel === true ? el('td', {}, modelLink(j.model_id)) : null,
+    el('td', {}, j.kind), el('td', {}, status(j.status)),
     el('td', {}, j.from_step === null ? '—' : `${j.from_step} → ${j.to_step ?? '…'}`), el('td', {}, when(j.created_at)),
     el('td', {}, duration(j.training_start, j.training_end)), el('td', { class: 'num' }, fmt(j.metrics?.reward ?? j.metrics?.loss)),
     el('td', {}, cancel));
@@ -448,11 +462,11 @@ async function pageJobs() {
     const page = await api('GET', `/v1/preview/training-jobs?limit=50&order=desc${after ? '&after=' + after : ''}`);
     after = page.last_id;
     more.hidden = !page.has_more;
-    tbody.append(...page.data.map(jobRow));
+    tbody.append(...page.data.map((j) => jobRow(j, true)));
   }
   more.addEventListener('click', load);
   await load();
-  show(el('h1', {}, 'Training jobs'), el('table', { id: 'jobs' }, jobHead(), tbody), el('div', { class: 'pager' }, more));
+  show(el('h1', {}, 'Training jobs'), el('table', { id: 'jobs' }, jobHead(true), tbody), el('div', { class: 'pager' }, more));
 }
 
 async function pageJob(id) {
@@ -468,8 +482,10 @@ async function pageJob(id) {
         try { j = await api('POST', `/v1/preview/training-jobs/${id}/cancel`); renderHead(); await tick(); } catch (ex) { err.replaceChildren(errorBox(ex)); }
       } }, 'Cancel job') : null;
     head.replaceChildren(
-      el('p', {}, status(j.status), ` ${j.kind} · model `, el('a', { href: '#/models/' + j.model_id }, j.model_id),
+      el('p', {}, status(j.status), ` ${j.kind} · model `, modelLink(j.model_id),
         ` · steps ${j.from_step ?? '—'} → ${j.to_step ?? '—'} · created ${when(j.created_at)} · ran ${duration(j.training_start, j.training_end)} `, cancel),
+      j.status === 'COMPLETED' && j.kind === 'rl' && j.to_step !== null
+        ? el('p', {}, el('a', { href: `#/models/${j.model_id}/steps/${j.to_step}`, id: 'job-trajectories' }, `What it trained on (step ${j.to_step})`)) : null,
       j.error_message ? el('p', { class: 'error' }, j.error_message) : null,
       el('div', { class: 'grid2' }, el('div', {}, el('h3', {}, 'Metrics'), json(j.metrics)),
         el('div', {}, el('h3', {}, 'Config'), json(j.experimental_config))));
