@@ -153,9 +153,9 @@ func TestDashboardProvenance(t *testing.T) {
 	}
 }
 
-// TestUIServed: /ui/ serves the embedded pages with a strict CSP and no
-// key; /ui redirects there; assets are JavaScript modules from the same
-// origin (no inline script in the page).
+// TestUIServed: the service serves the dashboard at /ui/ without a key,
+// through its middleware, with the dashboard's headers (internal/ui tests
+// the assets and headers themselves).
 func TestUIServed(t *testing.T) {
 	a := newApp(t, app.Config{DataDir: t.TempDir()})
 	defer a.Close()
@@ -165,34 +165,12 @@ func TestUIServed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		if res.StatusCode != 200 || !strings.Contains(res.Header.Get("Content-Type"), ctype) {
 			t.Errorf("%s: %d %s", path, res.StatusCode, res.Header.Get("Content-Type"))
 		}
-		if res.Header.Get("Content-Security-Policy") != ui.CSP || res.Header.Get("X-Content-Type-Options") != "nosniff" {
+		if res.Header.Get("Content-Security-Policy") != ui.CSP || res.Header.Get("x-request-id") == "" {
 			t.Errorf("%s: headers %v", path, res.Header)
 		}
-		if path == "/ui/" && (strings.Contains(string(b), "<script>") || !strings.Contains(string(b), `<script type="module" src="app.js">`)) {
-			t.Errorf("index.html has inline script or no module")
-		}
-		if strings.Contains(string(b), "innerHTML") || strings.Contains(string(b), "insertAdjacentHTML") {
-			t.Errorf("%s writes HTML from strings", path)
-		}
-	}
-	if !strings.Contains(ui.CSP, "script-src 'self'") || strings.Contains(ui.CSP, "unsafe") {
-		t.Errorf("CSP %q", ui.CSP)
-	}
-	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	res, err := c.Get(url + "/ui")
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusMovedPermanently || res.Header.Get("Location") != "/ui/" {
-		t.Errorf("/ui: %d %s", res.StatusCode, res.Header.Get("Location"))
-	}
-	if res, _ := http.Get(url + "/ui/nope.js"); res.StatusCode != 404 {
-		t.Errorf("missing asset: %d", res.StatusCode)
 	}
 }
