@@ -361,12 +361,22 @@ async function pageModel(id) {
     const ck0 = checkpoints.length;
     ckAfter = await pages(`/v1/preview/models/${id}/checkpoints?order=asc`, (d) => checkpoints.push(...d), ckAfter);
     const ev0 = gradSteps.length;
-    evAfter = await pages(`/v1/preview/models/${id}/events?type=gradient_step`,
-      (d) => { for (const e of d) gradSteps.push({ ...e, i: gradSteps.length + 1 }); }, evAfter);
+    if (!unlisted) {
+      try {
+        evAfter = await pages(`/v1/preview/models/${id}/events?type=gradient_step`,
+          (d) => { for (const e of d) gradSteps.push({ ...e, i: gradSteps.length + 1 }); }, evAfter);
+      } catch (e) {
+        if (e.status !== 501) throw e;
+        unlisted = true; // a store without store.Lists: no history or job list, the rest works
+        stepCharts.replaceChildren(el('p', { class: 'muted' }, e.message));
+        live.replaceChildren(el('p', { class: 'muted' }, e.message));
+      }
+    }
     if (checkpoints.length !== ck0) { renderMetrics(); renderCheckpoints(); latest.textContent = fmt(checkpoints.at(-1)?.step); }
     if (gradSteps.length !== ev0) renderSteps();
-    await loadJobs();
+    if (!unlisted) await loadJobs();
   }
+  let unlisted = false;
 
   // The running (or else queued, or else latest) job's events, as they come.
   let liveJob = null;
@@ -402,7 +412,8 @@ async function pageModel(id) {
   }
 
   await poll();
-  renderMetrics(); renderSteps(); renderCheckpoints();
+  renderMetrics(); renderCheckpoints();
+  if (!unlisted) renderSteps();
   show(
     el('h1', {}, ref),
     el('p', { class: 'muted' }, `base model ${m.base_model} · latest step `, latest, ` · LoRA r=${m.lora?.rank} · created ${when(m.created_at)} · `,
@@ -484,6 +495,7 @@ async function pageJob(id) {
     head.replaceChildren(
       el('p', {}, status(j.status), ` ${j.kind} · model `, modelLink(j.model_id),
         ` · steps ${j.from_step ?? '—'} → ${j.to_step ?? '—'} · created ${when(j.created_at)} · ran ${duration(j.training_start, j.training_end)} `, cancel),
+      j.kind === 'sft' ? el('p', {}, `Trained on the uploaded file ${j.training_data_url} with config ${JSON.stringify(j.config)}`) : null,
       j.status === 'COMPLETED' && j.kind === 'rl' && j.to_step !== null
         ? el('p', {}, el('a', { href: `#/models/${j.model_id}/steps/${j.to_step}`, id: 'job-trajectories' }, `What it trained on (step ${j.to_step})`)) : null,
       j.error_message ? el('p', { class: 'error' }, j.error_message) : null,
