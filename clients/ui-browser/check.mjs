@@ -165,11 +165,6 @@ async function scaleChecks() {
   let t0 = Date.now();
   await page.goto(`${sbase}/ui/#/models/${long.id}`);
   await page.waitForSelector('.chart[data-metric="reward"][data-points="1000"]', { timeout: 60_000 });
-  // an eval split logged with /log gets its own section
-  await api("POST", `/v1/preview/models/${modelID}/log`, { split: "val", trajectory_groups: [{ trajectories: [
-    { reward: 0.25, messages_and_choices: [] }, { reward: 0.75, messages_and_choices: [] }] }] });
-  await page.waitForSelector('section[data-split="val"] .chart[data-metric="val/reward"][data-points="1"]');
-  assert(/step 3: 0\.5\b/.test(await page.textContent('.chart[data-metric="val/reward"] .readout')), "val/reward: not 0.5 at step 3");
   await page.waitForSelector('.chart[data-metric="loss"]');
   const tModel = Date.now() - t0;
   assert(+(await page.getAttribute('#step-charts .chart[data-metric="loss"]', "data-points")) === 1000, "loss per gradient step: not 1000 points");
@@ -264,6 +259,11 @@ try {
   // one point per step: the chart ends with exactly STEPS points, having shown 1..STEPS
   await page.waitForFunction((n) => +document.querySelector('.chart[data-metric="reward"]')?.dataset.points === n, STEPS);
   assert(seen.every((v, i) => v >= i + 1) && seen.at(-1) <= STEPS, `reward chart points seen: ${seen}`);
+  // an eval split logged with /log gets its own section
+  await api("POST", `/v1/preview/models/${modelID}/log`, { split: "val", trajectory_groups: [{ trajectories: [
+    { reward: 0.25, messages_and_choices: [] }, { reward: 0.75, messages_and_choices: [] }] }] });
+  await page.waitForSelector('section[data-split="val"] .chart[data-metric="val/reward"][data-points="1"]');
+  assert(/step 3: 0\.5\b/.test(await page.textContent('.chart[data-metric="val/reward"] .readout')), "val/reward: not 0.5 at step 3");
   await page.waitForSelector('.chart[data-metric="loss"]');
   assert(+(await page.getAttribute('.chart[data-metric="loss"]', "data-points")) >= STEPS, "loss chart: fewer points than steps");
   // raw numbers on hover

@@ -359,6 +359,16 @@ async function pageModel(id) {
   // page by page, and redraws what changed.
   async function poll() {
     const ck0 = checkpoints.length;
+    let changed = false;
+    if (ck0) {
+      // /log merges metrics into the latest checkpoint: pick that up too
+      const top = (await api('GET', `/v1/preview/models/${id}/checkpoints?order=desc&limit=1`)).data[0];
+      const mine = checkpoints.findIndex((c) => c.id === top?.id);
+      if (mine >= 0 && JSON.stringify(checkpoints[mine].metrics) !== JSON.stringify(top.metrics)) {
+        checkpoints[mine] = top;
+        changed = true;
+      }
+    }
     ckAfter = await pages(`/v1/preview/models/${id}/checkpoints?order=asc`, (d) => checkpoints.push(...d), ckAfter);
     const ev0 = gradSteps.length;
     if (!unlisted) {
@@ -372,7 +382,7 @@ async function pageModel(id) {
         live.replaceChildren(el('p', { class: 'muted' }, e.message));
       }
     }
-    if (checkpoints.length !== ck0) { renderMetrics(); renderCheckpoints(); latest.textContent = fmt(checkpoints.at(-1)?.step); }
+    if (changed || checkpoints.length !== ck0) { renderMetrics(); renderCheckpoints(); latest.textContent = fmt(checkpoints.at(-1)?.step); }
     if (gradSteps.length !== ev0) renderSteps();
     if (!unlisted) await loadJobs();
   }
