@@ -70,7 +70,8 @@ let browser;
 async function cleanup() {
   if (browser) await browser.close().catch(() => {});
   for (const p of procs) if (p.exitCode === null) p.kill("SIGTERM");
-  rmSync(dataDir, { recursive: true, force: true });
+  // the temp dir goes, unless it holds the screenshots (no dir was given)
+  rmSync(process.argv[3] ? dir : dataDir, { recursive: true, force: true });
 }
 
 const watchdog = setTimeout(async () => {
