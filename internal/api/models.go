@@ -40,7 +40,7 @@ func checkpointJSON(c store.Checkpoint) any {
 	}
 	return map[string]any{
 		"id": c.ID, "object": "checkpoint", "model_id": c.ModelID, "step": c.Step,
-		"metrics": metrics, "created_at": store.FormatTime(c.CreatedAt),
+		"metrics": metrics, "created_at": store.FormatTime(c.CreatedAt), "size_bytes": checkpointSize(c.Dir),
 	}
 }
 

@@ -87,6 +87,9 @@ type Config struct {
 	// deadline, not a total one: slow but live uploads go on); default
 	// DefaultBodyReadTimeout.
 	BodyReadTimeout time.Duration
+	// Links finds the calls behind trained-on choices (the checkpoint
+	// trajectories route); nil: choices show no call.
+	Links ChoiceLinker
 }
 
 // DefaultBodyReadTimeout is Config.BodyReadTimeout's default.
@@ -166,6 +169,7 @@ func (s *Server) routes() {
 	s.registerModels()
 	s.registerJobs()
 	s.registerFiles()
+	s.registerDashboard()
 	s.mux.Handle("GET /metrics", s.metrics.handler())
 	s.mux.HandleFunc("/", s.noRoute)
 }

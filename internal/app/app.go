@@ -28,6 +28,7 @@ import (
 	"flywheel/internal/store"
 	"flywheel/internal/trace"
 	"flywheel/internal/train"
+	"flywheel/internal/ui"
 )
 
 // Config is what the service is built from; cmd/flywheel fills it from
@@ -208,11 +209,12 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	a.closers = append(a.closers, a.shutdownQueue)
 
 	acfg := api.Config{Checkpoints: a.Checkpoints, Storage: a.Storage, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
-		MaxBodyBytes: cfg.MaxBodyBytes, BodyReadTimeout: cfg.BodyReadTimeout, Version: cfg.Version, Logger: cfg.Logger}
+		MaxBodyBytes: cfg.MaxBodyBytes, BodyReadTimeout: cfg.BodyReadTimeout, Version: cfg.Version, Logger: cfg.Logger,
+		Links: a.Calls}
 	if lr, ok := trainer.(defaultLRer); ok {
 		acfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use
 	}
-	a.handler = api.New(acfg, a.Store, a.Queue, a.Chat, a.Calls)
+	a.handler = api.New(acfg, a.Store, a.Queue, a.Chat, a.Calls, api.RegistrarFunc(ui.Register))
 	if err := a.handler.Registry().Register(a.Chat); err != nil {
 		cfg.Logger.Warn("serve metrics not registered", "err", err)
 	}

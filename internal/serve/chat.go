@@ -19,6 +19,7 @@ import (
 	"flywheel/internal/engine"
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
+	"flywheel/internal/rl"
 )
 
 // finishToolCalls is the finish_reason of a choice that stopped with tool
@@ -584,5 +585,24 @@ func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body
 		s.log.Warn("serve: record call failed", "project", project, "err", err)
 		return ""
 	}
+	if l, ok := s.recorder.(ChoiceLinker); ok && resp != nil && pr.plan.logprobs {
+		if err := l.LinkChoices(ctx, project, id, choiceFingerprints(resp)); err != nil {
+			s.log.Warn("serve: link choices to their call failed", "project", project, "err", err)
+		}
+	}
 	return id
+}
+
+// choiceFingerprints returns rl.ChoiceFingerprint of each choice's sampled
+// tokens, by choice index.
+func choiceFingerprints(resp *ChatCompletion) []string {
+	out := make([]string, len(resp.Choices))
+	for i, ch := range resp.Choices {
+		if ch.Logprobs == nil {
+			continue
+		}
+		c := ch.Logprobs.Content
+		out[i] = rl.ChoiceFingerprint(len(c), func(j int) (string, float64) { return c[j].Token, c[j].Logprob })
+	}
+	return out
 }

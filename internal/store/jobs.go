@@ -97,25 +97,7 @@ func (s *sqlDB) ListEvents(ctx context.Context, jobID string, page Page) ([]Even
 	if err != nil {
 		return nil, false, fmt.Errorf("list events: %w", err)
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		var e Event
-		var data, created string
-		if err := rows.Scan(&e.ID, &e.JobID, &e.Type, &data, &created); err != nil {
-			return nil, false, fmt.Errorf("list events: %w", err)
-		}
-		e.Data = json.RawMessage(data)
-		e.CreatedAt = parseTime(created)
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("list events: %w", err)
-	}
-	if len(out) > limit {
-		return out[:limit], true, nil
-	}
-	return out, false, nil
+	return scanEvents(rows, limit, "list events")
 }
 
 // AppendEvent appends an event to the log of the job l leases.

@@ -369,3 +369,39 @@ func testFailureMessageAnyBytes(t *testing.T, open opener) {
 		}
 	}
 }
+
+// The dashboard's listings answer the same on both databases.
+func TestLists(t *testing.T) { backends(t, testLists) }
+
+func testLists(t *testing.T, open opener) {
+	ctx := context.Background()
+	st := open(t)
+	lists, ok := st.(store.Lists)
+	if !ok {
+		t.Fatalf("%s store has no dashboard listings", st.Dialect())
+	}
+	m := newModel(t, st, "m")
+	j1, _ := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
+	j2, _ := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
+	c, _, _ := st.ClaimNext(ctx, "node-a", time.Hour, nil)
+	for range 3 {
+		if _, err := st.AppendEvent(ctx, c.Lease(), "gradient_step", map[string]any{"loss": 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs, more, err := lists.ListJobs(ctx, []string{"ann"}, "", store.Page{Limit: 1})
+	if err != nil || !more || len(jobs) != 1 || jobs[0].ID != j1.ID {
+		t.Errorf("ListJobs page 1: %v %v %v", jobs, more, err)
+	}
+	jobs, more, _ = lists.ListJobs(ctx, []string{"ann"}, m.ID, store.Page{Limit: 1, After: j1.ID})
+	if more || len(jobs) != 1 || jobs[0].ID != j2.ID {
+		t.Errorf("ListJobs page 2: %v %v", jobs, more)
+	}
+	if jobs, _, _ := lists.ListJobs(ctx, []string{"bo"}, "", store.Page{}); len(jobs) != 0 {
+		t.Errorf("another entity lists %d jobs", len(jobs))
+	}
+	evs, more, err := lists.ListModelEvents(ctx, m.ID, "gradient_step", store.Page{Limit: 2})
+	if err != nil || !more || len(evs) != 2 {
+		t.Errorf("ListModelEvents: %d %v %v", len(evs), more, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
@@ -22,6 +23,12 @@ type callsFilter struct {
 	TraceRootsOnly  *bool    `json:"trace_roots_only"`
 	PlatformUserIDs []string `json:"platform_user_ids"`
 	PlatformRunIDs  []string `json:"platform_run_ids"`
+	// Extensions (the dashboard's filters): calls started at or after /
+	// before a time (RFC 3339), and calls of the given derived statuses
+	// (summary.platform.status: success, error, running, descendant_error).
+	StartedAfter  *string  `json:"started_after"`
+	StartedBefore *string  `json:"started_before"`
+	Statuses      []string `json:"statuses"`
 }
 
 type queryReq struct {
@@ -131,6 +138,34 @@ func buildQuery(req *queryReq, proj int64, inc includes) (string, []any, error) 
 		}
 		if isTrue(f.TraceRootsOnly) {
 			sb.WriteString(" AND c.parent_id IS NULL")
+		}
+		for _, t := range []struct {
+			v    *string
+			op   string
+			path string
+		}{{f.StartedAfter, ">=", "filter.started_after"}, {f.StartedBefore, "<", "filter.started_before"}} {
+			if t.v == nil {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, *t.v)
+			if err != nil {
+				return "", nil, httpx.Invalid(t.path, "invalid_value", "expected an RFC 3339 time, got %q", *t.v)
+			}
+			sb.WriteString(" AND c.started_at " + t.op + " ?")
+			args = append(args, at.UnixMicro())
+		}
+		if f.Statuses != nil {
+			for i, st := range f.Statuses {
+				switch st {
+				case "success", "error", "running", "descendant_error":
+				default:
+					return "", nil, httpx.Invalid(fmt.Sprintf("filter.statuses[%d]", i), "invalid_value",
+						`expected "success", "error", "running" or "descendant_error", got %q`, st)
+				}
+			}
+			j, _ := json.Marshal(f.Statuses)
+			sb.WriteString(" AND " + sortColumns["summary.platform.status"] + " IN (SELECT value FROM json_each(?))")
+			args = append(args, string(j))
 		}
 	}
 	sb.WriteString(" ORDER BY ")

@@ -205,6 +205,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /calls/delete", s.handle(s.handleDelete))
 	mux.HandleFunc("POST /calls/query", s.handle(s.handleQuery))
 	mux.HandleFunc("POST /calls/stream_query", s.handle(s.handleStreamQuery))
+	mux.HandleFunc("GET /calls/projects", s.handle(s.handleProjects))
 	mux.HandleFunc("POST /cost/create", s.handle(s.handleCostCreate))
 	mux.HandleFunc("POST /cost/query", s.handle(s.handleCostQuery))
 	mux.HandleFunc("POST /cost/purge", s.handle(s.handleCostPurge))

@@ -360,6 +360,9 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 	if err := s.save(job.OutDir, job.BaseModel); err != nil {
 		return jobs.Result{}, err
 	}
+	if err := writeTrained(job, req); err != nil {
+		return jobs.Result{}, err
+	}
 	met := map[string]any{
 		"reward": prep.RewardMean, "reward_std_dev": prep.RewardStd,
 		"num_trajectories": prep.NumTrajectories, "num_skipped_trajectories": prep.NumSkipped,

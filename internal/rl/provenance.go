@@ -1,0 +1,64 @@
+package rl
+
+import (
+	"encoding/json"
+)
+
+// TrajectoriesFile is the file of a checkpoint folder that holds what the
+// RL job that made it trained on (Trained), written by the trainer beside
+// the adapter. The job's request body is deleted when the job ends; this
+// summary (without per-token logprobs) is what remains, so a checkpoint
+// leads to its trajectories and each choice to the call that sampled it.
+const TrajectoriesFile = "trajectories.json"
+
+// Trained is the content of TrajectoriesFile.
+type Trained struct {
+	JobID        string              `json:"job_id"`
+	Trajectories []TrainedTrajectory `json:"trajectories"`
+}
+
+// TrainedTrajectory is one trajectory of a job: its group, reward and
+// messages, with each choice reduced to TrainedChoice.
+type TrainedTrajectory struct {
+	Group      int               `json:"group"`
+	Reward     float64           `json:"reward"`
+	Histories  int               `json:"additional_histories"`
+	Messages   []json.RawMessage `json:"messages_and_choices"` // a chat message as sent, or {"choice": TrainedChoice}
+	NumChoices int               `json:"num_choices"`
+}
+
+// TrainedChoice is a trained-on choice without its logprobs: the message,
+// the number of sampled tokens and its fingerprint (ChoiceFingerprint; ""
+// when it had no logprobs).
+type TrainedChoice struct {
+	Content      *string         `json:"content"`
+	ToolCalls    json.RawMessage `json:"tool_calls,omitempty"`
+	FinishReason json.RawMessage `json:"finish_reason,omitempty"`
+	NumTokens    int             `json:"num_tokens"`
+	Fingerprint  string          `json:"fingerprint"`
+}
+
+// Summarize reduces a job's request to what TrajectoriesFile keeps.
+func Summarize(jobID string, req Request) Trained {
+	out := Trained{JobID: jobID, Trajectories: []TrainedTrajectory{}}
+	for g, group := range req.TrajectoryGroups {
+		for _, t := range group.Trajectories {
+			tt := TrainedTrajectory{Group: g, Reward: t.Reward, Histories: len(t.AdditionalHistories),
+				Messages: make([]json.RawMessage, 0, len(t.MessagesAndChoices))}
+			for _, raw := range t.MessagesAndChoices {
+				var e Element
+				if json.Unmarshal(raw, &e) != nil || !e.IsChoice() {
+					tt.Messages = append(tt.Messages, raw)
+					continue
+				}
+				c := TrainedChoice{Content: e.Message.Content, ToolCalls: e.Message.ToolCalls, FinishReason: e.FinishReason,
+					NumTokens: len(e.Sampled()), Fingerprint: e.Fingerprint()}
+				b, _ := json.Marshal(map[string]any{"choice": c})
+				tt.Messages = append(tt.Messages, b)
+				tt.NumChoices++
+			}
+			out.Trajectories = append(out.Trajectories, tt)
+		}
+	}
+	return out
+}

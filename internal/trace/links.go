@@ -1,0 +1,132 @@
+package trace
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"flywheel/internal/auth"
+	"flywheel/internal/httpx"
+)
+
+// ChoiceLink is the recorded call that sampled a choice: the call's project
+// (entity/project), its id, and the choice's index in the call's output.
+type ChoiceLink struct {
+	ProjectID   string `json:"project_id"`
+	CallID      string `json:"call_id"`
+	ChoiceIndex int    `json:"choice_index"`
+}
+
+// linkLookupChunk is how many fingerprints one lookup query carries.
+const linkLookupChunk = 500
+
+// LinkChoices records that call callID of project projectID (entity/project,
+// already written by RecordCall) sampled choices whose fingerprints
+// (rl.ChoiceFingerprint) are fingerprints, by choice index; empty
+// fingerprints (choices without logprobs) are skipped.
+func (s *Service) LinkChoices(ctx context.Context, projectID, callID string, fingerprints []string) error {
+	entity, name, err := splitProjectID(projectID, "project_id")
+	if err != nil {
+		return err
+	}
+	proj, ok, err := s.lookupProject(ctx, s.db, entity, name)
+	if err != nil {
+		return fmt.Errorf("trace: link choices: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("trace: link choices: no project %s", projectID)
+	}
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("trace: link choices: %w", err)
+	}
+	defer tx.Rollback()
+	at := s.now().UnixMicro()
+	for i, fp := range fingerprints {
+		if fp == "" {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO trace_choice_links (fingerprint, project, call_id, choice_index, created_at) VALUES (?, ?, ?, ?, ?)`,
+			fp, proj, callID, i, at); err != nil {
+			return fmt.Errorf("trace: link choices: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("trace: link choices: %w", err)
+	}
+	return nil
+}
+
+// ChoiceLinks returns, for each fingerprint that has one, the latest call of
+// a project of the caller's entities that sampled a choice with it. Calls of
+// other entities are never returned (nor is their existence revealed).
+func (s *Service) ChoiceLinks(ctx context.Context, p *auth.Principal, fingerprints []string) (map[string]ChoiceLink, error) {
+	out := map[string]ChoiceLink{}
+	if p == nil || len(p.Entities) == 0 {
+		return out, nil
+	}
+	ents, _ := json.Marshal(p.Entities)
+	for from := 0; from < len(fingerprints); from += linkLookupChunk {
+		fps, _ := json.Marshal(fingerprints[from:min(from+linkLookupChunk, len(fingerprints))])
+		if err := s.choiceLinks(ctx, string(fps), string(ents), out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) choiceLinks(ctx context.Context, fps, ents string, out map[string]ChoiceLink) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT l.fingerprint, p.entity, p.name, l.call_id, l.choice_index
+		FROM trace_choice_links l JOIN trace_projects p ON p.id = l.project
+		WHERE l.fingerprint IN (SELECT value FROM json_each(?)) AND p.entity IN (SELECT value FROM json_each(?))
+		ORDER BY l.created_at ASC`, fps, ents)
+	if err != nil {
+		return fmt.Errorf("trace: choice links: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var fp, entity, name string
+		var l ChoiceLink
+		if err := rows.Scan(&fp, &entity, &name, &l.CallID, &l.ChoiceIndex); err != nil {
+			return fmt.Errorf("trace: choice links: %w", err)
+		}
+		l.ProjectID = entity + "/" + name
+		out[fp] = l // ascending: the latest wins
+	}
+	return rows.Err()
+}
+
+// Projects lists the call-store projects (entity/project) of the given
+// entities, by name; at most limit of them.
+func (s *Service) Projects(ctx context.Context, entities []string, limit int) ([]string, error) {
+	ents, _ := json.Marshal(entities)
+	rows, err := s.db.QueryContext(ctx, `SELECT entity, name FROM trace_projects WHERE entity IN (SELECT value FROM json_each(?))
+		ORDER BY entity, name LIMIT ?`, string(ents), limit)
+	if err != nil {
+		return nil, fmt.Errorf("trace: projects: %w", err)
+	}
+	defer rows.Close()
+	out := []string{}
+	for rows.Next() {
+		var e, n string
+		if err := rows.Scan(&e, &n); err != nil {
+			return nil, err
+		}
+		out = append(out, e+"/"+n)
+	}
+	return out, rows.Err()
+}
+
+// handleProjects serves GET /calls/projects (an extension for the
+// dashboard): {"projects": ["entity/project", ...]} of the caller's entities.
+func (s *Service) handleProjects(w http.ResponseWriter, r *http.Request, p *auth.Principal, _ []byte) error {
+	projects, err := s.Projects(r.Context(), p.Entities, 1000)
+	if err != nil {
+		return err
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"projects": projects})
+	return nil
+}

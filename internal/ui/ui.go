@@ -1,0 +1,43 @@
+// Package ui is the dashboard: static assets (plain HTML, CSS and JavaScript
+// modules, no build step) embedded in the binary and served at /ui/. The
+// pages call the same API routes as any client, with the API key the user
+// signs in with (kept in the browser's session storage, sent as a Bearer
+// header), so the key's tenancy applies to everything shown; the server adds
+// no route or bypass for the UI. Every response carries a strict
+// Content-Security-Policy: scripts, styles and connections only from the
+// same origin, no inline script, no framing.
+package ui
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// CSP is the Content-Security-Policy of every /ui/ response.
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Register mounts the dashboard at /ui/ (and redirects /ui there).
+func Register(mux *http.ServeMux) {
+	sub, err := fs.Sub(assets, "assets")
+	if err != nil {
+		panic(err) // the embed always holds assets/
+	}
+	files := http.StripPrefix("/ui/", http.FileServerFS(sub))
+	mux.Handle("GET /ui/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", CSP)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-cache")
+		files.ServeHTTP(w, r)
+	}))
+	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
+	})
+}
