@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -78,6 +79,23 @@ type writeOp struct {
 	summary     []byte
 	runStepEnd  *int64
 	statusError bool // summary.status_counts.error > 0 (the trace_calls.status_error column)
+}
+
+// checkText refuses a string that a text column cannot hold on every
+// database: PostgreSQL's text is valid UTF-8 without NUL characters (a
+// \u0000 escape, or a lone surrogate \ud800, decodes to neither), so the
+// call store answers 400 naming the field on SQLite too.
+func checkText(v *string, path string) error {
+	if v == nil {
+		return nil
+	}
+	if strings.IndexByte(*v, 0) >= 0 {
+		return httpx.Invalid(path, "invalid_value", "must not contain NUL characters (\\u0000)")
+	}
+	if !utf8.ValidString(*v) {
+		return httpx.Invalid(path, "invalid_value", "must be valid Unicode text (no lone surrogates or invalid UTF-8)")
+	}
+	return nil
 }
 
 func optID(v *string, path string) error {
@@ -161,6 +179,14 @@ func (s *Service) parseStart(p *auth.Principal, r *startReq, prefix string) (*wr
 	} else {
 		op.traceID = NewUUIDv7()
 	}
+	for _, f := range []struct {
+		v    *string
+		name string
+	}{{r.OpName, "op_name"}, {r.DisplayName, "display_name"}, {r.ThreadID, "thread_id"}, {r.TurnID, "turn_id"}, {r.PlatformRunID, "platform_run_id"}} {
+		if err := checkText(f.v, joinPath(prefix, f.name)); err != nil {
+			return nil, err
+		}
+	}
 	op.parentID, op.threadID, op.turnID = r.ParentID, r.ThreadID, r.TurnID
 	op.opName, op.display = r.OpName, r.DisplayName
 	op.startedAt = ts
@@ -186,6 +212,9 @@ func (s *Service) parseEnd(p *auth.Principal, r *endReq, prefix string) (*writeO
 	ts, ok := parseTime(*r.EndedAt)
 	if !ok {
 		return nil, httpx.Invalid(joinPath(prefix, "ended_at"), "invalid_value", "invalid timestamp %q: expected RFC 3339", *r.EndedAt)
+	}
+	if err := checkText(r.Exception, joinPath(prefix, "exception")); err != nil {
+		return nil, err
 	}
 	op := &writeOp{kind: 'e', entity: entity, name: name, id: *r.ID, endedAt: ts, exception: r.Exception, runStepEnd: r.PlatformRunStepEnd}
 	if op.summary, err = checkObject(r.Summary, joinPath(prefix, "summary"), true); err != nil {
@@ -709,6 +738,9 @@ func (s *Service) handleUpdate(w http.ResponseWriter, r *http.Request, p *auth.P
 	if err := optID(req.CallID, "call_id"); err != nil {
 		return err
 	}
+	if err := checkText(req.DisplayName, "display_name"); err != nil {
+		return err
+	}
 	if req.DisplayName != nil { // null or absent: nothing to update
 		op := &writeOp{kind: 'u', entity: entity, name: name, id: *req.CallID, display: req.DisplayName}
 		if err := s.apply(r.Context(), []*writeOp{op}); err != nil {
@@ -811,6 +843,12 @@ func (s *Service) RecordCall(ctx context.Context, p *auth.Principal, projectID, 
 	}
 	if opName == "" {
 		return "", httpx.Invalid("op_name", "missing_field", "required: a non-empty string")
+	}
+	if err := checkText(&opName, "op_name"); err != nil {
+		return "", err
+	}
+	if err := checkText(&exception, "exception"); err != nil {
+		return "", err
 	}
 	if startedAt.IsZero() {
 		return "", httpx.Invalid("started_at", "missing_field", "required")

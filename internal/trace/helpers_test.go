@@ -65,7 +65,13 @@ func openFoundationDB(t testing.TB) *sql.DB {
 // CI) over pgx's database/sql driver, as the service does.
 func openPostgres(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", pgtest.DSN(t))
+	return openPostgresDSN(t, pgtest.DSN(t))
+}
+
+// openPostgresDSN opens a pool of its own on dsn (a node of several).
+func openPostgresDSN(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,6 +208,12 @@ func (s *Service) handleObjCreate(w http.ResponseWriter, r *http.Request, p *aut
 			Message: fmt.Sprintf("the object is %d bytes as stored JSON; the limit is %d bytes", len(val), limit)}
 	}
 	leaf, base := objectClasses(val)
+	if err := checkText(leaf, "obj.val._class_name"); err != nil {
+		return err
+	}
+	if err := checkText(base, "obj.val._bases"); err != nil {
+		return err
+	}
 	class := o.BuiltinObjectClass
 	if class == nil {
 		class = o.SetBaseObjectClass

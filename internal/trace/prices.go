@@ -237,6 +237,17 @@ func (c *costIn) toPrice(model, path string, defaultEffective int64) (*Price, er
 		}
 		p.EffectiveDate = t
 	}
+	if err := checkText(&model, path); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		v    *string
+		name string
+	}{{&p.PromptTokenCostUnit, "prompt_token_cost_unit"}, {&p.CompletionTokenCostUnit, "completion_token_cost_unit"}, {&p.ProviderID, "provider_id"}} {
+		if err := checkText(f.v, path+"."+f.name); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
