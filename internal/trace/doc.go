@@ -13,8 +13,9 @@
 //	id, err := svc.RecordCall(ctx, principal, "entity/project", "chat.completions", t0, t1, inputs, output, summary, "")
 //	err = trace.PricesCommand(os.Args[2:], db, os.Stdout) // flywheel prices set|load|list
 //
-// New applies the package's own migrations (embedded SQL files, recorded in
-// trace_schema_migrations) to the shared SQLite database; its tables are
+// New applies the package's own migrations (embedded SQL files per dialect,
+// recorded in trace_schema_migrations) to the shared database, SQLite or
+// PostgreSQL (Options.Dialect; see dialect.go and docs/call-store.md); its tables are
 // trace_projects, trace_calls, trace_prices, trace_objects and trace_files. Handlers take the caller from
 // auth.FromContext (401 without one); a project of an entity the caller is not
 // a member of is 403; projects are created on the first write. Errors are

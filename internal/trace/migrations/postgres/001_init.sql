@@ -14,8 +14,12 @@ CREATE TABLE trace_projects (
 
 -- One row per call, keyed by (project, id): /call/read is a primary-key
 -- lookup. A row whose started_at is NULL is a pending end or update.
+-- project has no foreign key here (projects are never deleted, and the
+-- service creates the project in the same transaction): PostgreSQL checks a
+-- foreign key per inserted row with a share lock on the project's row, and
+-- concurrent batches of one project then contend on that row.
 CREATE TABLE trace_calls (
-    project               BIGINT NOT NULL REFERENCES trace_projects (id),
+    project               BIGINT NOT NULL,
     id                    TEXT COLLATE "C" NOT NULL,
     op_name               TEXT COLLATE "C",
     display_name          TEXT COLLATE "C",
