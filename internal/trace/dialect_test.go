@@ -327,3 +327,41 @@ func TestCostQueryTypes(t *testing.T) {
 		}
 	})
 }
+
+// TestSQLiteUpgradeStatusError upgrades a SQLite store made before
+// migration 003: the new status_error column is filled from the stored
+// summaries, so a sort by status agrees with the status a read shows.
+func TestSQLiteUpgradeStatusError(t *testing.T) {
+	db := openTestDB(t)
+	if _, err := db.Exec(`CREATE TABLE trace_schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for v, name := range []string{"001_init.sql", "002_objects_files.sql"} {
+		body, err := migrationFS.ReadFile("migrations/sqlite/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range splitSQL(string(body)) {
+			if _, err := db.Exec(stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Exec(`INSERT INTO trace_schema_migrations VALUES (?, ?, '')`, v+1, name)
+	}
+	db.Exec(`INSERT INTO trace_projects (id, entity, name, created_at) VALUES (1, 'alice', 'p1', 0)`)
+	for i, summary := range []string{`{"status_counts": {"error": 2}}`, `{"status_counts": {"error": "2"}}`, `{}`, `{"status_counts": {"error": 0.5}}`} {
+		if _, err := db.Exec(`INSERT INTO trace_calls (project, id, op_name, trace_id, started_at, ended_at, attributes, inputs, output, summary)
+			VALUES (1, ?, 'op', ?, ?, ?, '{}', '{}', 'null', ?)`, fmt.Sprintf("0190aaaa-0000-7000-8000-00000000000%d", i),
+			fmt.Sprintf("0190aaaa-0000-7000-8000-00000000000%d", i), i, i+1, summary); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newEnvDB(t, db, Options{})
+	var got []string
+	for _, c := range e.ok("alice", "/calls/query", map[string]any{"project_id": proj, "sort_by": []any{map[string]any{"field": "status"}}})["calls"].([]any) {
+		got = append(got, c.(map[string]any)["id"].(string)[33:]+"="+platform(c.(map[string]any))["status"].(string))
+	}
+	if want := "000=descendant_error,003=descendant_error,001=success,002=success"; strings.Join(got, ",") != want {
+		t.Fatalf("after the upgrade: %s, want %s", strings.Join(got, ","), want)
+	}
+}
