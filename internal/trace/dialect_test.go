@@ -365,3 +365,33 @@ func TestSQLiteUpgradeStatusError(t *testing.T) {
 		t.Fatalf("after the upgrade: %s, want %s", strings.Join(got, ","), want)
 	}
 }
+
+// TestBatchRepeats writes one call several times in one batch (PostgreSQL
+// writes such a batch in several statements, one per repeat): the last
+// write of each kind wins, as in the batch's order.
+func TestBatchRepeats(t *testing.T) {
+	eachDialect(t, func(t *testing.T, dt testDialect) {
+		e := newEnvDB(t, dt.open(t), Options{})
+		a, b, c := NewUUIDv7(), NewUUIDv7(), NewUUIDv7()
+		end := func(id string, out any) any {
+			return map[string]any{"mode": "end", "req": map[string]any{"project_id": proj, "id": id, "ended_at": "2025-01-02T03:04:07Z", "output": out, "summary": map[string]any{}}}
+		}
+		start := func(id, display string) any {
+			return map[string]any{"mode": "start", "req": startReqMap(map[string]any{"id": id, "display_name": display})}
+		}
+		e.ok("alice", "/call/upsert_batch", map[string]any{"batch": []any{
+			start(a, "a1"), end(a, 1), end(a, 2), // start, then two ends
+			start(b, "b1"), start(b, "b2"), // two starts
+			end(c, "early"), start(c, "c1"), end(c, "late"), // end before start, then another end
+		}})
+		for _, w := range []struct {
+			id, display string
+			output      any
+		}{{a, "a1", 2.0}, {b, "b2", nil}, {c, "c1", "late"}} {
+			got := e.read("alice", proj, w.id, nil)
+			if got == nil || got["display_name"] != w.display || got["output"] != w.output {
+				t.Errorf("call %s: %v, want display %s output %v", w.id, got, w.display, w.output)
+			}
+		}
+	})
+}
