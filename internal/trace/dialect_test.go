@@ -395,3 +395,50 @@ func TestBatchRepeats(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrentBatchesAcrossNodes has two nodes on one PostgreSQL database
+// write batches of the same calls at once, in opposite orders (a client
+// retrying through another node): every batch succeeds and each call is one
+// row with its start and end.
+func TestConcurrentBatchesAcrossNodes(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	nodes := []*env{newEnvDB(t, openPostgresDSN(t, dsn), Options{}), newEnvDB(t, openPostgresDSN(t, dsn), Options{})}
+	ids := make([]string, 40)
+	for i := range ids {
+		ids[i] = NewUUIDv7()
+	}
+	batch := func(reverse bool) []any {
+		var items []any
+		for i := range ids {
+			id := ids[i]
+			if reverse {
+				id = ids[len(ids)-1-i]
+			}
+			items = append(items, map[string]any{"mode": "start", "req": startReqMap(map[string]any{"id": id})},
+				map[string]any{"mode": "end", "req": map[string]any{"project_id": proj, "id": id, "ended_at": "2025-01-02T03:04:07Z", "summary": map[string]any{}}})
+		}
+		return items
+	}
+	var wg sync.WaitGroup
+	for n, e := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				if st, out := e.post("alice", "/call/upsert_batch", map[string]any{"batch": batch(n == 1)}); st != 200 {
+					t.Errorf("node %d batch %d: %d %s", n, i, st, out)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	calls := nodes[0].ok("alice", "/calls/query", map[string]any{"project_id": proj})["calls"].([]any)
+	if len(calls) != len(ids) {
+		t.Fatalf("%d calls, want %d", len(calls), len(ids))
+	}
+	for _, c := range calls {
+		if c.(map[string]any)["ended_at"] == nil {
+			t.Fatalf("call without its end: %v", c)
+		}
+	}
+}
