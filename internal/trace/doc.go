@@ -95,7 +95,17 @@
 //     running server) are seen within a second.
 //   - /cost/query returns the project-level prices of the project (the
 //     Mongo-like "query" with $and/$or/$not/$eq/$gt/$gte/$lt/$lte/$in over
-//     $getField/$literal); /cost/purge accepts only a query by ids.
+//     $getField/$literal); /cost/purge accepts only a query by ids. A
+//     comparison is of a field with a literal of its type (string, number, or
+//     an RFC 3339 string for dates; null never matches) or with a field of
+//     its kind; anything else is a 400 naming the operand.
+//   - Strings stored as text columns (op_name, display_name, exception,
+//     thread_id, turn_id, platform_run_id, price fields, object classes) must
+//     be valid UTF-8 without NUL characters (400 naming the field): that is
+//     what PostgreSQL's text holds. Inside JSON values anything goes (the
+//     canonical text escapes it).
+//   - Sorting by summary.platform.status sorts by the status a read shows
+//     (status_error, computed at write time, for descendant_error).
 //
 // # Objects and files
 //
