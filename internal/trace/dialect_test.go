@@ -151,7 +151,7 @@ func TestDialectsAgree(t *testing.T) {
 	order := func(body map[string]any, key string) string {
 		body["project_id"] = proj
 		var out []string
-		for _, c := range envs[DialectPostgres].ok("alice", "/calls/query", body)["calls"].([]any) {
+		for _, c := range envs[DialectSQLite].ok("alice", "/calls/query", body)["calls"].([]any) {
 			v := c.(map[string]any)[key]
 			if key == "status" {
 				v = c.(map[string]any)["summary"].(map[string]any)["platform"].(map[string]any)["status"]
@@ -169,6 +169,7 @@ func TestDialectsAgree(t *testing.T) {
 		{map[string]any{"sort_by": []any{map[string]any{"field": "status"}}}, "status", "descendant_error,descendant_error,error,running,success,success,success"}, // "1" (a string) is not an error count
 		{map[string]any{"filter": map[string]any{"op_names": []string{"weave:///alice/p1/op/gen:*"}}}, "op_name", "weave:///alice/p1/op/gen:abc,weave:///alice/p1/op/gen:def"},
 		{map[string]any{"filter": map[string]any{"op_names": []string{"weave:///alice/p1/op/g_n%:*"}}}, "op_name", "weave:///alice/p1/op/g_n%:abc"},
+		{map[string]any{"filter": map[string]any{"op_names": []string{"weave:///alice/p1/op/g[n]*?:*"}}}, "op_name", "weave:///alice/p1/op/g[n]*?:x"},
 	} {
 		if got := order(c.body, c.key); got != c.want {
 			t.Errorf("%v: %s = %s, want %s", c.body, c.key, got, c.want)
