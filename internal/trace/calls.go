@@ -7,9 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 	"unsafe"
+
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
@@ -68,11 +73,29 @@ type writeOp struct {
 	runStep                 *int64
 
 	// end
-	endedAt    int64
-	exception  *string
-	output     []byte
-	summary    []byte
-	runStepEnd *int64
+	endedAt     int64
+	exception   *string
+	output      []byte
+	summary     []byte
+	runStepEnd  *int64
+	statusError bool // summary.status_counts.error > 0 (the trace_calls.status_error column)
+}
+
+// checkText refuses a string that a text column cannot hold on every
+// database: PostgreSQL's text is valid UTF-8 without NUL characters (a
+// \u0000 escape, or a lone surrogate \ud800, decodes to neither), so the
+// call store answers 400 naming the field on SQLite too.
+func checkText(v *string, path string) error {
+	if v == nil {
+		return nil
+	}
+	if strings.IndexByte(*v, 0) >= 0 {
+		return httpx.Invalid(path, "invalid_value", "must not contain NUL characters (\\u0000)")
+	}
+	if !utf8.ValidString(*v) {
+		return httpx.Invalid(path, "invalid_value", "must be valid Unicode text (no lone surrogates or invalid UTF-8)")
+	}
+	return nil
 }
 
 func optID(v *string, path string) error {
@@ -156,6 +179,14 @@ func (s *Service) parseStart(p *auth.Principal, r *startReq, prefix string) (*wr
 	} else {
 		op.traceID = NewUUIDv7()
 	}
+	for _, f := range []struct {
+		v    *string
+		name string
+	}{{r.OpName, "op_name"}, {r.DisplayName, "display_name"}, {r.ThreadID, "thread_id"}, {r.TurnID, "turn_id"}, {r.PlatformRunID, "platform_run_id"}} {
+		if err := checkText(f.v, joinPath(prefix, f.name)); err != nil {
+			return nil, err
+		}
+	}
 	op.parentID, op.threadID, op.turnID = r.ParentID, r.ThreadID, r.TurnID
 	op.opName, op.display = r.OpName, r.DisplayName
 	op.startedAt = ts
@@ -182,6 +213,9 @@ func (s *Service) parseEnd(p *auth.Principal, r *endReq, prefix string) (*writeO
 	if !ok {
 		return nil, httpx.Invalid(joinPath(prefix, "ended_at"), "invalid_value", "invalid timestamp %q: expected RFC 3339", *r.EndedAt)
 	}
+	if err := checkText(r.Exception, joinPath(prefix, "exception")); err != nil {
+		return nil, err
+	}
 	op := &writeOp{kind: 'e', entity: entity, name: name, id: *r.ID, endedAt: ts, exception: r.Exception, runStepEnd: r.PlatformRunStepEnd}
 	if op.summary, err = checkObject(r.Summary, joinPath(prefix, "summary"), true); err != nil {
 		return nil, err
@@ -191,40 +225,88 @@ func (s *Service) parseEnd(p *auth.Principal, r *endReq, prefix string) (*writeO
 	if len(op.output) == 0 {
 		op.output = []byte("null")
 	}
+	op.statusError = summaryHasError(op.summary)
 	return op, nil
 }
 
+// callUpsert is one of the four row writes of trace_calls (a start, an end,
+// both together, a display-name update): the columns it sets, with their
+// PostgreSQL types, and what it replaces when the row exists. Both dialects
+// run the same ON CONFLICT clause; SQLite inserts row by row through a
+// prepared statement, PostgreSQL inserts a whole batch of rows of one kind
+// in one statement from arrays (unnest), one round trip per batch.
+type callUpsert struct {
+	sqlite, postgres string
+	types            []string // per column: "bigint" or "text"
+}
+
+func newCallUpsert(cols, set string) *callUpsert {
+	u := &callUpsert{}
+	var names, ph, arrays []string
+	for i, c := range strings.Split(cols, ",") {
+		f := strings.Fields(c)
+		names = append(names, f[0])
+		u.types = append(u.types, f[1])
+		ph = append(ph, "?")
+		arrays = append(arrays, fmt.Sprintf("$%d::%s[]", i+1, f[1]))
+	}
+	ins := "INSERT INTO trace_calls (" + strings.Join(names, ", ") + ") "
+	conflict := " ON CONFLICT (project, id) DO UPDATE SET " + set
+	u.sqlite = ins + "VALUES (" + strings.Join(ph, ", ") + ")" + conflict
+	u.postgres = ins + "SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")" + conflict
+	return u
+}
+
 const (
-	sqlStart = `INSERT INTO trace_calls (project, id, op_name, display_name, trace_id, parent_id, thread_id, turn_id,
-		started_at, attributes, inputs, platform_user_id, platform_run_id, platform_run_step, start_size)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (project, id) DO UPDATE SET op_name = excluded.op_name,
+	startCols = `project bigint, id text, op_name text, display_name text, trace_id text, parent_id text, thread_id text,
+		turn_id text, started_at bigint, attributes text, inputs text, platform_user_id text, platform_run_id text,
+		platform_run_step bigint, start_size bigint`
+	endCols = `ended_at bigint, exception text, output text, summary text, platform_run_step_end bigint, end_size bigint,
+		status_error bigint`
+	startSet = `op_name = excluded.op_name,
 		display_name = COALESCE(excluded.display_name, trace_calls.display_name), trace_id = excluded.trace_id,
 		parent_id = excluded.parent_id, thread_id = excluded.thread_id, turn_id = excluded.turn_id,
 		started_at = excluded.started_at, attributes = excluded.attributes, inputs = excluded.inputs,
 		platform_user_id = excluded.platform_user_id, platform_run_id = excluded.platform_run_id,
 		platform_run_step = excluded.platform_run_step, start_size = excluded.start_size`
-	sqlEnd = `INSERT INTO trace_calls (project, id, ended_at, exception, output, summary, platform_run_step_end, end_size)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (project, id) DO UPDATE SET ended_at = excluded.ended_at, exception = excluded.exception,
+	endSet = `ended_at = excluded.ended_at, exception = excluded.exception,
 		output = excluded.output, summary = excluded.summary, platform_run_step_end = excluded.platform_run_step_end,
-		end_size = excluded.end_size`
-	sqlStartEnd = `INSERT INTO trace_calls (project, id, op_name, display_name, trace_id, parent_id, thread_id, turn_id,
-		started_at, attributes, inputs, platform_user_id, platform_run_id, platform_run_step, start_size,
-		ended_at, exception, output, summary, platform_run_step_end, end_size)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (project, id) DO UPDATE SET op_name = excluded.op_name,
-		display_name = COALESCE(excluded.display_name, trace_calls.display_name), trace_id = excluded.trace_id,
-		parent_id = excluded.parent_id, thread_id = excluded.thread_id, turn_id = excluded.turn_id,
-		started_at = excluded.started_at, attributes = excluded.attributes, inputs = excluded.inputs,
-		platform_user_id = excluded.platform_user_id, platform_run_id = excluded.platform_run_id,
-		platform_run_step = excluded.platform_run_step, start_size = excluded.start_size,
-		ended_at = excluded.ended_at, exception = excluded.exception,
-		output = excluded.output, summary = excluded.summary, platform_run_step_end = excluded.platform_run_step_end,
-		end_size = excluded.end_size`
-	sqlUpdate = `INSERT INTO trace_calls (project, id, display_name) VALUES (?, ?, ?)
-	ON CONFLICT (project, id) DO UPDATE SET display_name = excluded.display_name`
+		end_size = excluded.end_size, status_error = excluded.status_error`
 )
+
+// The four writes, by writeOp kind ('b': a start and an end of one call).
+var callUpserts = map[byte]*callUpsert{
+	's': newCallUpsert(startCols, startSet),
+	'e': newCallUpsert("project bigint, id text, "+endCols, endSet),
+	'b': newCallUpsert(startCols+", "+endCols, startSet+", "+endSet),
+	'u': newCallUpsert("project bigint, id text, display_name text", "display_name = excluded.display_name"),
+}
+
+func startArgs(args []any, proj int64, op *writeOp) []any {
+	return append(args, proj, op.id, *op.opName, nullStr(op.display), op.traceID,
+		nullStr(op.parentID), nullStr(op.threadID), nullStr(op.turnID), op.startedAt,
+		bytesStr(op.attributes), bytesStr(op.inputs), op.userID, nullStr(op.runID), nullInt(op.runStep),
+		int64(len(op.attributes)+len(op.inputs)))
+}
+
+func endArgs(args []any, op *writeOp) []any {
+	statusError := int64(0)
+	if op.statusError {
+		statusError = 1
+	}
+	return append(args, op.endedAt, nullStr(op.exception), bytesStr(op.output),
+		bytesStr(op.summary), nullInt(op.runStepEnd), int64(len(op.output)+len(op.summary)), statusError)
+}
+
+// rowWrite is one row write of a batch: kind as in callUpserts, layer = how
+// many writes of the same call precede it in the batch.
+type rowWrite struct {
+	kind  byte
+	layer int
+	proj  int64
+	id    string
+	args  []any
+}
 
 // bytesStr views b as a string without copying; b is never modified after
 // it is handed to the database (which copies it when binding).
@@ -254,31 +336,46 @@ func (s *Service) apply(ctx context.Context, ops []*writeOp) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTx(ctx, nil)
+	type pk struct{ e, n string }
+	var projects map[pk]int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		projects = map[pk]int64{}
+		// Resolve (and create) projects first: the first statement is a
+		// write, so a SQLite transaction holds the write lock from the start.
+		for _, op := range ops {
+			k := pk{op.entity, op.name}
+			if _, ok := projects[k]; ok {
+				continue
+			}
+			id, err := s.ensureProject(ctx, tx, op.entity, op.name)
+			if err != nil {
+				return err
+			}
+			projects[k] = id
+		}
+		writes := planWrites(ops, func(op *writeOp) int64 { return projects[pk{op.entity, op.name}] })
+		if s.d.postgres {
+			return s.writePostgres(ctx, tx, writes)
+		}
+		return s.writeSQLite(ctx, tx, writes)
+	})
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	type pk struct{ e, n string }
-	projects := map[pk]int64{}
-	// Resolve (and create) projects first: the first statement is a write, so
-	// the transaction holds the write lock from the start.
-	for _, op := range ops {
-		k := pk{op.entity, op.name}
-		if _, ok := projects[k]; ok {
-			continue
-		}
-		id, err := s.ensureProject(ctx, tx, op.entity, op.name)
-		if err != nil {
-			return err
-		}
-		projects[k] = id
+	for k, id := range projects {
+		s.rememberProject(k.e, k.n, id)
 	}
-	// A start and an end of the same call in one batch (the common case:
-	// clients flush both together) become one combined upsert. Ops on
-	// different calls commute; ops on one call keep their order otherwise.
+	return nil
+}
+
+// planWrites turns a batch into row writes in an order with the batch's
+// effect: a start and an end of the same call (the common case: clients
+// flush both together) become one combined write; writes of one call keep
+// their order (layer 0, 1, ...); writes of different calls commute, so each
+// layer is sorted by kind, then by (project, id). Within a layer no call
+// appears twice (PostgreSQL's ON CONFLICT may touch a row once per
+// statement), and concurrent transactions lock rows in one order.
+func planWrites(ops []*writeOp, project func(*writeOp) int64) []rowWrite {
 	type ck struct {
 		proj int64
 		id   string
@@ -292,7 +389,7 @@ func (s *Service) apply(ctx context.Context, ops []*writeOp) error {
 	if len(ops) > 1 {
 		pairs = make(map[ck]*pair, len(ops))
 		for _, op := range ops {
-			k := ck{projects[pk{op.entity, op.name}], op.id}
+			k := ck{project(op), op.id}
 			pr := pairs[k]
 			if pr == nil {
 				pr = &pair{}
@@ -307,67 +404,125 @@ func (s *Service) apply(ctx context.Context, ops []*writeOp) error {
 			}
 		}
 	}
-	stmts := map[string]*sql.Stmt{}
-	defer func() {
-		for _, st := range stmts {
-			st.Close()
-		}
-	}()
-	exec := func(q string, args ...any) error {
-		st := stmts[q]
-		if st == nil {
-			parent, err := s.prepared(q)
-			if err != nil {
-				return err
-			}
-			st = tx.StmtContext(ctx, parent)
-			stmts[q] = st
-		}
-		_, err := st.ExecContext(ctx, args...)
-		return err
-	}
+	writes := make([]rowWrite, 0, len(ops))
+	var layers map[ck]int
 	for _, op := range ops {
-		proj := projects[pk{op.entity, op.name}]
+		proj := project(op)
+		w := rowWrite{kind: op.kind, proj: proj, id: op.id}
 		if pairs != nil {
-			if pr := pairs[ck{proj, op.id}]; pr.n == 2 && pr.start != nil && pr.end != nil {
+			pr := pairs[ck{proj, op.id}]
+			if pr.n == 2 && pr.start != nil && pr.end != nil {
 				if pr.done { // written with its partner
 					continue
 				}
 				pr.done = true
-				st, en := pr.start, pr.end
-				if err := exec(sqlStartEnd, proj, st.id, *st.opName, nullStr(st.display), st.traceID,
-					nullStr(st.parentID), nullStr(st.threadID), nullStr(st.turnID), st.startedAt,
-					bytesStr(st.attributes), bytesStr(st.inputs), st.userID, nullStr(st.runID), nullInt(st.runStep),
-					len(st.attributes)+len(st.inputs),
-					en.endedAt, nullStr(en.exception), bytesStr(en.output), bytesStr(en.summary), nullInt(en.runStepEnd),
-					len(en.output)+len(en.summary)); err != nil {
-					return err
-				}
+				w.kind = 'b'
+				w.args = endArgs(startArgs(make([]any, 0, 22), proj, pr.start), pr.end)
+				writes = append(writes, w)
 				continue
 			}
+			if pr.n > 1 {
+				if layers == nil {
+					layers = map[ck]int{}
+				}
+				k := ck{proj, op.id}
+				w.layer = layers[k]
+				layers[k]++
+			}
 		}
-		var err error
 		switch op.kind {
 		case 's':
-			err = exec(sqlStart, proj, op.id, *op.opName, nullStr(op.display), op.traceID,
-				nullStr(op.parentID), nullStr(op.threadID), nullStr(op.turnID), op.startedAt,
-				bytesStr(op.attributes), bytesStr(op.inputs), op.userID, nullStr(op.runID), nullInt(op.runStep),
-				len(op.attributes)+len(op.inputs))
+			w.args = startArgs(make([]any, 0, 15), proj, op)
 		case 'e':
-			err = exec(sqlEnd, proj, op.id, op.endedAt, nullStr(op.exception), bytesStr(op.output),
-				bytesStr(op.summary), nullInt(op.runStepEnd), len(op.output)+len(op.summary))
+			w.args = endArgs(append(make([]any, 0, 9), proj, op.id), op)
 		case 'u':
-			err = exec(sqlUpdate, proj, op.id, nullStr(op.display))
+			w.args = []any{proj, op.id, nullStr(op.display)}
 		}
-		if err != nil {
+		writes = append(writes, w)
+	}
+	sort.SliceStable(writes, func(i, j int) bool {
+		a, b := &writes[i], &writes[j]
+		if a.layer != b.layer {
+			return a.layer < b.layer
+		}
+		if a.kind != b.kind {
+			return a.kind < b.kind
+		}
+		if a.proj != b.proj {
+			return a.proj < b.proj
+		}
+		return a.id < b.id
+	})
+	return writes
+}
+
+// writeSQLite runs the writes row by row through prepared statements.
+func (s *Service) writeSQLite(ctx context.Context, tx *sql.Tx, writes []rowWrite) error {
+	var stmts [4]*sql.Stmt // by kind, in the order of "beus"
+	defer func() {
+		for _, st := range stmts {
+			if st != nil {
+				st.Close()
+			}
+		}
+	}()
+	for _, w := range writes {
+		i := strings.IndexByte("beus", w.kind)
+		if stmts[i] == nil {
+			parent, err := s.prepared(callUpserts[w.kind].sqlite)
+			if err != nil {
+				return err
+			}
+			stmts[i] = tx.StmtContext(ctx, parent)
+		}
+		if _, err := stmts[i].ExecContext(ctx, w.args...); err != nil {
 			return err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return err
+	return nil
+}
+
+// pgColumn is column c of the writes as an array parameter: each value
+// (a V or nil, SQL NULL) wrapped as a T.
+func pgColumn[T, V any](writes []rowWrite, c int, wrap func(V) T) ([]T, error) {
+	a := make([]T, len(writes))
+	for r := range a {
+		switch v := writes[r].args[c].(type) {
+		case V:
+			a[r] = wrap(v)
+		case nil:
+		default:
+			return nil, fmt.Errorf("trace: column %d of a %c write: %T, want %T", c, writes[r].kind, v, *new(V))
+		}
 	}
-	for k, id := range projects {
-		s.rememberProject(k.e, k.n, id)
+	return a, nil
+}
+
+// writePostgres runs each run of writes of one layer and kind as one
+// statement over arrays, a column each.
+func (s *Service) writePostgres(ctx context.Context, tx *sql.Tx, writes []rowWrite) error {
+	for i := 0; i < len(writes); {
+		j := i + 1
+		for j < len(writes) && writes[j].layer == writes[i].layer && writes[j].kind == writes[i].kind {
+			j++
+		}
+		u := callUpserts[writes[i].kind]
+		cols := make([]any, len(u.types))
+		for c, typ := range u.types {
+			var err error
+			if typ == "bigint" {
+				cols[c], err = pgColumn(writes[i:j], c, func(v int64) pgtype.Int8 { return pgtype.Int8{Int64: v, Valid: true} })
+			} else {
+				cols[c], err = pgColumn(writes[i:j], c, func(v string) pgtype.Text { return pgtype.Text{String: v, Valid: true} })
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, u.postgres, cols...); err != nil {
+			return err
+		}
+		i = j
 	}
 	return nil
 }
@@ -583,6 +738,9 @@ func (s *Service) handleUpdate(w http.ResponseWriter, r *http.Request, p *auth.P
 	if err := optID(req.CallID, "call_id"); err != nil {
 		return err
 	}
+	if err := checkText(req.DisplayName, "display_name"); err != nil {
+		return err
+	}
 	if req.DisplayName != nil { // null or absent: nothing to update
 		op := &writeOp{kind: 'u', entity: entity, name: name, id: *req.CallID, display: req.DisplayName}
 		if err := s.apply(r.Context(), []*writeOp{op}); err != nil {
@@ -635,20 +793,35 @@ func (s *Service) deleteCalls(ctx context.Context, entity, name string, ids []st
 	if err != nil || !ok {
 		return 0, err
 	}
-	idsJSON, _ := json.Marshal(ids)
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	res, err := s.db.ExecContext(ctx, `WITH RECURSIVE tree(id) AS (
-			SELECT id FROM trace_calls WHERE project = ?1 AND id IN (SELECT value FROM json_each(?2))
-			UNION
-			SELECT c.id FROM trace_calls c JOIN tree ON c.parent_id = tree.id WHERE c.project = ?1)
-		UPDATE trace_calls SET deleted_at = ?3
-		WHERE project = ?1 AND deleted_at IS NULL AND id IN (SELECT id FROM tree)`,
-		proj, string(idsJSON), s.now().UnixMicro())
+	res, err := s.exec(ctx, deleteSQL[s.d.name], proj, s.d.listArg(ids), s.now().UnixMicro())
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// deleteSQL marks calls ?2 of project ?1 and their descendants deleted at ?3.
+var deleteSQL = map[string]string{}
+
+func init() {
+	for _, d := range []*dialect{sqliteDialect, postgresDialect} {
+		deleteSQL[d.name] = `WITH RECURSIVE tree(id) AS (
+			SELECT id FROM trace_calls WHERE project = ?1 AND ` + d.inList("id", "?2") + `
+			UNION
+			SELECT c.id FROM trace_calls c JOIN tree ON c.parent_id = tree.id WHERE c.project = ?1)
+		UPDATE trace_calls SET deleted_at = ?3
+		WHERE project = ?1 AND deleted_at IS NULL AND id IN (SELECT id FROM tree)`
+	}
+}
+
+// summaryHasError reports whether a stored summary's status_counts.error
+// is a number > 0 (summary.platform.status is then "descendant_error").
+func summaryHasError(summary []byte) bool {
+	if summary == nil {
+		return false
+	}
+	members, _ := splitObject(summary)
+	return statusCountsError(members) > 0
 }
 
 // RecordCall records one complete call (start and end together) made on
@@ -670,6 +843,12 @@ func (s *Service) RecordCall(ctx context.Context, p *auth.Principal, projectID, 
 	}
 	if opName == "" {
 		return "", httpx.Invalid("op_name", "missing_field", "required: a non-empty string")
+	}
+	if err := checkText(&opName, "op_name"); err != nil {
+		return "", err
+	}
+	if err := checkText(&exception, "exception"); err != nil {
+		return "", err
 	}
 	if startedAt.IsZero() {
 		return "", httpx.Invalid("started_at", "missing_field", "required")
@@ -701,7 +880,8 @@ func (s *Service) RecordCall(ctx context.Context, p *auth.Principal, projectID, 
 	name2 := opName
 	start := &writeOp{kind: 's', entity: entity, name: name, id: id, traceID: id, opName: &name2,
 		startedAt: startedAt.UnixMicro(), attributes: []byte("{}"), inputs: in, userID: p.UserID}
-	end := &writeOp{kind: 'e', entity: entity, name: name, id: id, endedAt: endedAt.UnixMicro(), output: out, summary: sum}
+	end := &writeOp{kind: 'e', entity: entity, name: name, id: id, endedAt: endedAt.UnixMicro(), output: out, summary: sum,
+		statusError: summaryHasError(sum)}
 	if exception != "" {
 		end.exception = &exception
 	}

@@ -13,8 +13,9 @@
 //	id, err := svc.RecordCall(ctx, principal, "entity/project", "chat.completions", t0, t1, inputs, output, summary, "")
 //	err = trace.PricesCommand(os.Args[2:], db, os.Stdout) // flywheel prices set|load|list
 //
-// New applies the package's own migrations (embedded SQL files, recorded in
-// trace_schema_migrations) to the shared SQLite database; its tables are
+// New applies the package's own migrations (embedded SQL files per dialect,
+// recorded in trace_schema_migrations) to the shared database, SQLite or
+// PostgreSQL (Options.Dialect; see dialect.go and docs/call-store.md); its tables are
 // trace_projects, trace_calls, trace_prices, trace_objects and trace_files. Handlers take the caller from
 // auth.FromContext (401 without one); a project of an entity the caller is not
 // a member of is 403; projects are created on the first write. Errors are
@@ -94,7 +95,17 @@
 //     running server) are seen within a second.
 //   - /cost/query returns the project-level prices of the project (the
 //     Mongo-like "query" with $and/$or/$not/$eq/$gt/$gte/$lt/$lte/$in over
-//     $getField/$literal); /cost/purge accepts only a query by ids.
+//     $getField/$literal); /cost/purge accepts only a query by ids. A
+//     comparison is of a field with a literal of its type (string, number, or
+//     an RFC 3339 string for dates; null never matches) or with a field of
+//     its kind; anything else is a 400 naming the operand.
+//   - Strings stored as text columns (op_name, display_name, exception,
+//     thread_id, turn_id, platform_run_id, price fields, object classes) must
+//     be valid UTF-8 without NUL characters (400 naming the field): that is
+//     what PostgreSQL's text holds. Inside JSON values anything goes (the
+//     canonical text escapes it).
+//   - Sorting by summary.platform.status sorts by the status a read shows
+//     (status_error, computed at write time, for descendant_error).
 //
 // # Objects and files
 //

@@ -122,8 +122,8 @@ func multipartErr(err error, limit int64) error {
 // createFile stores content under (project, digest) unless it is there.
 func (s *Service) createFile(ctx context.Context, entity, name, digest string, content []byte) error {
 	return s.projectTx(ctx, entity, name, func(tx *sql.Tx, proj int64) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO trace_files (project, digest, size_bytes, content, created_at)
-			VALUES (?, ?, ?, ?, ?) ON CONFLICT (project, digest) DO NOTHING`,
+		_, err := tx.ExecContext(ctx, s.d.sql(`INSERT INTO trace_files (project, digest, size_bytes, content, created_at)
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT (project, digest) DO NOTHING`),
 			proj, digest, len(content), content, s.now().UnixMicro())
 		return err
 	})
@@ -156,7 +156,7 @@ func (s *Service) handleFileContent(w http.ResponseWriter, r *http.Request, p *a
 		return notFound
 	}
 	var content []byte
-	err = s.db.QueryRowContext(ctx, `SELECT content FROM trace_files WHERE project = ? AND digest = ?`, proj, *req.Digest).Scan(&content)
+	err = s.db.QueryRowContext(ctx, s.d.sql(`SELECT content FROM trace_files WHERE project = ? AND digest = ?`), proj, *req.Digest).Scan(&content)
 	if errors.Is(err, sql.ErrNoRows) {
 		return notFound
 	}

@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
 	"flywheel/internal/auth"
+	"flywheel/internal/pgtest"
 	"flywheel/internal/store"
 )
 
@@ -58,16 +60,52 @@ func openFoundationDB(t testing.TB) *sql.DB {
 	return st.DB()
 }
 
+// openPostgres opens a fresh database on the test PostgreSQL server (see
+// internal/pgtest: skipped without FLYWHEEL_TEST_POSTGRES, a failure under
+// CI) over pgx's database/sql driver, as the service does.
+func openPostgres(t testing.TB) *sql.DB {
+	t.Helper()
+	return openPostgresDSN(t, pgtest.DSN(t))
+}
+
+// openPostgresDSN opens a pool of its own on dsn (a node of several).
+func openPostgresDSN(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(8)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// testDialect is one database the suite runs on.
+type testDialect struct {
+	name string
+	// open returns an empty database; openService one opened as the service
+	// opens it (for SQLite, internal/store's settings).
+	open, openService func(t testing.TB) *sql.DB
+}
+
+var testDialects = []testDialect{
+	{name: DialectSQLite, open: openTestDB, openService: openFoundationDB},
+	{name: DialectPostgres, open: openPostgres, openService: openPostgres},
+}
+
+// eachDialect runs body once per database, as the subtests "sqlite" and
+// "postgres".
+func eachDialect(t *testing.T, body func(t *testing.T, dt testDialect)) {
+	for _, dt := range testDialects {
+		t.Run(dt.name, func(t *testing.T) { body(t, dt) })
+	}
+}
+
 type env struct {
 	t   testing.TB
 	svc *Service
 	srv *httptest.Server
 	db  *sql.DB
-}
-
-func newEnv(t testing.TB, opts Options) *env {
-	t.Helper()
-	return newEnvDB(t, openTestDB(t), opts)
 }
 
 func newEnvDB(t testing.TB, db *sql.DB, opts Options) *env {

@@ -2,7 +2,7 @@ package trace
 
 import (
 	"context"
-	"encoding/json"
+	"database/sql"
 	"fmt"
 	"net/http"
 
@@ -37,24 +37,20 @@ func (s *Service) LinkChoices(ctx context.Context, projectID, callID string, fin
 	if !ok {
 		return fmt.Errorf("trace: link choices: no project %s", projectID)
 	}
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("trace: link choices: %w", err)
-	}
-	defer tx.Rollback()
 	at := s.now().UnixMicro()
-	for i, fp := range fingerprints {
-		if fp == "" {
-			continue
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		for i, fp := range fingerprints {
+			if fp == "" {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, s.d.sql(`INSERT INTO trace_choice_links (fingerprint, project, call_id, choice_index, created_at) VALUES (?, ?, ?, ?, ?)`),
+				fp, proj, callID, i, at); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO trace_choice_links (fingerprint, project, call_id, choice_index, created_at) VALUES (?, ?, ?, ?, ?)`,
-			fp, proj, callID, i, at); err != nil {
-			return fmt.Errorf("trace: link choices: %w", err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("trace: link choices: %w", err)
 	}
 	return nil
@@ -68,21 +64,21 @@ func (s *Service) ChoiceLinks(ctx context.Context, p *auth.Principal, fingerprin
 	if p == nil || len(p.Entities) == 0 {
 		return out, nil
 	}
-	ents, _ := json.Marshal(p.Entities)
+	ents := s.d.listArg(p.Entities)
 	for from := 0; from < len(fingerprints); from += linkLookupChunk {
-		fps, _ := json.Marshal(fingerprints[from:min(from+linkLookupChunk, len(fingerprints))])
-		if err := s.choiceLinks(ctx, string(fps), string(ents), out); err != nil {
+		fps := s.d.listArg(fingerprints[from:min(from+linkLookupChunk, len(fingerprints))])
+		if err := s.choiceLinks(ctx, fps, ents, out); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-func (s *Service) choiceLinks(ctx context.Context, fps, ents string, out map[string]ChoiceLink) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT l.fingerprint, p.entity, p.name, l.call_id, l.choice_index
+func (s *Service) choiceLinks(ctx context.Context, fps, ents any, out map[string]ChoiceLink) error {
+	rows, err := s.db.QueryContext(ctx, s.d.sql(`SELECT l.fingerprint, p.entity, p.name, l.call_id, l.choice_index
 		FROM trace_choice_links l JOIN trace_projects p ON p.id = l.project
-		WHERE l.fingerprint IN (SELECT value FROM json_each(?)) AND p.entity IN (SELECT value FROM json_each(?))
-		ORDER BY l.created_at ASC`, fps, ents)
+		WHERE `+s.d.inList("l.fingerprint", "?1")+` AND `+s.d.inList("p.entity", "?2")+`
+		ORDER BY l.created_at ASC`), fps, ents)
 	if err != nil {
 		return fmt.Errorf("trace: choice links: %w", err)
 	}
@@ -102,9 +98,8 @@ func (s *Service) choiceLinks(ctx context.Context, fps, ents string, out map[str
 // Projects lists the call-store projects (entity/project) of the given
 // entities, by name; at most limit of them.
 func (s *Service) Projects(ctx context.Context, entities []string, limit int) ([]string, error) {
-	ents, _ := json.Marshal(entities)
-	rows, err := s.db.QueryContext(ctx, `SELECT entity, name FROM trace_projects WHERE entity IN (SELECT value FROM json_each(?))
-		ORDER BY entity, name LIMIT ?`, string(ents), limit)
+	rows, err := s.db.QueryContext(ctx, s.d.sql(`SELECT entity, name FROM trace_projects WHERE `+s.d.inList("entity", "?1")+`
+		ORDER BY entity, name LIMIT ?2`), s.d.listArg(entities), limit)
 	if err != nil {
 		return nil, fmt.Errorf("trace: projects: %w", err)
 	}

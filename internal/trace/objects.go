@@ -208,6 +208,12 @@ func (s *Service) handleObjCreate(w http.ResponseWriter, r *http.Request, p *aut
 			Message: fmt.Sprintf("the object is %d bytes as stored JSON; the limit is %d bytes", len(val), limit)}
 	}
 	leaf, base := objectClasses(val)
+	if err := checkText(leaf, "obj.val._class_name"); err != nil {
+		return err
+	}
+	if err := checkText(base, "obj.val._bases"); err != nil {
+		return err
+	}
 	class := o.BuiltinObjectClass
 	if class == nil {
 		class = o.SetBaseObjectClass
@@ -242,34 +248,41 @@ func (s *Service) handleObjCreate(w http.ResponseWriter, r *http.Request, p *aut
 func (s *Service) createObject(ctx context.Context, entity, name, objectID, digest string, val []byte, kind string,
 	base, leaf *string, userID string) error {
 	return s.projectTx(ctx, entity, name, func(tx *sql.Tx, proj int64) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO trace_objects (project, object_id, digest, version_index, kind,
+		if s.d.postgres {
+			// Two nodes adding versions of one object at once would both take
+			// MAX + 1; the lock (until commit) makes the second wait and see
+			// the first's version.
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`,
+				objectLockClass, strconv.FormatInt(proj, 10)+"/"+objectID); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, s.d.sql(`INSERT INTO trace_objects (project, object_id, digest, version_index, kind,
 				base_object_class, leaf_object_class, val, size_bytes, created_by, created_at)
 			SELECT ?1, ?2, ?3, COALESCE(MAX(version_index) + 1, 0), ?4, ?5, ?6, ?7, ?8, ?9, ?10
 			FROM trace_objects WHERE project = ?1 AND object_id = ?2
-			ON CONFLICT (project, object_id, digest) DO NOTHING`,
+			ON CONFLICT (project, object_id, digest) DO NOTHING`),
 			proj, objectID, digest, kind, nullStr(base), nullStr(leaf), bytesStr(val), len(val), userID, s.now().UnixMicro())
 		return err
 	})
 }
 
-// projectTx runs fn in a write transaction with the id of project
+// objectLockClass is the first key of the PostgreSQL advisory locks taken
+// per object while a version is added ("obj" in ASCII).
+const objectLockClass int32 = 0x6f626a
+
+// projectTx runs fn in a write transaction (inTx) with the id of project
 // entity/name, creating the project.
 func (s *Service) projectTx(ctx context.Context, entity, name string, fn func(tx *sql.Tx, proj int64) error) error {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTx(ctx, nil)
+	var proj int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if proj, err = s.ensureProject(ctx, tx, entity, name); err != nil {
+			return err
+		}
+		return fn(tx, proj)
+	})
 	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	proj, err := s.ensureProject(ctx, tx, entity, name)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx, proj); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
 		return err
 	}
 	s.rememberProject(entity, name, proj)
@@ -374,23 +387,24 @@ func (s *Service) handleObjRead(w http.ResponseWriter, r *http.Request, p *auth.
 		return notFound
 	}
 	q := `SELECT ` + objColumns + ` FROM trace_objects o WHERE o.project = ?1 AND o.object_id = ?3 AND o.deleted_at IS NULL AND `
+	args := []any{proj, isTrue(req.MetadataOnly), *req.ObjectID}
 	d := *req.Digest
-	var arg any = d
 	switch {
 	case d == "latest":
 		q += `o.version_index = (SELECT MAX(v.version_index) FROM trace_objects v
-			WHERE v.project = ?1 AND v.object_id = ?3 AND v.deleted_at IS NULL) AND ?4 = ?4`
+			WHERE v.project = ?1 AND v.object_id = ?3 AND v.deleted_at IS NULL)`
 	case len(d) > 1 && d[0] == 'v' && isDigits(d[1:]):
 		n, err := strconv.ParseInt(d[1:], 10, 64)
 		if err != nil {
 			return notFound
 		}
 		q += `o.version_index = ?4`
-		arg = n
+		args = append(args, n)
 	default:
 		q += `o.digest = ?4`
+		args = append(args, d)
 	}
-	o, err := scanObj(s.db.QueryRowContext(ctx, q, proj, isTrue(req.MetadataOnly), *req.ObjectID, arg))
+	o, err := scanObj(s.db.QueryRowContext(ctx, s.d.sql(q), args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return notFound
 	}
@@ -432,17 +446,17 @@ type objsQueryReq struct {
 // created_at).
 var objSortColumns = map[string]string{"object_id": "o.object_id", "created_at": "o.created_at"}
 
-func buildObjsQuery(req *objsQueryReq, proj int64) (string, []any, error) {
+func buildObjsQuery(d *dialect, req *objsQueryReq, proj int64) (string, []any, error) {
 	var sb strings.Builder
 	sb.WriteString(`SELECT ` + objColumns + ` FROM trace_objects o WHERE o.project = ?1 AND o.deleted_at IS NULL`)
 	args := []any{proj, isTrue(req.MetadataOnly)}
 	in := func(col string, vals []string, not bool) {
-		b, _ := json.Marshal(vals)
-		args = append(args, string(b))
+		args = append(args, d.listArg(vals))
+		ph := "?" + strconv.Itoa(len(args))
 		if not {
-			fmt.Fprintf(&sb, ` AND (%s IS NULL OR %s NOT IN (SELECT value FROM json_each(?%d)))`, col, col, len(args))
+			sb.WriteString(" AND " + d.notInList(col, ph))
 		} else {
-			fmt.Fprintf(&sb, ` AND %s IN (SELECT value FROM json_each(?%d))`, col, len(args))
+			sb.WriteString(" AND " + d.inList(col, ph))
 		}
 	}
 	if f := req.Filter; f != nil {
@@ -477,20 +491,20 @@ func buildObjsQuery(req *objsQueryReq, proj int64) (string, []any, error) {
 		if !ok {
 			return "", nil, httpx.Invalid(path+".field", "invalid_value", "cannot sort objects by %q: expected object_id or created_at", sf.Field)
 		}
-		dir, err := direction(sf.Direction, path+".direction")
+		dir, err := d.direction(sf.Direction, path+".direction")
 		if err != nil {
 			return "", nil, err
 		}
 		sb.WriteString(col + " " + dir + ", ")
 	}
-	sb.WriteString(`o.created_at ASC, o.pk ASC`)
+	sb.WriteString(`o.created_at ASC, o.pk ASC`) // both NOT NULL
 	lim, off, err := limitOffset(req.Limit, req.Offset)
 	if err != nil {
 		return "", nil, err
 	}
 	args = append(args, lim, off)
 	fmt.Fprintf(&sb, ` LIMIT ?%d OFFSET ?%d`, len(args)-1, len(args))
-	return sb.String(), args, nil
+	return d.dyn(sb.String()), args, nil
 }
 
 func (s *Service) handleObjsQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
@@ -508,7 +522,7 @@ func (s *Service) handleObjsQuery(w http.ResponseWriter, r *http.Request, p *aut
 	if err != nil {
 		return err
 	}
-	q, args, err := buildObjsQuery(&req, proj)
+	q, args, err := buildObjsQuery(s.d, &req, proj)
 	if err != nil {
 		return err
 	}

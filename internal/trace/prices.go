@@ -237,11 +237,22 @@ func (c *costIn) toPrice(model, path string, defaultEffective int64) (*Price, er
 		}
 		p.EffectiveDate = t
 	}
+	if err := checkText(&model, path); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		v    *string
+		name string
+	}{{&p.PromptTokenCostUnit, "prompt_token_cost_unit"}, {&p.CompletionTokenCostUnit, "completion_token_cost_unit"}, {&p.ProviderID, "provider_id"}} {
+		if err := checkText(f.v, path+"."+f.name); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
-func insertPrice(ctx context.Context, tx *sql.Tx, p *Price) error {
-	_, err := tx.ExecContext(ctx, `INSERT INTO trace_prices (`+priceColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+func insertPrice(ctx context.Context, tx *sql.Tx, d *dialect, p *Price) error {
+	_, err := tx.ExecContext(ctx, d.sql(`INSERT INTO trace_prices (`+priceColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		p.ID, p.LLMID, p.PromptTokenCost, p.CompletionTokenCost, p.PromptTokenCostUnit, p.CompletionTokenCostUnit,
 		p.EffectiveDate, p.ProviderID, p.PricingLevel, p.PricingLevelID, nullIfEmpty(p.CreatedBy), p.CreatedAt)
 	return err
@@ -296,27 +307,18 @@ func (s *Service) handleCostCreate(w http.ResponseWriter, r *http.Request, p *au
 		pr.CreatedBy, pr.CreatedAt = p.UserID, now
 		prices = append(prices, pr)
 	}
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	tx, err := s.db.BeginTx(r.Context(), nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	projID, err := s.ensureProject(r.Context(), tx, entity, name)
-	if err != nil {
-		return err
-	}
-	for _, pr := range prices {
-		if err := insertPrice(r.Context(), tx, pr); err != nil {
-			return err
+	err = s.projectTx(r.Context(), entity, name, func(tx *sql.Tx, _ int64) error {
+		for _, pr := range prices {
+			if err := insertPrice(r.Context(), tx, s.d, pr); err != nil {
+				return err
+			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	s.invalidatePrices()
-	s.rememberProject(entity, name, projID)
 	ids := make([][2]string, 0, len(prices))
 	for _, pr := range prices {
 		ids = append(ids, [2]string{pr.ID, pr.LLMID})
@@ -325,12 +327,12 @@ func (s *Service) handleCostCreate(w http.ResponseWriter, r *http.Request, p *au
 	return nil
 }
 
-var priceFields = map[string]string{
-	"id": "id", "llm_id": "llm_id", "prompt_token_cost": "prompt_token_cost",
-	"completion_token_cost": "completion_token_cost", "prompt_token_cost_unit": "prompt_token_cost_unit",
-	"completion_token_cost_unit": "completion_token_cost_unit", "effective_date": "effective_date",
-	"provider_id": "provider_id", "pricing_level": "pricing_level", "pricing_level_id": "pricing_level_id",
-	"created_by": "created_by", "created_at": "created_at",
+// priceFields are the price table's fields by name, with their kind: 't'
+// text, 'n' a number, 'd' a date (stored as Unix microseconds).
+var priceFields = map[string]byte{
+	"id": 't', "llm_id": 't', "prompt_token_cost": 'n', "completion_token_cost": 'n',
+	"prompt_token_cost_unit": 't', "completion_token_cost_unit": 't', "effective_date": 'd',
+	"provider_id": 't', "pricing_level": 't', "pricing_level_id": 't', "created_by": 't', "created_at": 'd',
 }
 
 type sortField struct {
@@ -371,15 +373,14 @@ func (s *Service) handleCostQuery(w http.ResponseWriter, r *http.Request, p *aut
 	}
 	order := ""
 	for i, sf := range req.SortBy {
-		col, ok := priceFields[sf.Field]
-		if !ok {
+		if _, ok := priceFields[sf.Field]; !ok {
 			return httpx.Invalid(fmt.Sprintf("sort_by[%d].field", i), "invalid_value", "unknown field %q", sf.Field)
 		}
-		dir, err := direction(sf.Direction, fmt.Sprintf("sort_by[%d].direction", i))
+		dir, err := s.d.direction(sf.Direction, fmt.Sprintf("sort_by[%d].direction", i))
 		if err != nil {
 			return err
 		}
-		order += col + " " + dir + ", "
+		order += sf.Field + " " + dir + ", "
 	}
 	order += "llm_id ASC, effective_date DESC, id ASC"
 	q := `SELECT ` + priceColumns + ` FROM trace_prices WHERE ` + where + ` ORDER BY ` + order
@@ -389,7 +390,7 @@ func (s *Service) handleCostQuery(w http.ResponseWriter, r *http.Request, p *aut
 	}
 	q += ` LIMIT ? OFFSET ?`
 	args = append(args, lim, off)
-	rows, err := s.db.QueryContext(r.Context(), q, args...)
+	rows, err := s.db.QueryContext(r.Context(), s.d.dyn(q), args...)
 	if err != nil {
 		return err
 	}
@@ -451,11 +452,8 @@ func (s *Service) handleCostPurge(w http.ResponseWriter, r *http.Request, p *aut
 		return err
 	}
 	if len(ids) > 0 {
-		idsJSON, _ := json.Marshal(ids)
-		s.writeMu.Lock()
-		_, err = s.db.ExecContext(r.Context(), `DELETE FROM trace_prices WHERE pricing_level = 'project' AND pricing_level_id = ?
-			AND id IN (SELECT value FROM json_each(?))`, entity+"/"+name, string(idsJSON))
-		s.writeMu.Unlock()
+		_, err = s.exec(r.Context(), `DELETE FROM trace_prices WHERE pricing_level = 'project' AND pricing_level_id = ?
+			AND `+s.d.inList("id", "?"), entity+"/"+name, s.d.listArg(ids))
 		s.invalidatePrices()
 		if err != nil {
 			return err
@@ -521,78 +519,149 @@ func exprSQL(raw json.RawMessage, path string) (string, []any, error) {
 		if len(list) != 2 {
 			return "", nil, httpx.Invalid(path, "invalid_value", "expected two operands")
 		}
-		a, aa, err := operandSQL(list[0], path+"[0]")
+		a, err := parseOperand(list[0], path+"[0]")
 		if err != nil {
 			return "", nil, err
 		}
-		b, ba, err := operandSQL(list[1], path+"[1]")
+		b, err := parseOperand(list[1], path+"[1]")
+		if err != nil {
+			return "", nil, err
+		}
+		kind, err := compareKind(a, b, path)
+		if err != nil {
+			return "", nil, err
+		}
+		as, aa, err := a.sql(kind, path+"[0]")
+		if err != nil {
+			return "", nil, err
+		}
+		bs, ba, err := b.sql(kind, path+"[1]")
 		if err != nil {
 			return "", nil, err
 		}
 		sqlOp := map[string]string{"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
-		return a + " " + sqlOp + " " + b, append(aa, ba...), nil
+		return as + " " + sqlOp + " " + bs, append(aa, ba...), nil
 	case "$in":
 		if len(list) != 2 {
 			return "", nil, httpx.Invalid(path, "invalid_value", "expected two operands")
 		}
-		a, aa, err := operandSQL(list[0], path+"[0]")
+		a, err := parseOperand(list[0], path+"[0]")
 		if err != nil {
 			return "", nil, err
 		}
+		if a.field == "" {
+			return "", nil, httpx.Invalid(path+"[0]", "invalid_value", `expected {"$getField": name}`)
+		}
+		as, args, _ := a.sql(a.kind, path+"[0]")
 		var items []json.RawMessage
 		if err := json.Unmarshal(list[1], &items); err != nil {
 			return "", nil, httpx.Invalid(path+"[1]", "invalid_type", "expected an array of operands")
 		}
 		if len(items) == 0 {
-			return "0", nil, nil
+			return "1 = 0", nil, nil
 		}
 		var ph []string
 		for i, it := range items {
-			b, ba, err := operandSQL(it, fmt.Sprintf("%s[1][%d]", path, i))
+			ipath := fmt.Sprintf("%s[1][%d]", path, i)
+			b, err := parseOperand(it, ipath)
 			if err != nil {
 				return "", nil, err
 			}
-			ph = append(ph, b)
-			aa = append(aa, ba...)
+			if _, err := compareKind(a, b, path); err != nil {
+				return "", nil, err
+			}
+			bs, ba, err := b.sql(a.kind, ipath)
+			if err != nil {
+				return "", nil, err
+			}
+			ph = append(ph, bs)
+			args = append(args, ba...)
 		}
-		return a + " IN (" + strings.Join(ph, ", ") + ")", aa, nil
+		return as + " IN (" + strings.Join(ph, ", ") + ")", args, nil
 	}
 	return "", nil, httpx.Invalid(path, "invalid_value", "unsupported operator %q", op)
 }
 
-func operandSQL(raw json.RawMessage, path string) (string, []any, error) {
+// operand is one side of a comparison: a price field, or a literal (a
+// string, a number or null).
+type operand struct {
+	field string
+	kind  byte // the field's kind (priceFields)
+	lit   any  // string, float64 or nil
+}
+
+func parseOperand(raw json.RawMessage, path string) (*operand, error) {
 	ms, ok := splitObject(raw)
 	if !ok || len(ms) != 1 {
-		return "", nil, httpx.Invalid(path, "invalid_value", `expected {"$getField": name} or {"$literal": value}`)
+		return nil, httpx.Invalid(path, "invalid_value", `expected {"$getField": name} or {"$literal": value}`)
 	}
 	switch ms[0].Key {
 	case "$getField":
 		var f string
 		if err := json.Unmarshal(ms[0].Value, &f); err != nil {
-			return "", nil, httpx.Invalid(path, "invalid_type", "expected a field name")
+			return nil, httpx.Invalid(path, "invalid_type", "expected a field name")
 		}
-		col, ok := priceFields[f]
+		kind, ok := priceFields[f]
 		if !ok {
-			return "", nil, httpx.Invalid(path, "invalid_value", "unknown field %q", f)
+			return nil, httpx.Invalid(path, "invalid_value", "unknown field %q", f)
 		}
-		return col, nil, nil
+		return &operand{field: f, kind: kind}, nil
 	case "$literal":
 		var v any
 		if err := json.Unmarshal(ms[0].Value, &v); err != nil {
-			return "", nil, httpx.Invalid(path, "invalid_type", "invalid literal")
+			return nil, httpx.Invalid(path, "invalid_type", "invalid literal")
 		}
-		switch x := v.(type) {
-		case string:
-			if t, ok := parseTime(x); ok && len(x) >= 19 {
-				return "?", []any{t}, nil // dates compare as stored microseconds
-			}
-			return "?", []any{x}, nil
-		case float64, bool, nil:
-			return "?", []any{x}, nil
+		switch v.(type) {
+		case string, float64, nil:
+			return &operand{lit: v}, nil
 		}
-		return "", nil, httpx.Invalid(path, "invalid_value", "literal must be a string, number, boolean or null")
+		return nil, httpx.Invalid(path, "invalid_value", "literal must be a string, a number or null")
 	}
-	return "", nil, httpx.Invalid(path, "invalid_value", `expected {"$getField": name} or {"$literal": value}`)
+	return nil, httpx.Invalid(path, "invalid_value", `expected {"$getField": name} or {"$literal": value}`)
+}
+
+// compareKind checks that a comparison involves a field, and that two fields
+// are of one kind; it returns the kind the comparison is made in.
+func compareKind(a, b *operand, path string) (byte, error) {
+	switch {
+	case a.field == "" && b.field == "":
+		return 0, httpx.Invalid(path, "invalid_value", `compare a field ({"$getField": name}) with a literal or a field`)
+	case a.field != "" && b.field != "" && a.kind != b.kind:
+		return 0, httpx.Invalid(path, "invalid_value", "cannot compare %s with %s", a.field, b.field)
+	case a.field != "":
+		return a.kind, nil
+	}
+	return b.kind, nil
+}
+
+// sql returns the operand as SQL in a comparison of the given kind: a
+// column, or a placeholder whose argument has the column's type (dates as
+// Unix microseconds), so both databases compare like with like. A literal of
+// another type is a 400 naming it.
+func (o *operand) sql(kind byte, path string) (string, []any, error) {
+	if o.field != "" {
+		return o.field, nil, nil
+	}
+	switch x := o.lit.(type) {
+	case nil:
+		return "?", []any{nil}, nil
+	case string:
+		switch kind {
+		case 't':
+			return "?", []any{x}, nil
+		case 'd':
+			if t, ok := parseTime(x); ok {
+				return "?", []any{t}, nil
+			}
+			return "", nil, httpx.Invalid(path, "invalid_value", "invalid timestamp %q: expected RFC 3339", x)
+		}
+	case float64:
+		if kind == 'n' {
+			return "?", []any{x}, nil
+		}
+	}
+	want := map[byte]string{'t': "a string", 'n': "a number", 'd': "an RFC 3339 timestamp"}[kind]
+	return "", nil, httpx.Invalid(path, "invalid_type", "expected %s or null", want)
 }
 
 // purgeIDs accepts only a query by ids: $eq on id, $in on id, or $or of those.
@@ -687,11 +756,11 @@ func (s *Service) SetDefaultPrice(ctx context.Context, modelID string, promptCos
 		eff = s.now()
 	}
 	defer s.invalidatePrices()
-	return setDefaultPrice(ctx, s.db, &Price{LLMID: modelID, PromptTokenCost: promptCost, CompletionTokenCost: completionCost,
+	return setDefaultPrice(ctx, s.db, s.d, &Price{LLMID: modelID, PromptTokenCost: promptCost, CompletionTokenCost: completionCost,
 		PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: "default", EffectiveDate: eff.UnixMicro()}, s.now(), &s.writeMu)
 }
 
-func setDefaultPrice(ctx context.Context, db *sql.DB, p *Price, now time.Time, mu interface {
+func setDefaultPrice(ctx context.Context, db *sql.DB, d *dialect, p *Price, now time.Time, mu interface {
 	Lock()
 	Unlock()
 }) error {
@@ -701,32 +770,38 @@ func setDefaultPrice(ctx context.Context, db *sql.DB, p *Price, now time.Time, m
 	if p.PromptTokenCost < 0 || p.CompletionTokenCost < 0 {
 		return errors.New("trace: token costs must not be negative")
 	}
-	if mu != nil {
+	if mu != nil && !d.postgres {
 		mu.Lock()
 		defer mu.Unlock()
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	res, err := tx.ExecContext(ctx, `UPDATE trace_prices SET prompt_token_cost = ?, completion_token_cost = ?,
+	return runTx(ctx, db, func(tx *sql.Tx) error {
+		if d.postgres {
+			// nodes loading one prices file at start: one row per model,
+			// provider and date, not one per node
+			if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, priceLockClass, p.LLMID); err != nil {
+				return err
+			}
+		}
+		res, err := tx.ExecContext(ctx, d.sql(`UPDATE trace_prices SET prompt_token_cost = ?, completion_token_cost = ?,
 		prompt_token_cost_unit = ?, completion_token_cost_unit = ?
-		WHERE pricing_level = 'default' AND pricing_level_id = 'default' AND llm_id = ? AND provider_id = ? AND effective_date = ?`,
-		p.PromptTokenCost, p.CompletionTokenCost, p.PromptTokenCostUnit, p.CompletionTokenCostUnit, p.LLMID, p.ProviderID, p.EffectiveDate)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		p.ID = NewUUIDv7()
-		p.PricingLevel, p.PricingLevelID = "default", "default"
-		p.CreatedBy, p.CreatedAt = "", now.UnixMicro()
-		if err := insertPrice(ctx, tx, p); err != nil {
+		WHERE pricing_level = 'default' AND pricing_level_id = 'default' AND llm_id = ? AND provider_id = ? AND effective_date = ?`),
+			p.PromptTokenCost, p.CompletionTokenCost, p.PromptTokenCostUnit, p.CompletionTokenCostUnit, p.LLMID, p.ProviderID, p.EffectiveDate)
+		if err != nil {
 			return err
 		}
-	}
-	return tx.Commit()
+		if n, _ := res.RowsAffected(); n == 0 {
+			p.ID = NewUUIDv7()
+			p.PricingLevel, p.PricingLevelID = "default", "default"
+			p.CreatedBy, p.CreatedAt = "", now.UnixMicro()
+			return insertPrice(ctx, tx, d, p)
+		}
+		return nil
+	})
 }
+
+// priceLockClass is the first key of the PostgreSQL advisory locks taken
+// per model while a default price is set ("prc" in ASCII).
+const priceLockClass int32 = 0x707263
 
 // DefaultPrices lists the default-level prices, by model then newest first.
 func DefaultPrices(ctx context.Context, db *sql.DB) ([]*Price, error) {
@@ -759,10 +834,10 @@ func DefaultPrices(ctx context.Context, db *sql.DB) ([]*Price, error) {
 // (in effect for every call), so loading the same file again changes nothing.
 func (s *Service) LoadPricesFile(ctx context.Context, path string) (int, error) {
 	defer s.invalidatePrices()
-	return loadPricesFile(ctx, s.db, path, s.now(), &s.writeMu)
+	return loadPricesFile(ctx, s.db, s.d, path, s.now(), &s.writeMu)
 }
 
-func loadPricesFile(ctx context.Context, db *sql.DB, path string, now time.Time, mu interface {
+func loadPricesFile(ctx context.Context, db *sql.DB, d *dialect, path string, now time.Time, mu interface {
 	Lock()
 	Unlock()
 }) (int, error) {
@@ -811,7 +886,7 @@ func loadPricesFile(ctx context.Context, db *sql.DB, path string, now time.Time,
 		if err != nil {
 			return 0, fmt.Errorf("trace: prices file %s: %v", path, err)
 		}
-		if err := setDefaultPrice(ctx, db, p, now, mu); err != nil {
+		if err := setDefaultPrice(ctx, db, d, p, now, mu); err != nil {
 			return 0, err
 		}
 	}
@@ -819,7 +894,7 @@ func loadPricesFile(ctx context.Context, db *sql.DB, path string, now time.Time,
 }
 
 // PricesCommand runs the `flywheel prices` subcommand on db (migrating it
-// first):
+// first; PostgreSQL when db is over pgx's database/sql driver, else SQLite):
 //
 //	prices set --model M --prompt 3e-05 --completion 6e-05 [--effective RFC3339] [--provider P]
 //	prices load FILE
@@ -830,7 +905,11 @@ func PricesCommand(args []string, db *sql.DB, stdout io.Writer) error {
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
-	if err := Migrate(ctx, db); err != nil {
+	d, err := dialectFor(db, "")
+	if err != nil {
+		return err
+	}
+	if err := migrate(ctx, db, d); err != nil {
 		return err
 	}
 	switch args[0] {
@@ -858,7 +937,7 @@ func PricesCommand(args []string, db *sql.DB, stdout io.Writer) error {
 		}
 		p := &Price{LLMID: *model, PromptTokenCost: *prompt, CompletionTokenCost: *completion,
 			PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: *provider, EffectiveDate: eff.UnixMicro()}
-		if err := setDefaultPrice(ctx, db, p, time.Now(), nil); err != nil {
+		if err := setDefaultPrice(ctx, db, d, p, time.Now(), nil); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "set default price for %s: prompt %s, completion %s USD/token, effective %s\n",
@@ -868,7 +947,7 @@ func PricesCommand(args []string, db *sql.DB, stdout io.Writer) error {
 		if len(args) != 2 {
 			return errors.New(usage)
 		}
-		n, err := loadPricesFile(ctx, db, args[1], time.Now(), nil)
+		n, err := loadPricesFile(ctx, db, d, args[1], time.Now(), nil)
 		if err != nil {
 			return err
 		}

@@ -3,8 +3,8 @@ package trace
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -52,24 +52,16 @@ var sortColumns = map[string]string{
 	"storage_size_bytes":          "(c.start_size + c.end_size)",
 	"summary.platform.latency_ms": "(c.ended_at - c.started_at)",
 	"summary.platform.trace_name": "COALESCE(NULLIF(c.display_name, ''), c.op_name)",
-	"summary.platform.status": `(CASE WHEN c.exception IS NOT NULL AND c.exception != '' THEN 'error'
-		WHEN c.ended_at IS NULL THEN 'running'
-		WHEN COALESCE(json_extract(c.summary, '$.status_counts.error'), 0) > 0 THEN 'descendant_error'
-		ELSE 'success' END)`,
+	// the status as statusOf derives it, numbered in the names' order:
+	// descendant_error, error, running, success
+	"summary.platform.status": `(CASE WHEN c.exception IS NOT NULL AND c.exception != '' THEN 1
+		WHEN c.ended_at IS NULL THEN 2 WHEN c.status_error != 0 THEN 0 ELSE 3 END)`,
 }
 
-func direction(d, path string) (string, error) {
-	switch strings.ToLower(d) {
-	case "", "asc":
-		return "ASC", nil
-	case "desc":
-		return "DESC", nil
-	}
-	return "", httpx.Invalid(path, "invalid_value", `expected "asc" or "desc", got %q`, d)
-}
-
+// limitOffset validates limit and offset; no limit is the largest int64
+// (SQLite's LIMIT -1 is an error on PostgreSQL).
 func limitOffset(limit, offset *int64) (int64, int64, error) {
-	lim, off := int64(-1), int64(0)
+	lim, off := int64(math.MaxInt64), int64(0)
 	if limit != nil {
 		if *limit < 0 {
 			return 0, 0, httpx.Invalid("limit", "invalid_value", "must be >= 0")
@@ -85,8 +77,8 @@ func limitOffset(limit, offset *int64) (int64, int64, error) {
 	return lim, off, nil
 }
 
-// buildQuery turns a query request into SQL over trace_calls c.
-func buildQuery(req *queryReq, proj int64, inc includes) (string, []any, error) {
+// buildQuery turns a query request into SQL over trace_calls c, in d's form.
+func buildQuery(d *dialect, req *queryReq, proj int64, inc includes) (string, []any, error) {
 	var sb strings.Builder
 	sb.WriteString("SELECT ")
 	sb.WriteString(callColumns)
@@ -100,9 +92,8 @@ func buildQuery(req *queryReq, proj int64, inc includes) (string, []any, error) 
 		if vals == nil {
 			return
 		}
-		j, _ := json.Marshal(vals)
-		sb.WriteString(" AND " + col + " IN (SELECT value FROM json_each(?))")
-		args = append(args, string(j))
+		sb.WriteString(" AND " + d.inList(col, "?"))
+		args = append(args, d.listArg(vals))
 	}
 	if f := req.Filter; f != nil {
 		in("c.id", f.CallIDs)
@@ -118,22 +109,20 @@ func buildQuery(req *queryReq, proj int64, inc includes) (string, []any, error) 
 			var parts []string
 			for _, n := range f.OpNames {
 				if strings.HasSuffix(n, ":*") {
-					prefix := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.TrimSuffix(n, "*"))
-					parts = append(parts, `c.op_name LIKE ? ESCAPE '\'`)
-					args = append(args, prefix+"%")
+					parts = append(parts, d.prefixMatch("c.op_name"))
+					args = append(args, d.prefixArg(strings.TrimSuffix(n, "*")))
 				} else {
 					exact = append(exact, n)
 				}
 			}
 			if exact != nil {
-				j, _ := json.Marshal(exact)
-				parts = append(parts, "c.op_name IN (SELECT value FROM json_each(?))")
-				args = append(args, string(j))
+				parts = append(parts, d.inList("c.op_name", "?"))
+				args = append(args, d.listArg(exact))
 			}
 			if len(parts) == 0 {
-				parts = append(parts, "0")
+				parts = append(parts, "1 = 0")
 			}
-			// the LIKE args were appended before the IN arg, matching parts' order
+			// the prefix args were appended before the list arg, matching parts' order
 			sb.WriteString(" AND (" + strings.Join(parts, " OR ") + ")")
 		}
 		if isTrue(f.TraceRootsOnly) {
@@ -155,23 +144,27 @@ func buildQuery(req *queryReq, proj int64, inc includes) (string, []any, error) 
 			args = append(args, at.UnixMicro())
 		}
 		if f.Statuses != nil {
+			// the numbers of sortColumns["summary.platform.status"]
+			codes := make([]string, 0, len(f.Statuses))
 			for i, st := range f.Statuses {
-				switch st {
-				case "success", "error", "running", "descendant_error":
-				default:
+				code, ok := map[string]string{"descendant_error": "0", "error": "1", "running": "2", "success": "3"}[st]
+				if !ok {
 					return "", nil, httpx.Invalid(fmt.Sprintf("filter.statuses[%d]", i), "invalid_value",
 						`expected "success", "error", "running" or "descendant_error", got %q`, st)
 				}
+				codes = append(codes, code)
 			}
-			j, _ := json.Marshal(f.Statuses)
-			sb.WriteString(" AND " + sortColumns["summary.platform.status"] + " IN (SELECT value FROM json_each(?))")
-			args = append(args, string(j))
+			if len(codes) == 0 {
+				sb.WriteString(" AND 1 = 0")
+			} else {
+				sb.WriteString(" AND " + sortColumns["summary.platform.status"] + " IN (" + strings.Join(codes, ", ") + ")")
+			}
 		}
 	}
 	sb.WriteString(" ORDER BY ")
 	hasID := false
 	if len(req.SortBy) == 0 {
-		sb.WriteString("c.started_at ASC, c.id ASC")
+		sb.WriteString("c.started_at " + d.asc + ", c.id " + d.asc)
 		hasID = true
 	}
 	for i, sf := range req.SortBy {
@@ -182,7 +175,7 @@ func buildQuery(req *queryReq, proj int64, inc includes) (string, []any, error) 
 		if !ok {
 			return "", nil, httpx.Invalid(fmt.Sprintf("sort_by[%d].field", i), "invalid_value", "cannot sort by %q", sf.Field)
 		}
-		dir, err := direction(sf.Direction, fmt.Sprintf("sort_by[%d].direction", i))
+		dir, err := d.direction(sf.Direction, fmt.Sprintf("sort_by[%d].direction", i))
 		if err != nil {
 			return "", nil, err
 		}
@@ -195,7 +188,7 @@ func buildQuery(req *queryReq, proj int64, inc includes) (string, []any, error) 
 		}
 	}
 	if !hasID {
-		sb.WriteString(", c.id ASC")
+		sb.WriteString(", c.id " + d.asc)
 	}
 	lim, off, err := limitOffset(req.Limit, req.Offset)
 	if err != nil {
@@ -203,7 +196,7 @@ func buildQuery(req *queryReq, proj int64, inc includes) (string, []any, error) 
 	}
 	sb.WriteString(" LIMIT ? OFFSET ?")
 	args = append(args, lim, off)
-	return sb.String(), args, nil
+	return d.dyn(sb.String()), args, nil
 }
 
 func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
@@ -248,7 +241,7 @@ func (s *Service) runQuery(w http.ResponseWriter, r *http.Request, p *auth.Princ
 	if err != nil {
 		return err
 	}
-	q, args, err := buildQuery(&req, proj, inc)
+	q, args, err := buildQuery(s.d, &req, proj, inc)
 	if err != nil {
 		return err
 	}

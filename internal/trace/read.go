@@ -32,7 +32,7 @@ const callColumns = `c.id, c.op_name, c.display_name, c.trace_id, c.parent_id, c
 
 // totalExpr is the root's total storage size over its trace (deleted calls
 // included), an index-only sum over trace_calls_by_trace; NULL for non-roots.
-const totalExpr = `CASE WHEN c.parent_id IS NULL THEN (SELECT SUM(t.start_size + t.end_size) FROM trace_calls t
+const totalExpr = `CASE WHEN c.parent_id IS NULL THEN (SELECT CAST(SUM(t.start_size + t.end_size) AS BIGINT) FROM trace_calls t
 	WHERE t.project = c.project AND t.trace_id = c.trace_id) END`
 
 type scanner interface{ Scan(dest ...any) error }

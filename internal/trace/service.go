@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,7 +24,7 @@ import (
 	"flywheel/internal/names"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/sqlite/*.sql migrations/postgres/*.sql
 var migrationFS embed.FS
 
 // TokenPrice is a price per token, in USD, for prompt and completion tokens.
@@ -69,6 +70,7 @@ type Options struct {
 // Service is the call store: storage, HTTP handlers and prices.
 type Service struct {
 	db      *sql.DB
+	d       *dialect
 	opts    Options
 	log     *slog.Logger
 	now     func() time.Time
@@ -92,7 +94,11 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 	if db == nil {
 		return nil, errors.New("trace: nil database")
 	}
-	s := &Service{db: db, opts: opts, log: opts.Logger, now: opts.Now, projects: map[string]int64{}, stmts: map[string]*sql.Stmt{}}
+	d, err := dialectFor(db, opts.Dialect)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{db: db, d: d, opts: opts, log: opts.Logger, now: opts.Now, projects: map[string]int64{}, stmts: map[string]*sql.Stmt{}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -104,7 +110,7 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 	}
 	s.started = s.now().UTC()
 	ctx := context.Background()
-	if err := Migrate(ctx, db); err != nil {
+	if err := migrate(ctx, db, d); err != nil {
 		return nil, err
 	}
 	if opts.PricesFile != "" {
@@ -116,20 +122,54 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 }
 
 // Migrate applies the call store's embedded SQL migrations that are not yet
-// recorded in trace_schema_migrations. It is safe to call concurrently from
-// several processes: each migration runs in a write transaction.
+// recorded in trace_schema_migrations, in db's dialect (PostgreSQL for pgx's
+// database/sql driver, else SQLite). It is safe to call concurrently from
+// several processes: on SQLite each migration runs in a write transaction; on
+// PostgreSQL the whole run holds an advisory lock, so nodes starting
+// together apply each migration once.
 func Migrate(ctx context.Context, db *sql.DB) error {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	d, err := dialectFor(db, "")
+	if err != nil {
+		return err
+	}
+	return migrate(ctx, db, d)
+}
+
+// migrationLockKey is the PostgreSQL advisory lock held while the call
+// store migrates (an arbitrary constant: "flywheel trace" in ASCII, 8 bytes).
+const migrationLockKey int64 = 0x666c797472616365
+
+func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
+	dir := "migrations/" + d.name
+	names, err := fs.Glob(migrationFS, dir+"/*.sql")
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS trace_schema_migrations (
+	var q interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+	} = db
+	if d.postgres {
+		// One connection holds the session lock for the whole run: the
+		// CREATE TABLE IF NOT EXISTS below races too without it.
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return fmt.Errorf("trace: migrations: %w", err)
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, migrationLockKey); err != nil {
+			return fmt.Errorf("trace: migrations lock: %w", err)
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLockKey)
+		q = conn
+	}
+	if _, err := q.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS trace_schema_migrations (
 		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("trace: migrations table: %w", err)
 	}
 	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
+		base := path.Base(name)
 		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
 		if err != nil {
 			return fmt.Errorf("trace: migration %s: bad name", base)
@@ -138,23 +178,24 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 		if err != nil {
 			return err
 		}
-		if err := applyMigration(ctx, db, v, base, string(body)); err != nil {
-			return fmt.Errorf("trace: migration %s: %w", base, err)
+		if err := applyMigration(ctx, q.BeginTx, d, v, base, string(body)); err != nil {
+			return fmt.Errorf("trace: migration %s/%s: %w", d.name, base, err)
 		}
 	}
 	return nil
 }
 
-func applyMigration(ctx context.Context, db *sql.DB, version int, name, body string) error {
-	tx, err := db.BeginTx(ctx, nil)
+func applyMigration(ctx context.Context, begin func(context.Context, *sql.TxOptions) (*sql.Tx, error), d *dialect,
+	version int, name, body string) error {
+	tx, err := begin(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
 	// The first statement writes, so the transaction takes the write lock at
 	// once (waiting on busy_timeout) instead of failing on a lock upgrade.
-	res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO trace_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-		version, name, time.Now().UTC().Format(time.RFC3339Nano))
+	res, err := tx.ExecContext(ctx, d.sql(`INSERT INTO trace_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)
+		ON CONFLICT (version) DO NOTHING`), version, name, time.Now().UTC().Format(time.RFC3339Nano))
 	if err != nil {
 		return err
 	}
@@ -359,7 +400,7 @@ func (s *Service) lookupProject(ctx context.Context, q querier, entity, name str
 	if ok {
 		return id, true, nil
 	}
-	err := q.QueryRowContext(ctx, `SELECT id FROM trace_projects WHERE entity = ? AND name = ?`, entity, name).Scan(&id)
+	err := q.QueryRowContext(ctx, s.d.sql(`SELECT id FROM trace_projects WHERE entity = ? AND name = ?`), entity, name).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -381,11 +422,11 @@ func (s *Service) ensureProject(ctx context.Context, tx *sql.Tx, entity, name st
 	if ok {
 		return id, nil
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO trace_projects (entity, name, created_at) VALUES (?, ?, ?) ON CONFLICT (entity, name) DO NOTHING`,
+	if _, err := tx.ExecContext(ctx, s.d.sql(`INSERT INTO trace_projects (entity, name, created_at) VALUES (?, ?, ?) ON CONFLICT (entity, name) DO NOTHING`),
 		entity, name, s.now().UnixMicro()); err != nil {
 		return 0, err
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT id FROM trace_projects WHERE entity = ? AND name = ?`, entity, name).Scan(&id); err != nil {
+	if err := tx.QueryRowContext(ctx, s.d.sql(`SELECT id FROM trace_projects WHERE entity = ? AND name = ?`), entity, name).Scan(&id); err != nil {
 		return 0, err
 	}
 	// cached only after commit by the caller (see rememberProjects)
@@ -438,7 +479,7 @@ func (s *Service) prepared(q string) (*sql.Stmt, error) {
 	if st, ok := s.stmts[q]; ok {
 		return st, nil
 	}
-	st, err := s.db.PrepareContext(context.Background(), q)
+	st, err := s.db.PrepareContext(context.Background(), s.d.sql(q))
 	if err != nil {
 		return nil, err
 	}
