@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts (or stops) a throwaway PostgreSQL server on loopback for the tests.
 #
-#   .ci/postgres.sh start DIR   initdb in DIR, start on 127.0.0.1:${PGTEST_PORT:-55432}, print the DSN
+#   .ci/postgres.sh start DIR   initdb in DIR, start on 127.0.0.1:${PGTEST_PORT:-the first free port from 55432}, print the DSN
 #   .ci/postgres.sh stop DIR    stop it (DIR may then be removed)
 #
 # Tests read the DSN from FLYWHEEL_TEST_POSTGRES (internal/pgtest makes one fresh
@@ -10,7 +10,7 @@
 set -euo pipefail
 cmd=${1:?start or stop}
 dir=${2:?data directory}
-port=${PGTEST_PORT:-55432}
+port=${PGTEST_PORT:-}
 
 bindir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 as_owner() {
@@ -29,6 +29,11 @@ start)
         fi
     fi
     bin="$(bindir)"
+    if [ -z "$port" ]; then
+        # the first free port from 55432 (another server, a developer's, may hold one)
+        port=55432
+        while (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do port=$((port + 1)); done
+    fi
     mkdir -p "$dir"
     if [ "$(id -u)" = 0 ]; then
         chown postgres "$dir"
