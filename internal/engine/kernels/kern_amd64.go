@@ -21,7 +21,7 @@ var haveAVX512 = cpu.X86.HasAVX512F && haveAVX2 && os.Getenv("FLYWHEEL_AVX512") 
 func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32)
 
 //go:noescape
-func sgemmKernel6x32(kc int, a, b, c *float32, ldc int, alpha float32)
+func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
 
 //go:noescape
 func dot4(n int, x, w *float32, ldw int, out *[4]float32)

@@ -394,30 +394,33 @@ sudone:
 	MOVSS  X0, ret+16(FP)
 	RET
 
-// AVX-512 6x32 micro-kernel: B row (32 floats) in Z28/Z29, broadcasts in
-// Z30/Z31, accumulators Z0..Z11.
+// AVX-512 6x32 micro-kernel over strided panels, one k step: B row (32
+// floats at ob) in Z28/Z29, broadcasts of the six A values at oa in
+// Z30/Z31, accumulators Z0..Z11. oa and ob are address operands
+// ((AX)(R9*1) etc.) that the displacements are prefixed to.
 #define STEP512(oa, ob) \
-	VMOVUPS      ob(BX), Z28 \
-	VMOVUPS      ob+64(BX), Z29 \
-	VBROADCASTSS oa(AX), Z30 \
+	VMOVUPS      ob, Z28 \
+	VMOVUPS      64 ob, Z29 \
+	VBROADCASTSS oa, Z30 \
 	VFMADD231PS  Z28, Z30, Z0 \
 	VFMADD231PS  Z29, Z30, Z1 \
-	VBROADCASTSS oa+4(AX), Z31 \
+	VBROADCASTSS 4 oa, Z31 \
 	VFMADD231PS  Z28, Z31, Z2 \
 	VFMADD231PS  Z29, Z31, Z3 \
-	VBROADCASTSS oa+8(AX), Z30 \
+	VBROADCASTSS 8 oa, Z30 \
 	VFMADD231PS  Z28, Z30, Z4 \
 	VFMADD231PS  Z29, Z30, Z5 \
-	VBROADCASTSS oa+12(AX), Z31 \
+	VBROADCASTSS 12 oa, Z31 \
 	VFMADD231PS  Z28, Z31, Z6 \
 	VFMADD231PS  Z29, Z31, Z7 \
-	VBROADCASTSS oa+16(AX), Z30 \
+	VBROADCASTSS 16 oa, Z30 \
 	VFMADD231PS  Z28, Z30, Z8 \
 	VFMADD231PS  Z29, Z30, Z9 \
-	VBROADCASTSS oa+20(AX), Z31 \
+	VBROADCASTSS 20 oa, Z31 \
 	VFMADD231PS  Z28, Z31, Z10 \
 	VFMADD231PS  Z29, Z31, Z11
 
+// C row (32 floats at DI) += alpha(Z12) * (lo, hi); DI += DX.
 #define STOREROW512(lo, hi) \
 	VMOVUPS     (DI), Z13 \
 	VFMADD231PS lo, Z12, Z13 \
@@ -427,14 +430,31 @@ sudone:
 	VMOVUPS     Z14, 64(DI) \
 	ADDQ        DX, DI
 
-// func sgemmKernel6x32(kc int, a, b, c *float32, ldc int, alpha float32)
-// C[0:6, 0:32] += alpha * Apanel(6 x kc) * Bpanel(kc x 32), packed panels.
-TEXT ·sgemmKernel6x32(SB), NOSPLIT, $0-44
+// C row (32 floats at DI) = alpha(Z12) * (lo, hi); DI += DX.
+#define SETROW512(lo, hi) \
+	VMULPS  lo, Z12, Z13 \
+	VMOVUPS Z13, (DI) \
+	VMULPS  hi, Z12, Z14 \
+	VMOVUPS Z14, 64(DI) \
+	ADDQ    DX, DI
+
+// func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
+// C[0:6, 0:32] (+)= alpha * A(6 x kc) * B(kc x 32), where step p's six A
+// values are a[p*as : p*as+6] and its B row b[p*bs : p*bs+32] (packed
+// panels: as = 6, bs = 32; unpacked op(A) = Aᵀ: as = lda; unpacked B:
+// bs = ldb). set overwrites C instead of adding to it.
+TEXT ·sgemmKernel6x32(SB), NOSPLIT, $0-61
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), DX
+	MOVQ as+16(FP), R9
+	SHLQ $2, R9
+	MOVQ b+24(FP), BX
+	MOVQ bs+32(FP), R10
+	SHLQ $2, R10
+	LEAQ (R9)(R9*2), R11  // 3 A steps
+	LEAQ (R10)(R10*2), R12 // 3 B rows
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
 	SHLQ $2, DX
 	MOVQ       DI, R8
 	PREFETCHT0 (R8)
@@ -474,37 +494,50 @@ TEXT ·sgemmKernel6x32(SB), NOSPLIT, $0-44
 	VPXORD Z11, Z11, Z11
 
 loop4z:
-	CMPQ CX, $4
-	JLT  loop1z
-	PREFETCHT0 384(AX)
-	STEP512(0, 0)
-	PREFETCHT0 1024(BX)
-	STEP512(24, 128)
-	PREFETCHT0 1088(BX)
-	STEP512(48, 256)
-	STEP512(72, 384)
-	ADDQ $96, AX
-	ADDQ $512, BX
-	SUBQ $4, CX
-	JMP  loop4z
+	CMPQ       CX, $4
+	JLT        loop1z
+	PREFETCHT0 (AX)(R11*4)
+	PREFETCHT0 (BX)(R10*8)
+	STEP512((AX), (BX))
+	PREFETCHT0 64(BX)(R10*8)
+	STEP512((AX)(R9*1), (BX)(R10*1))
+	STEP512((AX)(R9*2), (BX)(R10*2))
+	STEP512((AX)(R11*1), (BX)(R12*1))
+	LEAQ       (AX)(R9*4), AX
+	LEAQ       (BX)(R10*4), BX
+	SUBQ       $4, CX
+	JMP        loop4z
 
 loop1z:
 	TESTQ CX, CX
 	JEQ   storez
-	STEP512(0, 0)
-	ADDQ $24, AX
-	ADDQ $128, BX
-	DECQ CX
-	JMP  loop1z
+	STEP512((AX), (BX))
+	ADDQ  R9, AX
+	ADDQ  R10, BX
+	DECQ  CX
+	JMP   loop1z
 
 storez:
-	VBROADCASTSS alpha+40(FP), Z12
+	VBROADCASTSS alpha+56(FP), Z12
+	MOVBLZX      set+60(FP), CX
+	TESTQ        CX, CX
+	JNE          setz
 	STOREROW512(Z0, Z1)
 	STOREROW512(Z2, Z3)
 	STOREROW512(Z4, Z5)
 	STOREROW512(Z6, Z7)
 	STOREROW512(Z8, Z9)
 	STOREROW512(Z10, Z11)
+	VZEROUPPER
+	RET
+
+setz:
+	SETROW512(Z0, Z1)
+	SETROW512(Z2, Z3)
+	SETROW512(Z4, Z5)
+	SETROW512(Z6, Z7)
+	SETROW512(Z8, Z9)
+	SETROW512(Z10, Z11)
 	VZEROUPPER
 	RET
 

@@ -17,21 +17,45 @@ func tileN() int {
 	return 16
 }
 
-// microKernel computes C[0:6,0:nr] += alpha * Ap·Bp over kc steps, where
-// ap holds 6 floats per step and bp nr floats per step (packed panels).
-func microKernel(kc, nr int, ap, bp, c []float32, ldc int, alpha float32) {
-	_ = ap[mr*kc-1]
-	_ = bp[nr*kc-1]
+// microKernel computes C[0:6,0:nr] += alpha * A·B over kc steps (= with
+// set), where step p's six A values are ap[p*as : p*as+6] and its B row
+// bp[p*bs : p*bs+nr]: packed panels have as = 6 and bs = nr; the GEMM
+// passes operands in place (other strides) only to the AVX-512 kernel
+// (stridedKernel), the others fall back to plain Go for them.
+func microKernel(kc, nr int, ap []float32, as int, bp []float32, bs int, c []float32, ldc int, alpha float32, set bool) {
+	_ = ap[as*(kc-1)+mr-1]
+	_ = bp[bs*(kc-1)+nr-1]
 	_ = c[(mr-1)*ldc+nr-1]
+	if nr == 32 && haveAVX512 && haveAVX2 {
+		sgemmKernel6x32(kc, &ap[0], as, &bp[0], bs, &c[0], ldc, alpha, set)
+		return
+	}
+	if set {
+		for r := range mr {
+			clear(c[r*ldc : r*ldc+nr])
+		}
+	}
 	switch {
-	case nr == 32 && haveAVX512 && haveAVX2:
-		sgemmKernel6x32(kc, &ap[0], &bp[0], &c[0], ldc, alpha)
+	case as != mr || bs != nr:
+		for r := range mr {
+			crow := c[r*ldc : r*ldc+nr]
+			for p := range kc {
+				av := alpha * ap[p*as+r]
+				for j, bv := range bp[p*bs : p*bs+nr] {
+					crow[j] += av * bv
+				}
+			}
+		}
 	case nr == 16 && haveAVX2:
 		sgemmKernel6x16(kc, &ap[0], &bp[0], &c[0], ldc, alpha)
 	default:
 		microKernelGo(kc, nr, ap, bp, c, ldc, alpha)
 	}
 }
+
+// stridedKernel reports whether the micro-kernel in use reads operands in
+// place and overwrites C at full speed (the AVX-512 one).
+func stridedKernel() bool { return tileN() == 32 }
 
 // microKernelGo is the portable micro-kernel: 6x4 register blocks (24
 // scalar accumulators, which arm64 keeps in registers) swept across the nr
