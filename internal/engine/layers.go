@@ -243,8 +243,10 @@ func ropeBackward[T Float](dx []T, n, heads, d int, cos, sin []T) {
 // The attention's matrix products are many small ones (per sequence, kv
 // head and block of query rows) run from parallel tasks. Calling a BLAS with
 // its own thread pool from several goroutines at once oversubscribes the
-// cores, so they run on the pure-Go kernels, whose goroutines nest cleanly.
-var attnKernels kernels.Backend = kernels.Go{}
+// cores, so they run on the pure-Go kernels, one goroutine per product (the
+// tasks are the parallelism; splitting each product again only adds
+// goroutines and hand-offs).
+var attnKernels kernels.Backend = kernels.Go{Threads: 1}
 
 func attnGemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	gemmOn(attnKernels, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)

@@ -15,7 +15,13 @@ import (
 // GOMAXPROCS goroutines, with bandwidth-bound streaming paths for m == 1,
 // n == 1 (GEMV shapes) and m <= 16 that skip packing. The zero value is
 // ready to use.
-type Go struct{}
+type Go struct {
+	// Threads bounds the goroutines one blocked product runs on (0:
+	// GOMAXPROCS). Callers that already run many small products in
+	// parallel (the attention) set 1, so each product runs on its caller's
+	// goroutine instead of fanning out again.
+	Threads int
+}
 
 // Name implements Backend.
 func (Go) Name() string { return "go" }
@@ -37,7 +43,7 @@ const (
 func workers() int { return max(1, runtime.GOMAXPROCS(0)) }
 
 // Sgemm implements Backend.
-func (Go) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (g Go) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkSgemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
@@ -72,7 +78,11 @@ func (Go) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, ld
 		}
 		return
 	}
-	gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	W := workers()
+	if g.Threads > 0 {
+		W = min(W, g.Threads)
+	}
+	gemm(W, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // checkSgemm panics with a clear message when a slice is too short or a
@@ -360,8 +370,8 @@ var (
 	directBMaxM = 64
 )
 
-// gemm: C = alpha*op(A)*op(B) + beta*C.
-func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// gemm: C = alpha*op(A)*op(B) + beta*C, on up to W goroutines.
+func gemm(W int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	nr := tileN()
 	strided := stridedKernel()
 	if !strided || (beta != 0 && beta != 1) {
@@ -369,12 +379,11 @@ func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 		beta = 1
 	}
 	if strided && transA && !transB && n < nr && m >= nr {
-		gemmTransposed(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		gemmTransposed(W, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	W := 1
-	if m*n*k >= gemmParallelMin {
-		W = workers()
+	if m*n*k < gemmParallelMin {
+		W = 1
 	}
 	// A blocks: choose mc so the number of blocks balances across workers.
 	nIC := (m + mcMax - 1) / mcMax
@@ -462,10 +471,10 @@ func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 // product with fewer columns than a micro-tile (the LoRA gradient dB =
 // dyᵀ·xa, 16 columns) as Cᵀ = Bᵀ·A: full micro-tiles, both operands read in
 // place, then Cᵀ added into C.
-func gemmTransposed(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func gemmTransposed(W, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	t := getBuf(n * m)
 	defer putBuf(t)
-	gemm(true, false, n, m, k, alpha, b, ldb, a, lda, 0, t.s, m)
+	gemm(W, true, false, n, m, k, alpha, b, ldb, a, lda, 0, t.s, m)
 	for i := range m {
 		crow := c[i*ldc : i*ldc+n]
 		for j := range crow {

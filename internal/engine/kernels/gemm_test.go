@@ -159,7 +159,10 @@ func testBackend(t *testing.T, be Backend) {
 
 func TestNaive(t *testing.T) { testBackend(t, Naive{}) }
 
-func TestGo(t *testing.T) { testBackend(t, Go{}) }
+func TestGo(t *testing.T) {
+	testBackend(t, Go{})
+	testBackend(t, Go{Threads: 1})
+}
 
 // kernelVariants runs f once per micro-kernel this CPU can run (avx512,
 // avx2, pure go), restoring the detected flags afterwards.
