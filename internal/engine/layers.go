@@ -14,7 +14,6 @@ package engine
 
 import (
 	"math"
-	"sync"
 
 	"flywheel/internal/engine/kernels"
 	"flywheel/internal/par"
@@ -602,27 +601,16 @@ func swigluForward[T Float](gu []T, n, I int, h []T) {
 // dgu [n, 2I] laid out as gu.
 func swigluBackward[T Float](gu []T, n, I int, dh, dgu []T) {
 	par.Range(n, 8*I, func(lo, hi int) {
-		var e []T // exp(−g) of a row, vectorised for float32
-		if sizeof[T]() == 4 {
-			e = make([]T, I)
-		}
 		for t := lo; t < hi; t++ {
 			g, u := gu[2*t*I:(2*t+1)*I], gu[(2*t+1)*I:(2*t+2)*I]
 			dg, du := dgu[2*t*I:(2*t+1)*I], dgu[(2*t+1)*I:(2*t+2)*I]
 			dhr := dh[t*I : (t+1)*I]
-			if e != nil {
-				for i, x := range g {
-					e[i] = -x
-				}
-				expShift(e, 0)
+			if dg32, ok := any(dg).([]float32); ok {
+				kernels.SwiGLUBackward(dg32, any(du).([]float32), any(g).([]float32), any(u).([]float32), any(dhr).([]float32))
+				continue
 			}
 			for i, x := range g {
-				var sg T
-				if e != nil {
-					sg = 1 / (1 + e[i])
-				} else {
-					sg = 1 / (1 + exp(-x))
-				}
+				sg := 1 / (1 + exp(-x))
 				du[i] = dhr[i] * x * sg
 				dg[i] = dhr[i] * u[i] * sg * (1 + x*(1-sg))
 			}
@@ -693,28 +681,13 @@ func expShift[T Float](x []T, shift T) {
 
 // logSoftmax32 is logSoftmaxForward for float32 logits with the
 // exponentials vectorised (the vocabulary-wide exp dominated the head) and
-// the sums still in float64: e_i = exp(z_i − mx), log p_t = (z_t − mx) −
+// the sums in float64: e_i = exp(z_i − mx), log p_t = (z_t − mx) −
 // log Σe, entropy = log Σe − Σ e_i (z_i − mx) / Σe.
 func logSoftmax32(z []float32, target int) (lp, ent float64) {
 	mx := kernels.Max(z)
 	zt := float64(z[target] - mx)
-	d := logitsScratch.Get().(*[]float32)
-	defer logitsScratch.Put(d)
-	if cap(*d) < len(z) {
-		*d = make([]float32, len(z))
-	}
-	dz := (*d)[:len(z)]
-	copy(dz, z)
-	kernels.ExpShift(z, mx)
-	var sum, sez float64
-	for i, e := range z {
-		sum += float64(e)
-		sez += float64(e) * float64(dz[i]-mx)
-	}
+	sum, sez := kernels.ExpShiftDot(z, mx)
 	lse := math.Log(sum)
 	kernels.Scale(float32(1/sum), z)
 	return zt - lse, lse - sez/sum
 }
-
-// logitsScratch holds per-goroutine copies of a row of logits.
-var logitsScratch = sync.Pool{New: func() any { return new([]float32) }}

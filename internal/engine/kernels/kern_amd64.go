@@ -60,6 +60,12 @@ func expSumAVX(n int, x *float32, shift float32) float32
 func swigluAVX(n int, dst, gate, up *float32)
 
 //go:noescape
+func expSumDotAVX(n int, x *float32, shift float32) (sum, sumED float64)
+
+//go:noescape
+func swigluBackAVX(n int, dg, du, gate, up, dh *float32)
+
+//go:noescape
 func mulScaleAVX(n int, dst, x, w *float32, s float32)
 
 //go:noescape

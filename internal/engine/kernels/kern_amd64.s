@@ -906,6 +906,97 @@ sgdone:
 	VZEROUPPER
 	RET
 
+// func expSumDotAVX(n int, x *float32, shift float32) (sum, sumED float64)
+// With d = x[i] - shift: x[i] = exp(d) for i < n (n a multiple of 8);
+// returns Σ exp(d) and Σ exp(d)·d, accumulated in float64 (the training
+// log-softmax's normaliser and entropy, without a copy of the logits).
+TEXT ·expSumDotAVX(SB), NOSPLIT, $0-40
+	MOVQ         n+0(FP), CX
+	MOVQ         x+8(FP), DI
+	VBROADCASTSS shift+16(FP), Y8
+	EXPSETUP
+	VXORPD       Y7, Y7, Y7
+	VXORPD       Y13, Y13, Y13
+
+edloop:
+	CMPQ         CX, $0
+	JLE          eddone
+	VMOVUPS      (DI), Y0
+	VSUBPS       Y8, Y0, Y0
+	VMOVAPS      Y0, Y9
+	EXP8
+	VMOVUPS      Y0, (DI)
+	VMULPS       Y9, Y0, Y10
+	VCVTPS2PD    X0, Y11
+	VADDPD       Y11, Y7, Y7
+	VEXTRACTF128 $1, Y0, X11
+	VCVTPS2PD    X11, Y11
+	VADDPD       Y11, Y7, Y7
+	VCVTPS2PD    X10, Y11
+	VADDPD       Y11, Y13, Y13
+	VEXTRACTF128 $1, Y10, X11
+	VCVTPS2PD    X11, Y11
+	VADDPD       Y11, Y13, Y13
+	ADDQ         $32, DI
+	SUBQ         $8, CX
+	JMP          edloop
+
+eddone:
+	VEXTRACTF128 $1, Y7, X1
+	VADDPD       X1, X7, X7
+	VHADDPD      X7, X7, X7
+	VEXTRACTF128 $1, Y13, X1
+	VADDPD       X1, X13, X13
+	VHADDPD      X13, X13, X13
+	VZEROUPPER
+	MOVSD        X7, sum+24(FP)
+	MOVSD        X13, sumED+32(FP)
+	RET
+
+// func swigluBackAVX(n int, dg, du, gate, up, dh *float32)
+// The SwiGLU backward for i < n (n a multiple of 8), with s = σ(gate[i]):
+// du[i] = dh[i]·gate[i]·s, dg[i] = dh[i]·up[i]·s·(1 + gate[i]·(1−s)).
+TEXT ·swigluBackAVX(SB), NOSPLIT, $0-48
+	MOVQ    n+0(FP), CX
+	MOVQ    dg+8(FP), DI
+	MOVQ    du+16(FP), R8
+	MOVQ    gate+24(FP), SI
+	MOVQ    up+32(FP), DX
+	MOVQ    dh+40(FP), BX
+	EXPSETUP
+	VMOVUPS expc<>+352(SB), Y11
+
+sbloop:
+	CMPQ    CX, $0
+	JLE     sbdone
+	VMOVUPS (SI), Y9
+	VXORPS  expc<>+416(SB), Y9, Y0
+	EXP8
+	VADDPS  Y11, Y0, Y0
+	VDIVPS  Y0, Y11, Y10
+	VMOVUPS (BX), Y12
+	VMULPS  Y9, Y12, Y13
+	VMULPS  Y10, Y13, Y13
+	VMOVUPS Y13, (R8)
+	VSUBPS  Y10, Y11, Y1
+	VMULPS  Y1, Y9, Y1
+	VADDPS  Y11, Y1, Y1
+	VMULPS  (DX), Y12, Y2
+	VMULPS  Y10, Y2, Y2
+	VMULPS  Y1, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ    $32, DI
+	ADDQ    $32, R8
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, BX
+	SUBQ    $8, CX
+	JMP     sbloop
+
+sbdone:
+	VZEROUPPER
+	RET
+
 // func mulScaleAVX(n int, dst, x, w *float32, s float32)
 // dst[i] = x[i] * s * w[i] for i < n (n a multiple of 8); w == nil means 1.
 TEXT ·mulScaleAVX(SB), NOSPLIT, $0-36
