@@ -359,10 +359,9 @@ func getBuf(n int) *buf {
 
 func putBuf(b *buf) { bufPool.Put(b) }
 
-// Operands read in place by the strided micro-kernel instead of packed:
-// op(A) = Aᵀ (six consecutive rows of op(A) at each step) when the product
-// has at most directAMaxN columns, and B (not transposed) when it has at
-// most directBMaxM rows. Packing an operand costs about 4/(the other
+// Operands read in place by the strided micro-kernels instead of packed:
+// A (either layout) when the product has at most directAMaxN columns, and
+// B (not transposed) when it has at most directBMaxM rows. Packing an operand costs about 4/(the other
 // dimension) of the product; for these skinny shapes (the LoRA and
 // attention gradients) that is most of it. Variables for tests.
 var (
@@ -392,11 +391,14 @@ func gemm(W int, transA, transB bool, m, n, k int, alpha float32, a []float32, l
 	}
 	mc := ((m+nIC-1)/nIC + mr - 1) / mr * mr
 	nIC = (m + mc - 1) / mc
-	directA := strided && transA && n <= directAMaxN
+	directA := strided && n <= directAMaxN
 	directB := strided && !transB && m <= directBMaxM
 
 	ncb := min(ncBlock, n)
-	kcb := min(kcBlock, k)
+	// equal k blocks (576 = 3×192, not 256+256+64: a short last block pays
+	// the micro-kernel's C loads and stores for little work)
+	nPC := (k + kcBlock - 1) / kcBlock
+	kcb := (k + nPC - 1) / nPC
 	bPack := getBuf(kcb * ((ncb + nr - 1) / nr * nr))
 	defer putBuf(bPack)
 
@@ -447,7 +449,11 @@ func gemm(W int, transA, transB bool, m, n, k int, alpha float32, a []float32, l
 					var A operand
 					if directA {
 						full := mCur / mr
-						A = operand{direct: a[pc*lda+i0:], ld: lda, full: full}
+						if transA {
+							A = operand{direct: a[pc*lda+i0:], ld: lda, full: full}
+						} else {
+							A = operand{direct: a[i0*lda+pc:], ld: lda, rows: true, full: full}
+						}
 						if full*mr < mCur {
 							A.edge = aBuf.s[:mr*kCur]
 							packA(A.edge, a, lda, transA, i0+full*mr, mCur-full*mr, pc, kCur)
@@ -493,19 +499,23 @@ type operand struct {
 	packed []float32
 	direct []float32 // in place: panel i at direct[i*w:], steps ld apart
 	ld     int
+	rows   bool      // in place, row-major A: panel i at direct[i*w*ld:], its rows ld apart, steps 1 apart
 	full   int       // in place: panels before full; panel full is edge
 	edge   []float32 // the packed partial last panel
 }
 
-// panel is micro-panel i (w wide, kc steps) and its step stride.
-func (o *operand) panel(i, kc, w int) ([]float32, int) {
+// panel is micro-panel i (w wide, kc steps), its step stride and the
+// stride of its w lanes.
+func (o *operand) panel(i, kc, w int) ([]float32, int, int) {
 	switch {
 	case o.direct == nil:
-		return o.packed[i*kc*w : (i+1)*kc*w], w
-	case i < o.full:
-		return o.direct[i*w:], o.ld
+		return o.packed[i*kc*w : (i+1)*kc*w], w, 1
+	case i >= o.full:
+		return o.edge, w, 1
+	case o.rows:
+		return o.direct[i*w*o.ld:], 1, o.ld
 	default:
-		return o.edge, w
+		return o.direct[i*w:], o.ld, 1
 	}
 }
 
@@ -517,15 +527,15 @@ func macroKernel(A, B *operand, nr, mCur, kCur, q0, q1, nCur int, alpha float32,
 	for q := q0; q < q1; q++ {
 		j := q * nr
 		nw := min(nr, nCur-j)
-		bq, bs := B.panel(q, kCur, nr)
+		bq, bs, _ := B.panel(q, kCur, nr)
 		for i := 0; i < mCur; i += mr {
 			mw := min(mr, mCur-i)
-			aq, as := A.panel(i/mr, kCur, mr)
+			aq, as, ar := A.panel(i/mr, kCur, mr)
 			if mw == mr && nw == nr {
-				microKernel(kCur, nr, aq, as, bq, bs, c[i*ldc+j:], ldc, alpha, set)
+				microKernel(kCur, nr, aq, as, ar, bq, bs, c[i*ldc+j:], ldc, alpha, set)
 				continue
 			}
-			microKernel(kCur, nr, aq, as, bq, bs, tmp[:], nr, alpha, true)
+			microKernel(kCur, nr, aq, as, ar, bq, bs, tmp[:], nr, alpha, true)
 			for r := 0; r < mw; r++ {
 				crow := c[(i+r)*ldc+j : (i+r)*ldc+j+nw]
 				t := tmp[r*nr : r*nr+nw]

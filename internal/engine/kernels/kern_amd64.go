@@ -24,6 +24,9 @@ func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32)
 func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
 
 //go:noescape
+func sgemmKernel6x32r(kc int, a *float32, lda int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
+
+//go:noescape
 func dot4(n int, x, w *float32, ldw int, out *[4]float32)
 
 //go:noescape

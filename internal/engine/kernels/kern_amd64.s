@@ -541,6 +541,110 @@ setz:
 	VZEROUPPER
 	RET
 
+// One k step of the 6x32 kernel with A read from six rows in place: the
+// step's A values are at d(AX), d(AX)(R9*1), d(AX)(R9*2), d(R13),
+// d(R13)(R9*1), d(R13)(R9*2) (row stride R9, R13 = row 3); B row at ob.
+#define STEP512R(d, ob) \
+	VMOVUPS      ob, Z28 \
+	VMOVUPS      64 ob, Z29 \
+	VBROADCASTSS d(AX), Z30 \
+	VFMADD231PS  Z28, Z30, Z0 \
+	VFMADD231PS  Z29, Z30, Z1 \
+	VBROADCASTSS d(AX)(R9*1), Z31 \
+	VFMADD231PS  Z28, Z31, Z2 \
+	VFMADD231PS  Z29, Z31, Z3 \
+	VBROADCASTSS d(AX)(R9*2), Z30 \
+	VFMADD231PS  Z28, Z30, Z4 \
+	VFMADD231PS  Z29, Z30, Z5 \
+	VBROADCASTSS d(R13), Z31 \
+	VFMADD231PS  Z28, Z31, Z6 \
+	VFMADD231PS  Z29, Z31, Z7 \
+	VBROADCASTSS d(R13)(R9*1), Z30 \
+	VFMADD231PS  Z28, Z30, Z8 \
+	VFMADD231PS  Z29, Z30, Z9 \
+	VBROADCASTSS d(R13)(R9*2), Z31 \
+	VFMADD231PS  Z28, Z31, Z10 \
+	VFMADD231PS  Z29, Z31, Z11
+
+// func sgemmKernel6x32r(kc int, a *float32, lda int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
+// sgemmKernel6x32 with A read in place from six rows of a row-major matrix:
+// step p's A values are a[r*lda + p], r < 6 (op(A) = A, not packed).
+TEXT ·sgemmKernel6x32r(SB), NOSPLIT, $0-61
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	LEAQ (AX)(R9*2), R13
+	ADDQ R9, R13
+	MOVQ b+24(FP), BX
+	MOVQ bs+32(FP), R10
+	SHLQ $2, R10
+	LEAQ (R10)(R10*2), R12 // 3 B rows
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
+	SHLQ $2, DX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+loop4r:
+	CMPQ       CX, $4
+	JLT        loop1r
+	PREFETCHT0 (BX)(R10*8)
+	STEP512R(0, (BX))
+	PREFETCHT0 64(BX)(R10*8)
+	STEP512R(4, (BX)(R10*1))
+	STEP512R(8, (BX)(R10*2))
+	STEP512R(12, (BX)(R12*1))
+	ADDQ       $16, AX
+	ADDQ       $16, R13
+	LEAQ       (BX)(R10*4), BX
+	SUBQ       $4, CX
+	JMP        loop4r
+
+loop1r:
+	TESTQ CX, CX
+	JEQ   storer
+	STEP512R(0, (BX))
+	ADDQ  $4, AX
+	ADDQ  $4, R13
+	ADDQ  R10, BX
+	DECQ  CX
+	JMP   loop1r
+
+storer:
+	VBROADCASTSS alpha+56(FP), Z12
+	MOVBLZX      set+60(FP), CX
+	TESTQ        CX, CX
+	JNE          setr
+	STOREROW512(Z0, Z1)
+	STOREROW512(Z2, Z3)
+	STOREROW512(Z4, Z5)
+	STOREROW512(Z6, Z7)
+	STOREROW512(Z8, Z9)
+	STOREROW512(Z10, Z11)
+	VZEROUPPER
+	RET
+
+setr:
+	SETROW512(Z0, Z1)
+	SETROW512(Z2, Z3)
+	SETROW512(Z4, Z5)
+	SETROW512(Z6, Z7)
+	SETROW512(Z8, Z9)
+	SETROW512(Z10, Z11)
+	VZEROUPPER
+	RET
+
 // 8x8 transpose: rows in Y0..Y7 -> columns in Y8..Y15 (Y8 = column 0).
 #define TRANSPOSE8 \
 	VUNPCKLPS  Y1, Y0, Y8 \

@@ -18,17 +18,24 @@ func tileN() int {
 }
 
 // microKernel computes C[0:6,0:nr] += alpha * A·B over kc steps (= with
-// set), where step p's six A values are ap[p*as : p*as+6] and its B row
-// bp[p*bs : p*bs+nr]: packed panels have as = 6 and bs = nr; the GEMM
-// passes operands in place (other strides) only to the AVX-512 kernel
-// (stridedKernel), the others fall back to plain Go for them.
-func microKernel(kc, nr int, ap []float32, as int, bp []float32, bs int, c []float32, ldc int, alpha float32, set bool) {
-	_ = ap[as*(kc-1)+mr-1]
+// set), where A[r][p] = ap[p*as + r*ar] and step p's B row is
+// bp[p*bs : p*bs+nr]: packed panels have as = 6, ar = 1 and bs = nr; the
+// GEMM passes operands in place (other strides: op(A) = Aᵀ with as = lda,
+// ar = 1; a row-major A with as = 1, ar = lda; B with bs = ldb) only to
+// the AVX-512 kernels (stridedKernel); the others fall back to plain Go.
+func microKernel(kc, nr int, ap []float32, as, ar int, bp []float32, bs int, c []float32, ldc int, alpha float32, set bool) {
+	_ = ap[as*(kc-1)+ar*(mr-1)]
 	_ = bp[bs*(kc-1)+nr-1]
 	_ = c[(mr-1)*ldc+nr-1]
 	if nr == 32 && haveAVX512 && haveAVX2 {
-		sgemmKernel6x32(kc, &ap[0], as, &bp[0], bs, &c[0], ldc, alpha, set)
-		return
+		if ar == 1 {
+			sgemmKernel6x32(kc, &ap[0], as, &bp[0], bs, &c[0], ldc, alpha, set)
+			return
+		}
+		if as == 1 {
+			sgemmKernel6x32r(kc, &ap[0], ar, &bp[0], bs, &c[0], ldc, alpha, set)
+			return
+		}
 	}
 	if set {
 		for r := range mr {
@@ -36,11 +43,11 @@ func microKernel(kc, nr int, ap []float32, as int, bp []float32, bs int, c []flo
 		}
 	}
 	switch {
-	case as != mr || bs != nr:
+	case as != mr || ar != 1 || bs != nr:
 		for r := range mr {
 			crow := c[r*ldc : r*ldc+nr]
 			for p := range kc {
-				av := alpha * ap[p*as+r]
+				av := alpha * ap[p*as+r*ar]
 				for j, bv := range bp[p*bs : p*bs+nr] {
 					crow[j] += av * bv
 				}

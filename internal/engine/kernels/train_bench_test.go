@@ -45,7 +45,7 @@ func BenchmarkMicroKernel(b *testing.B) {
 	cpu0 := cpuSeconds()
 	for b.Loop() {
 		for range 64 {
-			microKernel(kc, nr, ap, mr, bp, nr, c, nr, 1, false)
+			microKernel(kc, nr, ap, mr, 1, bp, nr, c, nr, 1, false)
 		}
 	}
 	flop := 64 * 2 * float64(mr*nr*kc) * float64(b.N)
