@@ -79,8 +79,9 @@ func rmsnormForward[T Float](x, w []T, n, c int, eps float64, y, rinv []T) {
 }
 
 // rmsnormBackward: with g = w⊙dy,
-// dx = g·rinv − x · rinv³ · (g·x)/c.
-func rmsnormBackward[T Float](x, w, rinv, dy []T, n, c int, dx []T, accumulate bool) {
+// dx = base + g·rinv − x · rinv³ · (g·x)/c (base nil: none; base may be dx,
+// to accumulate; the residual branch's gradient otherwise).
+func rmsnormBackward[T Float](x, w, rinv, dy []T, n, c int, dx, base []T) {
 	par.Range(n, c, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			xr, dyr, dxr := x[t*c:(t+1)*c], dy[t*c:(t+1)*c], dx[t*c:(t+1)*c]
@@ -92,11 +93,10 @@ func rmsnormBackward[T Float](x, w, rinv, dy []T, n, c int, dx []T, accumulate b
 			k := ri * ri * ri * dot / T(c)
 			for i := range xr {
 				g := w[i]*dyr[i]*ri - xr[i]*k
-				if accumulate {
-					dxr[i] += g
-				} else {
-					dxr[i] = g
+				if base != nil {
+					g += base[t*c+i]
 				}
+				dxr[i] = g
 			}
 		}
 	})

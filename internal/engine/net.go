@@ -485,8 +485,7 @@ func (n *Net[T]) blockBackward(l int, st *rowsState[T], x []T, a *acts[T], dout,
 	}
 	loraBackward(gs, l, modGate, a.xn2, H, a.ga, rm, s.dgu, 2*I, s.dxn, s.dyB)
 	loraBackward(gs, l, modUp, a.xn2, H, a.ua, rm, s.dgu[I:], 2*I, s.dxn, s.dyB)
-	copy(s.dx2, dout) // residual
-	rmsnormBackward(a.x2, L.mlpNorm, a.rinv2, s.dxn, N, H, s.dx2, true)
+	rmsnormBackward(a.x2, L.mlpNorm, a.rinv2, s.dxn, N, H, s.dx2, dout) // + residual
 
 	// attention: x2 = x + o(att)
 	linearBackward(s.dx2, N, H, L.wo, Q, s.datt, false)
@@ -500,8 +499,8 @@ func (n *Net[T]) blockBackward(l int, st *rowsState[T], x []T, a *acts[T], dout,
 	ropeBackward(dq, N, nh, D, st.cos, st.sin)
 	ropeBackward(dk, N, nkv, D, st.cos, st.sin)
 	if L.qNorm != nil {
-		rmsnormBackward(a.q, L.qNorm, a.rq, s.dqn, N*nh, D, s.dq, false)
-		rmsnormBackward(a.k, L.kNorm, a.rk, s.dkn, N*nkv, D, s.dk, false)
+		rmsnormBackward(a.q, L.qNorm, a.rq, s.dqn, N*nh, D, s.dq, nil)
+		rmsnormBackward(a.k, L.kNorm, a.rk, s.dkn, N*nkv, D, s.dk, nil)
 	}
 	if L.wqkv != nil {
 		W := Q + 2*KV
@@ -523,8 +522,7 @@ func (n *Net[T]) blockBackward(l int, st *rowsState[T], x []T, a *acts[T], dout,
 	loraBackward(gs, l, modQ, a.xn1, H, a.qa, rm, s.dq, Q, s.dxn, s.dyB)
 	loraBackward(gs, l, modK, a.xn1, H, a.ka, rm, s.dk, KV, s.dxn, s.dyB)
 	loraBackward(gs, l, modV, a.xn1, H, a.va, rm, s.dv, KV, s.dxn, s.dyB)
-	copy(dx, s.dx2) // residual
-	rmsnormBackward(x, L.attnNorm, a.rinv1, s.dxn, N, H, dx, true)
+	rmsnormBackward(x, L.attnNorm, a.rinv1, s.dxn, N, H, dx, s.dx2) // + residual
 }
 
 // finalNorm gathers the rows rows of x into hx [len(rows), H] and writes

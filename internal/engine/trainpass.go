@@ -245,7 +245,7 @@ func (p *Pass[T]) Backward(dLogProb []float64) {
 
 	// final norm, on the rows that feed the head
 	dhx := make([]T, M*H)
-	rmsnormBackward(p.hx, n.norm, p.rinvF, dhf, M, H, dhx, false)
+	rmsnormBackward(p.hx, n.norm, p.rinvF, dhf, M, H, dhx, nil)
 	dx := make([]T, N*H)
 	for i, r := range b.Rows {
 		row := dx[r*H : (r+1)*H]
