@@ -652,8 +652,12 @@ func logSoftmaxForward[T Float](z []T, target int) (lp, ent float64) {
 // logSoftmaxBackward: d log p[target] / dz = onehot(target) − p, so
 // dz = g·(onehot − p) for the upstream scalar g.
 func logSoftmaxBackward[T Float](p []T, target int, g T, dz []T) {
-	for i, v := range p {
-		dz[i] = -g * v
+	if p32, ok := any(p).([]float32); ok && len(p) > 0 && &p[0] == &dz[0] {
+		kernels.Scale(float32(-g), p32) // in place, vectorised
+	} else {
+		for i, v := range p {
+			dz[i] = -g * v
+		}
 	}
 	dz[target] += g
 }
