@@ -14,7 +14,6 @@ package engine
 
 import (
 	"math"
-	"sync"
 
 	"flywheel/internal/engine/kernels"
 	"flywheel/internal/par"
@@ -80,8 +79,9 @@ func rmsnormForward[T Float](x, w []T, n, c int, eps float64, y, rinv []T) {
 }
 
 // rmsnormBackward: with g = w⊙dy,
-// dx = g·rinv − x · rinv³ · (g·x)/c.
-func rmsnormBackward[T Float](x, w, rinv, dy []T, n, c int, dx []T, accumulate bool) {
+// dx = base + g·rinv − x · rinv³ · (g·x)/c (base nil: none; base may be dx,
+// to accumulate; the residual branch's gradient otherwise).
+func rmsnormBackward[T Float](x, w, rinv, dy []T, n, c int, dx, base []T) {
 	par.Range(n, c, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			xr, dyr, dxr := x[t*c:(t+1)*c], dy[t*c:(t+1)*c], dx[t*c:(t+1)*c]
@@ -93,11 +93,10 @@ func rmsnormBackward[T Float](x, w, rinv, dy []T, n, c int, dx []T, accumulate b
 			k := ri * ri * ri * dot / T(c)
 			for i := range xr {
 				g := w[i]*dyr[i]*ri - xr[i]*k
-				if accumulate {
-					dxr[i] += g
-				} else {
-					dxr[i] = g
+				if base != nil {
+					g += base[t*c+i]
 				}
+				dxr[i] = g
 			}
 		}
 	})
@@ -243,8 +242,10 @@ func ropeBackward[T Float](dx []T, n, heads, d int, cos, sin []T) {
 // The attention's matrix products are many small ones (per sequence, kv
 // head and block of query rows) run from parallel tasks. Calling a BLAS with
 // its own thread pool from several goroutines at once oversubscribes the
-// cores, so they run on the pure-Go kernels, whose goroutines nest cleanly.
-var attnKernels kernels.Backend = kernels.Go{}
+// cores, so they run on the pure-Go kernels, one goroutine per product (the
+// tasks are the parallelism; splitting each product again only adds
+// goroutines and hand-offs).
+var attnKernels kernels.Backend = kernels.Go{Threads: 1}
 
 func attnGemm[T Float](transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int) {
 	gemmOn(attnKernels, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
@@ -600,27 +601,16 @@ func swigluForward[T Float](gu []T, n, I int, h []T) {
 // dgu [n, 2I] laid out as gu.
 func swigluBackward[T Float](gu []T, n, I int, dh, dgu []T) {
 	par.Range(n, 8*I, func(lo, hi int) {
-		var e []T // exp(−g) of a row, vectorised for float32
-		if sizeof[T]() == 4 {
-			e = make([]T, I)
-		}
 		for t := lo; t < hi; t++ {
 			g, u := gu[2*t*I:(2*t+1)*I], gu[(2*t+1)*I:(2*t+2)*I]
 			dg, du := dgu[2*t*I:(2*t+1)*I], dgu[(2*t+1)*I:(2*t+2)*I]
 			dhr := dh[t*I : (t+1)*I]
-			if e != nil {
-				for i, x := range g {
-					e[i] = -x
-				}
-				expShift(e, 0)
+			if dg32, ok := any(dg).([]float32); ok {
+				kernels.SwiGLUBackward(dg32, any(du).([]float32), any(g).([]float32), any(u).([]float32), any(dhr).([]float32))
+				continue
 			}
 			for i, x := range g {
-				var sg T
-				if e != nil {
-					sg = 1 / (1 + e[i])
-				} else {
-					sg = 1 / (1 + exp(-x))
-				}
+				sg := 1 / (1 + exp(-x))
 				du[i] = dhr[i] * x * sg
 				dg[i] = dhr[i] * u[i] * sg * (1 + x*(1-sg))
 			}
@@ -662,8 +652,12 @@ func logSoftmaxForward[T Float](z []T, target int) (lp, ent float64) {
 // logSoftmaxBackward: d log p[target] / dz = onehot(target) − p, so
 // dz = g·(onehot − p) for the upstream scalar g.
 func logSoftmaxBackward[T Float](p []T, target int, g T, dz []T) {
-	for i, v := range p {
-		dz[i] = -g * v
+	if p32, ok := any(p).([]float32); ok && len(p) > 0 && &p[0] == &dz[0] {
+		kernels.Scale(float32(-g), p32) // in place, vectorised
+	} else {
+		for i, v := range p {
+			dz[i] = -g * v
+		}
 	}
 	dz[target] += g
 }
@@ -691,28 +685,13 @@ func expShift[T Float](x []T, shift T) {
 
 // logSoftmax32 is logSoftmaxForward for float32 logits with the
 // exponentials vectorised (the vocabulary-wide exp dominated the head) and
-// the sums still in float64: e_i = exp(z_i − mx), log p_t = (z_t − mx) −
+// the sums in float64: e_i = exp(z_i − mx), log p_t = (z_t − mx) −
 // log Σe, entropy = log Σe − Σ e_i (z_i − mx) / Σe.
 func logSoftmax32(z []float32, target int) (lp, ent float64) {
 	mx := kernels.Max(z)
 	zt := float64(z[target] - mx)
-	d := logitsScratch.Get().(*[]float32)
-	defer logitsScratch.Put(d)
-	if cap(*d) < len(z) {
-		*d = make([]float32, len(z))
-	}
-	dz := (*d)[:len(z)]
-	copy(dz, z)
-	kernels.ExpShift(z, mx)
-	var sum, sez float64
-	for i, e := range z {
-		sum += float64(e)
-		sez += float64(e) * float64(dz[i]-mx)
-	}
+	sum, sez := kernels.ExpShiftDot(z, mx)
 	lse := math.Log(sum)
 	kernels.Scale(float32(1/sum), z)
 	return zt - lse, lse - sez/sum
 }
-
-// logitsScratch holds per-goroutine copies of a row of logits.
-var logitsScratch = sync.Pool{New: func() any { return new([]float32) }}

@@ -97,7 +97,7 @@ func caseRMSNorm[T Float](in [][]T, gy []T) ([]T, [][]T) {
 		return y, nil
 	}
 	dx := make([]T, n*c)
-	rmsnormBackward(in[0], w, rinv, gy, n, c, dx, false)
+	rmsnormBackward(in[0], w, rinv, gy, n, c, dx, nil)
 	return y, [][]T{dx}
 }
 

@@ -39,6 +39,9 @@ type Net[T Float] struct {
 	// takes them, its backward gives them back, so a training job does not
 	// allocate (and zero) its activations again every step.
 	actPool sync.Pool
+	// headPool and scrPool likewise keep the lm head's probability buffer
+	// and the backward's scratch.
+	headPool, scrPool sync.Pool
 }
 
 // getActs is a set of training activations for N rows (reused when one
@@ -442,14 +445,20 @@ type scratch[T Float] struct {
 	dyB      []T // [N,rmax]
 }
 
-func newScratch[T Float](n *Net[T], N, rmax int) *scratch[T] {
+// getScratch is the backward's scratch for N rows, reused across steps
+// (every buffer is overwritten before it is read).
+func (n *Net[T]) getScratch(N, rmax int) *scratch[T] {
 	c := n.Config
 	H, I, Q, KV := c.HiddenSize, c.IntermediateSize, c.QDim(), c.KVDim()
-	s := &scratch[T]{dh: make([]T, N*I), dgu: make([]T, N*2*I),
-		dxn: make([]T, N*H), dx2: make([]T, N*H), datt: make([]T, N*Q), dq: make([]T, N*Q),
-		dk: make([]T, N*KV), dv: make([]T, N*KV), dyB: make([]T, N*rmax)}
+	s, _ := n.scrPool.Get().(*scratch[T])
+	if s == nil {
+		s = &scratch[T]{}
+	}
+	s.dh, s.dgu = grow(s.dh, N*I), grow(s.dgu, N*2*I)
+	s.dxn, s.dx2, s.datt, s.dq = grow(s.dxn, N*H), grow(s.dx2, N*H), grow(s.datt, N*Q), grow(s.dq, N*Q)
+	s.dk, s.dv, s.dyB = grow(s.dk, N*KV), grow(s.dv, N*KV), grow(s.dyB, N*rmax)
 	if c.QKNorm {
-		s.dqn, s.dkn = make([]T, N*Q), make([]T, N*KV)
+		s.dqn, s.dkn = grow(s.dqn, N*Q), grow(s.dkn, N*KV)
 	}
 	return s
 }
@@ -476,8 +485,7 @@ func (n *Net[T]) blockBackward(l int, st *rowsState[T], x []T, a *acts[T], dout,
 	}
 	loraBackward(gs, l, modGate, a.xn2, H, a.ga, rm, s.dgu, 2*I, s.dxn, s.dyB)
 	loraBackward(gs, l, modUp, a.xn2, H, a.ua, rm, s.dgu[I:], 2*I, s.dxn, s.dyB)
-	copy(s.dx2, dout) // residual
-	rmsnormBackward(a.x2, L.mlpNorm, a.rinv2, s.dxn, N, H, s.dx2, true)
+	rmsnormBackward(a.x2, L.mlpNorm, a.rinv2, s.dxn, N, H, s.dx2, dout) // + residual
 
 	// attention: x2 = x + o(att)
 	linearBackward(s.dx2, N, H, L.wo, Q, s.datt, false)
@@ -491,8 +499,8 @@ func (n *Net[T]) blockBackward(l int, st *rowsState[T], x []T, a *acts[T], dout,
 	ropeBackward(dq, N, nh, D, st.cos, st.sin)
 	ropeBackward(dk, N, nkv, D, st.cos, st.sin)
 	if L.qNorm != nil {
-		rmsnormBackward(a.q, L.qNorm, a.rq, s.dqn, N*nh, D, s.dq, false)
-		rmsnormBackward(a.k, L.kNorm, a.rk, s.dkn, N*nkv, D, s.dk, false)
+		rmsnormBackward(a.q, L.qNorm, a.rq, s.dqn, N*nh, D, s.dq, nil)
+		rmsnormBackward(a.k, L.kNorm, a.rk, s.dkn, N*nkv, D, s.dk, nil)
 	}
 	if L.wqkv != nil {
 		W := Q + 2*KV
@@ -514,8 +522,7 @@ func (n *Net[T]) blockBackward(l int, st *rowsState[T], x []T, a *acts[T], dout,
 	loraBackward(gs, l, modQ, a.xn1, H, a.qa, rm, s.dq, Q, s.dxn, s.dyB)
 	loraBackward(gs, l, modK, a.xn1, H, a.ka, rm, s.dk, KV, s.dxn, s.dyB)
 	loraBackward(gs, l, modV, a.xn1, H, a.va, rm, s.dv, KV, s.dxn, s.dyB)
-	copy(dx, s.dx2) // residual
-	rmsnormBackward(x, L.attnNorm, a.rinv1, s.dxn, N, H, dx, true)
+	rmsnormBackward(x, L.attnNorm, a.rinv1, s.dxn, N, H, dx, s.dx2) // + residual
 }
 
 // finalNorm gathers the rows rows of x into hx [len(rows), H] and writes

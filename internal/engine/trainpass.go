@@ -43,22 +43,24 @@ var DefaultBudgets = Budgets{Activations: 2 << 30, Head: 256 << 20}
 
 // Pass is one training forward over a batch, kept for its backward.
 type Pass[T Float] struct {
-	n       *Net[T]
-	b       *Batch
-	st      rowsState[T]
-	xs      [][]T      // xs[l] input of layer l; xs[L] output of the last layer
-	acts    []*acts[T] // per layer when kept, else nil
-	shared  *acts[T]   // the one set reused by every layer when not kept
-	hx, hf  []T        // [M,H] the rows' last hidden states and their final norm
-	rinvF   []T
-	probs   [][]T // per head chunk [rows, V] when kept
-	budgets Budgets
+	n        *Net[T]
+	b        *Batch
+	st       rowsState[T]
+	xs       [][]T      // xs[l] input of layer l; xs[L] output of the last layer
+	acts     []*acts[T] // per layer when kept, else nil
+	shared   *acts[T]   // the one set reused by every layer when not kept
+	hx, hf   []T        // [M,H] the rows' last hidden states and their final norm
+	rinvF    []T
+	probs    []T // [rows, V] of all rows when kept (see headChunkRows)
+	headRows int // rows per head chunk
+	budgets  Budgets
 	// LogProb and Entropy are, per row of the batch, the logprob of its
 	// target and the entropy of the predicted distribution.
 	LogProb []float64
 	Entropy []float64
 }
 
+// headChunk is the fewest rows the head computes at once.
 const headChunk = 128
 
 // ForwardBatch runs the model with the adapter lo (nil: the base model) over
@@ -102,15 +104,42 @@ func (n *Net[T]) ForwardBatch(b *Batch, lo *LoRA[T], bud Budgets) (*Pass[T], err
 	n.finalNorm(p.xs[c.NumLayers], b.Rows, p.hx, p.hf, p.rinvF)
 
 	p.LogProb, p.Entropy = make([]float64, M), make([]float64, M)
-	keepHead := int64(M)*int64(c.VocabSize)*int64(sizeof[T]()) <= bud.Head
-	for c0 := 0; c0 < M; c0 += headChunk {
-		pr := p.headChunk(c0, min(c0+headChunk, M))
+	p.headRows = p.headChunkRows()
+	keepHead := p.headRows >= M
+	for c0 := 0; c0 < M; c0 += p.headRows {
+		pr := p.headChunk(c0, min(c0+p.headRows, M))
 		if keepHead {
-			p.probs = append(p.probs, pr)
+			p.probs = pr
+		} else {
+			n.putHeadBuf(pr)
 		}
 	}
 	return p, nil
 }
+
+// headChunkRows is how many rows the head computes at once: all of them
+// when their probabilities fit the Head budget (one matrix product, kept
+// for the backward), else as many as fit (at least headChunk), recomputed
+// chunk by chunk in the backward.
+func (p *Pass[T]) headChunkRows() int {
+	M, V := len(p.b.Rows), int64(p.n.Config.VocabSize)*int64(sizeof[T]())
+	if int64(M)*V <= p.budgets.Head {
+		return max(M, 1)
+	}
+	return max(headChunk, int(p.budgets.Head/V))
+}
+
+// headBuf is a buffer of n elements for head probabilities, reused across
+// steps (a step's probabilities are hundreds of MB; allocating them fresh
+// costs page faults and zeroing every step).
+func (n *Net[T]) headBuf(size int) []T {
+	if b, _ := n.headPool.Get().(*[]T); b != nil && cap(*b) >= size {
+		return (*b)[:size]
+	}
+	return make([]T, size)
+}
+
+func (n *Net[T]) putHeadBuf(b []T) { n.headPool.Put(&b) }
 
 // checkBatch verifies the batch's shape: tokens in the vocabulary,
 // segments tiling the tokens at positions 0..Len−1, rows inside them.
@@ -177,7 +206,7 @@ func (b *Batch) parent(i int) int {
 // head (logits = hf·LMHeadᵀ, then softmax), filling LogProb and Entropy.
 func (p *Pass[T]) headChunk(c0, c1 int) []T {
 	H, V := p.n.Config.HiddenSize, p.n.Config.VocabSize
-	z := make([]T, (c1-c0)*V)
+	z := p.n.headBuf((c1 - c0) * V)
 	p.n.headForward(p.hf[c0*H:c1*H], c1-c0, z)
 	parallelRows(c1-c0, V, func(i int) {
 		lp, ent := logSoftmaxForward(z[i*V:(i+1)*V], p.b.Targets[c0+i])
@@ -197,12 +226,10 @@ func (p *Pass[T]) Backward(dLogProb []float64) {
 
 	// head: dz = g·(onehot − p); dhf = dz·LMHead
 	dhf := make([]T, M*H)
-	for c0, ci := 0, 0; c0 < M; c0, ci = c0+headChunk, ci+1 {
-		c1 := min(c0+headChunk, M)
-		var pr []T
-		if p.probs != nil {
-			pr = p.probs[ci]
-		} else {
+	for c0 := 0; c0 < M; c0 += p.headRows {
+		c1 := min(c0+p.headRows, M)
+		pr := p.probs
+		if pr == nil {
 			save := append([]float64(nil), p.LogProb[c0:c1]...)
 			pr = p.headChunk(c0, c1)
 			copy(p.LogProb[c0:c1], save)
@@ -212,12 +239,13 @@ func (p *Pass[T]) Backward(dLogProb []float64) {
 			logSoftmaxBackward(row, b.Targets[c0+i], T(dLogProb[c0+i]), row)
 		})
 		gemm(false, false, c1-c0, H, V, 1, pr, V, n.lmHead, H, 0, dhf[c0*H:], H)
+		n.putHeadBuf(pr)
 	}
 	p.probs = nil
 
 	// final norm, on the rows that feed the head
 	dhx := make([]T, M*H)
-	rmsnormBackward(p.hx, n.norm, p.rinvF, dhf, M, H, dhx, false)
+	rmsnormBackward(p.hx, n.norm, p.rinvF, dhf, M, H, dhx, nil)
 	dx := make([]T, N*H)
 	for i, r := range b.Rows {
 		row := dx[r*H : (r+1)*H]
@@ -226,7 +254,8 @@ func (p *Pass[T]) Backward(dLogProb []float64) {
 		}
 	}
 
-	s := newScratch(n, N, p.st.rmax)
+	s := n.getScratch(N, p.st.rmax)
+	defer n.scrPool.Put(s)
 	dnext := make([]T, N*H)
 	for l := c.NumLayers - 1; l >= 0; l-- {
 		a := p.shared

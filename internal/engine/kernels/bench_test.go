@@ -61,18 +61,26 @@ func BenchmarkSgemmKernels(b *testing.B) {
 	}
 }
 
+// shape is one matrix product for the shape benchmarks.
+type shape struct {
+	name    string
+	ta, tb  bool
+	m, n, k int
+}
+
 // BenchmarkSgemmShapes covers the transposed layouts the engine and trainer use.
 func BenchmarkSgemmShapes(b *testing.B) {
+	benchShapes(b, benchBackends(b, false), []shape{
+		{"", false, true, 128, 1536, 576}, // prefill of 128 tokens, x·Wᵀ
+		{"", false, false, 128, 576, 1536},
+		{"", true, false, 576, 1536, 128}, // weight gradient dW = dYᵀ·X
+		{"", false, true, 1024, 1024, 1024},
+	})
+}
+
+// benchShapes runs each shape on each backend and reports GFLOP/s.
+func benchShapes(b *testing.B, bes []Backend, shapes []shape) {
 	r := rand.New(rand.NewPCG(1, 2))
-	shapes := []struct {
-		ta, tb  bool
-		m, n, k int
-	}{
-		{false, true, 128, 1536, 576}, // prefill of 128 tokens, x·Wᵀ
-		{false, false, 128, 576, 1536},
-		{true, false, 576, 1536, 128}, // weight gradient dW = dYᵀ·X
-		{false, true, 1024, 1024, 1024},
-	}
 	for _, s := range shapes {
 		a := randSlice(r, s.m*s.k)
 		bm := randSlice(r, s.k*s.n)
@@ -84,13 +92,19 @@ func BenchmarkSgemmShapes(b *testing.B) {
 		if s.tb {
 			ldb = s.k
 		}
-		for _, be := range benchBackends(b, false) {
+		for _, be := range bes {
 			name := fmt.Sprintf("%s/ta=%v,tb=%v,%dx%dx%d", be.Name(), s.ta, s.tb, s.m, s.n, s.k)
+			if s.name != "" {
+				name = fmt.Sprintf("%s/%s/%dx%dx%d", be.Name(), s.name, s.m, s.n, s.k)
+			}
 			b.Run(name, func(b *testing.B) {
+				cpu0 := cpuSeconds()
 				for b.Loop() {
 					be.Sgemm(s.ta, s.tb, s.m, s.n, s.k, 1, a, lda, bm, ldb, 0, c, s.n)
 				}
-				b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				flop := 2 * float64(s.m*s.n*s.k) * float64(b.N)
+				b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				b.ReportMetric(flop/(cpuSeconds()-cpu0)/1e9, "GFLOP/cpu-s")
 			})
 		}
 	}

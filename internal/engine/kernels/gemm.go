@@ -15,7 +15,13 @@ import (
 // GOMAXPROCS goroutines, with bandwidth-bound streaming paths for m == 1,
 // n == 1 (GEMV shapes) and m <= 16 that skip packing. The zero value is
 // ready to use.
-type Go struct{}
+type Go struct {
+	// Threads bounds the goroutines one blocked product runs on (0:
+	// GOMAXPROCS). Callers that already run many small products in
+	// parallel (the attention) set 1, so each product runs on its caller's
+	// goroutine instead of fanning out again.
+	Threads int
+}
 
 // Name implements Backend.
 func (Go) Name() string { return "go" }
@@ -37,7 +43,7 @@ const (
 func workers() int { return max(1, runtime.GOMAXPROCS(0)) }
 
 // Sgemm implements Backend.
-func (Go) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (g Go) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkSgemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
@@ -64,7 +70,7 @@ func (Go) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, ld
 		}
 		return
 	}
-	if m <= smallMDot {
+	if m <= smallMDot && !(transA && !transB && stridedKernel()) {
 		if transB {
 			gemvDotMulti(transA, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		} else {
@@ -72,8 +78,11 @@ func (Go) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, ld
 		}
 		return
 	}
-	scaleC(m, n, beta, c, ldc)
-	gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
+	W := workers()
+	if g.Threads > 0 {
+		W = min(W, g.Threads)
+	}
+	gemm(W, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // checkSgemm panics with a clear message when a slice is too short or a
@@ -350,11 +359,30 @@ func getBuf(n int) *buf {
 
 func putBuf(b *buf) { bufPool.Put(b) }
 
-// gemm: C += alpha*op(A)*op(B), C already scaled by beta.
-func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
-	W := 1
-	if m*n*k >= gemmParallelMin {
-		W = workers()
+// Operands read in place by the strided micro-kernels instead of packed:
+// A (either layout) when the product has at most directAMaxN columns, and
+// B (not transposed) when it has at most directBMaxM rows. Packing an operand costs about 4/(the other
+// dimension) of the product; for these skinny shapes (the LoRA and
+// attention gradients) that is most of it. Variables for tests.
+var (
+	directAMaxN = 128
+	directBMaxM = 64
+)
+
+// gemm: C = alpha*op(A)*op(B) + beta*C, on up to W goroutines.
+func gemm(W int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	nr := tileN()
+	strided := stridedKernel()
+	if !strided || (beta != 0 && beta != 1) {
+		scaleC(m, n, beta, c, ldc)
+		beta = 1
+	}
+	if strided && transA && !transB && n < nr && m >= nr {
+		gemmTransposed(W, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	if m*n*k < gemmParallelMin {
+		W = 1
 	}
 	// A blocks: choose mc so the number of blocks balances across workers.
 	nIC := (m + mcMax - 1) / mcMax
@@ -363,10 +391,14 @@ func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	}
 	mc := ((m+nIC-1)/nIC + mr - 1) / mr * mr
 	nIC = (m + mc - 1) / mc
+	directA := strided && n <= directAMaxN
+	directB := strided && !transB && m <= directBMaxM
 
-	nr := tileN()
 	ncb := min(ncBlock, n)
-	kcb := min(kcBlock, k)
+	// equal k blocks (576 = 3×192, not 256+256+64: a short last block pays
+	// the micro-kernel's C loads and stores for little work)
+	nPC := (k + kcBlock - 1) / kcBlock
+	kcb := (k + nPC - 1) / nPC
 	bPack := getBuf(kcb * ((ncb + nr - 1) / nr * nr))
 	defer putBuf(bPack)
 
@@ -380,13 +412,25 @@ func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 		}
 		for pc := 0; pc < k; pc += kcb {
 			kCur := min(kcb, k-pc)
+			set := beta == 0 && pc == 0
 			bp := bPack.s[:kCur*nPanels*nr]
-			// pack B in parallel, panels split across workers
-			parts := min(W, nPanels)
-			parallelFor(parts, func(w int) {
-				p0, p1 := nPanels*w/parts, nPanels*(w+1)/parts
-				packB(bp, nr, b, ldb, transB, pc, kCur, jc, nCur, p0, p1)
-			})
+			B := operand{packed: bp}
+			if directB {
+				// in place, but for a last partial panel
+				full := nCur / nr
+				B = operand{direct: b[pc*ldb+jc:], ld: ldb, full: full}
+				if full < nPanels {
+					packB(bp, nr, b, ldb, transB, pc, kCur, jc, nCur, full, full+1)
+					B.edge = bp[full*kCur*nr : (full+1)*kCur*nr]
+				}
+			} else {
+				// pack B in parallel, panels split across workers
+				parts := min(W, nPanels)
+				parallelFor(parts, func(w int) {
+					p0, p1 := nPanels*w/parts, nPanels*(w+1)/parts
+					packB(bp, nr, b, ldb, transB, pc, kCur, jc, nCur, p0, p1)
+				})
+			}
 			// macro-kernel tasks: (A block, column chunk)
 			nTasks := nIC * nJC
 			var next atomic.Int64
@@ -402,40 +446,105 @@ func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 					ib, jb := t/nJC, t%nJC
 					i0 := ib * mc
 					mCur := min(mc, m-i0)
-					ap := aBuf.s[:(mCur+mr-1)/mr*mr*kCur]
-					if packed != ib {
-						packA(ap, a, lda, transA, i0, mCur, pc, kCur)
-						packed = ib
+					var A operand
+					if directA {
+						full := mCur / mr
+						if transA {
+							A = operand{direct: a[pc*lda+i0:], ld: lda, full: full}
+						} else {
+							A = operand{direct: a[i0*lda+pc:], ld: lda, rows: true, full: full}
+						}
+						if full*mr < mCur {
+							A.edge = aBuf.s[:mr*kCur]
+							packA(A.edge, a, lda, transA, i0+full*mr, mCur-full*mr, pc, kCur)
+						}
+					} else {
+						A.packed = aBuf.s[:(mCur+mr-1)/mr*mr*kCur]
+						if packed != ib {
+							packA(A.packed, a, lda, transA, i0, mCur, pc, kCur)
+							packed = ib
+						}
 					}
 					q0, q1 := nPanels*jb/nJC, nPanels*(jb+1)/nJC
-					macroKernel(ap, bp, nr, mCur, kCur, q0, q1, nCur, alpha, c[i0*ldc+jc:], ldc)
+					macroKernel(&A, &B, nr, mCur, kCur, q0, q1, nCur, alpha, c[i0*ldc+jc:], ldc, set)
 				}
 			})
 		}
 	}
 }
 
-// macroKernel multiplies a packed A block (mCur x kCur) by packed B panels
-// q0..q1 into C (c points at the block's top-left element).
-func macroKernel(ap, bp []float32, nr, mCur, kCur, q0, q1, nCur int, alpha float32, c []float32, ldc int) {
+// gemmTransposed computes C = alpha*Aᵀ·B + beta*C (beta 0 or 1) for a
+// product with fewer columns than a micro-tile (the LoRA gradient dB =
+// dyᵀ·xa, 16 columns) as Cᵀ = Bᵀ·A: full micro-tiles, both operands read in
+// place, then Cᵀ added into C.
+func gemmTransposed(W, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	t := getBuf(n * m)
+	defer putBuf(t)
+	gemm(W, true, false, n, m, k, alpha, b, ldb, a, lda, 0, t.s, m)
+	for i := range m {
+		crow := c[i*ldc : i*ldc+n]
+		for j := range crow {
+			if beta == 0 {
+				crow[j] = t.s[j*m+i]
+			} else {
+				crow[j] += t.s[j*m+i]
+			}
+		}
+	}
+}
+
+// operand is one side of a macro-kernel's product: micro-panels packed back
+// to back (kc·w floats each), or read in place.
+type operand struct {
+	packed []float32
+	direct []float32 // in place: panel i at direct[i*w:], steps ld apart
+	ld     int
+	rows   bool      // in place, row-major A: panel i at direct[i*w*ld:], its rows ld apart, steps 1 apart
+	full   int       // in place: panels before full; panel full is edge
+	edge   []float32 // the packed partial last panel
+}
+
+// panel is micro-panel i (w wide, kc steps), its step stride and the
+// stride of its w lanes.
+func (o *operand) panel(i, kc, w int) ([]float32, int, int) {
+	switch {
+	case o.direct == nil:
+		return o.packed[i*kc*w : (i+1)*kc*w], w, 1
+	case i >= o.full:
+		return o.edge, w, 1
+	case o.rows:
+		return o.direct[i*w*o.ld:], 1, o.ld
+	default:
+		return o.direct[i*w:], o.ld, 1
+	}
+}
+
+// macroKernel multiplies A's micro-panels (mCur rows, kCur deep) by B's
+// panels q0..q1 into C (c points at the block's top-left element), adding
+// to C or, with set, overwriting it.
+func macroKernel(A, B *operand, nr, mCur, kCur, q0, q1, nCur int, alpha float32, c []float32, ldc int, set bool) {
 	var tmp [mr * nrMax]float32
 	for q := q0; q < q1; q++ {
 		j := q * nr
 		nw := min(nr, nCur-j)
-		bq := bp[q*kCur*nr : (q+1)*kCur*nr]
+		bq, bs, _ := B.panel(q, kCur, nr)
 		for i := 0; i < mCur; i += mr {
 			mw := min(mr, mCur-i)
-			aq := ap[i*kCur : (i+mr)*kCur]
+			aq, as, ar := A.panel(i/mr, kCur, mr)
 			if mw == mr && nw == nr {
-				microKernel(kCur, nr, aq, bq, c[i*ldc+j:], ldc, alpha)
+				microKernel(kCur, nr, aq, as, ar, bq, bs, c[i*ldc+j:], ldc, alpha, set)
 				continue
 			}
-			clear(tmp[:])
-			microKernel(kCur, nr, aq, bq, tmp[:], nr, alpha)
+			microKernel(kCur, nr, aq, as, ar, bq, bs, tmp[:], nr, alpha, true)
 			for r := 0; r < mw; r++ {
 				crow := c[(i+r)*ldc+j : (i+r)*ldc+j+nw]
+				t := tmp[r*nr : r*nr+nw]
+				if set {
+					copy(crow, t)
+					continue
+				}
 				for jj := range crow {
-					crow[jj] += tmp[r*nr+jj]
+					crow[jj] += t[jj]
 				}
 			}
 		}

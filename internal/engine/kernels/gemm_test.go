@@ -159,7 +159,10 @@ func testBackend(t *testing.T, be Backend) {
 
 func TestNaive(t *testing.T) { testBackend(t, Naive{}) }
 
-func TestGo(t *testing.T) { testBackend(t, Go{}) }
+func TestGo(t *testing.T) {
+	testBackend(t, Go{})
+	testBackend(t, Go{Threads: 1})
+}
 
 // kernelVariants runs f once per micro-kernel this CPU can run (avx512,
 // avx2, pure go), restoring the detected flags afterwards.
@@ -178,10 +181,19 @@ func kernelVariants(t *testing.T, f func(t *testing.T)) {
 }
 
 // TestGoSmallBlocks shrinks the cache blocks so small shapes cross every
-// kc/mc/nc boundary, for every micro-kernel variant.
+// kc/mc/nc boundary, for every micro-kernel variant, with operands always
+// packed and always read in place where the kernel can.
 func TestGoSmallBlocks(t *testing.T) {
 	defer func(k, m, n, s int) { kcBlock, mcMax, ncBlock, smallMDot = k, m, n, s }(kcBlock, mcMax, ncBlock, smallMDot)
+	defer func(a, b int) { directAMaxN, directBMaxM = a, b }(directAMaxN, directBMaxM)
 	kcBlock, mcMax, ncBlock, smallMDot = 20, 12, 80, 0
+	for _, direct := range []int{0, 1 << 30} {
+		directAMaxN, directBMaxM = direct, direct
+		t.Run(fmt.Sprint("direct=", direct > 0), testSmallBlocks)
+	}
+}
+
+func testSmallBlocks(t *testing.T) {
 	kernelVariants(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(5, 6))
 		for _, ta := range []bool{false, true} {

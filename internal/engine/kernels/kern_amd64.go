@@ -21,7 +21,10 @@ var haveAVX512 = cpu.X86.HasAVX512F && haveAVX2 && os.Getenv("FLYWHEEL_AVX512") 
 func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32)
 
 //go:noescape
-func sgemmKernel6x32(kc int, a, b, c *float32, ldc int, alpha float32)
+func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
+
+//go:noescape
+func sgemmKernel6x32r(kc int, a *float32, lda int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
 
 //go:noescape
 func dot4(n int, x, w *float32, ldw int, out *[4]float32)
@@ -58,6 +61,12 @@ func expSumAVX(n int, x *float32, shift float32) float32
 
 //go:noescape
 func swigluAVX(n int, dst, gate, up *float32)
+
+//go:noescape
+func expSumDotAVX(n int, x *float32, shift float32) (sum, sumED float64)
+
+//go:noescape
+func swigluBackAVX(n int, dg, du, gate, up, dh *float32)
 
 //go:noescape
 func mulScaleAVX(n int, dst, x, w *float32, s float32)

@@ -394,30 +394,33 @@ sudone:
 	MOVSS  X0, ret+16(FP)
 	RET
 
-// AVX-512 6x32 micro-kernel: B row (32 floats) in Z28/Z29, broadcasts in
-// Z30/Z31, accumulators Z0..Z11.
+// AVX-512 6x32 micro-kernel over strided panels, one k step: B row (32
+// floats at ob) in Z28/Z29, broadcasts of the six A values at oa in
+// Z30/Z31, accumulators Z0..Z11. oa and ob are address operands
+// ((AX)(R9*1) etc.) that the displacements are prefixed to.
 #define STEP512(oa, ob) \
-	VMOVUPS      ob(BX), Z28 \
-	VMOVUPS      ob+64(BX), Z29 \
-	VBROADCASTSS oa(AX), Z30 \
+	VMOVUPS      ob, Z28 \
+	VMOVUPS      64 ob, Z29 \
+	VBROADCASTSS oa, Z30 \
 	VFMADD231PS  Z28, Z30, Z0 \
 	VFMADD231PS  Z29, Z30, Z1 \
-	VBROADCASTSS oa+4(AX), Z31 \
+	VBROADCASTSS 4 oa, Z31 \
 	VFMADD231PS  Z28, Z31, Z2 \
 	VFMADD231PS  Z29, Z31, Z3 \
-	VBROADCASTSS oa+8(AX), Z30 \
+	VBROADCASTSS 8 oa, Z30 \
 	VFMADD231PS  Z28, Z30, Z4 \
 	VFMADD231PS  Z29, Z30, Z5 \
-	VBROADCASTSS oa+12(AX), Z31 \
+	VBROADCASTSS 12 oa, Z31 \
 	VFMADD231PS  Z28, Z31, Z6 \
 	VFMADD231PS  Z29, Z31, Z7 \
-	VBROADCASTSS oa+16(AX), Z30 \
+	VBROADCASTSS 16 oa, Z30 \
 	VFMADD231PS  Z28, Z30, Z8 \
 	VFMADD231PS  Z29, Z30, Z9 \
-	VBROADCASTSS oa+20(AX), Z31 \
+	VBROADCASTSS 20 oa, Z31 \
 	VFMADD231PS  Z28, Z31, Z10 \
 	VFMADD231PS  Z29, Z31, Z11
 
+// C row (32 floats at DI) += alpha(Z12) * (lo, hi); DI += DX.
 #define STOREROW512(lo, hi) \
 	VMOVUPS     (DI), Z13 \
 	VFMADD231PS lo, Z12, Z13 \
@@ -427,14 +430,63 @@ sudone:
 	VMOVUPS     Z14, 64(DI) \
 	ADDQ        DX, DI
 
-// func sgemmKernel6x32(kc int, a, b, c *float32, ldc int, alpha float32)
-// C[0:6, 0:32] += alpha * Apanel(6 x kc) * Bpanel(kc x 32), packed panels.
-TEXT ·sgemmKernel6x32(SB), NOSPLIT, $0-44
+// C row (32 floats at DI) = alpha(Z12) * (lo, hi); DI += DX.
+#define SETROW512(lo, hi) \
+	VMULPS  lo, Z12, Z13 \
+	VMOVUPS Z13, (DI) \
+	VMULPS  hi, Z12, Z14 \
+	VMOVUPS Z14, 64(DI) \
+	ADDQ    DX, DI
+
+// The 6x32 kernels' accumulators Z0..Z11: cleared; added to C (alpha in
+// Z12); written to C.
+#define ZEROACC512 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11
+
+#define ADDC512 \
+	STOREROW512(Z0, Z1) \
+	STOREROW512(Z2, Z3) \
+	STOREROW512(Z4, Z5) \
+	STOREROW512(Z6, Z7) \
+	STOREROW512(Z8, Z9) \
+	STOREROW512(Z10, Z11)
+
+#define SETC512 \
+	SETROW512(Z0, Z1) \
+	SETROW512(Z2, Z3) \
+	SETROW512(Z4, Z5) \
+	SETROW512(Z6, Z7) \
+	SETROW512(Z8, Z9) \
+	SETROW512(Z10, Z11)
+
+// func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
+// C[0:6, 0:32] (+)= alpha * A(6 x kc) * B(kc x 32), where step p's six A
+// values are a[p*as : p*as+6] and its B row b[p*bs : p*bs+32] (packed
+// panels: as = 6, bs = 32; unpacked op(A) = Aᵀ: as = lda; unpacked B:
+// bs = ldb). set overwrites C instead of adding to it.
+TEXT ·sgemmKernel6x32(SB), NOSPLIT, $0-61
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), AX
-	MOVQ b+16(FP), BX
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), DX
+	MOVQ as+16(FP), R9
+	SHLQ $2, R9
+	MOVQ b+24(FP), BX
+	MOVQ bs+32(FP), R10
+	SHLQ $2, R10
+	LEAQ (R9)(R9*2), R11  // 3 A steps
+	LEAQ (R10)(R10*2), R12 // 3 B rows
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
 	SHLQ $2, DX
 	MOVQ       DI, R8
 	PREFETCHT0 (R8)
@@ -460,51 +512,126 @@ TEXT ·sgemmKernel6x32(SB), NOSPLIT, $0-44
 	PREFETCHT0 (R8)
 	PREFETCHT0 64(R8)
 	PREFETCHT0 124(R8)
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
+	ZEROACC512
 
 loop4z:
-	CMPQ CX, $4
-	JLT  loop1z
-	PREFETCHT0 384(AX)
-	STEP512(0, 0)
-	PREFETCHT0 1024(BX)
-	STEP512(24, 128)
-	PREFETCHT0 1088(BX)
-	STEP512(48, 256)
-	STEP512(72, 384)
-	ADDQ $96, AX
-	ADDQ $512, BX
-	SUBQ $4, CX
-	JMP  loop4z
+	CMPQ       CX, $4
+	JLT        loop1z
+	PREFETCHT0 (AX)(R11*4)
+	PREFETCHT0 (BX)(R10*8)
+	STEP512((AX), (BX))
+	PREFETCHT0 64(BX)(R10*8)
+	STEP512((AX)(R9*1), (BX)(R10*1))
+	STEP512((AX)(R9*2), (BX)(R10*2))
+	STEP512((AX)(R11*1), (BX)(R12*1))
+	LEAQ       (AX)(R9*4), AX
+	LEAQ       (BX)(R10*4), BX
+	SUBQ       $4, CX
+	JMP        loop4z
 
 loop1z:
 	TESTQ CX, CX
 	JEQ   storez
-	STEP512(0, 0)
-	ADDQ $24, AX
-	ADDQ $128, BX
-	DECQ CX
-	JMP  loop1z
+	STEP512((AX), (BX))
+	ADDQ  R9, AX
+	ADDQ  R10, BX
+	DECQ  CX
+	JMP   loop1z
 
 storez:
-	VBROADCASTSS alpha+40(FP), Z12
-	STOREROW512(Z0, Z1)
-	STOREROW512(Z2, Z3)
-	STOREROW512(Z4, Z5)
-	STOREROW512(Z6, Z7)
-	STOREROW512(Z8, Z9)
-	STOREROW512(Z10, Z11)
+	VBROADCASTSS alpha+56(FP), Z12
+	MOVBLZX      set+60(FP), CX
+	TESTQ        CX, CX
+	JNE          setz
+	ADDC512
+	VZEROUPPER
+	RET
+
+setz:
+	SETC512
+	VZEROUPPER
+	RET
+
+// One k step of the 6x32 kernel with A read from six rows in place: the
+// step's A values are at d(AX), d(AX)(R9*1), d(AX)(R9*2), d(R13),
+// d(R13)(R9*1), d(R13)(R9*2) (row stride R9, R13 = row 3); B row at ob.
+#define STEP512R(d, ob) \
+	VMOVUPS      ob, Z28 \
+	VMOVUPS      64 ob, Z29 \
+	VBROADCASTSS d(AX), Z30 \
+	VFMADD231PS  Z28, Z30, Z0 \
+	VFMADD231PS  Z29, Z30, Z1 \
+	VBROADCASTSS d(AX)(R9*1), Z31 \
+	VFMADD231PS  Z28, Z31, Z2 \
+	VFMADD231PS  Z29, Z31, Z3 \
+	VBROADCASTSS d(AX)(R9*2), Z30 \
+	VFMADD231PS  Z28, Z30, Z4 \
+	VFMADD231PS  Z29, Z30, Z5 \
+	VBROADCASTSS d(R13), Z31 \
+	VFMADD231PS  Z28, Z31, Z6 \
+	VFMADD231PS  Z29, Z31, Z7 \
+	VBROADCASTSS d(R13)(R9*1), Z30 \
+	VFMADD231PS  Z28, Z30, Z8 \
+	VFMADD231PS  Z29, Z30, Z9 \
+	VBROADCASTSS d(R13)(R9*2), Z31 \
+	VFMADD231PS  Z28, Z31, Z10 \
+	VFMADD231PS  Z29, Z31, Z11
+
+// func sgemmKernel6x32r(kc int, a *float32, lda int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
+// sgemmKernel6x32 with A read in place from six rows of a row-major matrix:
+// step p's A values are a[r*lda + p], r < 6 (op(A) = A, not packed).
+TEXT ·sgemmKernel6x32r(SB), NOSPLIT, $0-61
+	MOVQ kc+0(FP), CX
+	MOVQ a+8(FP), AX
+	MOVQ lda+16(FP), R9
+	SHLQ $2, R9
+	LEAQ (AX)(R9*2), R13
+	ADDQ R9, R13
+	MOVQ b+24(FP), BX
+	MOVQ bs+32(FP), R10
+	SHLQ $2, R10
+	LEAQ (R10)(R10*2), R12 // 3 B rows
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), DX
+	SHLQ $2, DX
+	ZEROACC512
+
+loop4r:
+	CMPQ       CX, $4
+	JLT        loop1r
+	PREFETCHT0 (BX)(R10*8)
+	STEP512R(0, (BX))
+	PREFETCHT0 64(BX)(R10*8)
+	STEP512R(4, (BX)(R10*1))
+	STEP512R(8, (BX)(R10*2))
+	STEP512R(12, (BX)(R12*1))
+	ADDQ       $16, AX
+	ADDQ       $16, R13
+	LEAQ       (BX)(R10*4), BX
+	SUBQ       $4, CX
+	JMP        loop4r
+
+loop1r:
+	TESTQ CX, CX
+	JEQ   storer
+	STEP512R(0, (BX))
+	ADDQ  $4, AX
+	ADDQ  $4, R13
+	ADDQ  R10, BX
+	DECQ  CX
+	JMP   loop1r
+
+storer:
+	VBROADCASTSS alpha+56(FP), Z12
+	MOVBLZX      set+60(FP), CX
+	TESTQ        CX, CX
+	JNE          setr
+	ADDC512
+	VZEROUPPER
+	RET
+
+setr:
+	SETC512
 	VZEROUPPER
 	RET
 
@@ -870,6 +997,97 @@ sgstore:
 	JMP     sgloop
 
 sgdone:
+	VZEROUPPER
+	RET
+
+// func expSumDotAVX(n int, x *float32, shift float32) (sum, sumED float64)
+// With d = x[i] - shift: x[i] = exp(d) for i < n (n a multiple of 8);
+// returns Σ exp(d) and Σ exp(d)·d, accumulated in float64 (the training
+// log-softmax's normaliser and entropy, without a copy of the logits).
+TEXT ·expSumDotAVX(SB), NOSPLIT, $0-40
+	MOVQ         n+0(FP), CX
+	MOVQ         x+8(FP), DI
+	VBROADCASTSS shift+16(FP), Y8
+	EXPSETUP
+	VXORPD       Y7, Y7, Y7
+	VXORPD       Y13, Y13, Y13
+
+edloop:
+	CMPQ         CX, $0
+	JLE          eddone
+	VMOVUPS      (DI), Y0
+	VSUBPS       Y8, Y0, Y0
+	VMOVAPS      Y0, Y9
+	EXP8
+	VMOVUPS      Y0, (DI)
+	VMULPS       Y9, Y0, Y10
+	VCVTPS2PD    X0, Y11
+	VADDPD       Y11, Y7, Y7
+	VEXTRACTF128 $1, Y0, X11
+	VCVTPS2PD    X11, Y11
+	VADDPD       Y11, Y7, Y7
+	VCVTPS2PD    X10, Y11
+	VADDPD       Y11, Y13, Y13
+	VEXTRACTF128 $1, Y10, X11
+	VCVTPS2PD    X11, Y11
+	VADDPD       Y11, Y13, Y13
+	ADDQ         $32, DI
+	SUBQ         $8, CX
+	JMP          edloop
+
+eddone:
+	VEXTRACTF128 $1, Y7, X1
+	VADDPD       X1, X7, X7
+	VHADDPD      X7, X7, X7
+	VEXTRACTF128 $1, Y13, X1
+	VADDPD       X1, X13, X13
+	VHADDPD      X13, X13, X13
+	VZEROUPPER
+	MOVSD        X7, sum+24(FP)
+	MOVSD        X13, sumED+32(FP)
+	RET
+
+// func swigluBackAVX(n int, dg, du, gate, up, dh *float32)
+// The SwiGLU backward for i < n (n a multiple of 8), with s = σ(gate[i]):
+// du[i] = dh[i]·gate[i]·s, dg[i] = dh[i]·up[i]·s·(1 + gate[i]·(1−s)).
+TEXT ·swigluBackAVX(SB), NOSPLIT, $0-48
+	MOVQ    n+0(FP), CX
+	MOVQ    dg+8(FP), DI
+	MOVQ    du+16(FP), R8
+	MOVQ    gate+24(FP), SI
+	MOVQ    up+32(FP), DX
+	MOVQ    dh+40(FP), BX
+	EXPSETUP
+	VMOVUPS expc<>+352(SB), Y11
+
+sbloop:
+	CMPQ    CX, $0
+	JLE     sbdone
+	VMOVUPS (SI), Y9
+	VXORPS  expc<>+416(SB), Y9, Y0
+	EXP8
+	VADDPS  Y11, Y0, Y0
+	VDIVPS  Y0, Y11, Y10
+	VMOVUPS (BX), Y12
+	VMULPS  Y9, Y12, Y13
+	VMULPS  Y10, Y13, Y13
+	VMOVUPS Y13, (R8)
+	VSUBPS  Y10, Y11, Y1
+	VMULPS  Y1, Y9, Y1
+	VADDPS  Y11, Y1, Y1
+	VMULPS  (DX), Y12, Y2
+	VMULPS  Y10, Y2, Y2
+	VMULPS  Y1, Y2, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ    $32, DI
+	ADDQ    $32, R8
+	ADDQ    $32, SI
+	ADDQ    $32, DX
+	ADDQ    $32, BX
+	SUBQ    $8, CX
+	JMP     sbloop
+
+sbdone:
 	VZEROUPPER
 	RET
 

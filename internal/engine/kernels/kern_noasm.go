@@ -9,18 +9,25 @@ var haveAVX2 = false
 var haveAVX512 = false
 
 func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32) { panic("kernels: no asm") }
-func sgemmKernel6x32(kc int, a, b, c *float32, ldc int, alpha float32) { panic("kernels: no asm") }
-func dot4(n int, x, w *float32, ldw int, out *[4]float32)              { panic("kernels: no asm") }
-func dotAVX(n int, x, y *float32) float32                              { panic("kernels: no asm") }
-func axpyAVX(n int, alpha float32, x, y *float32)                      { panic("kernels: no asm") }
-func axpy4(n int, a *[4]float32, w *float32, ldw int, y *float32)      { panic("kernels: no asm") }
-func scaleAVX(n int, alpha float32, x *float32)                        { panic("kernels: no asm") }
-func addAVX(n int, dst, x *float32)                                    { panic("kernels: no asm") }
-func sumAVX(n int, x *float32) float32                                 { panic("kernels: no asm") }
-func packBT8(n8 int, src *float32, lds int, dst *float32, ldd int)     { panic("kernels: no asm") }
-func packA6(n8 int, src *float32, lds int, dst *float32)               { panic("kernels: no asm") }
-func packA6T(n int, src *float32, lds int, dst *float32)               { panic("kernels: no asm") }
-func expSumAVX(n int, x *float32, shift float32) float32               { panic("kernels: no asm") }
-func swigluAVX(n int, dst, gate, up *float32)                          { panic("kernels: no asm") }
-func mulScaleAVX(n int, dst, x, w *float32, s float32)                 { panic("kernels: no asm") }
-func maxAVX(n int, x *float32) float32                                 { panic("kernels: no asm") }
+func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool) {
+	panic("kernels: no asm")
+}
+func dot4(n int, x, w *float32, ldw int, out *[4]float32)                { panic("kernels: no asm") }
+func dotAVX(n int, x, y *float32) float32                                { panic("kernels: no asm") }
+func axpyAVX(n int, alpha float32, x, y *float32)                        { panic("kernels: no asm") }
+func axpy4(n int, a *[4]float32, w *float32, ldw int, y *float32)        { panic("kernels: no asm") }
+func scaleAVX(n int, alpha float32, x *float32)                          { panic("kernels: no asm") }
+func addAVX(n int, dst, x *float32)                                      { panic("kernels: no asm") }
+func sumAVX(n int, x *float32) float32                                   { panic("kernels: no asm") }
+func packBT8(n8 int, src *float32, lds int, dst *float32, ldd int)       { panic("kernels: no asm") }
+func packA6(n8 int, src *float32, lds int, dst *float32)                 { panic("kernels: no asm") }
+func packA6T(n int, src *float32, lds int, dst *float32)                 { panic("kernels: no asm") }
+func expSumAVX(n int, x *float32, shift float32) float32                 { panic("kernels: no asm") }
+func swigluAVX(n int, dst, gate, up *float32)                            { panic("kernels: no asm") }
+func mulScaleAVX(n int, dst, x, w *float32, s float32)                   { panic("kernels: no asm") }
+func maxAVX(n int, x *float32) float32                                   { panic("kernels: no asm") }
+func expSumDotAVX(n int, x *float32, shift float32) (sum, sumED float64) { panic("kernels: no asm") }
+func swigluBackAVX(n int, dg, du, gate, up, dh *float32)                 { panic("kernels: no asm") }
+func sgemmKernel6x32r(kc int, a *float32, lda int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool) {
+	panic("kernels: no asm")
+}

@@ -17,21 +17,52 @@ func tileN() int {
 	return 16
 }
 
-// microKernel computes C[0:6,0:nr] += alpha * Ap·Bp over kc steps, where
-// ap holds 6 floats per step and bp nr floats per step (packed panels).
-func microKernel(kc, nr int, ap, bp, c []float32, ldc int, alpha float32) {
-	_ = ap[mr*kc-1]
-	_ = bp[nr*kc-1]
+// microKernel computes C[0:6,0:nr] += alpha * A·B over kc steps (= with
+// set), where A[r][p] = ap[p*as + r*ar] and step p's B row is
+// bp[p*bs : p*bs+nr]: packed panels have as = 6, ar = 1 and bs = nr; the
+// GEMM passes operands in place (other strides: op(A) = Aᵀ with as = lda,
+// ar = 1; a row-major A with as = 1, ar = lda; B with bs = ldb) only to
+// the AVX-512 kernels (stridedKernel); the others fall back to plain Go.
+func microKernel(kc, nr int, ap []float32, as, ar int, bp []float32, bs int, c []float32, ldc int, alpha float32, set bool) {
+	_ = ap[as*(kc-1)+ar*(mr-1)]
+	_ = bp[bs*(kc-1)+nr-1]
 	_ = c[(mr-1)*ldc+nr-1]
+	if nr == 32 && haveAVX512 && haveAVX2 {
+		if ar == 1 {
+			sgemmKernel6x32(kc, &ap[0], as, &bp[0], bs, &c[0], ldc, alpha, set)
+			return
+		}
+		if as == 1 {
+			sgemmKernel6x32r(kc, &ap[0], ar, &bp[0], bs, &c[0], ldc, alpha, set)
+			return
+		}
+	}
+	if set {
+		for r := range mr {
+			clear(c[r*ldc : r*ldc+nr])
+		}
+	}
 	switch {
-	case nr == 32 && haveAVX512 && haveAVX2:
-		sgemmKernel6x32(kc, &ap[0], &bp[0], &c[0], ldc, alpha)
+	case as != mr || ar != 1 || bs != nr:
+		for r := range mr {
+			crow := c[r*ldc : r*ldc+nr]
+			for p := range kc {
+				av := alpha * ap[p*as+r*ar]
+				for j, bv := range bp[p*bs : p*bs+nr] {
+					crow[j] += av * bv
+				}
+			}
+		}
 	case nr == 16 && haveAVX2:
 		sgemmKernel6x16(kc, &ap[0], &bp[0], &c[0], ldc, alpha)
 	default:
 		microKernelGo(kc, nr, ap, bp, c, ldc, alpha)
 	}
 }
+
+// stridedKernel reports whether the micro-kernel in use reads operands in
+// place and overwrites C at full speed (the AVX-512 one).
+func stridedKernel() bool { return tileN() == 32 }
 
 // microKernelGo is the portable micro-kernel: 6x4 register blocks (24
 // scalar accumulators, which arm64 keeps in registers) swept across the nr

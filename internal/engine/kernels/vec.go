@@ -186,6 +186,43 @@ func SwiGLU(dst, gate, up []float32) {
 	}
 }
 
+// ExpShiftDot sets x[i] = exp(d_i) with d_i = x[i] − shift and returns
+// Σ exp(d_i) and Σ exp(d_i)·d_i, both accumulated in float64: a
+// log-softmax's normaliser and the sum its entropy needs, in one pass.
+func ExpShiftDot(x []float32, shift float32) (sum, sumED float64) {
+	i := 0
+	if haveAVX2 && len(x) >= 8 {
+		i = len(x) &^ 7
+		sum, sumED = expSumDotAVX(i, &x[0], shift)
+	}
+	for ; i < len(x); i++ {
+		d := x[i] - shift
+		e := Exp(d)
+		x[i] = e
+		sum += float64(e)
+		sumED += float64(e) * float64(d)
+	}
+	return sum, sumED
+}
+
+// SwiGLUBackward is SwiGLU's backward: with s = σ(gate[i]),
+// dUp[i] = dh[i]·gate[i]·s and dGate[i] = dh[i]·up[i]·s·(1 + gate[i]·(1−s)).
+func SwiGLUBackward(dGate, dUp, gate, up, dh []float32) {
+	n := len(dh)
+	dGate, dUp, gate, up = dGate[:n], dUp[:n], gate[:n], up[:n]
+	i := 0
+	if haveAVX2 && n >= 8 {
+		i = n &^ 7
+		swigluBackAVX(i, &dGate[0], &dUp[0], &gate[0], &up[0], &dh[0])
+	}
+	for ; i < n; i++ {
+		x := gate[i]
+		s := 1 / (1 + Exp(-x))
+		dUp[i] = dh[i] * x * s
+		dGate[i] = dh[i] * up[i] * s * (1 + x*(1-s))
+	}
+}
+
 // Exp is a fast float32 e^v (relative error below 2e-7 over the float32
 // range): Cody-Waite reduction v = n·ln2 + r, |r| <= ln2/2, a degree-6
 // polynomial for e^r, and 2^n built in the exponent bits. It returns +Inf

@@ -342,3 +342,68 @@ func TestMaxOf(t *testing.T) {
 		}
 	})
 }
+
+// TestSwiGLUBackward checks both gradients against float64, with the
+// assembly and with the Go fallback.
+func TestSwiGLUBackward(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 6))
+	sig := func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
+	for _, n := range vecLens {
+		g, u, dh := randSlice(r, n), randSlice(r, n), randSlice(r, n)
+		for i := range g {
+			g[i] *= 8
+		}
+		if n > 3 {
+			g[0], g[1], g[2] = -120, 120, 0
+		}
+		var outs [2][2][]float32
+		for v, asm := range []bool{true, false} {
+			func() {
+				defer func(h bool) { haveAVX2 = h }(haveAVX2)
+				haveAVX2 = haveAVX2 && asm
+				dg, du := make([]float32, n), make([]float32, n)
+				SwiGLUBackward(dg, du, g, u, dh)
+				outs[v] = [2][]float32{dg, du}
+			}()
+		}
+		for i := range n {
+			x, s := float64(g[i]), sig(float64(g[i]))
+			wdu := float64(dh[i]) * x * s
+			wdg := float64(dh[i]) * float64(u[i]) * s * (1 + x*(1-s))
+			scale := math.Abs(float64(dh[i])) * (1 + math.Abs(float64(u[i]))) * (1 + math.Abs(x))
+			for v := range outs {
+				if !close32(outs[v][1][i], wdu, scale, 1e-6) || !close32(outs[v][0][i], wdg, scale, 1e-6) {
+					t.Fatalf("n=%d i=%d g=%g: du %g dg %g, want %g %g", n, i, g[i], outs[v][1][i], outs[v][0][i], wdu, wdg)
+				}
+			}
+		}
+	}
+}
+
+// TestExpShiftDot checks the exponentials and both sums against float64.
+func TestExpShiftDot(t *testing.T) {
+	withAndWithoutAsm(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(7, 7))
+		for _, n := range append(vecLens, 49152) {
+			x := randSlice(r, n)
+			for i := range x {
+				x[i] *= 6
+			}
+			const shift = 3.5
+			orig := append([]float32(nil), x...)
+			sum, sed := ExpShiftDot(x, shift)
+			var ws, wsed, scale float64
+			for i, v := range orig {
+				d := float64(v - shift)
+				e := math.Exp(d)
+				if rel := math.Abs(float64(x[i])-e) / e; rel > 2e-7 {
+					t.Fatalf("n=%d exp(%g) = %g, want %g", n, d, x[i], e)
+				}
+				ws, wsed, scale = ws+e, wsed+e*d, scale+math.Abs(e*d)
+			}
+			if math.Abs(sum-ws) > 1e-6*ws || math.Abs(sed-wsed) > 1e-6*scale+1e-300 {
+				t.Fatalf("n=%d: sums %g, %g, want %g, %g", n, sum, sed, ws, wsed)
+			}
+		}
+	})
+}
