@@ -1,0 +1,279 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// Half-precision weight kernels: the 16-bit weights are widened to float32
+// in registers (BF16: zero-extend and shift into the high half; F16:
+// VCVTPH2PS) and multiplied in float32, so only the 16-bit stream is read
+// from memory.
+
+#define BF16Y(src, dst) \
+	VPMOVZXWD src, dst \
+	VPSLLD    $16, dst, dst
+
+#define F16Y(src, dst) \
+	VCVTPH2PS src, dst
+
+#define BF16Z(src, dst) \
+	VPMOVZXWD src, dst \
+	VPSLLD    $16, dst, dst
+
+#define F16Z(src, dst) \
+	VCVTPH2PS src, dst
+
+// Horizontal sum of Y(reg) into X(reg) lane 0, using X15 as scratch.
+#define HSUMH(y, x) \
+	VEXTRACTF128 $1, y, X15 \
+	VADDPS       X15, x, x \
+	VHADDPS      x, x, x \
+	VHADDPS      x, x, x
+
+// Horizontal sum of Z(reg) into X(reg) lane 0 (y is its Y name), Y14/X15 scratch.
+#define ZSUM(z, y, x) \
+	VEXTRACTF64X4 $1, z, Y14 \
+	VADDPS        Y14, y, y \
+	HSUMH(y, x)
+
+#define SETUP4 \
+	MOVQ n+0(FP), CX \
+	MOVQ x+8(FP), SI \
+	MOVQ w+16(FP), R8 \
+	MOVQ ldw+24(FP), DX \
+	SHLQ $1, DX \
+	LEAQ (R8)(DX*1), R9 \
+	LEAQ (R9)(DX*1), R10 \
+	LEAQ (R10)(DX*1), R11 \
+	XORQ AX, AX
+
+#define STORE4Y \
+	MOVQ   out+32(FP), DI \
+	VADDPS Y1, Y0, Y0 \
+	VADDPS Y3, Y2, Y2 \
+	VADDPS Y5, Y4, Y4 \
+	VADDPS Y7, Y6, Y6 \
+	HSUMH(Y0, X0) \
+	HSUMH(Y2, X2) \
+	HSUMH(Y4, X4) \
+	HSUMH(Y6, X6) \
+	MOVSS  X0, 0(DI) \
+	MOVSS  X2, 4(DI) \
+	MOVSS  X4, 8(DI) \
+	MOVSS  X6, 12(DI) \
+	VZEROUPPER \
+	RET
+
+#define STORE4Z \
+	MOVQ   out+32(FP), DI \
+	VADDPS Z1, Z0, Z0 \
+	VADDPS Z3, Z2, Z2 \
+	VADDPS Z5, Z4, Z4 \
+	VADDPS Z7, Z6, Z6 \
+	ZSUM(Z0, Y0, X0) \
+	ZSUM(Z2, Y2, X2) \
+	ZSUM(Z4, Y4, X4) \
+	ZSUM(Z6, Y6, X6) \
+	MOVSS  X0, 0(DI) \
+	MOVSS  X2, 4(DI) \
+	MOVSS  X4, 8(DI) \
+	MOVSS  X6, 12(DI) \
+	VZEROUPPER \
+	RET
+
+#define ZEROY \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7
+
+#define ZEROZ \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7
+
+// One 16-element step of the AVX2 dot over 4 rows (x in Y8, Y9).
+#define STEP16Y(LOAD) \
+	VMOVUPS     (SI)(AX*4), Y8 \
+	VMOVUPS     32(SI)(AX*4), Y9 \
+	LOAD((R8)(AX*2), Y10) \
+	LOAD(16(R8)(AX*2), Y11) \
+	VFMADD231PS Y10, Y8, Y0 \
+	VFMADD231PS Y11, Y9, Y1 \
+	LOAD((R9)(AX*2), Y12) \
+	LOAD(16(R9)(AX*2), Y13) \
+	VFMADD231PS Y12, Y8, Y2 \
+	VFMADD231PS Y13, Y9, Y3 \
+	LOAD((R10)(AX*2), Y10) \
+	LOAD(16(R10)(AX*2), Y11) \
+	VFMADD231PS Y10, Y8, Y4 \
+	VFMADD231PS Y11, Y9, Y5 \
+	LOAD((R11)(AX*2), Y12) \
+	LOAD(16(R11)(AX*2), Y13) \
+	VFMADD231PS Y12, Y8, Y6 \
+	VFMADD231PS Y13, Y9, Y7
+
+#define STEP8Y(LOAD) \
+	VMOVUPS     (SI)(AX*4), Y8 \
+	LOAD((R8)(AX*2), Y10) \
+	VFMADD231PS Y10, Y8, Y0 \
+	LOAD((R9)(AX*2), Y11) \
+	VFMADD231PS Y11, Y8, Y2 \
+	LOAD((R10)(AX*2), Y12) \
+	VFMADD231PS Y12, Y8, Y4 \
+	LOAD((R11)(AX*2), Y13) \
+	VFMADD231PS Y13, Y8, Y6
+
+#define STEP32Z(LOAD) \
+	VMOVUPS     (SI)(AX*4), Z8 \
+	VMOVUPS     64(SI)(AX*4), Z9 \
+	LOAD((R8)(AX*2), Z10) \
+	LOAD(32(R8)(AX*2), Z11) \
+	VFMADD231PS Z10, Z8, Z0 \
+	VFMADD231PS Z11, Z9, Z1 \
+	LOAD((R9)(AX*2), Z12) \
+	LOAD(32(R9)(AX*2), Z13) \
+	VFMADD231PS Z12, Z8, Z2 \
+	VFMADD231PS Z13, Z9, Z3 \
+	LOAD((R10)(AX*2), Z10) \
+	LOAD(32(R10)(AX*2), Z11) \
+	VFMADD231PS Z10, Z8, Z4 \
+	VFMADD231PS Z11, Z9, Z5 \
+	LOAD((R11)(AX*2), Z12) \
+	LOAD(32(R11)(AX*2), Z13) \
+	VFMADD231PS Z12, Z8, Z6 \
+	VFMADD231PS Z13, Z9, Z7
+
+#define STEP16Z(LOAD) \
+	VMOVUPS     (SI)(AX*4), Z8 \
+	LOAD((R8)(AX*2), Z10) \
+	VFMADD231PS Z10, Z8, Z0 \
+	LOAD((R9)(AX*2), Z11) \
+	VFMADD231PS Z11, Z8, Z2 \
+	LOAD((R10)(AX*2), Z12) \
+	VFMADD231PS Z12, Z8, Z4 \
+	LOAD((R11)(AX*2), Z13) \
+	VFMADD231PS Z13, Z8, Z6
+
+// func hdot4BF16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// out[r] = sum_{i<n} x[i]*bf16(w[r*ldw+i]) for r = 0..3; n a multiple of 8.
+TEXT ·hdot4BF16Y(SB), NOSPLIT, $0-40
+	SETUP4
+	ZEROY
+hb16:
+	MOVQ CX, BX
+	SUBQ AX, BX
+	CMPQ BX, $16
+	JLT  hb8
+	STEP16Y(BF16Y)
+	ADDQ $16, AX
+	JMP  hb16
+hb8:
+	CMPQ BX, $8
+	JLT  hbdone
+	STEP8Y(BF16Y)
+hbdone:
+	STORE4Y
+
+// func hdot4F16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// As hdot4BF16Y for IEEE half precision (F16C).
+TEXT ·hdot4F16Y(SB), NOSPLIT, $0-40
+	SETUP4
+	ZEROY
+hf16:
+	MOVQ CX, BX
+	SUBQ AX, BX
+	CMPQ BX, $16
+	JLT  hf8
+	STEP16Y(F16Y)
+	ADDQ $16, AX
+	JMP  hf16
+hf8:
+	CMPQ BX, $8
+	JLT  hfdone
+	STEP8Y(F16Y)
+hfdone:
+	STORE4Y
+
+// func hdot4BF16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// AVX-512 hdot4BF16Y; n a multiple of 16.
+TEXT ·hdot4BF16Z(SB), NOSPLIT, $0-40
+	SETUP4
+	ZEROZ
+zb32:
+	MOVQ CX, BX
+	SUBQ AX, BX
+	CMPQ BX, $32
+	JLT  zb16
+	STEP32Z(BF16Z)
+	ADDQ $32, AX
+	JMP  zb32
+zb16:
+	CMPQ BX, $16
+	JLT  zbdone
+	STEP16Z(BF16Z)
+zbdone:
+	STORE4Z
+
+// func hdot4F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// AVX-512 hdot4F16Y; n a multiple of 16.
+TEXT ·hdot4F16Z(SB), NOSPLIT, $0-40
+	SETUP4
+	ZEROZ
+zf32:
+	MOVQ CX, BX
+	SUBQ AX, BX
+	CMPQ BX, $32
+	JLT  zf16
+	STEP32Z(F16Z)
+	ADDQ $32, AX
+	JMP  zf32
+zf16:
+	CMPQ BX, $16
+	JLT  zfdone
+	STEP16Z(F16Z)
+zfdone:
+	STORE4Z
+
+// func cvtBF16Y(n int, dst *float32, src *uint16)
+// dst[i] = bf16(src[i]) for i < n; n a multiple of 8.
+TEXT ·cvtBF16Y(SB), NOSPLIT, $0-24
+	MOVQ n+0(FP), CX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	XORQ AX, AX
+cb:
+	CMPQ AX, CX
+	JGE  cbdone
+	BF16Y((SI)(AX*2), Y0)
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  cb
+cbdone:
+	VZEROUPPER
+	RET
+
+// func cvtF16Y(n int, dst *float32, src *uint16)
+// dst[i] = f16(src[i]) for i < n; n a multiple of 8 (F16C).
+TEXT ·cvtF16Y(SB), NOSPLIT, $0-24
+	MOVQ n+0(FP), CX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	XORQ AX, AX
+cf:
+	CMPQ AX, CX
+	JGE  cfdone
+	F16Y((SI)(AX*2), Y0)
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  cf
+cfdone:
+	VZEROUPPER
+	RET
