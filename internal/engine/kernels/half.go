@@ -190,29 +190,11 @@ func widenRows(t HalfType, dst []float32, cols int, w []uint16, ldw, rows int) {
 	})
 }
 
-// halfGemvNT is HalfGemmNT for few rows of A: the rows of W are split
-// across workers in groups of 4; each group is dotted with every row of A
-// (one pass over the weights). For m > 1 the group is widened once into a
-// small float32 buffer (in L1) and dotted with the float32 kernel.
+// halfGemvNT is HalfGemmNT for few rows of A (see streamNT). For m > 1
+// each group of 4 weight rows is widened once into a small float32 buffer
+// (in L1) and dotted with every row of A by the float32 kernel.
 func halfGemvNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw int, beta float32, c []float32, ldc int) {
-	parts := 1
-	if m*n*k >= gemvParallelMin && n >= 8 {
-		parts = min(workers(), n/4)
-	}
-	put := func(i, j int, d float32) {
-		o := i*ldc + j
-		if beta == 0 {
-			c[o] = d
-		} else {
-			c[o] = d + beta*c[o]
-		}
-	}
-	parallelFor(parts, func(p int) {
-		j0 := (n * p / parts) &^ 3
-		j1 := (n * (p + 1) / parts) &^ 3
-		if p == parts-1 {
-			j1 = n
-		}
+	streamNT(m, n, k, beta, c, ldc, func(j0, j1 int, put func(i, j int, d float32)) {
 		var wf *buf
 		if m > 1 {
 			wf = getBuf(4 * k)
@@ -221,11 +203,26 @@ func halfGemvNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 		j := j0
 		for ; j+4 <= j1; j += 4 {
 			if m == 1 {
-				d := hdot4(t, a[:k], w[j*ldw:], ldw)
-				put(0, j, d[0])
-				put(0, j+1, d[1])
-				put(0, j+2, d[2])
-				put(0, j+3, d[3])
+				put4(put, 0, j, hdot4(t, a[:k], w[j*ldw:], ldw))
+				continue
+			}
+			if haveAVX512 && k >= 16 && (t == BF16 || haveF16C) {
+				mdotRows(m, k, a, lda, func(i0, kk int, out *[16]float32) {
+					if t == BF16 {
+						mdotBF16Z(kk, &a[i0*lda], lda, &w[j*ldw], ldw, out)
+					} else {
+						mdotF16Z(kk, &a[i0*lda], lda, &w[j*ldw], ldw, out)
+					}
+				}, func(i int, p0 int) [4]float32 {
+					var d [4]float32
+					for p := p0; p < k; p++ {
+						for r := range 4 {
+							d[r] += a[i*lda+p] * t.Float32(w[(j+r)*ldw+p])
+						}
+					}
+					return d
+				}, func(i int) [4]float32 { return hdot4(t, a[i*lda:i*lda+k], w[j*ldw:], ldw) },
+					func(i int, d [4]float32) { put4(put, i, j, d) })
 				continue
 			}
 			f := wf.s[:4*k]
@@ -233,11 +230,7 @@ func halfGemvNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 				HalfToFloat32(t, f[r*k:(r+1)*k], w[(j+r)*ldw:])
 			}
 			for i := range m {
-				d := dot4Impl(a[i*lda:i*lda+k], f, k)
-				put(i, j, d[0])
-				put(i, j+1, d[1])
-				put(i, j+2, d[2])
-				put(i, j+3, d[3])
+				put4(put, i, j, sdot4Impl(a[i*lda:i*lda+k], f, k))
 			}
 		}
 		for ; j < j1; j++ {
@@ -247,4 +240,129 @@ func halfGemvNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 			}
 		}
 	})
+}
+
+// GemvNT computes C = A·Wᵀ + beta·C for float32 weights W [n,k] (row
+// stride ldw) and few rows of A [m,k] (decode batches, m <= 16): as
+// HalfGemmNT's streaming path, each weight read once for all rows.
+func GemvNT(m, n, k int, a []float32, lda int, w []float32, ldw int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if len(w) < (n-1)*ldw+k {
+		panic(fmt.Sprintf("kernels: GemvNT: w has %d elements, need %d", len(w), (n-1)*ldw+k))
+	}
+	checkHalf("GemvNT", m, n, k, a, lda, 0, nil, c, ldc)
+	if k == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	streamNT(m, n, k, beta, c, ldc, func(j0, j1 int, put func(i, j int, d float32)) {
+		j := j0
+		for ; j+4 <= j1; j += 4 {
+			if m > 1 && haveAVX512 && k >= 16 {
+				mdotRows(m, k, a, lda, func(i0, kk int, out *[16]float32) {
+					mdotF32Z(kk, &a[i0*lda], lda, &w[j*ldw], ldw, out)
+				}, func(i int, p0 int) [4]float32 {
+					var d [4]float32
+					for p := p0; p < k; p++ {
+						for r := range 4 {
+							d[r] += a[i*lda+p] * w[(j+r)*ldw+p]
+						}
+					}
+					return d
+				}, func(i int) [4]float32 { return sdot4Impl(a[i*lda:i*lda+k], w[j*ldw:], ldw) },
+					func(i int, d [4]float32) { put4(put, i, j, d) })
+				continue
+			}
+			for i := range m {
+				put4(put, i, j, sdot4Impl(a[i*lda:i*lda+k], w[j*ldw:], ldw))
+			}
+		}
+		for ; j < j1; j++ {
+			for i := range m {
+				put(i, j, dotImpl(a[i*lda:i*lda+k], w[j*ldw:j*ldw+k]))
+			}
+		}
+	})
+}
+
+// streamChunk is the weight elements per task of a streamed product: small
+// enough that a worker that starts late (a goroutine wake-up on a busy
+// machine) finds most of the work still to take, large enough that the
+// hand-out costs nothing (64 KiB of float32 weights).
+const streamChunk = 1 << 14
+
+// streamNT runs rows(j0, j1, put) over the weight rows [0, n) in chunks of
+// a multiple of 4 rows, handed out one at a time to the workers, so each
+// weight row is read once (for all m rows of A) and the workers finish
+// together; put stores C[i,j] = d + beta·C[i,j].
+func streamNT(m, n, k int, beta float32, c []float32, ldc int, rows func(j0, j1 int, put func(i, j int, d float32))) {
+	put := func(i, j int, d float32) {
+		o := i*ldc + j
+		if beta == 0 {
+			c[o] = d
+		} else {
+			c[o] = d + beta*c[o]
+		}
+	}
+	chunk := max(4, (streamChunk/k)&^3)
+	tasks := (n + chunk - 1) / chunk
+	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
+		rows(ti*chunk, min(n, (ti+1)*chunk), put)
+	})
+}
+
+// mdotRows computes the dots of the m rows of A with one group of four
+// weight rows: four rows of A at a time with the 4x4 kernel (kern, over the
+// first k&^15 columns, plus tail for the rest), and the rows left over one
+// at a time (one); each row's four dots go to store.
+func mdotRows(m, k int, a []float32, lda int, kern func(i0, kk int, out *[16]float32),
+	tail func(i, p0 int) [4]float32, one func(i int) [4]float32, store func(i int, d [4]float32)) {
+	_ = a[(m-1)*lda+k-1]
+	kk := k &^ 15
+	i := 0
+	var out [16]float32
+	for ; i+4 <= m; i += 4 {
+		kern(i, kk, &out)
+		for q := range 4 {
+			d := [4]float32{out[4*q], out[4*q+1], out[4*q+2], out[4*q+3]}
+			if kk < k {
+				t := tail(i+q, kk)
+				for r := range 4 {
+					d[r] += t[r]
+				}
+			}
+			store(i+q, d)
+		}
+	}
+	for ; i < m; i++ {
+		store(i, one(i))
+	}
+}
+
+func put4(put func(i, j int, d float32), i, j int, d [4]float32) {
+	put(i, j, d[0])
+	put(i, j+1, d[1])
+	put(i, j+2, d[2])
+	put(i, j+3, d[3])
+}
+
+// sdot4Impl is dot4Impl with the AVX-512 kernel where there is one.
+func sdot4Impl(x, w []float32, ldw int) [4]float32 {
+	n := len(x)
+	if !haveAVX512 || n < 16 {
+		return dot4Impl(x, w, ldw)
+	}
+	_ = w[3*ldw+n-1]
+	var out [4]float32
+	i := n &^ 15
+	sdot4Z(i, &x[0], &w[0], ldw, &out)
+	if i < n {
+		t := dot4Impl(x[i:], w[i:], ldw)
+		for r := range out {
+			out[r] += t[r]
+		}
+	}
+	return out
 }

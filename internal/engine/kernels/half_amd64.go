@@ -24,3 +24,15 @@ func cvtBF16Y(n int, dst *float32, src *uint16)
 
 //go:noescape
 func cvtF16Y(n int, dst *float32, src *uint16)
+
+//go:noescape
+func sdot4Z(n int, x, w *float32, ldw int, out *[4]float32)
+
+//go:noescape
+func mdotBF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
+
+//go:noescape
+func mdotF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
+
+//go:noescape
+func mdotF32Z(n int, x *float32, lda int, w *float32, ldw int, out *[16]float32)

@@ -43,6 +43,8 @@
 	LEAQ (R8)(DX*1), R9 \
 	LEAQ (R9)(DX*1), R10 \
 	LEAQ (R10)(DX*1), R11 \
+	LEAQ (DX)(DX*1), R12 \
+	SHLQ $1, R12 \
 	XORQ AX, AX
 
 #define STORE4Y \
@@ -101,6 +103,7 @@
 
 // One 16-element step of the AVX2 dot over 4 rows (x in Y8, Y9).
 #define STEP16Y(LOAD) \
+	PF4 \
 	VMOVUPS     (SI)(AX*4), Y8 \
 	VMOVUPS     32(SI)(AX*4), Y9 \
 	LOAD((R8)(AX*2), Y10) \
@@ -131,7 +134,19 @@
 	LOAD((R11)(AX*2), Y13) \
 	VFMADD231PS Y13, Y8, Y6
 
+// Prefetch the same 64 bytes of the next group of four rows (R12 = 4 rows).
+#define PF4 \
+	LEAQ       (R8)(AX*2), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R9)(AX*2), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R10)(AX*2), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R11)(AX*2), R13 \
+	PREFETCHT0 (R13)(R12*1)
+
 #define STEP32Z(LOAD) \
+	PF4 \
 	VMOVUPS     (SI)(AX*4), Z8 \
 	VMOVUPS     64(SI)(AX*4), Z9 \
 	LOAD((R8)(AX*2), Z10) \
@@ -161,6 +176,99 @@
 	VFMADD231PS Z12, Z8, Z4 \
 	LOAD((R11)(AX*2), Z13) \
 	VFMADD231PS Z13, Z8, Z6
+
+// Four weight rows (R8..R11) times four rows of x (SI, R12, R13, R14): the
+// register-blocked kernel of decode batches. Each 16-element step widens
+// the four weight vectors once (Z16..Z19) and does 16 FMAs into Z0..Z15
+// (Z[4i+r] accumulates x_i · w_r).
+#define MSTEP(LOAD, sh) \
+	LEAQ        (R8)(AX*sh), BX \
+	PREFETCHT0  (BX)(DX*4) \
+	LEAQ        (R9)(AX*sh), BX \
+	PREFETCHT0  (BX)(DX*4) \
+	LEAQ        (R10)(AX*sh), BX \
+	PREFETCHT0  (BX)(DX*4) \
+	LEAQ        (R11)(AX*sh), BX \
+	PREFETCHT0  (BX)(DX*4) \
+	LOAD((R8)(AX*sh), Z16) \
+	LOAD((R9)(AX*sh), Z17) \
+	LOAD((R10)(AX*sh), Z18) \
+	LOAD((R11)(AX*sh), Z19) \
+	VMOVUPS     (SI)(AX*4), Z20 \
+	VFMADD231PS Z16, Z20, Z0 \
+	VFMADD231PS Z17, Z20, Z1 \
+	VFMADD231PS Z18, Z20, Z2 \
+	VFMADD231PS Z19, Z20, Z3 \
+	VMOVUPS     (R12)(AX*4), Z21 \
+	VFMADD231PS Z16, Z21, Z4 \
+	VFMADD231PS Z17, Z21, Z5 \
+	VFMADD231PS Z18, Z21, Z6 \
+	VFMADD231PS Z19, Z21, Z7 \
+	VMOVUPS     (R13)(AX*4), Z22 \
+	VFMADD231PS Z16, Z22, Z8 \
+	VFMADD231PS Z17, Z22, Z9 \
+	VFMADD231PS Z18, Z22, Z10 \
+	VFMADD231PS Z19, Z22, Z11 \
+	VMOVUPS     (R14)(AX*4), Z23 \
+	VFMADD231PS Z16, Z23, Z12 \
+	VFMADD231PS Z17, Z23, Z13 \
+	VFMADD231PS Z18, Z23, Z14 \
+	VFMADD231PS Z19, Z23, Z15
+
+#define F32Z(src, dst) \
+	VMOVUPS src, dst
+
+// Sum the lanes of z (y, x: its lower halves) into x's lanes 0..3.
+#define FOLD(z, y, x) \
+	VEXTRACTF64X4 $1, z, Y24 \
+	VADDPS        Y24, y, y \
+	VEXTRACTF32X4 $1, y, X24 \
+	VADDPS        X24, x, x
+
+// out[off/4 .. off/4+3] = the four full sums of za..zd.
+#define RED4(za, ya, xa, zb, yb, xb, zc, yc, xc, zd, yd, xd, off) \
+	FOLD(za, ya, xa) \
+	FOLD(zb, yb, xb) \
+	FOLD(zc, yc, xc) \
+	FOLD(zd, yd, xd) \
+	VHADDPS xb, xa, xa \
+	VHADDPS xd, xc, xc \
+	VHADDPS xc, xa, xa \
+	VMOVUPS xa, off(DI)
+
+#define MSETUP(sh) \
+	MOVQ n+0(FP), CX \
+	MOVQ x+8(FP), SI \
+	MOVQ lda+16(FP), DX \
+	SHLQ $2, DX \
+	LEAQ (SI)(DX*1), R12 \
+	LEAQ (R12)(DX*1), R13 \
+	LEAQ (R13)(DX*1), R14 \
+	MOVQ w+24(FP), R8 \
+	MOVQ ldw+32(FP), DX \
+	SHLQ $sh, DX \
+	LEAQ (R8)(DX*1), R9 \
+	LEAQ (R9)(DX*1), R10 \
+	LEAQ (R10)(DX*1), R11 \
+	XORQ AX, AX \
+	ZEROZ \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+#define MSTORE \
+	MOVQ out+40(FP), DI \
+	RED4(Z0, Y0, X0, Z1, Y1, X1, Z2, Y2, X2, Z3, Y3, X3, 0) \
+	RED4(Z4, Y4, X4, Z5, Y5, X5, Z6, Y6, X6, Z7, Y7, X7, 16) \
+	RED4(Z8, Y8, X8, Z9, Y9, X9, Z10, Y10, X10, Z11, Y11, X11, 32) \
+	RED4(Z12, Y12, X12, Z13, Y13, X13, Z14, Y14, X14, Z15, Y15, X15, 48) \
+	VZEROUPPER \
+	RET
 
 // func hdot4BF16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32)
 // out[r] = sum_{i<n} x[i]*bf16(w[r*ldw+i]) for r = 0..3; n a multiple of 8.
@@ -277,3 +385,98 @@ cf:
 cfdone:
 	VZEROUPPER
 	RET
+
+// func sdot4Z(n int, x, w *float32, ldw int, out *[4]float32)
+// out[r] = sum_{i<n} x[i]*w[r*ldw+i] for r = 0..3 (AVX-512, prefetching the
+// next four rows); n a multiple of 16.
+TEXT ·sdot4Z(SB), NOSPLIT, $0-40
+	MOVQ n+0(FP), CX
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), R8
+	MOVQ ldw+24(FP), DX
+	SHLQ $2, DX
+	LEAQ (R8)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	LEAQ (DX)(DX*1), R12
+	SHLQ $1, R12
+	XORQ AX, AX
+	ZEROZ
+sz32:
+	MOVQ CX, BX
+	SUBQ AX, BX
+	CMPQ BX, $32
+	JLT  sz16
+	LEAQ        (R8)(AX*4), R13
+	PREFETCHT0  (R13)(R12*1)
+	PREFETCHT0  64(R13)(R12*1)
+	LEAQ        (R9)(AX*4), R13
+	PREFETCHT0  (R13)(R12*1)
+	PREFETCHT0  64(R13)(R12*1)
+	LEAQ        (R10)(AX*4), R13
+	PREFETCHT0  (R13)(R12*1)
+	PREFETCHT0  64(R13)(R12*1)
+	LEAQ        (R11)(AX*4), R13
+	PREFETCHT0  (R13)(R12*1)
+	PREFETCHT0  64(R13)(R12*1)
+	VMOVUPS     (SI)(AX*4), Z8
+	VMOVUPS     64(SI)(AX*4), Z9
+	VFMADD231PS (R8)(AX*4), Z8, Z0
+	VFMADD231PS 64(R8)(AX*4), Z9, Z1
+	VFMADD231PS (R9)(AX*4), Z8, Z2
+	VFMADD231PS 64(R9)(AX*4), Z9, Z3
+	VFMADD231PS (R10)(AX*4), Z8, Z4
+	VFMADD231PS 64(R10)(AX*4), Z9, Z5
+	VFMADD231PS (R11)(AX*4), Z8, Z6
+	VFMADD231PS 64(R11)(AX*4), Z9, Z7
+	ADDQ        $32, AX
+	JMP         sz32
+sz16:
+	CMPQ BX, $16
+	JLT  szdone
+	VMOVUPS     (SI)(AX*4), Z8
+	VFMADD231PS (R8)(AX*4), Z8, Z0
+	VFMADD231PS (R9)(AX*4), Z8, Z2
+	VFMADD231PS (R10)(AX*4), Z8, Z4
+	VFMADD231PS (R11)(AX*4), Z8, Z6
+szdone:
+	STORE4Z
+
+// func mdotBF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
+// out[4i+r] = sum_{p<n} x[i*lda+p]*bf16(w[r*ldw+p]), i, r < 4; n a multiple of 16.
+TEXT ·mdotBF16Z(SB), NOSPLIT, $0-48
+	MSETUP(1)
+mb:
+	CMPQ AX, CX
+	JGE  mbdone
+	MSTEP(BF16Z, 2)
+	ADDQ $16, AX
+	JMP  mb
+mbdone:
+	MSTORE
+
+// func mdotF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
+// As mdotBF16Z for IEEE half precision.
+TEXT ·mdotF16Z(SB), NOSPLIT, $0-48
+	MSETUP(1)
+mf:
+	CMPQ AX, CX
+	JGE  mfdone
+	MSTEP(F16Z, 2)
+	ADDQ $16, AX
+	JMP  mf
+mfdone:
+	MSTORE
+
+// func mdotF32Z(n int, x *float32, lda int, w *float32, ldw int, out *[16]float32)
+// As mdotBF16Z for float32 weights.
+TEXT ·mdotF32Z(SB), NOSPLIT, $0-48
+	MSETUP(2)
+ms:
+	CMPQ AX, CX
+	JGE  msdone
+	MSTEP(F32Z, 4)
+	ADDQ $16, AX
+	JMP  ms
+msdone:
+	MSTORE

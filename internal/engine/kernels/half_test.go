@@ -97,6 +97,18 @@ func TestHalfGemm(t *testing.T) {
 			}
 		}
 	})
+	// float32 weights, streamed (decode batches)
+	forSIMD(t, func(t *testing.T) {
+		for _, m := range ms[:4] {
+			for _, n := range ns {
+				for _, k := range ks {
+					checkHalfGemm(t, r, 0, false, m, n, k, (m+n+k)%3, 0)
+					checkHalfGemm(t, r, 0, false, m, n, k, (m+n+k)%3, -0.5)
+				}
+			}
+		}
+		checkHalfGemm(t, r, 0, false, 1, 4099, 576, 0, 0)
+	})
 	// Blocks: more weight rows than one widened block holds.
 	t.Run("blocks", func(t *testing.T) {
 		checkHalfGemm(t, r, BF16, false, 20, halfBlockElems/64+37, 64, 1, 0)
@@ -114,15 +126,28 @@ func checkHalfGemm(t *testing.T, r *rand.Rand, ty HalfType, nn bool, m, n, k, pa
 	}
 	lda, ldw, ldc := k+pad, wc+pad, n+pad
 	a := randSlice(r, m*lda)
-	w, wf := randHalf(r, ty, wr*ldw)
+	var w []uint16
+	var wf []float64
+	var w32 []float32
+	if ty == 0 { // float32 weights: GemvNT
+		w32 = randSlice(r, wr*ldw)
+		for _, v := range w32 {
+			wf = append(wf, float64(v))
+		}
+	} else {
+		w, wf = randHalf(r, ty, wr*ldw)
+	}
 	c := randSlice(r, m*ldc)
 	if beta == 0 && len(c) > 0 {
 		c[0] = float32(math.NaN())
 	}
 	c0 := append([]float32(nil), c...)
-	if nn {
+	switch {
+	case ty == 0:
+		GemvNT(m, n, k, a, lda, w32, ldw, beta, c, ldc)
+	case nn:
 		HalfGemmNN(ty, m, n, k, a, lda, w, ldw, beta, c, ldc)
-	} else {
+	default:
 		HalfGemmNT(ty, m, n, k, a, lda, w, ldw, beta, c, ldc)
 	}
 	name := fmt.Sprintf("%v nn=%v m=%d n=%d k=%d pad=%d beta=%g", ty, nn, m, n, k, pad, beta)
