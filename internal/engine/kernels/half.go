@@ -190,56 +190,9 @@ func widenRows(t HalfType, dst []float32, cols int, w []uint16, ldw, rows int) {
 	})
 }
 
-// halfGemvNT is HalfGemmNT for few rows of A (see streamNT). For m > 1
-// each group of 4 weight rows is widened once into a small float32 buffer
-// (in L1) and dotted with every row of A by the float32 kernel.
+// halfGemvNT is HalfGemmNT for few rows of A (see streamNT).
 func halfGemvNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw int, beta float32, c []float32, ldc int) {
-	streamNT(m, n, k, beta, c, ldc, func(j0, j1 int, put func(i, j int, d float32)) {
-		var wf *buf
-		if m > 1 {
-			wf = getBuf(4 * k)
-			defer putBuf(wf)
-		}
-		j := j0
-		for ; j+4 <= j1; j += 4 {
-			if m == 1 {
-				put4(put, 0, j, hdot4(t, a[:k], w[j*ldw:], ldw))
-				continue
-			}
-			if haveAVX512 && k >= 16 && (t == BF16 || haveF16C) {
-				mdotRows(m, k, a, lda, func(i0, kk int, out *[16]float32) {
-					if t == BF16 {
-						mdotBF16Z(kk, &a[i0*lda], lda, &w[j*ldw], ldw, out)
-					} else {
-						mdotF16Z(kk, &a[i0*lda], lda, &w[j*ldw], ldw, out)
-					}
-				}, func(i int, p0 int) [4]float32 {
-					var d [4]float32
-					for p := p0; p < k; p++ {
-						for r := range 4 {
-							d[r] += a[i*lda+p] * t.Float32(w[(j+r)*ldw+p])
-						}
-					}
-					return d
-				}, func(i int) [4]float32 { return hdot4(t, a[i*lda:i*lda+k], w[j*ldw:], ldw) },
-					func(i int, d [4]float32) { put4(put, i, j, d) })
-				continue
-			}
-			f := wf.s[:4*k]
-			for r := range 4 {
-				HalfToFloat32(t, f[r*k:(r+1)*k], w[(j+r)*ldw:])
-			}
-			for i := range m {
-				put4(put, i, j, sdot4Impl(a[i*lda:i*lda+k], f, k))
-			}
-		}
-		for ; j < j1; j++ {
-			row := w[j*ldw : j*ldw+k]
-			for i := range m {
-				put(i, j, hdot(t, a[i*lda:i*lda+k], row))
-			}
-		}
-	})
+	streamNT(m, n, k, a, lda, &wrows{h: w, t: t, ld: ldw}, beta, c, ldc)
 }
 
 // GemvNT computes C = A·Wᵀ + beta·C for float32 weights W [n,k] (row
@@ -257,34 +210,58 @@ func GemvNT(m, n, k int, a []float32, lda int, w []float32, ldw int, beta float3
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	streamNT(m, n, k, beta, c, ldc, func(j0, j1 int, put func(i, j int, d float32)) {
-		j := j0
-		for ; j+4 <= j1; j += 4 {
-			if m > 1 && haveAVX512 && k >= 16 {
-				mdotRows(m, k, a, lda, func(i0, kk int, out *[16]float32) {
-					mdotF32Z(kk, &a[i0*lda], lda, &w[j*ldw], ldw, out)
-				}, func(i int, p0 int) [4]float32 {
-					var d [4]float32
-					for p := p0; p < k; p++ {
-						for r := range 4 {
-							d[r] += a[i*lda+p] * w[(j+r)*ldw+p]
-						}
-					}
-					return d
-				}, func(i int) [4]float32 { return sdot4Impl(a[i*lda:i*lda+k], w[j*ldw:], ldw) },
-					func(i int, d [4]float32) { put4(put, i, j, d) })
-				continue
-			}
-			for i := range m {
-				put4(put, i, j, sdot4Impl(a[i*lda:i*lda+k], w[j*ldw:], ldw))
-			}
-		}
-		for ; j < j1; j++ {
-			for i := range m {
-				put(i, j, dotImpl(a[i*lda:i*lda+k], w[j*ldw:j*ldw+k]))
-			}
-		}
-	})
+	streamNT(m, n, k, a, lda, &wrows{f: w, ld: ldw}, beta, c, ldc)
+}
+
+// wrows is the weight matrix of a streamed product: float32 values f, or
+// half-precision values h of type t; row stride ld.
+type wrows struct {
+	f  []float32
+	h  []uint16
+	t  HalfType
+	ld int
+}
+
+// dot4 returns the dots of x with the rows j..j+3.
+func (w *wrows) dot4(x []float32, j int) [4]float32 {
+	if w.h != nil {
+		return hdot4(w.t, x, w.h[j*w.ld:], w.ld)
+	}
+	return sdot4Impl(x, w.f[j*w.ld:], w.ld)
+}
+
+// dot returns the dot of x with row j.
+func (w *wrows) dot(x []float32, j int) float32 {
+	if w.h != nil {
+		return hdot(w.t, x, w.h[j*w.ld:j*w.ld+len(x)])
+	}
+	return dotImpl(x, w.f[j*w.ld:j*w.ld+len(x)])
+}
+
+// at is the value at row j, column p.
+func (w *wrows) at(j, p int) float32 {
+	if w.h != nil {
+		return w.t.Float32(w.h[j*w.ld+p])
+	}
+	return w.f[j*w.ld+p]
+}
+
+// has4x4 reports whether the AVX-512 4x4 kernel runs for these weights.
+func (w *wrows) has4x4(k int) bool {
+	return haveAVX512 && k >= 16 && (w.h == nil || w.t == BF16 || haveF16C)
+}
+
+// dot4x4 sets out[4q+r] to the dot of the first kk (a multiple of 16)
+// columns of row q of x (row stride lda) with weight row j+r, q, r < 4.
+func (w *wrows) dot4x4(kk int, x *float32, lda, j int, out *[16]float32) {
+	switch {
+	case w.h == nil:
+		mdotF32Z(kk, x, lda, &w.f[j*w.ld], w.ld, out)
+	case w.t == BF16:
+		mdotBF16Z(kk, x, lda, &w.h[j*w.ld], w.ld, out)
+	default:
+		mdotF16Z(kk, x, lda, &w.h[j*w.ld], w.ld, out)
+	}
 }
 
 // streamChunk is the weight elements per task of a streamed product: small
@@ -293,59 +270,81 @@ func GemvNT(m, n, k int, a []float32, lda int, w []float32, ldw int, beta float3
 // hand-out costs nothing (64 KiB of float32 weights).
 const streamChunk = 1 << 14
 
-// streamNT runs rows(j0, j1, put) over the weight rows [0, n) in chunks of
-// a multiple of 4 rows, handed out one at a time to the workers, so each
-// weight row is read once (for all m rows of A) and the workers finish
-// together; put stores C[i,j] = d + beta·C[i,j].
-func streamNT(m, n, k int, beta float32, c []float32, ldc int, rows func(j0, j1 int, put func(i, j int, d float32))) {
-	put := func(i, j int, d float32) {
-		o := i*ldc + j
-		if beta == 0 {
-			c[o] = d
-		} else {
-			c[o] = d + beta*c[o]
-		}
-	}
+// streamNT computes C = A·Wᵀ + beta·C for few rows of A by streaming the
+// weight rows once, in chunks of a multiple of 4 rows handed out one at a
+// time to the workers (so they finish together): each group of 4 weight
+// rows is dotted with every row of A, four rows of A at a time by the
+// register-blocked 4x4 kernel (AVX-512), else one at a time (with half
+// weights widened once per group into an L1 buffer when m > 1).
+func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int) {
+	_ = a[(m-1)*lda+k-1]
+	_ = c[(m-1)*ldc+n-1]
 	chunk := max(4, (streamChunk/k)&^3)
 	tasks := (n + chunk - 1) / chunk
 	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
-		rows(ti*chunk, min(n, (ti+1)*chunk), put)
+		j0, j1 := ti*chunk, min(n, (ti+1)*chunk)
+		var wide *buf // widened group of half weights (m > 1 without the 4x4 kernel)
+		if m > 1 && w.h != nil && !w.has4x4(k) {
+			wide = getBuf(4 * k)
+			defer putBuf(wide)
+		}
+		kk := k &^ 15
+		var out [16]float32
+		j := j0
+		for ; j+4 <= j1; j += 4 {
+			i := 0
+			if m > 1 && w.has4x4(k) {
+				for ; i+4 <= m; i += 4 {
+					w.dot4x4(kk, &a[i*lda], lda, j, &out)
+					for q := range 4 {
+						d := [4]float32{out[4*q], out[4*q+1], out[4*q+2], out[4*q+3]}
+						for p := kk; p < k; p++ {
+							x := a[(i+q)*lda+p]
+							for r := range 4 {
+								d[r] += x * w.at(j+r, p)
+							}
+						}
+						store4(c, (i+q)*ldc+j, beta, d)
+					}
+				}
+			}
+			if wide != nil {
+				f := wide.s[:4*k]
+				for r := range 4 {
+					HalfToFloat32(w.t, f[r*k:(r+1)*k], w.h[(j+r)*w.ld:])
+				}
+				for ; i < m; i++ {
+					store4(c, i*ldc+j, beta, sdot4Impl(a[i*lda:i*lda+k], f, k))
+				}
+			}
+			for ; i < m; i++ {
+				store4(c, i*ldc+j, beta, w.dot4(a[i*lda:i*lda+k], j))
+			}
+		}
+		for ; j < j1; j++ {
+			for i := range m {
+				o := i*ldc + j
+				d := w.dot(a[i*lda:i*lda+k], j)
+				if beta == 0 {
+					c[o] = d
+				} else {
+					c[o] = d + beta*c[o]
+				}
+			}
+		}
 	})
 }
 
-// mdotRows computes the dots of the m rows of A with one group of four
-// weight rows: four rows of A at a time with the 4x4 kernel (kern, over the
-// first k&^15 columns, plus tail for the rest), and the rows left over one
-// at a time (one); each row's four dots go to store.
-func mdotRows(m, k int, a []float32, lda int, kern func(i0, kk int, out *[16]float32),
-	tail func(i, p0 int) [4]float32, one func(i int) [4]float32, store func(i int, d [4]float32)) {
-	_ = a[(m-1)*lda+k-1]
-	kk := k &^ 15
-	i := 0
-	var out [16]float32
-	for ; i+4 <= m; i += 4 {
-		kern(i, kk, &out)
-		for q := range 4 {
-			d := [4]float32{out[4*q], out[4*q+1], out[4*q+2], out[4*q+3]}
-			if kk < k {
-				t := tail(i+q, kk)
-				for r := range 4 {
-					d[r] += t[r]
-				}
-			}
-			store(i+q, d)
-		}
+// store4 sets c[o+r] = d[r] + beta·c[o+r], r < 4.
+func store4(c []float32, o int, beta float32, d [4]float32) {
+	c = c[o : o+4]
+	if beta == 0 {
+		c[0], c[1], c[2], c[3] = d[0], d[1], d[2], d[3]
+		return
 	}
-	for ; i < m; i++ {
-		store(i, one(i))
+	for r := range 4 {
+		c[r] = d[r] + beta*c[r]
 	}
-}
-
-func put4(put func(i, j int, d float32), i, j int, d [4]float32) {
-	put(i, j, d[0])
-	put(i, j+1, d[1])
-	put(i, j+2, d[2])
-	put(i, j+3, d[3])
 }
 
 // sdot4Impl is dot4Impl with the AVX-512 kernel where there is one.
