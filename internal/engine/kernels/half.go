@@ -220,10 +220,38 @@ type wrows struct {
 	h  []uint16
 	t  HalfType
 	ld int
+	// xp, when set, is the one row of A (m == 1, BF16 weights, AVX-512)
+	// permuted by evenOdd over its first len(xp) columns.
+	xp []float32
+}
+
+// evenOdd writes x permuted per block of 32 values into dst: the block's
+// even-indexed values, then its odd-indexed ones (len(dst) a multiple of
+// 32), the order hdot4BF16EO widens a line of BF16 weights in.
+func evenOdd(dst, x []float32) {
+	for b := 0; b+32 <= len(dst); b += 32 {
+		for i := range 16 {
+			dst[b+i] = x[b+2*i]
+			dst[b+16+i] = x[b+2*i+1]
+		}
+	}
 }
 
 // dot4 returns the dots of x with the rows j..j+3.
 func (w *wrows) dot4(x []float32, j int) [4]float32 {
+	if w.xp != nil {
+		kk := len(w.xp)
+		_ = w.h[(j+3)*w.ld+len(x)-1]
+		var out [4]float32
+		hdot4BF16EO(kk, &w.xp[0], &w.h[j*w.ld], w.ld, &out)
+		if kk < len(x) {
+			t := hdot4(w.t, x[kk:], w.h[j*w.ld+kk:], w.ld)
+			for r := range out {
+				out[r] += t[r]
+			}
+		}
+		return out
+	}
 	if w.h != nil {
 		return hdot4(w.t, x, w.h[j*w.ld:], w.ld)
 	}
@@ -279,6 +307,12 @@ const streamChunk = 1 << 14
 func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int) {
 	_ = a[(m-1)*lda+k-1]
 	_ = c[(m-1)*ldc+n-1]
+	if m == 1 && w.h != nil && w.t == BF16 && haveAVX512 && k >= 32 {
+		xp := getBuf(k &^ 31)
+		defer putBuf(xp)
+		evenOdd(xp.s, a)
+		w.xp = xp.s
+	}
 	chunk := max(4, (streamChunk/k)&^3)
 	tasks := (n + chunk - 1) / chunk
 	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {

@@ -36,3 +36,6 @@ func mdotF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
 
 //go:noescape
 func mdotF32Z(n int, x *float32, lda int, w *float32, ldw int, out *[16]float32)
+
+//go:noescape
+func hdot4BF16EO(n int, x *float32, w *uint16, ldw int, out *[4]float32)

@@ -480,3 +480,41 @@ ms:
 	JMP  ms
 msdone:
 	MSTORE
+
+// func hdot4BF16EO(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// As hdot4BF16Z with x permuted per block of 32 (its 16 even-indexed
+// values, then its 16 odd-indexed ones; see evenOdd): each 64-byte weight
+// line is widened by one shift (the even values, low halves of the 32-bit
+// lanes) and one AND (the odd values, high halves), with no shuffle;
+// n a multiple of 32.
+TEXT ·hdot4BF16EO(SB), NOSPLIT, $0-40
+	SETUP4
+	ZEROZ
+	MOVL         $0xffff0000, BX
+	VPBROADCASTD BX, Z20
+eo:
+	CMPQ AX, CX
+	JGE  eodone
+	PF4
+	VMOVUPS     (SI)(AX*4), Z8
+	VMOVUPS     64(SI)(AX*4), Z9
+	VPSLLD      $16, (R8)(AX*2), Z10
+	VPANDD      (R8)(AX*2), Z20, Z11
+	VFMADD231PS Z10, Z8, Z0
+	VFMADD231PS Z11, Z9, Z1
+	VPSLLD      $16, (R9)(AX*2), Z12
+	VPANDD      (R9)(AX*2), Z20, Z13
+	VFMADD231PS Z12, Z8, Z2
+	VFMADD231PS Z13, Z9, Z3
+	VPSLLD      $16, (R10)(AX*2), Z10
+	VPANDD      (R10)(AX*2), Z20, Z11
+	VFMADD231PS Z10, Z8, Z4
+	VFMADD231PS Z11, Z9, Z5
+	VPSLLD      $16, (R11)(AX*2), Z12
+	VPANDD      (R11)(AX*2), Z20, Z13
+	VFMADD231PS Z12, Z8, Z6
+	VFMADD231PS Z13, Z9, Z7
+	ADDQ        $32, AX
+	JMP         eo
+eodone:
+	STORE4Z

@@ -20,3 +20,4 @@ func mdotF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32) 
 func mdotF32Z(n int, x *float32, lda int, w *float32, ldw int, out *[16]float32) {
 	panic("kernels: no asm")
 }
+func hdot4BF16EO(n int, x *float32, w *uint16, ldw int, out *[4]float32) { panic("kernels: no asm") }
