@@ -65,12 +65,6 @@ func hdot4(t HalfType, x []float32, w []uint16, ldw int) [4]float32 {
 	var out [4]float32
 	i := 0
 	switch {
-	case haveAVX512 && n >= 16 && t == BF16:
-		i = n &^ 15
-		hdot4BF16Z(i, &x[0], &w[0], ldw, &out)
-	case haveAVX512 && n >= 16 && t == F16 && haveF16C:
-		i = n &^ 15
-		hdot4F16Z(i, &x[0], &w[0], ldw, &out)
 	case haveAVX2 && n >= 8 && t == BF16:
 		i = n &^ 7
 		hdot4BF16Y(i, &x[0], &w[0], ldw, &out)
@@ -220,50 +214,22 @@ type wrows struct {
 	h  []uint16
 	t  HalfType
 	ld int
-	// xp, when set, is the one row of A (m == 1, BF16 weights, AVX-512)
-	// permuted by evenOdd over its first len(xp) columns.
-	xp []float32
 }
 
-// evenOdd writes x permuted per block of 32 values into dst: the block's
-// even-indexed values, then its odd-indexed ones (len(dst) a multiple of
-// 32), the order hdot4BF16EO widens a line of BF16 weights in.
-func evenOdd(dst, x []float32) {
-	for b := 0; b+32 <= len(dst); b += 32 {
-		for i := range 16 {
-			dst[b+i] = x[b+2*i]
-			dst[b+16+i] = x[b+2*i+1]
-		}
+// zCols is how many leading columns (of k) the AVX-512 kernels cover (a
+// multiple of 16, of 32 for BF16), 0 when they do not run here.
+func (w *wrows) zCols(k int) int {
+	switch {
+	case !haveAVX512:
+		return 0
+	case w.h == nil:
+		return k &^ 15
+	case w.t == BF16:
+		return k &^ 31
+	case haveF16C:
+		return k &^ 15
 	}
-}
-
-// dot4 returns the dots of x with the rows j..j+3.
-func (w *wrows) dot4(x []float32, j int) [4]float32 {
-	if w.xp != nil {
-		kk := len(w.xp)
-		_ = w.h[(j+3)*w.ld+len(x)-1]
-		var out [4]float32
-		hdot4BF16EO(kk, &w.xp[0], &w.h[j*w.ld], w.ld, &out)
-		if kk < len(x) {
-			t := hdot4(w.t, x[kk:], w.h[j*w.ld+kk:], w.ld)
-			for r := range out {
-				out[r] += t[r]
-			}
-		}
-		return out
-	}
-	if w.h != nil {
-		return hdot4(w.t, x, w.h[j*w.ld:], w.ld)
-	}
-	return sdot4Impl(x, w.f[j*w.ld:], w.ld)
-}
-
-// dot returns the dot of x with row j.
-func (w *wrows) dot(x []float32, j int) float32 {
-	if w.h != nil {
-		return hdot(w.t, x, w.h[j*w.ld:j*w.ld+len(x)])
-	}
-	return dotImpl(x, w.f[j*w.ld:j*w.ld+len(x)])
+	return 0
 }
 
 // at is the value at row j, column p.
@@ -274,21 +240,16 @@ func (w *wrows) at(j, p int) float32 {
 	return w.f[j*w.ld+p]
 }
 
-// has4x4 reports whether the AVX-512 4x4 kernel runs for these weights.
-func (w *wrows) has4x4(k int) bool {
-	return haveAVX512 && k >= 16 && (w.h == nil || w.t == BF16 || haveF16C)
-}
-
-// dot4x4 sets out[4q+r] to the dot of the first kk (a multiple of 16)
-// columns of row q of x (row stride lda) with weight row j+r, q, r < 4.
-func (w *wrows) dot4x4(kk int, x *float32, lda, j int, out *[16]float32) {
-	switch {
-	case w.h == nil:
-		mdotF32Z(kk, x, lda, &w.f[j*w.ld], w.ld, out)
-	case w.t == BF16:
-		mdotBF16Z(kk, x, lda, &w.h[j*w.ld], w.ld, out)
-	default:
-		mdotF16Z(kk, x, lda, &w.h[j*w.ld], w.ld, out)
+// evenOdd copies the first len(dst) (a multiple of 32) values of x into
+// dst permuted per block of 32: the block's even-indexed values, then its
+// odd-indexed ones, the order in which the BF16 kernels widen a 64-byte
+// line of weights (one shift gives the even values, one AND the odd ones).
+func evenOdd(dst, x []float32) {
+	for b := 0; b+32 <= len(dst); b += 32 {
+		for i := range 16 {
+			dst[b+i] = x[b+2*i]
+			dst[b+16+i] = x[b+2*i+1]
+		}
 	}
 }
 
@@ -301,64 +262,103 @@ const streamChunk = 1 << 14
 // streamNT computes C = A·Wᵀ + beta·C for few rows of A by streaming the
 // weight rows once, in chunks of a multiple of 4 rows handed out one at a
 // time to the workers (so they finish together): each group of 4 weight
-// rows is dotted with every row of A, four rows of A at a time by the
-// register-blocked 4x4 kernel (AVX-512), else one at a time (with half
-// weights widened once per group into an L1 buffer when m > 1).
+// rows is dotted with every row of A. With AVX-512, four rows of A at a
+// time go through the register-blocked 4x4 kernel and the rest through its
+// one-row twin, which sums in the same order, so a row's results do not
+// depend on the batch; else each row of A goes through the AVX2 or Go dot
+// of four weight rows (half weights widened once per group when m > 1,
+// which sums as the one-row half kernel does).
 func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int) {
 	_ = a[(m-1)*lda+k-1]
 	_ = c[(m-1)*ldc+n-1]
-	if m == 1 && w.h != nil && w.t == BF16 && haveAVX512 && k >= 32 {
-		xp := getBuf(k &^ 31)
-		defer putBuf(xp)
-		evenOdd(xp.s, a)
-		w.xp = xp.s
+	kz := w.zCols(k)
+	xa, ldx := a, lda // the rows of A as the AVX-512 kernels read them
+	if kz > 0 && w.h != nil && w.t == BF16 {
+		p := getBuf(m * kz)
+		defer putBuf(p)
+		for i := range m {
+			evenOdd(p.s[i*kz:(i+1)*kz], a[i*lda:])
+		}
+		xa, ldx = p.s, kz
 	}
 	chunk := max(4, (streamChunk/k)&^3)
 	tasks := (n + chunk - 1) / chunk
 	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
 		j0, j1 := ti*chunk, min(n, (ti+1)*chunk)
-		var wide *buf // widened group of half weights (m > 1 without the 4x4 kernel)
-		if m > 1 && w.h != nil && !w.has4x4(k) {
+		var wide *buf // widened group of half weights (m > 1 without AVX-512)
+		if m > 1 && w.h != nil && kz == 0 {
 			wide = getBuf(4 * k)
 			defer putBuf(wide)
 		}
-		kk := k &^ 15
 		var out [16]float32
+		tail := func(i, j int, d *[4]float32) { // columns [kz, k), in order
+			for p := kz; p < k; p++ {
+				x := a[i*lda+p]
+				for r := range 4 {
+					d[r] += x * w.at(j+r, p)
+				}
+			}
+		}
 		j := j0
 		for ; j+4 <= j1; j += 4 {
 			i := 0
-			if m > 1 && w.has4x4(k) {
+			if kz > 0 {
 				for ; i+4 <= m; i += 4 {
-					w.dot4x4(kk, &a[i*lda], lda, j, &out)
+					switch {
+					case w.h == nil:
+						mdotF32Z(kz, &xa[i*ldx], ldx, &w.f[j*w.ld], w.ld, &out)
+					case w.t == BF16:
+						mdotBF16Z(kz, &xa[i*ldx], ldx, &w.h[j*w.ld], w.ld, &out)
+					default:
+						mdotF16Z(kz, &xa[i*ldx], ldx, &w.h[j*w.ld], w.ld, &out)
+					}
 					for q := range 4 {
 						d := [4]float32{out[4*q], out[4*q+1], out[4*q+2], out[4*q+3]}
-						for p := kk; p < k; p++ {
-							x := a[(i+q)*lda+p]
-							for r := range 4 {
-								d[r] += x * w.at(j+r, p)
-							}
-						}
+						tail(i+q, j, &d)
 						store4(c, (i+q)*ldc+j, beta, d)
 					}
 				}
+				for ; i < m; i++ {
+					var d [4]float32
+					switch {
+					case w.h == nil:
+						dot1F32Z(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
+					case w.t == BF16:
+						dot1BF16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
+					default:
+						dot1F16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
+					}
+					tail(i, j, &d)
+					store4(c, i*ldc+j, beta, d)
+				}
+				continue
 			}
-			if wide != nil {
+			switch {
+			case w.h == nil:
+				for ; i < m; i++ {
+					store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld))
+				}
+			case wide != nil:
 				f := wide.s[:4*k]
 				for r := range 4 {
 					HalfToFloat32(w.t, f[r*k:(r+1)*k], w.h[(j+r)*w.ld:])
 				}
 				for ; i < m; i++ {
-					store4(c, i*ldc+j, beta, sdot4Impl(a[i*lda:i*lda+k], f, k))
+					store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f, k))
 				}
-			}
-			for ; i < m; i++ {
-				store4(c, i*ldc+j, beta, w.dot4(a[i*lda:i*lda+k], j))
+			default:
+				store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld))
 			}
 		}
-		for ; j < j1; j++ {
+		for ; j < j1; j++ { // rows left over: plain dots
 			for i := range m {
 				o := i*ldc + j
-				d := w.dot(a[i*lda:i*lda+k], j)
+				var d float32
+				if w.h != nil {
+					d = hdot(w.t, a[i*lda:i*lda+k], w.h[j*w.ld:j*w.ld+k])
+				} else {
+					d = dotImpl(a[i*lda:i*lda+k], w.f[j*w.ld:j*w.ld+k])
+				}
 				if beta == 0 {
 					c[o] = d
 				} else {
@@ -381,21 +381,3 @@ func store4(c []float32, o int, beta float32, d [4]float32) {
 	}
 }
 
-// sdot4Impl is dot4Impl with the AVX-512 kernel where there is one.
-func sdot4Impl(x, w []float32, ldw int) [4]float32 {
-	n := len(x)
-	if !haveAVX512 || n < 16 {
-		return dot4Impl(x, w, ldw)
-	}
-	_ = w[3*ldw+n-1]
-	var out [4]float32
-	i := n &^ 15
-	sdot4Z(i, &x[0], &w[0], ldw, &out)
-	if i < n {
-		t := dot4Impl(x[i:], w[i:], ldw)
-		for r := range out {
-			out[r] += t[r]
-		}
-	}
-	return out
-}

@@ -14,10 +14,6 @@
 #define F16Y(src, dst) \
 	VCVTPH2PS src, dst
 
-#define BF16Z(src, dst) \
-	VPMOVZXWD src, dst \
-	VPSLLD    $16, dst, dst
-
 #define F16Z(src, dst) \
 	VCVTPH2PS src, dst
 
@@ -27,12 +23,6 @@
 	VADDPS       X15, x, x \
 	VHADDPS      x, x, x \
 	VHADDPS      x, x, x
-
-// Horizontal sum of Z(reg) into X(reg) lane 0 (y is its Y name), Y14/X15 scratch.
-#define ZSUM(z, y, x) \
-	VEXTRACTF64X4 $1, z, Y14 \
-	VADDPS        Y14, y, y \
-	HSUMH(y, x)
 
 #define SETUP4 \
 	MOVQ n+0(FP), CX \
@@ -57,23 +47,6 @@
 	HSUMH(Y2, X2) \
 	HSUMH(Y4, X4) \
 	HSUMH(Y6, X6) \
-	MOVSS  X0, 0(DI) \
-	MOVSS  X2, 4(DI) \
-	MOVSS  X4, 8(DI) \
-	MOVSS  X6, 12(DI) \
-	VZEROUPPER \
-	RET
-
-#define STORE4Z \
-	MOVQ   out+32(FP), DI \
-	VADDPS Z1, Z0, Z0 \
-	VADDPS Z3, Z2, Z2 \
-	VADDPS Z5, Z4, Z4 \
-	VADDPS Z7, Z6, Z6 \
-	ZSUM(Z0, Y0, X0) \
-	ZSUM(Z2, Y2, X2) \
-	ZSUM(Z4, Y4, X4) \
-	ZSUM(Z6, Y6, X6) \
 	MOVSS  X0, 0(DI) \
 	MOVSS  X2, 4(DI) \
 	MOVSS  X4, 8(DI) \
@@ -144,38 +117,6 @@
 	PREFETCHT0 (R13)(R12*1) \
 	LEAQ       (R11)(AX*2), R13 \
 	PREFETCHT0 (R13)(R12*1)
-
-#define STEP32Z(LOAD) \
-	PF4 \
-	VMOVUPS     (SI)(AX*4), Z8 \
-	VMOVUPS     64(SI)(AX*4), Z9 \
-	LOAD((R8)(AX*2), Z10) \
-	LOAD(32(R8)(AX*2), Z11) \
-	VFMADD231PS Z10, Z8, Z0 \
-	VFMADD231PS Z11, Z9, Z1 \
-	LOAD((R9)(AX*2), Z12) \
-	LOAD(32(R9)(AX*2), Z13) \
-	VFMADD231PS Z12, Z8, Z2 \
-	VFMADD231PS Z13, Z9, Z3 \
-	LOAD((R10)(AX*2), Z10) \
-	LOAD(32(R10)(AX*2), Z11) \
-	VFMADD231PS Z10, Z8, Z4 \
-	VFMADD231PS Z11, Z9, Z5 \
-	LOAD((R11)(AX*2), Z12) \
-	LOAD(32(R11)(AX*2), Z13) \
-	VFMADD231PS Z12, Z8, Z6 \
-	VFMADD231PS Z13, Z9, Z7
-
-#define STEP16Z(LOAD) \
-	VMOVUPS     (SI)(AX*4), Z8 \
-	LOAD((R8)(AX*2), Z10) \
-	VFMADD231PS Z10, Z8, Z0 \
-	LOAD((R9)(AX*2), Z11) \
-	VFMADD231PS Z11, Z8, Z2 \
-	LOAD((R10)(AX*2), Z12) \
-	VFMADD231PS Z12, Z8, Z4 \
-	LOAD((R11)(AX*2), Z13) \
-	VFMADD231PS Z13, Z8, Z6
 
 // Four weight rows (R8..R11) times four rows of x (SI, R12, R13, R14): the
 // register-blocked kernel of decode batches. Each 16-element step widens
@@ -270,6 +211,66 @@
 	VZEROUPPER \
 	RET
 
+// The AVX-512 kernels below sum in one order for every batch size: each
+// output (row of x, weight row) has one accumulator that takes one FMA per
+// 16 columns (F32, F16) or two, even then odd, per 32 columns (BF16), and
+// is reduced by RED4. So a row's results do not depend on how many rows
+// share its pass (n choices of a request equal separate requests).
+
+// BF16 4x4 step over 32 columns: weight row r's even values (shift) in
+// Z16+2r, odd values (AND with the high-half mask Z26) in Z17+2r; x row i
+// permuted even/odd (see evenOdd) at SI, R12, R13, R14.
+#define EOW(src, ze, zo) \
+	VPSLLD $16, src, ze \
+	VPANDD src, Z26, zo
+
+#define EOX(xr, a0, a1, a2, a3) \
+	VMOVUPS     (xr)(AX*4), Z24 \
+	VMOVUPS     64(xr)(AX*4), Z25 \
+	VFMADD231PS Z16, Z24, a0 \
+	VFMADD231PS Z17, Z25, a0 \
+	VFMADD231PS Z18, Z24, a1 \
+	VFMADD231PS Z19, Z25, a1 \
+	VFMADD231PS Z20, Z24, a2 \
+	VFMADD231PS Z21, Z25, a2 \
+	VFMADD231PS Z22, Z24, a3 \
+	VFMADD231PS Z23, Z25, a3
+
+// One-row kernels: x at SI, weight rows R8..R11, accumulators Z0..Z3.
+#define SETUP1(sh) \
+	MOVQ n+0(FP), CX \
+	MOVQ x+8(FP), SI \
+	MOVQ w+16(FP), R8 \
+	MOVQ ldw+24(FP), DX \
+	SHLQ $sh, DX \
+	LEAQ (R8)(DX*1), R9 \
+	LEAQ (R9)(DX*1), R10 \
+	LEAQ (R10)(DX*1), R11 \
+	LEAQ (DX)(DX*1), R12 \
+	SHLQ $1, R12 \
+	XORQ AX, AX \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3
+
+// Prefetch the next four rows' line at column AX (sh: log2 element size).
+#define PF4S(sh) \
+	LEAQ       (R8)(AX*sh), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R9)(AX*sh), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R10)(AX*sh), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R11)(AX*sh), R13 \
+	PREFETCHT0 (R13)(R12*1)
+
+#define STORE1 \
+	MOVQ out+32(FP), DI \
+	RED4(Z0, Y0, X0, Z1, Y1, X1, Z2, Y2, X2, Z3, Y3, X3, 0) \
+	VZEROUPPER \
+	RET
+
 // func hdot4BF16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32)
 // out[r] = sum_{i<n} x[i]*bf16(w[r*ldw+i]) for r = 0..3; n a multiple of 8.
 TEXT ·hdot4BF16Y(SB), NOSPLIT, $0-40
@@ -310,46 +311,6 @@ hf8:
 hfdone:
 	STORE4Y
 
-// func hdot4BF16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
-// AVX-512 hdot4BF16Y; n a multiple of 16.
-TEXT ·hdot4BF16Z(SB), NOSPLIT, $0-40
-	SETUP4
-	ZEROZ
-zb32:
-	MOVQ CX, BX
-	SUBQ AX, BX
-	CMPQ BX, $32
-	JLT  zb16
-	STEP32Z(BF16Z)
-	ADDQ $32, AX
-	JMP  zb32
-zb16:
-	CMPQ BX, $16
-	JLT  zbdone
-	STEP16Z(BF16Z)
-zbdone:
-	STORE4Z
-
-// func hdot4F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
-// AVX-512 hdot4F16Y; n a multiple of 16.
-TEXT ·hdot4F16Z(SB), NOSPLIT, $0-40
-	SETUP4
-	ZEROZ
-zf32:
-	MOVQ CX, BX
-	SUBQ AX, BX
-	CMPQ BX, $32
-	JLT  zf16
-	STEP32Z(F16Z)
-	ADDQ $32, AX
-	JMP  zf32
-zf16:
-	CMPQ BX, $16
-	JLT  zfdone
-	STEP16Z(F16Z)
-zfdone:
-	STORE4Z
-
 // func cvtBF16Y(n int, dst *float32, src *uint16)
 // dst[i] = bf16(src[i]) for i < n; n a multiple of 8.
 TEXT ·cvtBF16Y(SB), NOSPLIT, $0-24
@@ -386,75 +347,6 @@ cfdone:
 	VZEROUPPER
 	RET
 
-// func sdot4Z(n int, x, w *float32, ldw int, out *[4]float32)
-// out[r] = sum_{i<n} x[i]*w[r*ldw+i] for r = 0..3 (AVX-512, prefetching the
-// next four rows); n a multiple of 16.
-TEXT ·sdot4Z(SB), NOSPLIT, $0-40
-	MOVQ n+0(FP), CX
-	MOVQ x+8(FP), SI
-	MOVQ w+16(FP), R8
-	MOVQ ldw+24(FP), DX
-	SHLQ $2, DX
-	LEAQ (R8)(DX*1), R9
-	LEAQ (R9)(DX*1), R10
-	LEAQ (R10)(DX*1), R11
-	LEAQ (DX)(DX*1), R12
-	SHLQ $1, R12
-	XORQ AX, AX
-	ZEROZ
-sz32:
-	MOVQ CX, BX
-	SUBQ AX, BX
-	CMPQ BX, $32
-	JLT  sz16
-	LEAQ        (R8)(AX*4), R13
-	PREFETCHT0  (R13)(R12*1)
-	PREFETCHT0  64(R13)(R12*1)
-	LEAQ        (R9)(AX*4), R13
-	PREFETCHT0  (R13)(R12*1)
-	PREFETCHT0  64(R13)(R12*1)
-	LEAQ        (R10)(AX*4), R13
-	PREFETCHT0  (R13)(R12*1)
-	PREFETCHT0  64(R13)(R12*1)
-	LEAQ        (R11)(AX*4), R13
-	PREFETCHT0  (R13)(R12*1)
-	PREFETCHT0  64(R13)(R12*1)
-	VMOVUPS     (SI)(AX*4), Z8
-	VMOVUPS     64(SI)(AX*4), Z9
-	VFMADD231PS (R8)(AX*4), Z8, Z0
-	VFMADD231PS 64(R8)(AX*4), Z9, Z1
-	VFMADD231PS (R9)(AX*4), Z8, Z2
-	VFMADD231PS 64(R9)(AX*4), Z9, Z3
-	VFMADD231PS (R10)(AX*4), Z8, Z4
-	VFMADD231PS 64(R10)(AX*4), Z9, Z5
-	VFMADD231PS (R11)(AX*4), Z8, Z6
-	VFMADD231PS 64(R11)(AX*4), Z9, Z7
-	ADDQ        $32, AX
-	JMP         sz32
-sz16:
-	CMPQ BX, $16
-	JLT  szdone
-	VMOVUPS     (SI)(AX*4), Z8
-	VFMADD231PS (R8)(AX*4), Z8, Z0
-	VFMADD231PS (R9)(AX*4), Z8, Z2
-	VFMADD231PS (R10)(AX*4), Z8, Z4
-	VFMADD231PS (R11)(AX*4), Z8, Z6
-szdone:
-	STORE4Z
-
-// func mdotBF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
-// out[4i+r] = sum_{p<n} x[i*lda+p]*bf16(w[r*ldw+p]), i, r < 4; n a multiple of 16.
-TEXT ·mdotBF16Z(SB), NOSPLIT, $0-48
-	MSETUP(1)
-mb:
-	CMPQ AX, CX
-	JGE  mbdone
-	MSTEP(BF16Z, 2)
-	ADDQ $16, AX
-	JMP  mb
-mbdone:
-	MSTORE
-
 // func mdotF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
 // As mdotBF16Z for IEEE half precision.
 TEXT ·mdotF16Z(SB), NOSPLIT, $0-48
@@ -481,40 +373,109 @@ ms:
 msdone:
 	MSTORE
 
-// func hdot4BF16EO(n int, x *float32, w *uint16, ldw int, out *[4]float32)
-// As hdot4BF16Z with x permuted per block of 32 (its 16 even-indexed
-// values, then its 16 odd-indexed ones; see evenOdd): each 64-byte weight
-// line is widened by one shift (the even values, low halves of the 32-bit
-// lanes) and one AND (the odd values, high halves), with no shuffle;
-// n a multiple of 32.
-TEXT ·hdot4BF16EO(SB), NOSPLIT, $0-40
-	SETUP4
-	ZEROZ
+
+// func mdotBF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
+// out[4i+r] = sum_{p<n} x_i[p]*bf16(w[r*ldw+p]), i, r < 4, with x's rows
+// (row stride lda) permuted even/odd per 32 columns (evenOdd); n a
+// multiple of 32.
+TEXT ·mdotBF16Z(SB), NOSPLIT, $0-48
+	MSETUP(1)
 	MOVL         $0xffff0000, BX
-	VPBROADCASTD BX, Z20
-eo:
+	VPBROADCASTD BX, Z26
+mb:
 	CMPQ AX, CX
-	JGE  eodone
-	PF4
-	VMOVUPS     (SI)(AX*4), Z8
-	VMOVUPS     64(SI)(AX*4), Z9
-	VPSLLD      $16, (R8)(AX*2), Z10
-	VPANDD      (R8)(AX*2), Z20, Z11
-	VFMADD231PS Z10, Z8, Z0
-	VFMADD231PS Z11, Z9, Z1
-	VPSLLD      $16, (R9)(AX*2), Z12
-	VPANDD      (R9)(AX*2), Z20, Z13
-	VFMADD231PS Z12, Z8, Z2
-	VFMADD231PS Z13, Z9, Z3
-	VPSLLD      $16, (R10)(AX*2), Z10
-	VPANDD      (R10)(AX*2), Z20, Z11
-	VFMADD231PS Z10, Z8, Z4
-	VFMADD231PS Z11, Z9, Z5
-	VPSLLD      $16, (R11)(AX*2), Z12
-	VPANDD      (R11)(AX*2), Z20, Z13
-	VFMADD231PS Z12, Z8, Z6
-	VFMADD231PS Z13, Z9, Z7
-	ADDQ        $32, AX
-	JMP         eo
-eodone:
-	STORE4Z
+	JGE  mbdone
+	LEAQ       (R8)(AX*2), BX
+	PREFETCHT0 (BX)(DX*4)
+	LEAQ       (R9)(AX*2), BX
+	PREFETCHT0 (BX)(DX*4)
+	LEAQ       (R10)(AX*2), BX
+	PREFETCHT0 (BX)(DX*4)
+	LEAQ       (R11)(AX*2), BX
+	PREFETCHT0 (BX)(DX*4)
+	EOW((R8)(AX*2), Z16, Z17)
+	EOW((R9)(AX*2), Z18, Z19)
+	EOW((R10)(AX*2), Z20, Z21)
+	EOW((R11)(AX*2), Z22, Z23)
+	EOX(SI, Z0, Z1, Z2, Z3)
+	EOX(R12, Z4, Z5, Z6, Z7)
+	EOX(R13, Z8, Z9, Z10, Z11)
+	EOX(R14, Z12, Z13, Z14, Z15)
+	ADDQ $32, AX
+	JMP  mb
+mbdone:
+	MSTORE
+
+// func dot1BF16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// The one-row mdotBF16Z: out[r] = sum_{p<n} x[p]*bf16(w[r*ldw+p]), r < 4,
+// x permuted even/odd; n a multiple of 32.
+TEXT ·dot1BF16Z(SB), NOSPLIT, $0-40
+	SETUP1(1)
+	MOVL         $0xffff0000, BX
+	VPBROADCASTD BX, Z26
+b1:
+	CMPQ AX, CX
+	JGE  b1done
+	PF4S(2)
+	VMOVUPS     (SI)(AX*4), Z24
+	VMOVUPS     64(SI)(AX*4), Z25
+	EOW((R8)(AX*2), Z16, Z17)
+	EOW((R9)(AX*2), Z18, Z19)
+	VFMADD231PS Z16, Z24, Z0
+	VFMADD231PS Z17, Z25, Z0
+	VFMADD231PS Z18, Z24, Z1
+	VFMADD231PS Z19, Z25, Z1
+	EOW((R10)(AX*2), Z20, Z21)
+	EOW((R11)(AX*2), Z22, Z23)
+	VFMADD231PS Z20, Z24, Z2
+	VFMADD231PS Z21, Z25, Z2
+	VFMADD231PS Z22, Z24, Z3
+	VFMADD231PS Z23, Z25, Z3
+	ADDQ $32, AX
+	JMP  b1
+b1done:
+	STORE1
+
+// func dot1F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// The one-row mdotF16Z; n a multiple of 16.
+TEXT ·dot1F16Z(SB), NOSPLIT, $0-40
+	SETUP1(1)
+h1:
+	CMPQ AX, CX
+	JGE  h1done
+	PF4S(2)
+	VMOVUPS     (SI)(AX*4), Z20
+	VCVTPH2PS   (R8)(AX*2), Z16
+	VCVTPH2PS   (R9)(AX*2), Z17
+	VCVTPH2PS   (R10)(AX*2), Z18
+	VCVTPH2PS   (R11)(AX*2), Z19
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z1
+	VFMADD231PS Z18, Z20, Z2
+	VFMADD231PS Z19, Z20, Z3
+	ADDQ $16, AX
+	JMP  h1
+h1done:
+	STORE1
+
+// func dot1F32Z(n int, x *float32, w *float32, ldw int, out *[4]float32)
+// The one-row mdotF32Z; n a multiple of 16.
+TEXT ·dot1F32Z(SB), NOSPLIT, $0-40
+	SETUP1(2)
+s1:
+	CMPQ AX, CX
+	JGE  s1done
+	PF4S(4)
+	VMOVUPS     (SI)(AX*4), Z20
+	VMOVUPS     (R8)(AX*4), Z16
+	VMOVUPS     (R9)(AX*4), Z17
+	VMOVUPS     (R10)(AX*4), Z18
+	VMOVUPS     (R11)(AX*4), Z19
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z1
+	VFMADD231PS Z18, Z20, Z2
+	VFMADD231PS Z19, Z20, Z3
+	ADDQ $16, AX
+	JMP  s1
+s1done:
+	STORE1

@@ -181,3 +181,39 @@ func checkHalfGemm(t *testing.T, r *rand.Rand, ty HalfType, nn bool, m, n, k, pa
 		}
 	}
 }
+
+// TestStreamedRowsIndependentOfBatch: a decode row's products are
+// bit-identical whether it runs alone or in a batch of up to 16 rows (the
+// n choices of a request must equal separate requests), for float32 and
+// half weights on every SIMD variant.
+func TestStreamedRowsIndependentOfBatch(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	forSIMD(t, func(t *testing.T) {
+		for _, ty := range []HalfType{0, BF16, F16} {
+			for _, k := range []int{576, 70, 33, 8} {
+				const n, m = 37, 9
+				a := randSlice(r, m*k)
+				w32 := randSlice(r, n*k)
+				w, _ := randHalf(r, max(ty, BF16), n*k)
+				run := func(rows int, a []float32, c []float32) {
+					if ty == 0 {
+						GemvNT(rows, n, k, a, k, w32, k, 0, c, n)
+					} else {
+						HalfGemmNT(ty, rows, n, k, a, k, w, k, 0, c, n)
+					}
+				}
+				all := make([]float32, m*n)
+				run(m, a, all)
+				for i := range m {
+					one := make([]float32, n)
+					run(1, a[i*k:(i+1)*k], one)
+					for j := range one {
+						if one[j] != all[i*n+j] {
+							t.Fatalf("%v k=%d: row %d col %d alone %g, in a batch of %d %g", ty, k, i, j, one[j], m, all[i*n+j])
+						}
+					}
+				}
+			}
+		}
+	})
+}
