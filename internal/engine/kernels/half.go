@@ -380,4 +380,3 @@ func store4(c []float32, o int, beta float32, d [4]float32) {
 		c[r] = d[r] + beta*c[r]
 	}
 }
-

@@ -19,7 +19,6 @@ func cvtBF16Y(n int, dst *float32, src *uint16)
 //go:noescape
 func cvtF16Y(n int, dst *float32, src *uint16)
 
-
 //go:noescape
 func mdotBF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
 
@@ -28,7 +27,6 @@ func mdotF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
 
 //go:noescape
 func mdotF32Z(n int, x *float32, lda int, w *float32, ldw int, out *[16]float32)
-
 
 //go:noescape
 func dot1BF16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
