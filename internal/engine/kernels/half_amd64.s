@@ -124,13 +124,13 @@
 // (Z[4i+r] accumulates x_i · w_r).
 #define MSTEP(LOAD, sh) \
 	LEAQ        (R8)(AX*sh), BX \
-	PREFETCHT0  (BX)(DX*4) \
+	PREFETCHT0  (BX)(DX*8) \
 	LEAQ        (R9)(AX*sh), BX \
-	PREFETCHT0  (BX)(DX*4) \
+	PREFETCHT0  (BX)(DX*8) \
 	LEAQ        (R10)(AX*sh), BX \
-	PREFETCHT0  (BX)(DX*4) \
+	PREFETCHT0  (BX)(DX*8) \
 	LEAQ        (R11)(AX*sh), BX \
-	PREFETCHT0  (BX)(DX*4) \
+	PREFETCHT0  (BX)(DX*8) \
 	LOAD((R8)(AX*sh), Z16) \
 	LOAD((R9)(AX*sh), Z17) \
 	LOAD((R10)(AX*sh), Z18) \
@@ -247,14 +247,16 @@
 	LEAQ (R9)(DX*1), R10 \
 	LEAQ (R10)(DX*1), R11 \
 	LEAQ (DX)(DX*1), R12 \
-	SHLQ $1, R12 \
+	SHLQ $2, R12 \
 	XORQ AX, AX \
 	VPXORD Z0, Z0, Z0 \
 	VPXORD Z1, Z1, Z1 \
 	VPXORD Z2, Z2, Z2 \
 	VPXORD Z3, Z3, Z3
 
-// Prefetch the next four rows' line at column AX (sh: log2 element size).
+// Prefetch the line at column AX of the rows eight ahead (R12 = 8 rows; sh:
+// element size): far enough ahead to cover the memory latency at the
+// speed the rows stream.
 #define PF4S(sh) \
 	LEAQ       (R8)(AX*sh), R13 \
 	PREFETCHT0 (R13)(R12*1) \
@@ -386,13 +388,13 @@ mb:
 	CMPQ AX, CX
 	JGE  mbdone
 	LEAQ       (R8)(AX*2), BX
-	PREFETCHT0 (BX)(DX*4)
+	PREFETCHT0 (BX)(DX*8)
 	LEAQ       (R9)(AX*2), BX
-	PREFETCHT0 (BX)(DX*4)
+	PREFETCHT0 (BX)(DX*8)
 	LEAQ       (R10)(AX*2), BX
-	PREFETCHT0 (BX)(DX*4)
+	PREFETCHT0 (BX)(DX*8)
 	LEAQ       (R11)(AX*2), BX
-	PREFETCHT0 (BX)(DX*4)
+	PREFETCHT0 (BX)(DX*8)
 	EOW((R8)(AX*2), Z16, Z17)
 	EOW((R9)(AX*2), Z18, Z19)
 	EOW((R10)(AX*2), Z20, Z21)
