@@ -16,6 +16,7 @@ import (
 
 	"flywheel/internal/app"
 	"flywheel/internal/demo"
+	"flywheel/internal/engine/tiny"
 )
 
 // testKey is the bootstrap key of user admin in the tests' service.
@@ -24,8 +25,21 @@ const testKey = "fw_e2e_bootstrap_key_0123456789"
 // server builds the service with app.New, as `flywheel serve` does (the
 // real trainer, the call store, flywheel/tiny as it ships), on a temp data
 // dir, serves it over HTTP and returns its URL and an API key.
-func server(t *testing.T) (string, string) {
+func server(t *testing.T) (string, string) { return serverIn(t, t.TempDir()) }
+
+// serverBF16 is server with flywheel/tiny stored in BF16 (the same weights
+// rounded), which the engine keeps in BF16 for serving and training.
+func serverBF16(t *testing.T) (string, string) {
 	dir := t.TempDir()
+	spec := tiny.DefaultSpec()
+	spec.DType = "BF16"
+	if err := tiny.Write(filepath.Join(dir, "models", filepath.FromSlash(tiny.ID)), spec); err != nil {
+		t.Fatal(err)
+	}
+	return serverIn(t, dir)
+}
+
+func serverIn(t *testing.T, dir string) (string, string) {
 	a, err := app.New(t.Context(), app.Config{DataDir: filepath.Join(dir, "data"), ModelsDir: filepath.Join(dir, "models"),
 		BootstrapKey: testKey, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -40,11 +54,17 @@ func server(t *testing.T) (string, string) {
 }
 
 // The "see it learn" loop over HTTP: the mean reward over 8 sampled groups
-// rises clearly within a bounded number of training jobs (20 jobs, ~7 s).
+// rises clearly within a bounded number of training jobs (20 jobs, ~7 s),
+// on flywheel/tiny as shipped (F32) and stored in BF16.
 func TestDemoLearnsOverHTTP(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		t.Skip("learning run skipped under -race / -short")
 	}
+	t.Run("f32", func(t *testing.T) { demoLearns(t, server) })
+	t.Run("bf16", func(t *testing.T) { demoLearns(t, serverBF16) })
+}
+
+func demoLearns(t *testing.T, server func(*testing.T) (string, string)) {
 	url, key := server(t)
 	var out bytes.Buffer
 	res, err := demo.RunConfig(t.Context(), demo.Config{URL: url, APIKey: key, Project: "e2e", Name: "learner",

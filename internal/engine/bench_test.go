@@ -42,17 +42,18 @@ func model135M(b *testing.B) *Model {
 	return benchModel
 }
 
-// weightBytes is the float32 bytes of all weights (tied LM head counted once).
+// weightBytes is the bytes of all weights as held (2 per BF16/F16 value, 4
+// per float32; tied LM head counted once): what a decode step reads.
 func weightBytes(w *Weights) int64 {
-	n := len(w.Embed) + len(w.Norm)
-	if &w.LMHead[0] != &w.Embed[0] {
-		n += len(w.LMHead)
+	n := w.Embed.Bytes() + 4*int64(len(w.Norm))
+	if !w.LMHead.same(w.Embed) {
+		n += w.LMHead.Bytes()
 	}
 	for _, L := range w.Layers {
-		n += len(L.AttnNorm) + len(L.Wq) + len(L.Wk) + len(L.Wv) + len(L.Wo) + len(L.Bq) + len(L.Bk) + len(L.Bv) +
-			len(L.QNorm) + len(L.KNorm) + len(L.MLPNorm) + len(L.Wgate) + len(L.Wup) + len(L.Wdown)
+		n += 4 * int64(len(L.AttnNorm)+len(L.Bq)+len(L.Bk)+len(L.Bv)+len(L.QNorm)+len(L.KNorm)+len(L.MLPNorm))
+		n += L.Wq.Bytes() + L.Wk.Bytes() + L.Wv.Bytes() + L.Wo.Bytes() + L.Wgate.Bytes() + L.Wup.Bytes() + L.Wdown.Bytes()
 	}
-	return int64(n) * 4
+	return n
 }
 
 // peakRSS is the process's resident-set high-water mark (VmHWM) in bytes.
@@ -151,19 +152,19 @@ func writeSmolLM2(b *testing.B, dir, dtype string) {
 		ts = append(ts, safetensors.WriteTensor{Name: name, Shape: shape, Data: v, DType: dtype})
 	}
 	H, I := cfg.HiddenSize, cfg.IntermediateSize
-	add("model.embed_tokens.weight", w.Embed, cfg.VocabSize, H)
+	add("model.embed_tokens.weight", w.Embed.F32, cfg.VocabSize, H)
 	add("model.norm.weight", w.Norm, H)
 	for l, L := range w.Layers {
 		p := "model.layers." + strconv.Itoa(l) + "."
 		add(p+"input_layernorm.weight", L.AttnNorm, H)
 		add(p+"post_attention_layernorm.weight", L.MLPNorm, H)
-		add(p+"self_attn.q_proj.weight", L.Wq, cfg.QDim(), H)
-		add(p+"self_attn.k_proj.weight", L.Wk, cfg.KVDim(), H)
-		add(p+"self_attn.v_proj.weight", L.Wv, cfg.KVDim(), H)
-		add(p+"self_attn.o_proj.weight", L.Wo, H, cfg.QDim())
-		add(p+"mlp.gate_proj.weight", L.Wgate, I, H)
-		add(p+"mlp.up_proj.weight", L.Wup, I, H)
-		add(p+"mlp.down_proj.weight", L.Wdown, H, I)
+		add(p+"self_attn.q_proj.weight", L.Wq.F32, cfg.QDim(), H)
+		add(p+"self_attn.k_proj.weight", L.Wk.F32, cfg.KVDim(), H)
+		add(p+"self_attn.v_proj.weight", L.Wv.F32, cfg.KVDim(), H)
+		add(p+"self_attn.o_proj.weight", L.Wo.F32, H, cfg.QDim())
+		add(p+"mlp.gate_proj.weight", L.Wgate.F32, I, H)
+		add(p+"mlp.up_proj.weight", L.Wup.F32, I, H)
+		add(p+"mlp.down_proj.weight", L.Wdown.F32, H, I)
 	}
 	if err := safetensors.WriteFile(filepath.Join(dir, WeightsFile), ts, nil); err != nil {
 		b.Fatal(err)
@@ -418,9 +419,9 @@ func BenchmarkTrainLinearLoRA(b *testing.B) {
 			loraKernels = be
 			defer func() { loraKernels = prev }()
 			for i := 0; i < b.N; i++ {
-				linearForward(x, n, in, W, nil, out, y, out)
+				linearForward(x, n, in, wmat[float32]{f: W}, nil, out, y, out)
 				loraForward(gs, 0, modGate, x, in, y, out, xa, r)
-				linearBackward(dy, n, out, W, in, dx, false)
+				linearBackward(dy, n, out, wmat[float32]{f: W}, in, dx, false)
 				loraBackward(gs, 0, modGate, x, in, xa, r, dy, out, dx, dyB)
 			}
 		})

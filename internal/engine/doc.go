@@ -8,8 +8,10 @@
 //
 // Registry (NewRegistry(modelsDir)) lists the model folders below a models
 // dir (List) and loads each base model once, shared by training and serving
-// (Get). Load(dir) loads one folder: ReadConfig, LoadWeights (F32 tensors
-// used in place from the memory-mapped file, F16/BF16 converted once;
+// (Get). Load(dir) loads one folder: ReadConfig, LoadWeights (matrices used
+// in place from the memory-mapped file in their stored precision, F32 as
+// float32 and F16/BF16 as 16-bit values the kernels widen as they multiply,
+// or widened once when the folder's flywheel.json asks for float32;
 // sharded model.safetensors.index.json supported; tied or separate
 // lm_head), the tokenizer, the chat template (Template nil and TemplateErr
 // set when the folder has none) and generation_config.json (Gen; EOS()).
@@ -36,8 +38,9 @@
 // Supported features: GQA and MHA, Qwen2 q/k/v biases, Qwen3 per-head q/k
 // RMSNorm before RoPE, RoPE in the HF rotate_half convention with rope
 // theta and the "linear" and "llama3" scalings, Mistral's sliding window,
-// SwiGLU MLPs, tied embeddings. Every matrix product goes through
-// kernels.Default().
+// SwiGLU MLPs, tied embeddings. Matrix products go through
+// kernels.Default(), except decode batches (streamed: kernels.GemvNT,
+// kernels.HalfGemmNT) and half-precision weights (kernels.HalfGemm*).
 //
 // # Sampling
 //

@@ -428,8 +428,8 @@ func TestLoRA(t *testing.T) {
 	}
 	w2 := *m.Weights
 	w2.Layers = append([]Layer(nil), m.Weights.Layers...)
-	w2.Layers[0].Wdown = append([]float32(nil), m.Weights.Layers[0].Wdown...)
-	w2.Layers[0].Wdown[j0*cfg.IntermediateSize+i0] += 0.5 // scale = alpha/r = 0.5
+	w2.Layers[0].Wdown = F32Mat(append([]float32(nil), m.Weights.Layers[0].Wdown.Float32()...))
+	w2.Layers[0].Wdown.F32[j0*cfg.IntermediateSize+i0] += 0.5 // scale = alpha/r = 0.5
 	merged, err := NewModel("merged", cfg, &w2, nil, nil).Logits(nil, toks)
 	if err != nil {
 		t.Fatal(err)
@@ -544,7 +544,7 @@ func TestRandomWeightsDeterministic(t *testing.T) {
 	if fmt.Sprint(a.Layers[1].Wdown) != fmt.Sprint(b.Layers[1].Wdown) {
 		t.Fatal("RandomWeights not deterministic")
 	}
-	if &a.Embed[0] != &a.LMHead[0] {
+	if !a.Embed.same(a.LMHead) {
 		t.Fatal("tied weights should share")
 	}
 	m := NewModel("r", cfg, a, nil, nil)
@@ -626,13 +626,13 @@ func TestLoadAdapterPEFTVariants(t *testing.T) {
 
 func TestFusedEqualsSeparate(t *testing.T) {
 	m := loadParts(t, writeModel(t, tiny.Spec{Arch: ArchQwen2, Merges: 100}))
-	if m.net.layers[0].wqkv == nil || m.net.layers[0].wgu == nil {
+	if m.net.layers[0].wqkv.empty() || m.net.layers[0].wgu.empty() {
 		t.Fatal("LoadWeights should store q/k/v and gate/up back to back")
 	}
 	w2 := *m.Weights
 	w2.Layers = append([]Layer(nil), m.Weights.Layers...)
-	apart := func(x []float32) []float32 { // a copy with slack, never adjacent to the next
-		return append(make([]float32, 0, len(x)+16), x...)
+	apart := func(x Mat) Mat { // a copy with slack, never adjacent to the next
+		return F32Mat(append(make([]float32, 0, x.Len()+16), x.Float32()...))
 	}
 	for l := range w2.Layers {
 		L := &w2.Layers[l]
@@ -640,7 +640,7 @@ func TestFusedEqualsSeparate(t *testing.T) {
 		L.Wgate, L.Wup = apart(L.Wgate), apart(L.Wup)
 	}
 	sep := NewModel("sep", m.Config, &w2, nil, nil)
-	if sep.net.layers[0].wqkv != nil || sep.net.layers[0].wgu != nil {
+	if !sep.net.layers[0].wqkv.empty() || !sep.net.layers[0].wgu.empty() {
 		t.Fatal("cloned weights should not be fused")
 	}
 	a, _ := NewAdapter(m.Config, LoRAConfig{Rank: 2, Alpha: 4, TargetModules: AllModules}, 3)

@@ -42,6 +42,67 @@ func gemmOn[T Float](be kernels.Backend, transA, transB bool, m, n, k int, alpha
 	}
 }
 
+// wmat is a frozen weight matrix laid out for a pass in T: f, or (float32
+// passes only) the 16-bit values h of type ht as the checkpoint stores
+// them, which the kernels widen to float32 as they multiply.
+type wmat[T Float] struct {
+	f  []T
+	h  []uint16
+	ht kernels.HalfType
+}
+
+// toWmat lays out m for T: float32 values aliased, half precision kept for
+// float32 and widened (exactly) for float64.
+func toWmat[T Float](m Mat) wmat[T] {
+	if m.Half != nil && sizeof[T]() == 4 {
+		return wmat[T]{h: m.Half, ht: m.HalfType}
+	}
+	return wmat[T]{f: convert[T](m.Float32())}
+}
+
+func (w wmat[T]) empty() bool { return w.f == nil && w.h == nil }
+
+// slice is the values [i, j).
+func (w wmat[T]) slice(i, j int) wmat[T] {
+	if w.h != nil {
+		return wmat[T]{h: w.h[i:j:j], ht: w.ht}
+	}
+	return wmat[T]{f: w.f[i:j:j]}
+}
+
+// decodeRows is the most rows of a product that run as a weight stream
+// (kernels.GemvNT) rather than through the backend's Sgemm: decode batches.
+const decodeRows = 16
+
+// mulNT is c [m,n] = a [m,k] (row stride lda) · Wᵀ + beta·c (row stride
+// ldc) for a weight W [n,k] (a linear layer's forward). Half-precision
+// weights go to kernels.HalfGemmNT; float32 weights with few rows (decode)
+// to the streaming kernels.GemvNT unless the naive reference backend is
+// forced; the rest to the backend.
+func mulNT[T Float](m, n, k int, a []T, lda int, w wmat[T], beta T, c []T, ldc int) {
+	if w.h != nil {
+		kernels.HalfGemmNT(w.ht, m, n, k, any(a).([]float32), lda, w.h, k, float32(beta), any(c).([]float32), ldc)
+		return
+	}
+	if a32, ok := any(a).([]float32); ok && m <= decodeRows {
+		if _, naive := kernels.Default().(kernels.Naive); !naive {
+			kernels.GemvNT(m, n, k, a32, lda, any(w.f).([]float32), k, float32(beta), any(c).([]float32), ldc)
+			return
+		}
+	}
+	gemm(false, true, m, n, k, 1, a, lda, w.f, k, beta, c, ldc)
+}
+
+// mulNN is c [m,n] = a [m,k] (row stride lda) · W + beta·c (row stride ldc)
+// for a weight W [k,n] (a linear layer's input gradient).
+func mulNN[T Float](m, n, k int, a []T, lda int, w wmat[T], beta T, c []T, ldc int) {
+	if w.h != nil {
+		kernels.HalfGemmNN(w.ht, m, n, k, any(a).([]float32), lda, w.h, n, float32(beta), any(c).([]float32), ldc)
+		return
+	}
+	gemm(false, false, m, n, k, 1, a, lda, w.f, n, beta, c, ldc)
+}
+
 func scaleRows[T Float](c []T, m, n, ldc int, beta T) {
 	for i := 0; i < m; i++ {
 		row := c[i*ldc : i*ldc+n]

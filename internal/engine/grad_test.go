@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"flywheel/internal/engine/kernels"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -47,12 +48,12 @@ func randNorm(rng *rand.Rand, n int) []float32 {
 func randWeights(cfg *Config, seed uint64) *Weights {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	H, I, Q, KV, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim(), cfg.KVDim(), cfg.VocabSize
-	w := &Weights{Embed: randVec(rng, V*H, 1), Norm: randNorm(rng, H)}
+	w := &Weights{Embed: F32Mat(randVec(rng, V*H, 1)), Norm: randNorm(rng, H)}
 	for range cfg.NumLayers {
 		l := Layer{AttnNorm: randNorm(rng, H), MLPNorm: randNorm(rng, H),
-			Wq: randVec(rng, Q*H, 0.5), Wk: randVec(rng, KV*H, 0.5), Wv: randVec(rng, KV*H, 0.5),
-			Wo: randVec(rng, H*Q, 0.3), Wgate: randVec(rng, I*H, 0.4), Wup: randVec(rng, I*H, 0.4),
-			Wdown: randVec(rng, H*I, 0.3)}
+			Wq: F32Mat(randVec(rng, Q*H, 0.5)), Wk: F32Mat(randVec(rng, KV*H, 0.5)), Wv: F32Mat(randVec(rng, KV*H, 0.5)),
+			Wo: F32Mat(randVec(rng, H*Q, 0.3)), Wgate: F32Mat(randVec(rng, I*H, 0.4)), Wup: F32Mat(randVec(rng, I*H, 0.4)),
+			Wdown: F32Mat(randVec(rng, H*I, 0.3))}
 		if cfg.AttentionBias {
 			l.Bq, l.Bk, l.Bv = randVec(rng, Q, 0.1), randVec(rng, KV, 0.1), randVec(rng, KV, 0.1)
 		}
@@ -64,7 +65,7 @@ func randWeights(cfg *Config, seed uint64) *Weights {
 	if cfg.TieWordEmbeddings {
 		w.LMHead = w.Embed
 	} else {
-		w.LMHead = randVec(rng, V*H, 1)
+		w.LMHead = F32Mat(randVec(rng, V*H, 1))
 	}
 	return w
 }
@@ -230,6 +231,16 @@ func TestModelLoRAGradFloat32(t *testing.T) {
 		t.Run(arch, func(t *testing.T) {
 			cfg := tinyCfg(arch, arch == ArchQwen2)
 			checkModelGrad[float32](t, cfg, randWeights(cfg, 1), false, 2e-3)
+		})
+	}
+	// Training through a frozen BF16 / F16 base: the float32 pass runs the
+	// half-precision kernels (forward and input gradients), the float64
+	// reference the same values widened; separate and fused matrices.
+	for _, ht := range []kernels.HalfType{kernels.BF16, kernels.F16} {
+		t.Run(ht.String(), func(t *testing.T) {
+			cfg := tinyCfg(ArchQwen2, true)
+			checkModelGrad[float32](t, cfg, randWeights(cfg, 1).ToHalf(ht), false, 2e-3)
+			checkModelGrad[float32](t, cfg, RandomWeights(cfg, 1).ToHalf(ht), true, 2e-3)
 		})
 	}
 }

@@ -22,9 +22,13 @@ import (
 // ---------------------------------------------------------------- embedding
 
 // embedForward: x[t,:] = E[tok[t],:]. E [V,H], x [N,H].
-func embedForward[T Float](E []T, H int, toks []int, x []T) {
+func embedForward[T Float](E wmat[T], H int, toks []int, x []T) {
 	for t, id := range toks {
-		copy(x[t*H:(t+1)*H], E[id*H:(id+1)*H])
+		if E.h != nil {
+			kernels.HalfToFloat32(E.ht, any(x[t*H:(t+1)*H]).([]float32), E.h[id*H:(id+1)*H])
+			continue
+		}
+		copy(x[t*H:(t+1)*H], E.f[id*H:(id+1)*H])
 	}
 }
 
@@ -105,20 +109,20 @@ func rmsnormBackward[T Float](x, w, rinv, dy []T, n, c int, dx, base []T) {
 // ---------------------------------------------------------------- linear
 
 // linearForward: y [n,out] (row stride ldy) = x [n,in]·Wᵀ + b (b may be nil).
-func linearForward[T Float](x []T, n, in int, W, b []T, out int, y []T, ldy int) {
-	gemm(false, true, n, out, in, 1, x, in, W, in, 0, y, ldy)
+func linearForward[T Float](x []T, n, in int, W wmat[T], b []T, out int, y []T, ldy int) {
+	mulNT(n, out, in, x, in, W, 0, y, ldy)
 	if b != nil {
 		addBias(y, n, ldy, b)
 	}
 }
 
 // linearBackward: dx (+)= dy·W. (W and b are frozen.)
-func linearBackward[T Float](dy []T, n, out int, W []T, in int, dx []T, accumulate bool) {
+func linearBackward[T Float](dy []T, n, out int, W wmat[T], in int, dx []T, accumulate bool) {
 	var beta T
 	if accumulate {
 		beta = 1
 	}
-	gemm(false, false, n, in, out, 1, dy, out, W, in, beta, dx, in)
+	mulNN(n, in, out, dy, out, W, beta, dx, in)
 }
 
 // addBias adds b to the first len(b) columns of each of n rows of y.

@@ -79,7 +79,7 @@ func caseEmbed[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	const H = 3
 	toks := []int{2, 0, 2, 1}
 	y := make([]T, len(toks)*H)
-	embedForward(in[0], H, toks, y)
+	embedForward(wmat[T]{f: in[0]}, H, toks, y)
 	if gy == nil {
 		return y, nil
 	}
@@ -112,13 +112,13 @@ func caseLinear[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	lo.Layers[0][modGate] = f
 	groups := []loraRows[T]{{R0: 0, R1: 3, L: lo}, {R0: 3, R1: 4}}
 	y, xa := make([]T, n*out), make([]T, n*r)
-	linearForward(in[0], n, inD, W, bias, out, y, out)
+	linearForward(in[0], n, inD, wmat[T]{f: W}, bias, out, y, out)
 	loraForward(groups, 0, modGate, in[0], inD, y, out, xa, r)
 	if gy == nil {
 		return y, nil
 	}
 	dx := make([]T, n*inD)
-	linearBackward(gy, n, out, W, inD, dx, false)
+	linearBackward(gy, n, out, wmat[T]{f: W}, inD, dx, false)
 	loraBackward(groups, 0, modGate, in[0], inD, xa, r, gy, out, dx, make([]T, n*r))
 	return y, [][]T{dx, f.DA, f.DB}
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 
+	"flywheel/internal/engine/kernels"
 	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
 )
@@ -24,7 +25,7 @@ type tensorSource struct {
 	files  map[string]*safetensors.File // by file name
 	byName map[string]string            // tensor name -> file name (sharded)
 	single *safetensors.File
-	inUse  map[*safetensors.File]bool // files whose mapping backs an F32 tensor
+	inUse  map[*safetensors.File]bool // files whose mapping backs a tensor used in place
 }
 
 func openTensors(dir string) (*tensorSource, error) {
@@ -128,27 +129,88 @@ func (s *tensorSource) close() {
 	}
 }
 
-// loadJob is one tensor to fetch: its name, expected shape and destination.
+// loadJob is one tensor to fetch: its name, expected shape and destination
+// (f32 for norms and biases, always float32; mat for matrices).
 type loadJob struct {
 	name  string
 	shape []int
-	dst   *[]float32
-	into  []float32 // non-nil: copy/convert into this slice (fused buffers)
+	f32   *[]float32
+	mat   *Mat
+	into  Mat // set: copy (or convert) into this buffer (fused q/k/v, gate/up)
+}
+
+// fuseGroup is matrices LoadWeights stores back to back in one buffer.
+type fuseGroup struct {
+	dst  *Mat
+	jobs []int
+}
+
+// SettingsFile is the model-folder file of flywheel's own per-model
+// settings, e.g. {"weights_dtype": "float32"}.
+const SettingsFile = "flywheel.json"
+
+// Settings are a model folder's flywheel settings (SettingsFile).
+type Settings struct {
+	// WeightsDType is "stored" (default: F32 as float32, BF16 and F16 kept
+	// in their 16-bit precision) or "float32" (BF16 and F16 widened to
+	// float32 at load, e.g. for exact-parity tests).
+	WeightsDType string `json:"weights_dtype"`
+}
+
+// ReadSettings reads dir/flywheel.json (absent: defaults).
+func ReadSettings(dir string) (Settings, error) {
+	var st Settings
+	path := filepath.Join(dir, SettingsFile)
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("engine: %w", err)
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, fmt.Errorf("engine: %s: %w", path, err)
+	}
+	switch st.WeightsDType {
+	case "", "stored", "float32":
+	default:
+		return st, fmt.Errorf("engine: %s: weights_dtype %q: want \"stored\" or \"float32\"", path, st.WeightsDType)
+	}
+	return st, nil
+}
+
+// halfType is the kernels' type of a safetensors dtype (0 for F32).
+func halfType(dtype string) kernels.HalfType {
+	switch dtype {
+	case "BF16":
+		return kernels.BF16
+	case "F16":
+		return kernels.F16
+	}
+	return 0
 }
 
 // LoadWeights reads the weights of a model folder (model.safetensors or a
-// sharded model.safetensors.index.json) for cfg. F32 tensors are used in
-// place from the memory mapping (read-only: never write into them); F16
-// and BF16 tensors are converted once to float32. Each layer's q/k/v and
-// gate/up matrices are copied (converted) back to back into one buffer, so
-// the forward pass multiplies them as one matrix; the file pages of copied
-// and converted tensors are dropped from the resident set. With tied embeddings the
-// LM head is the embedding matrix. A missing tensor or a wrong shape is an
-// error naming the tensor.
+// sharded model.safetensors.index.json) for cfg. Matrices are used in place
+// from the memory mapping in their stored precision (F32 as float32, BF16
+// and F16 as 16-bit values the kernels widen as they multiply; read-only:
+// never write into them), unless the folder's flywheel.json says
+// "weights_dtype": "float32", which widens BF16/F16 to float32 once. Norms
+// and biases are float32. Each layer's q/k/v and gate/up matrices are copied
+// back to back into one buffer (in their precision when the parts share it),
+// so the forward pass multiplies them as one matrix; the file pages of
+// copied and converted tensors are dropped from the resident set. With tied
+// embeddings the LM head is the embedding matrix. A missing tensor or a
+// wrong shape is an error naming the tensor.
 func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 	if err := checkArch(cfg); err != nil {
 		return nil, err
 	}
+	set, err := ReadSettings(dir)
+	if err != nil {
+		return nil, err
+	}
+	widen := set.WeightsDType == "float32"
 	src, err := openTensors(dir)
 	if err != nil {
 		return nil, err
@@ -157,25 +219,26 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 	Q, KV, D := cfg.QDim(), cfg.KVDim(), cfg.HeadDim
 	w := &Weights{Layers: make([]Layer, cfg.NumLayers)}
 	var jobs []loadJob
+	var groups []fuseGroup
 	add := func(name string, dst *[]float32, shape ...int) {
-		jobs = append(jobs, loadJob{name: name, shape: shape, dst: dst})
+		jobs = append(jobs, loadJob{name: name, shape: shape, f32: dst})
 	}
-	// q/k/v and gate/up are copied into one buffer each per layer, so that
-	// the forward pass can run them as one matrix product (see fuse).
-	addInto := func(name string, dst *[]float32, into []float32, shape ...int) {
-		jobs = append(jobs, loadJob{name: name, shape: shape, dst: dst, into: into})
+	addMat := func(name string, dst *Mat, shape ...int) int {
+		jobs = append(jobs, loadJob{name: name, shape: shape, mat: dst})
+		return len(jobs) - 1
 	}
-	add("model.embed_tokens.weight", &w.Embed, V, H)
+	addMat("model.embed_tokens.weight", &w.Embed, V, H)
 	for l := range w.Layers {
 		L := &w.Layers[l]
 		p := "model.layers." + itoa(l) + "."
 		add(p+"input_layernorm.weight", &L.AttnNorm, H)
-		qkv := make([]float32, (Q+2*KV)*H)
-		L.QKV = qkv
-		addInto(p+"self_attn.q_proj.weight", &L.Wq, qkv[:Q*H:Q*H], Q, H)
-		addInto(p+"self_attn.k_proj.weight", &L.Wk, qkv[Q*H:(Q+KV)*H:(Q+KV)*H], KV, H)
-		addInto(p+"self_attn.v_proj.weight", &L.Wv, qkv[(Q+KV)*H:], KV, H)
-		add(p+"self_attn.o_proj.weight", &L.Wo, H, Q)
+		// q/k/v and gate/up are copied into one buffer each per layer, so
+		// that the forward pass can run them as one matrix product (see fuse).
+		groups = append(groups, fuseGroup{dst: &L.QKV, jobs: []int{
+			addMat(p+"self_attn.q_proj.weight", &L.Wq, Q, H),
+			addMat(p+"self_attn.k_proj.weight", &L.Wk, KV, H),
+			addMat(p+"self_attn.v_proj.weight", &L.Wv, KV, H)}})
+		addMat(p+"self_attn.o_proj.weight", &L.Wo, H, Q)
 		if cfg.AttentionBias {
 			add(p+"self_attn.q_proj.bias", &L.Bq, Q)
 			add(p+"self_attn.k_proj.bias", &L.Bk, KV)
@@ -189,18 +252,18 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			add(p+"self_attn.k_norm.weight", &L.KNorm, D)
 		}
 		add(p+"post_attention_layernorm.weight", &L.MLPNorm, H)
-		gu := make([]float32, 2*I*H)
-		L.GateUp = gu
-		addInto(p+"mlp.gate_proj.weight", &L.Wgate, gu[:I*H:I*H], I, H)
-		addInto(p+"mlp.up_proj.weight", &L.Wup, gu[I*H:], I, H)
-		add(p+"mlp.down_proj.weight", &L.Wdown, H, I)
+		groups = append(groups, fuseGroup{dst: &L.GateUp, jobs: []int{
+			addMat(p+"mlp.gate_proj.weight", &L.Wgate, I, H),
+			addMat(p+"mlp.up_proj.weight", &L.Wup, I, H)}})
+		addMat(p+"mlp.down_proj.weight", &L.Wdown, H, I)
 	}
 	add("model.norm.weight", &w.Norm, H)
 	if !cfg.TieWordEmbeddings {
-		add("lm_head.weight", &w.LMHead, V, H)
+		addMat("lm_head.weight", &w.LMHead, V, H)
 	}
 	// Check presence and shapes first, so errors come before any work.
-	for _, j := range jobs {
+	ts := make([]*safetensors.Tensor, len(jobs))
+	for i, j := range jobs {
 		t := src.lookup(j.name)
 		if t == nil {
 			src.close()
@@ -216,27 +279,70 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			src.close()
 			return nil, fmt.Errorf("engine: %s: tensor %s has unsupported dtype %s (want F32, F16 or BF16)", dir, j.name, t.DType)
 		}
-		if t.DType == "F32" && j.into == nil {
+		ts[i] = t
+	}
+	// The fused buffers: 16-bit when every part is in the same half
+	// precision (and kept), float32 otherwise.
+	for _, g := range groups {
+		ht, n := halfType(ts[g.jobs[0]].DType), 0
+		for _, ji := range g.jobs {
+			if halfType(ts[ji].DType) != ht {
+				ht = 0
+			}
+			n += ts[ji].NumElements()
+		}
+		var buf Mat
+		if ht != 0 && !widen {
+			buf = Mat{Half: make([]uint16, n), HalfType: ht}
+		} else {
+			buf = Mat{F32: make([]float32, n)}
+		}
+		*g.dst = buf
+		off := 0
+		for _, ji := range g.jobs {
+			n := ts[ji].NumElements()
+			jobs[ji].into = buf.slice(off, off+n)
+			off += n
+		}
+	}
+	for i, j := range jobs {
+		if j.into.Len() == 0 && (ts[i].DType == "F32" || (j.mat != nil && !widen)) {
 			src.inUse[src.fileOf(j.name)] = true
 		}
 	}
-	// Convert in parallel (F16/BF16 conversion dominates loading time).
+	// Copy and convert in parallel (F16/BF16 conversion dominates loading
+	// time when widening).
 	var (
 		mu       sync.Mutex
 		firstErr error
 	)
 	par.Tasks(len(jobs), false, func(_, i int) {
-		j := jobs[i]
-		t := src.lookup(j.name)
-		var v []float32
+		j, t := jobs[i], ts[i]
+		ht := halfType(t.DType)
+		inPlace := j.into.Len() == 0 && (ht == 0 || (j.mat != nil && !widen))
 		var err error
-		if j.into != nil {
-			err = t.Float32Into(j.into)
-			v = j.into
-		} else {
+		switch {
+		case j.f32 != nil:
+			*j.f32, err = t.Float32()
+		case j.into.Half != nil:
+			var h []uint16
+			if h, err = t.Uint16(); err == nil {
+				copy(j.into.Half, h)
+				*j.mat = j.into
+			}
+		case j.into.F32 != nil:
+			err = t.Float32Into(j.into.F32)
+			*j.mat = j.into
+		case ht != 0 && !widen:
+			var h []uint16
+			h, err = t.Uint16()
+			*j.mat = Mat{Half: h, HalfType: ht}
+		default:
+			var v []float32
 			v, err = t.Float32()
+			*j.mat = Mat{F32: v}
 		}
-		if j.into != nil || t.DType != "F32" {
+		if !inPlace {
 			src.fileOf(j.name).DropPages(t)
 		}
 		if err != nil {
@@ -245,9 +351,7 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 				firstErr = err
 			}
 			mu.Unlock()
-			return
 		}
-		*j.dst = v
 	})
 	if firstErr != nil {
 		src.close()
@@ -281,9 +385,8 @@ func checkArch(cfg *Config) error {
 }
 
 type wcheck struct {
-	n    string
-	v    []float32
-	want int
+	n         string
+	got, want int
 }
 
 // Check verifies that w has the shapes cfg asks for.
@@ -293,11 +396,11 @@ func (w *Weights) Check(cfg *Config) error {
 	bad := func(name string, got, want int) error {
 		return fmt.Errorf("engine: weights: %s has %d values, want %d", name, got, want)
 	}
-	if len(w.Embed) != V*H {
-		return bad("embed_tokens", len(w.Embed), V*H)
+	if w.Embed.Len() != V*H {
+		return bad("embed_tokens", w.Embed.Len(), V*H)
 	}
-	if len(w.LMHead) != V*H {
-		return bad("lm_head", len(w.LMHead), V*H)
+	if w.LMHead.Len() != V*H {
+		return bad("lm_head", w.LMHead.Len(), V*H)
 	}
 	if len(w.Norm) != H {
 		return bad("norm", len(w.Norm), H)
@@ -309,22 +412,22 @@ func (w *Weights) Check(cfg *Config) error {
 		L := &w.Layers[l]
 		p := "layer " + itoa(l) + " "
 		checks := []wcheck{
-			{"input_layernorm", L.AttnNorm, H}, {"q_proj", L.Wq, Q * H}, {"k_proj", L.Wk, KV * H},
-			{"v_proj", L.Wv, KV * H}, {"o_proj", L.Wo, H * Q}, {"post_attention_layernorm", L.MLPNorm, H},
-			{"gate_proj", L.Wgate, I * H}, {"up_proj", L.Wup, I * H}, {"down_proj", L.Wdown, H * I},
+			{"input_layernorm", len(L.AttnNorm), H}, {"q_proj", L.Wq.Len(), Q * H}, {"k_proj", L.Wk.Len(), KV * H},
+			{"v_proj", L.Wv.Len(), KV * H}, {"o_proj", L.Wo.Len(), H * Q}, {"post_attention_layernorm", len(L.MLPNorm), H},
+			{"gate_proj", L.Wgate.Len(), I * H}, {"up_proj", L.Wup.Len(), I * H}, {"down_proj", L.Wdown.Len(), H * I},
 		}
 		if cfg.AttentionBias {
-			checks = append(checks, wcheck{"q_proj.bias", L.Bq, Q}, wcheck{"k_proj.bias", L.Bk, KV}, wcheck{"v_proj.bias", L.Bv, KV})
+			checks = append(checks, wcheck{"q_proj.bias", len(L.Bq), Q}, wcheck{"k_proj.bias", len(L.Bk), KV}, wcheck{"v_proj.bias", len(L.Bv), KV})
 		}
 		if cfg.OutputBias {
-			checks = append(checks, wcheck{"o_proj.bias", L.Bo, H})
+			checks = append(checks, wcheck{"o_proj.bias", len(L.Bo), H})
 		}
 		if cfg.QKNorm {
-			checks = append(checks, wcheck{"q_norm", L.QNorm, D}, wcheck{"k_norm", L.KNorm, D})
+			checks = append(checks, wcheck{"q_norm", len(L.QNorm), D}, wcheck{"k_norm", len(L.KNorm), D})
 		}
 		for _, c := range checks {
-			if len(c.v) != c.want {
-				return bad(p+c.n, len(c.v), c.want)
+			if c.got != c.want {
+				return bad(p+c.n, c.got, c.want)
 			}
 		}
 	}

@@ -31,10 +31,11 @@ const (
 // for the forward and backward passes (aliased when T is float32, converted
 // otherwise) and the RoPE frequencies of the config.
 type Net[T Float] struct {
-	Config              *Config
-	embed, norm, lmHead []T
-	layers              []netLayer[T]
-	invFreq             []float64
+	Config        *Config
+	embed, lmHead wmat[T]
+	norm          []T
+	layers        []netLayer[T]
+	invFreq       []float64
 	// actPool keeps training activations between steps: a step's forward
 	// takes them, its backward gives them back, so a training job does not
 	// allocate (and zero) its activations again every step.
@@ -61,45 +62,48 @@ func (n *Net[T]) getActs(N, rmax int) *acts[T] {
 type netLayer[T Float] struct {
 	attnNorm, mlpNorm []T
 	qNorm, kNorm      []T // [D] (Qwen3) or nil
-	wq, wk, wv, wo    []T
-	wgate, wup, wdown []T
+	wq, wk, wv, wo    wmat[T]
+	wgate, wup, wdown wmat[T]
 	bq, bk, bv        []T // [Q],[KV],[KV] or nil
 	bo                []T // [H] or nil
-	wqkv, wgu         []T
+	wqkv, wgu         wmat[T]
 }
 
-// NewNet lays out the weights w of a model of shape cfg in T.
+// NewNet lays out the weights w of a model of shape cfg in T: float32
+// matrices are aliased, BF16/F16 matrices kept as they are for float32
+// (the kernels widen them as they multiply) and widened for float64.
 func NewNet[T Float](cfg *Config, w *Weights) (*Net[T], error) {
 	if err := w.Check(cfg); err != nil {
 		return nil, err
 	}
-	n := &Net[T]{Config: cfg, embed: convert[T](w.Embed), norm: convert[T](w.Norm), invFreq: ropeInvFreq(cfg)}
-	if len(w.LMHead) > 0 && len(w.Embed) > 0 && &w.LMHead[0] == &w.Embed[0] {
+	n := &Net[T]{Config: cfg, embed: toWmat[T](w.Embed), norm: convert[T](w.Norm), invFreq: ropeInvFreq(cfg)}
+	if w.LMHead.same(w.Embed) {
 		n.lmHead = n.embed
 	} else {
-		n.lmHead = convert[T](w.LMHead)
+		n.lmHead = toWmat[T](w.LMHead)
 	}
 	fused := fuse(w)
 	for l := range w.Layers {
 		L := &w.Layers[l]
 		nl := netLayer[T]{attnNorm: convert[T](L.AttnNorm), mlpNorm: convert[T](L.MLPNorm),
-			wo: convert[T](L.Wo), wdown: convert[T](L.Wdown),
+			wo: toWmat[T](L.Wo), wdown: toWmat[T](L.Wdown),
 			bq: convert[T](L.Bq), bk: convert[T](L.Bk), bv: convert[T](L.Bv), bo: convert[T](L.Bo)}
 		if cfg.QKNorm {
 			nl.qNorm, nl.kNorm = convert[T](L.QNorm), convert[T](L.KNorm)
 		}
-		if f := fused[l].qkv; f != nil {
-			nl.wqkv = convert[T](f)
-			q, k := len(L.Wq), len(L.Wk)
-			nl.wq, nl.wk, nl.wv = nl.wqkv[:q], nl.wqkv[q:q+k], nl.wqkv[q+k:]
+		if f := fused[l].qkv; f.Len() > 0 {
+			nl.wqkv = toWmat[T](f)
+			q, k := L.Wq.Len(), L.Wk.Len()
+			nl.wq, nl.wk, nl.wv = nl.wqkv.slice(0, q), nl.wqkv.slice(q, q+k), nl.wqkv.slice(q+k, f.Len())
 		} else {
-			nl.wq, nl.wk, nl.wv = convert[T](L.Wq), convert[T](L.Wk), convert[T](L.Wv)
+			nl.wq, nl.wk, nl.wv = toWmat[T](L.Wq), toWmat[T](L.Wk), toWmat[T](L.Wv)
 		}
-		if f := fused[l].gu; f != nil {
-			nl.wgu = convert[T](f)
-			nl.wgate, nl.wup = nl.wgu[:len(L.Wgate)], nl.wgu[len(L.Wgate):]
+		if f := fused[l].gu; f.Len() > 0 {
+			nl.wgu = toWmat[T](f)
+			g := L.Wgate.Len()
+			nl.wgate, nl.wup = nl.wgu.slice(0, g), nl.wgu.slice(g, f.Len())
 		} else {
-			nl.wgate, nl.wup = convert[T](L.Wgate), convert[T](L.Wup)
+			nl.wgate, nl.wup = toWmat[T](L.Wgate), toWmat[T](L.Wup)
 		}
 		n.layers = append(n.layers, nl)
 	}
@@ -327,10 +331,10 @@ func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []
 
 	// attention block
 	rmsnormForward(x, L.attnNorm, N, H, eps, a.xn1, a.rinv1)
-	if L.wqkv != nil {
+	if !L.wqkv.empty() {
 		W := Q + 2*KV
 		st.qkv = grow(st.qkv, N*W)
-		gemm(false, true, N, W, H, 1, a.xn1, H, L.wqkv, H, 0, st.qkv, W)
+		mulNT(N, W, H, a.xn1, H, L.wqkv, 0, st.qkv, W)
 		par.Range(N, W, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				row := st.qkv[r*W : (r+1)*W]
@@ -374,11 +378,11 @@ func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []
 
 	// MLP block
 	rmsnormForward(a.x2, L.mlpNorm, N, H, eps, a.xn2, a.rinv2)
-	if L.wgu != nil {
-		gemm(false, true, N, 2*I, H, 1, a.xn2, H, L.wgu, H, 0, a.gu, 2*I)
+	if !L.wgu.empty() {
+		mulNT(N, 2*I, H, a.xn2, H, L.wgu, 0, a.gu, 2*I)
 	} else {
-		gemm(false, true, N, I, H, 1, a.xn2, H, L.wgate, H, 0, a.gu, 2*I)
-		gemm(false, true, N, I, H, 1, a.xn2, H, L.wup, H, 0, a.gu[I:], 2*I)
+		mulNT(N, I, H, a.xn2, H, L.wgate, 0, a.gu, 2*I)
+		mulNT(N, I, H, a.xn2, H, L.wup, 0, a.gu[I:], 2*I)
 	}
 	loraForward(gs, l, modGate, a.xn2, H, a.gu, 2*I, a.ga, rm)
 	loraForward(gs, l, modUp, a.xn2, H, a.gu[I:], 2*I, a.ua, rm)
@@ -477,11 +481,11 @@ func (n *Net[T]) blockBackward(l int, st *rowsState[T], x []T, a *acts[T], dout,
 	linearBackward(dout, N, H, L.wdown, I, s.dh, false)
 	loraBackward(gs, l, modDown, a.h, I, a.da, rm, dout, H, s.dh, s.dyB)
 	swigluBackward(a.gu, N, I, s.dh, s.dgu)
-	if L.wgu != nil {
+	if !L.wgu.empty() {
 		linearBackward(s.dgu, N, 2*I, L.wgu, H, s.dxn, false)
 	} else {
-		gemm(false, false, N, H, I, 1, s.dgu, 2*I, L.wgate, H, 0, s.dxn, H)
-		gemm(false, false, N, H, I, 1, s.dgu[I:], 2*I, L.wup, H, 1, s.dxn, H)
+		mulNN(N, H, I, s.dgu, 2*I, L.wgate, 0, s.dxn, H)
+		mulNN(N, H, I, s.dgu[I:], 2*I, L.wup, 1, s.dxn, H)
 	}
 	loraBackward(gs, l, modGate, a.xn2, H, a.ga, rm, s.dgu, 2*I, s.dxn, s.dyB)
 	loraBackward(gs, l, modUp, a.xn2, H, a.ua, rm, s.dgu[I:], 2*I, s.dxn, s.dyB)
@@ -502,7 +506,7 @@ func (n *Net[T]) blockBackward(l int, st *rowsState[T], x []T, a *acts[T], dout,
 		rmsnormBackward(a.q, L.qNorm, a.rq, s.dqn, N*nh, D, s.dq, nil)
 		rmsnormBackward(a.k, L.kNorm, a.rk, s.dkn, N*nkv, D, s.dk, nil)
 	}
-	if L.wqkv != nil {
+	if !L.wqkv.empty() {
 		W := Q + 2*KV
 		s.dqkv = grow(s.dqkv, N*W)
 		par.Range(N, W, func(lo, hi int) {
@@ -539,7 +543,7 @@ func (n *Net[T]) finalNorm(x []T, rows []int, hx, hf, rinv []T) {
 // headForward: logits z [m, V] = hf [m, H] · LMHeadᵀ.
 func (n *Net[T]) headForward(hf []T, m int, z []T) {
 	H, V := n.Config.HiddenSize, n.Config.VocabSize
-	gemm(false, true, m, V, H, 1, hf, H, n.lmHead, H, 0, z, V)
+	mulNT(m, V, H, hf, H, n.lmHead, 0, z, V)
 }
 
 func (n *Net[T]) checkLoRA(lo *LoRA[T]) error {

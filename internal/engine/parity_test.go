@@ -33,6 +33,8 @@ func variantSpecs() []struct {
 			{"qwen3", tiny.Spec{Arch: ArchQwen3, Heads: 4, KVHeads: 2, HeadDim: 32}},
 			{"llama-attention-bias", tiny.Spec{Arch: ArchLlama, Heads: 4, KVHeads: 2, AttentionBias: true}},
 			{"qwen3-attention-bias", tiny.Spec{Arch: ArchQwen3, Heads: 4, KVHeads: 2, AttentionBias: true}},
+			{"llama-bf16", tiny.Spec{Arch: ArchLlama, Heads: 4, KVHeads: 2, DType: "BF16"}},
+			{"qwen2-f16", tiny.Spec{Arch: ArchQwen2, Heads: 4, KVHeads: 2, DType: "F16"}},
 		} {
 			v.spec.Untied, v.spec.Merges, v.spec.Layers = untied, 100, 2
 			v.name += map[bool]string{false: "/tied", true: "/untied"}[untied]

@@ -16,24 +16,26 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 	w := &Weights{Layers: make([]Layer, cfg.NumLayers)}
 	type job struct {
 		dst        *[]float32
+		mat        *Mat
 		n          int
 		center, sd float64
 		into       []float32
 	}
 	var jobs []job
-	lin := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, n, 0, 0.02, nil}) }
-	norm := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, n, 1, 0.1, nil}) }
-	linInto := func(dst *[]float32, into []float32) { jobs = append(jobs, job{dst, len(into), 0, 0.02, into}) }
-	lin(&w.Embed, V*H)
+	mat := func(dst *Mat, n int) { jobs = append(jobs, job{nil, dst, n, 0, 0.02, nil}) }
+	lin := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, nil, n, 0, 0.02, nil}) }
+	norm := func(dst *[]float32, n int) { jobs = append(jobs, job{dst, nil, n, 1, 0.1, nil}) }
+	matInto := func(dst *Mat, into []float32) { jobs = append(jobs, job{nil, dst, len(into), 0, 0.02, into}) }
+	mat(&w.Embed, V*H)
 	for l := range w.Layers {
 		L := &w.Layers[l]
 		norm(&L.AttnNorm, H)
 		qkv := make([]float32, (Q+2*KV)*H) // fused layout, as LoadWeights makes
-		L.QKV = qkv
-		linInto(&L.Wq, qkv[:Q*H:Q*H])
-		linInto(&L.Wk, qkv[Q*H:(Q+KV)*H:(Q+KV)*H])
-		linInto(&L.Wv, qkv[(Q+KV)*H:])
-		lin(&L.Wo, H*Q)
+		L.QKV = F32Mat(qkv)
+		matInto(&L.Wq, qkv[:Q*H:Q*H])
+		matInto(&L.Wk, qkv[Q*H:(Q+KV)*H:(Q+KV)*H])
+		matInto(&L.Wv, qkv[(Q+KV)*H:])
+		mat(&L.Wo, H*Q)
 		if cfg.AttentionBias {
 			lin(&L.Bq, Q)
 			lin(&L.Bk, KV)
@@ -48,14 +50,14 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 		}
 		norm(&L.MLPNorm, H)
 		gu := make([]float32, 2*I*H)
-		L.GateUp = gu
-		linInto(&L.Wgate, gu[:I*H:I*H])
-		linInto(&L.Wup, gu[I*H:])
-		lin(&L.Wdown, H*I)
+		L.GateUp = F32Mat(gu)
+		matInto(&L.Wgate, gu[:I*H:I*H])
+		matInto(&L.Wup, gu[I*H:])
+		mat(&L.Wdown, H*I)
 	}
 	norm(&w.Norm, H)
 	if !cfg.TieWordEmbeddings {
-		lin(&w.LMHead, V*H)
+		mat(&w.LMHead, V*H)
 	}
 	par.Tasks(len(jobs), false, func(_, i int) {
 		j := jobs[i]
@@ -68,7 +70,11 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 		for k := range v {
 			v[k] = float32(j.center + a*(2*r.float64()-1))
 		}
-		*j.dst = v
+		if j.mat != nil {
+			*j.mat = F32Mat(v)
+		} else {
+			*j.dst = v
+		}
 	})
 	if cfg.TieWordEmbeddings {
 		w.LMHead = w.Embed

@@ -21,7 +21,8 @@ func refForward(cfg *Config, w *Weights, a *Adapter, tokens []int) [][]float64 {
 		}
 		return y
 	}
-	merged := func(l int, mod string, W []float32) [][]float64 {
+	merged := func(l int, mod string, Wm Mat) [][]float64 {
+		W := Wm.Float32() // exact for BF16/F16
 		out, in, _ := cfg.ModuleShape(mod)
 		m := make([][]float64, out)
 		for o := range m {
@@ -106,8 +107,9 @@ func refForward(cfg *Config, w *Weights, a *Adapter, tokens []int) [][]float64 {
 	}
 
 	hs := make([][]float64, T)
+	embed, head := w.Embed.Float32(), w.LMHead.Float32()
 	for t, id := range tokens {
-		hs[t] = f64(w.Embed[id*H : (id+1)*H])
+		hs[t] = f64(embed[id*H : (id+1)*H])
 	}
 	for l := range w.Layers {
 		L := &w.Layers[l]
@@ -188,7 +190,7 @@ func refForward(cfg *Config, w *Weights, a *Adapter, tokens []int) [][]float64 {
 		for o := 0; o < V; o++ {
 			var s float64
 			for i := 0; i < H; i++ {
-				s += float64(w.LMHead[o*H+i]) * x[i]
+				s += float64(head[o*H+i]) * x[i]
 			}
 			out[t][o] = s
 		}

@@ -238,7 +238,7 @@ func (p *Pass[T]) Backward(dLogProb []float64) {
 			row := pr[i*V : (i+1)*V]
 			logSoftmaxBackward(row, b.Targets[c0+i], T(dLogProb[c0+i]), row)
 		})
-		gemm(false, false, c1-c0, H, V, 1, pr, V, n.lmHead, H, 0, dhf[c0*H:], H)
+		mulNN(c1-c0, H, V, pr, V, n.lmHead, 0, dhf[c0*H:], H)
 		n.putHeadBuf(pr)
 	}
 	p.probs = nil

@@ -1,25 +1,155 @@
 package engine
 
+import (
+	"unsafe"
+
+	"flywheel/internal/engine/kernels"
+	"flywheel/internal/safetensors"
+)
+
+// Mat is a weight matrix as the passes read it: float32 values (F32), or
+// the 16-bit values of a BF16/F16 checkpoint as stored (Half, of type
+// HalfType), which the kernels widen to float32 as they multiply, so a
+// half-precision model is held and streamed at half the bytes. Exactly one
+// of F32 and Half is set (both nil: absent).
+type Mat struct {
+	F32      []float32
+	Half     []uint16
+	HalfType kernels.HalfType
+}
+
+// F32Mat wraps float32 values.
+func F32Mat(v []float32) Mat { return Mat{F32: v} }
+
+// Len is the number of values.
+func (m Mat) Len() int {
+	if m.Half != nil {
+		return len(m.Half)
+	}
+	return len(m.F32)
+}
+
+// Float32 returns the values as float32: F32 itself, or Half widened into a
+// new slice (exact).
+func (m Mat) Float32() []float32 {
+	if m.Half == nil {
+		return m.F32
+	}
+	out := make([]float32, len(m.Half))
+	kernels.HalfToFloat32(m.HalfType, out, m.Half)
+	return out
+}
+
+// slice is the values [i, j).
+func (m Mat) slice(i, j int) Mat {
+	if m.Half != nil {
+		return Mat{Half: m.Half[i:j:j], HalfType: m.HalfType}
+	}
+	return Mat{F32: m.F32[i:j:j]}
+}
+
+// same reports whether a and b are the same buffer (tied embeddings).
+func (m Mat) same(b Mat) bool {
+	if m.Half != nil || b.Half != nil {
+		return len(m.Half) > 0 && len(b.Half) > 0 && &m.Half[0] == &b.Half[0]
+	}
+	return len(m.F32) > 0 && len(b.F32) > 0 && &m.F32[0] == &b.F32[0]
+}
+
+// addr is the address of the first value (0 when empty), for partsOf.
+func (m Mat) addr() uintptr {
+	switch {
+	case len(m.Half) > 0:
+		return uintptr(unsafe.Pointer(&m.Half[0]))
+	case len(m.F32) > 0:
+		return uintptr(unsafe.Pointer(&m.F32[0]))
+	}
+	return 0
+}
+
+// elemSize is the bytes per value.
+func (m Mat) elemSize() int {
+	if m.Half != nil {
+		return 2
+	}
+	return 4
+}
+
+// Bytes is the memory the values take.
+func (m Mat) Bytes() int64 { return int64(m.Len()) * int64(m.elemSize()) }
+
+// toHalf rounds float32 values to t (round to nearest even).
+func toHalf(t kernels.HalfType, v []float32) []uint16 {
+	h := make([]uint16, len(v))
+	for i, x := range v {
+		if t == kernels.BF16 {
+			h[i] = safetensors.F32ToBF16(x)
+		} else {
+			h[i] = safetensors.F32ToF16(x)
+		}
+	}
+	return h
+}
+
+// ToHalf returns a copy of w whose matrices (embeddings, projections, LM
+// head) are rounded to t, as a checkpoint saved in t would load (norms and
+// biases stay float32); the fused q/k/v and gate/up layout and tied
+// embeddings are kept. For tests and benchmarks.
+func (w *Weights) ToHalf(t kernels.HalfType) *Weights {
+	cv := func(m Mat) Mat {
+		if m.Half != nil && m.HalfType == t {
+			return m
+		}
+		return Mat{Half: toHalf(t, m.Float32()), HalfType: t}
+	}
+	out := &Weights{Embed: cv(w.Embed), Norm: w.Norm, Layers: make([]Layer, len(w.Layers))}
+	if w.LMHead.same(w.Embed) {
+		out.LMHead = out.Embed
+	} else {
+		out.LMHead = cv(w.LMHead)
+	}
+	for l := range w.Layers {
+		L := w.Layers[l]
+		if partsOf(L.QKV, L.Wq, L.Wk, L.Wv) {
+			L.QKV = cv(L.QKV)
+			q, k := L.Wq.Len(), L.Wk.Len()
+			L.Wq, L.Wk, L.Wv = L.QKV.slice(0, q), L.QKV.slice(q, q+k), L.QKV.slice(q+k, L.QKV.Len())
+		} else {
+			L.QKV, L.Wq, L.Wk, L.Wv = Mat{}, cv(L.Wq), cv(L.Wk), cv(L.Wv)
+		}
+		if partsOf(L.GateUp, L.Wgate, L.Wup) {
+			L.GateUp = cv(L.GateUp)
+			g := L.Wgate.Len()
+			L.Wgate, L.Wup = L.GateUp.slice(0, g), L.GateUp.slice(g, L.GateUp.Len())
+		} else {
+			L.GateUp, L.Wgate, L.Wup = Mat{}, cv(L.Wgate), cv(L.Wup)
+		}
+		L.Wo, L.Wdown = cv(L.Wo), cv(L.Wdown)
+		out.Layers[l] = L
+	}
+	return out
+}
+
 // fusedLayer views a layer's q/k/v weights as one [Q+2KV, H] matrix and
 // its gate/up weights as one [2I, H] matrix when the layer carries them as
 // one buffer (Layer.QKV, Layer.GateUp, which LoadWeights and RandomWeights
 // fill) and the separate matrices are exactly its parts, so the forward
 // pass runs one matrix product instead of three and two; nil fields mean
 // the weights are separate (e.g. built by hand, or replaced after loading).
-type fusedLayer struct{ qkv, gu []float32 }
+type fusedLayer struct{ qkv, gu Mat }
 
-// partsOf reports whether the slices parts lie back to back at the start of
-// buf and fill it exactly (compared element address by element address, so
-// no pointer leaves its allocation).
-func partsOf(buf []float32, parts ...[]float32) bool {
+// partsOf reports whether the matrices parts lie back to back at the start
+// of buf, in its precision, and fill it exactly.
+func partsOf(buf Mat, parts ...Mat) bool {
 	off := 0
 	for _, p := range parts {
-		if len(p) == 0 || off+len(p) > len(buf) || &buf[off] != &p[0] {
+		if p.Len() == 0 || off+p.Len() > buf.Len() || (p.Half == nil) != (buf.Half == nil) ||
+			p.addr() != buf.addr()+uintptr(off*buf.elemSize()) {
 			return false
 		}
-		off += len(p)
+		off += p.Len()
 	}
-	return off == len(buf)
+	return off == buf.Len()
 }
 
 func fuse(w *Weights) []fusedLayer {
@@ -36,36 +166,39 @@ func fuse(w *Weights) []fusedLayer {
 	return f
 }
 
-// Layer holds one decoder layer's weights in float32. Linear weights use
-// the Hugging Face layout [out, in] (row-major), so y = x · Wᵀ (+ b).
+// Layer holds one decoder layer's weights: matrices in float32 or as a
+// BF16/F16 checkpoint stores them (Mat), norms and biases in float32.
+// Linear weights use the Hugging Face layout [out, in] (row-major), so
+// y = x · Wᵀ (+ b).
 //
 //	H = HiddenSize, I = IntermediateSize, D = HeadDim,
 //	Q = NumHeads*D, KV = NumKVHeads*D
 type Layer struct {
 	AttnNorm     []float32 // [H]   input_layernorm
-	Wq           []float32 // [Q, H]
-	Wk           []float32 // [KV, H]
-	Wv           []float32 // [KV, H]
-	Wo           []float32 // [H, Q]
+	Wq           Mat       // [Q, H]
+	Wk           Mat       // [KV, H]
+	Wv           Mat       // [KV, H]
+	Wo           Mat       // [H, Q]
 	Bq, Bk, Bv   []float32 // [Q], [KV], [KV]; nil without attention bias
 	Bo           []float32 // [H] o_proj bias; nil unless Config.OutputBias
 	QNorm, KNorm []float32 // [D] per-head RMSNorm weights (Qwen3); nil otherwise
 	MLPNorm      []float32 // [H]   post_attention_layernorm
-	Wgate        []float32 // [I, H]
-	Wup          []float32 // [I, H]
-	Wdown        []float32 // [H, I]
+	Wgate        Mat       // [I, H]
+	Wup          Mat       // [I, H]
+	Wdown        Mat       // [H, I]
 	// QKV and GateUp, when set, are one buffer holding Wq, Wk, Wv (resp.
 	// Wgate, Wup) back to back; the forward pass then multiplies by each as
 	// one matrix. LoadWeights and RandomWeights set them.
-	QKV, GateUp []float32
+	QKV, GateUp Mat
 }
 
-// Weights is a whole model's parameters in float32.
+// Weights is a whole model's parameters (matrices in float32 or BF16/F16,
+// see Mat).
 type Weights struct {
-	Embed  []float32 // [V, H] embed_tokens
+	Embed  Mat // [V, H] embed_tokens
 	Layers []Layer
 	Norm   []float32 // [H] final norm
-	LMHead []float32 // [V, H]; the same slice as Embed when embeddings are tied
+	LMHead Mat       // [V, H]; the same buffer as Embed when embeddings are tied
 }
 
 // Module names of the projections a LoRA adapter can target, as in PEFT.

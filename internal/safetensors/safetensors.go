@@ -2,9 +2,9 @@
 // little-endian header length, a JSON header mapping tensor names to
 // {dtype, shape, data_offsets}, then the raw tensor bytes.
 //
-// Files are memory-mapped for reading, so F32 tensors are used in place and
-// F16/BF16 tensors are converted once into float32 without an extra copy of
-// the file.
+// Files are memory-mapped for reading, so tensors are used in place (F32 as
+// float32, F16/BF16 as their 16-bit values) or converted once into float32
+// without an extra copy of the file.
 package safetensors
 
 import (
@@ -36,6 +36,30 @@ func (t *Tensor) NumElements() int {
 		n *= d
 	}
 	return n
+}
+
+// Uint16 returns the raw 16-bit values of an F16 or BF16 tensor: a view of
+// the mapping when its bytes are 2-byte aligned (no copy; read-only: never
+// write into it), else a copy.
+func (t *Tensor) Uint16() ([]uint16, error) {
+	n := t.NumElements()
+	if t.DType != "F16" && t.DType != "BF16" {
+		return nil, fmt.Errorf("safetensors: tensor %s: dtype %s is not F16 or BF16", t.Name, t.DType)
+	}
+	if len(t.Data) != 2*n {
+		return nil, fmt.Errorf("safetensors: tensor %s: %d bytes for %d %s values", t.Name, len(t.Data), n, t.DType)
+	}
+	if n == 0 {
+		return []uint16{}, nil
+	}
+	if littleEndian && uintptr(unsafe.Pointer(&t.Data[0]))%2 == 0 {
+		return unsafe.Slice((*uint16)(unsafe.Pointer(&t.Data[0])), n), nil
+	}
+	out := make([]uint16, n)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint16(t.Data[2*i:])
+	}
+	return out, nil
 }
 
 // Float32 returns the tensor as float32 values. An F32 tensor whose bytes are

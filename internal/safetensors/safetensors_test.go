@@ -3,6 +3,7 @@ package safetensors
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -144,3 +145,52 @@ func TestBadFiles(t *testing.T) {
 }
 
 func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
+
+// TestUint16: the 16-bit values of F16/BF16 tensors, as a view of the
+// mapping when aligned and as a copy when not; other dtypes are refused.
+func TestUint16(t *testing.T) {
+	vals := []float32{1, -2.5, 0.125, 3e-5, 65504}
+	path := filepath.Join(t.TempDir(), "h.safetensors")
+	if err := WriteFile(path, []WriteTensor{
+		{Name: "a", Shape: []int{5}, Data: vals, DType: "BF16"},
+		{Name: "b", Shape: []int{5}, Data: vals, DType: "F16"},
+		{Name: "c", Shape: []int{5}, Data: vals},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, name := range []string{"a", "b"} {
+		tn := f.Tensor(name)
+		h, err := tn.Uint16()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			want := F32ToBF16(v)
+			if tn.DType == "F16" {
+				want = F32ToF16(v)
+			}
+			if h[i] != want {
+				t.Fatalf("%s[%d] = %#x, want %#x", name, i, h[i], want)
+			}
+		}
+		// misaligned bytes: a copy with the same values
+		odd := &Tensor{Name: name, DType: tn.DType, Shape: tn.Shape, Data: append(make([]byte, 1, len(tn.Data)+1), tn.Data...)[1:]}
+		h2, err := odd.Uint16()
+		if err != nil || fmt.Sprint(h2) != fmt.Sprint(h) {
+			t.Fatalf("misaligned %s: %v %v, want %v", name, h2, err, h)
+		}
+	}
+	if _, err := f.Tensor("c").Uint16(); err == nil {
+		t.Fatal("F32 tensor: want an error")
+	}
+	short := *f.Tensor("a")
+	short.Data = short.Data[:3]
+	if _, err := short.Uint16(); err == nil {
+		t.Fatal("short data: want an error")
+	}
+}

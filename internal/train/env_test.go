@@ -15,9 +15,9 @@ import (
 )
 
 var (
-	tinyOnce sync.Once
-	tinyDir  string
-	tinyErr  error
+	tinyOnce, bf16Once sync.Once
+	tinyDir, bf16Dir   string
+	tinyErr, bf16Err   error
 )
 
 // tinyRegistry returns a registry over a models dir holding flywheel/tiny
@@ -35,6 +35,31 @@ func tinyRegistry(t testing.TB) *engine.Registry {
 	return engine.NewRegistry(tinyDir)
 }
 
+// bf16Registry returns a registry over a models dir holding flywheel/tiny
+// written in BF16 (the same weights rounded), which the engine keeps in
+// BF16: training runs through a frozen BF16 base.
+func bf16Registry(t testing.TB) *engine.Registry {
+	bf16Once.Do(func() {
+		bf16Dir, bf16Err = os.MkdirTemp("", "flywheel-train-bf16-*")
+		if bf16Err == nil {
+			spec := tiny.DefaultSpec()
+			spec.DType = "BF16"
+			bf16Err = tiny.Write(filepath.Join(bf16Dir, filepath.FromSlash(tiny.ID)), spec)
+		}
+	})
+	if bf16Err != nil {
+		t.Fatal(bf16Err)
+	}
+	return engine.NewRegistry(bf16Dir)
+}
+
+// bases are the two ways the learning tests run flywheel/tiny: as shipped
+// (F32) and stored in BF16.
+var bases = []struct {
+	name string
+	reg  func(testing.TB) *engine.Registry
+}{{"f32", tinyRegistry}, {"bf16", bf16Registry}}
+
 // env is a model's checkpoint folders on disk, as the queue keeps them.
 type env struct {
 	t     testing.TB
@@ -50,8 +75,10 @@ type env struct {
 
 // newEnv sets up flywheel/tiny, as the server ships it, with a step-0
 // checkpoint.
-func newEnv(t testing.TB, opts Options) *env {
-	reg := tinyRegistry(t)
+func newEnv(t testing.TB, opts Options) *env { return newEnvOn(t, tinyRegistry(t), opts) }
+
+// newEnvOn is newEnv over flywheel/tiny in reg.
+func newEnvOn(t testing.TB, reg *engine.Registry, opts Options) *env {
 	base, err := reg.Get(tiny.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -53,8 +53,15 @@ func writeJSONL(t testing.TB, path string, rows []map[string]any) {
 	}
 }
 
+// TestSFTMemorisesReply runs on flywheel/tiny as the server ships it (F32)
+// and stored in BF16 (kept in BF16 by the engine).
 func TestSFTMemorisesReply(t *testing.T) {
-	e := newEnv(t, Options{}) // flywheel/tiny as the server ships it
+	for _, b := range bases {
+		t.Run(b.name, func(t *testing.T) { sftMemorises(t, newEnvOn(t, b.reg(t), Options{})) })
+	}
+}
+
+func sftMemorises(t *testing.T, e *env) {
 	const reply = "The password is swordfish."
 	user := map[string]any{"role": "user", "content": "What is the password?"}
 	ex := map[string]any{"messages": []any{user, map[string]any{"role": "assistant", "content": reply}}}

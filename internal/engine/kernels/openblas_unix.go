@@ -16,6 +16,17 @@ func loadOpenBLAS() (ob *OpenBLAS, err error) {
 	if p := os.Getenv("FLYWHEEL_OPENBLAS"); p != "" {
 		names = append([]string{p}, names...)
 	}
+	// OpenBLAS starts its thread pool when the library loads, and its idle
+	// threads spin on sched_yield for a long while before they sleep (8% of
+	// a 2-core machine's CPU during a decode benchmark), even when the
+	// library then runs single-threaded (the default split mode) or is not
+	// chosen at all. Unless the user set a count, it starts with one
+	// thread; openblas_set_num_threads raises it for
+	// FLYWHEEL_OPENBLAS_THREADS. (Read by the library's constructor through
+	// the C environment, which os.Setenv updates in cgo builds.)
+	if os.Getenv("OPENBLAS_NUM_THREADS") == "" && os.Getenv("OMP_NUM_THREADS") == "" {
+		_ = os.Setenv("OPENBLAS_NUM_THREADS", "1")
+	}
 	var lib uintptr
 	var path string
 	var errs []string

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"flywheel/internal/engine/kernels"
+)
+
+var (
+	benchHalfOnce  sync.Once
+	benchHalfModel *Model
+)
+
+// model135MBF16 is model135M's weights rounded to BF16 and kept in BF16, as
+// a BF16 checkpoint loads.
+func model135MBF16(b *testing.B) *Model {
+	m := model135M(b)
+	benchHalfOnce.Do(func() {
+		benchHalfModel = NewModel("bench/smollm2-135m-random-bf16", m.Config, m.Weights.ToHalf(kernels.BF16), nil, nil)
+	})
+	return benchHalfModel
+}
+
+// decodeSteps decodes steps tokens on batch sequences (prefilled to
+// benchContext tokens, truncated back afterwards) and returns the seconds.
+func decodeSteps(b *testing.B, m *Model, seqs []*Seq, steps int) float64 {
+	toks := make([][]int, len(seqs))
+	for i := range toks {
+		toks[i] = []int{i + 1}
+	}
+	start := time.Now()
+	for range steps {
+		if _, err := m.Forward(seqs, toks); err != nil {
+			b.Fatal(err)
+		}
+	}
+	el := time.Since(start).Seconds()
+	for _, s := range seqs {
+		s.Truncate(benchContext)
+	}
+	return el
+}
+
+func prefilled(b *testing.B, m *Model, batch int) []*Seq {
+	seqs := make([]*Seq, batch)
+	for i := range seqs {
+		seqs[i] = m.NewSeq(nil)
+		if _, err := m.Forward([]*Seq{seqs[i]}, [][]int{randTokens(benchContext, m.Config.VocabSize, uint64(i))}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return seqs
+}
+
+// BenchmarkInference135M is the issue-15 benchmark: in one run, interleaved
+// so every figure sees the same machine, it measures the read bandwidth
+// (256 MiB, all cores), batch-1 decode with float32 and with BF16 weights
+// (the SmolLM2-135M shape, random weights, 128-token context), 8-sequence
+// decode and a 512-token prefill for both. It reports decode tok/s against
+// the bandwidth limit (weight bytes per token / read bandwidth) for each
+// precision and BF16's speed-up over float32.
+func BenchmarkInference135M(b *testing.B) {
+	f32, bf := model135M(b), model135MBF16(b)
+	wf, wh := float64(weightBytes(f32.Weights)), float64(weightBytes(bf.Weights))
+	buf := make([]float32, 256<<20/4)
+	for i := range buf {
+		buf[i] = 1
+	}
+	s1f, s1h := prefilled(b, f32, 1), prefilled(b, bf, 1)
+	s8f, s8h := prefilled(b, f32, 8), prefilled(b, bf, 8)
+	const T = 512
+	ptoks := randTokens(T, f32.Config.VocabSize, 7)
+	pf, ph := f32.NewSeq(nil), bf.NewSeq(nil)
+	prefill := func(m *Model, s *Seq) float64 {
+		s.Reset()
+		start := time.Now()
+		if _, err := m.Forward([]*Seq{s}, [][]int{ptoks}); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start).Seconds()
+	}
+	const steps = 16
+	var bwBytes, bwTime, d1f, d1h, d8f, d8h, pff, pfh float64
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		bw := readBandwidth(buf)
+		bwBytes += 4 * float64(len(buf))
+		bwTime += 4 * float64(len(buf)) / bw
+		d1f += decodeSteps(b, f32, s1f, steps)
+		d1h += decodeSteps(b, bf, s1h, steps)
+		d8f += decodeSteps(b, f32, s8f, steps)
+		d8h += decodeSteps(b, bf, s8h, steps)
+		pff += prefill(f32, pf)
+		pfh += prefill(bf, ph)
+	}
+	bw := bwBytes / bwTime
+	tf, th := float64(b.N*steps)/d1f, float64(b.N*steps)/d1h
+	b.ReportMetric(bw/1e9, "readGB/s")
+	b.ReportMetric(tf, "f32-tok/s")
+	b.ReportMetric(tf/(bw/wf), "f32-of-limit")
+	b.ReportMetric(th, "bf16-tok/s")
+	b.ReportMetric(th/(bw/wh), "bf16-of-limit")
+	b.ReportMetric(th/tf, "bf16/f32")
+	b.ReportMetric(float64(8*b.N*steps)/d8f, "f32-b8-tok/s")
+	b.ReportMetric(float64(8*b.N*steps)/d8h, "bf16-b8-tok/s")
+	b.ReportMetric(float64(b.N*T)/pff, "f32-prefill-tok/s")
+	b.ReportMetric(float64(b.N*T)/pfh, "bf16-prefill-tok/s")
+}

@@ -1,0 +1,382 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+
+	"flywheel/internal/par"
+	"flywheel/internal/safetensors"
+)
+
+// HalfType names a 16-bit float format in which weights are kept as a
+// model file stores them: products read the 16-bit values and compute in
+// float32, so decoding streams half the bytes of float32 weights.
+type HalfType uint8
+
+const (
+	BF16 HalfType = iota + 1 // bfloat16: the high 16 bits of a float32
+	F16                      // IEEE 754 half precision
+)
+
+// String is the safetensors dtype name.
+func (t HalfType) String() string {
+	switch t {
+	case BF16:
+		return "BF16"
+	case F16:
+		return "F16"
+	}
+	return fmt.Sprintf("HalfType(%d)", uint8(t))
+}
+
+// Float32 widens one value (exact).
+func (t HalfType) Float32(h uint16) float32 {
+	if t == BF16 {
+		return math.Float32frombits(uint32(h) << 16)
+	}
+	return safetensors.F16ToF32(h)
+}
+
+// HalfToFloat32 widens src into dst (len(dst) values; exact).
+func HalfToFloat32(t HalfType, dst []float32, src []uint16) {
+	n := len(dst)
+	src = src[:n]
+	i := 0
+	if n >= 8 {
+		switch {
+		case t == BF16 && haveAVX2:
+			i = n &^ 7
+			cvtBF16Y(i, &dst[0], &src[0])
+		case t == F16 && haveF16C:
+			i = n &^ 7
+			cvtF16Y(i, &dst[0], &src[0])
+		}
+	}
+	for ; i < n; i++ {
+		dst[i] = t.Float32(src[i])
+	}
+}
+
+// hdot4 returns the dots of x with the four half-precision rows
+// w[r*ldw : r*ldw+len(x)], r = 0..3.
+func hdot4(t HalfType, x []float32, w []uint16, ldw int) [4]float32 {
+	n := len(x)
+	_ = w[3*ldw+n-1]
+	var out [4]float32
+	i := 0
+	switch {
+	case haveAVX2 && n >= 8 && t == BF16:
+		i = n &^ 7
+		hdot4BF16Y(i, &x[0], &w[0], ldw, &out)
+	case haveF16C && n >= 8 && t == F16:
+		i = n &^ 7
+		hdot4F16Y(i, &x[0], &w[0], ldw, &out)
+	}
+	for ; i < n; i++ {
+		xv := x[i]
+		out[0] += xv * t.Float32(w[i])
+		out[1] += xv * t.Float32(w[ldw+i])
+		out[2] += xv * t.Float32(w[2*ldw+i])
+		out[3] += xv * t.Float32(w[3*ldw+i])
+	}
+	return out
+}
+
+// hdot returns the dot of x with one half-precision row w.
+func hdot(t HalfType, x []float32, w []uint16) float32 {
+	var s float32
+	for i, xv := range x {
+		s += xv * t.Float32(w[i])
+	}
+	return s
+}
+
+// halfSmallM is the largest m for which HalfGemmNT streams the weights
+// once without converting them in blocks for Sgemm (decode batches).
+const halfSmallM = 16
+
+// halfBlockElems is the size of the float32 blocks weights are widened into
+// for the matrix-matrix products (1 MiB: stays in L2/L3 while Sgemm uses it).
+const halfBlockElems = 1 << 18
+
+// checkHalf panics with a clear message when a slice is too short for the
+// described matrices.
+func checkHalf(op string, m, n, k int, a []float32, lda int, wNeed int, w []uint16, c []float32, ldc int) {
+	if m > 0 && k > 0 && len(a) < (m-1)*lda+k {
+		panic(fmt.Sprintf("kernels: %s: a has %d elements, need %d", op, len(a), (m-1)*lda+k))
+	}
+	if len(w) < wNeed {
+		panic(fmt.Sprintf("kernels: %s: w has %d elements, need %d", op, len(w), wNeed))
+	}
+	if m > 0 && n > 0 && len(c) < (m-1)*ldc+n {
+		panic(fmt.Sprintf("kernels: %s: c has %d elements, need %d", op, len(c), (m-1)*ldc+n))
+	}
+}
+
+// HalfGemmNT computes C = A·Wᵀ + beta·C: A [m,k] float32 (row stride lda),
+// W [n,k] in half precision t (row stride ldw; a linear layer's weight in
+// the Hugging Face [out, in] layout), C [m,n] (row stride ldc). Up to 16
+// rows (decode) stream W once, widening in registers, with all rows of A
+// per weight row; more rows (prefill, training) widen W in blocks of rows
+// and multiply each block with kernels.Default()'s Sgemm. Each weight is
+// read once per call either way.
+func HalfGemmNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	checkHalf("HalfGemmNT", m, n, k, a, lda, (n-1)*ldw+k, w, c, ldc)
+	if k == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	if m <= halfSmallM {
+		halfGemvNT(t, m, n, k, a, lda, w, ldw, beta, c, ldc)
+		return
+	}
+	be := Default()
+	nb := max(16, halfBlockElems/k) &^ 15
+	wf := getBuf(min(nb, n) * k)
+	defer putBuf(wf)
+	for j0 := 0; j0 < n; j0 += nb {
+		j1 := min(j0+nb, n)
+		blk := wf.s[:(j1-j0)*k]
+		widenRows(t, blk, k, w[j0*ldw:], ldw, j1-j0)
+		be.Sgemm(false, true, m, j1-j0, k, 1, a, lda, blk, k, beta, c[j0:], ldc)
+	}
+}
+
+// HalfGemmNN computes C = A·W + beta·C: A [m,k] float32 (row stride lda),
+// W [k,n] in half precision t (row stride ldw), C [m,n] (row stride ldc):
+// the input gradient dx = dy·W of a linear layer. W is widened in blocks of
+// rows, each multiplied with kernels.Default()'s Sgemm.
+func HalfGemmNN(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	checkHalf("HalfGemmNN", m, n, k, a, lda, (k-1)*ldw+n, w, c, ldc)
+	if k == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	be := Default()
+	kb := max(16, halfBlockElems/n) &^ 15
+	wf := getBuf(min(kb, k) * n)
+	defer putBuf(wf)
+	for p0 := 0; p0 < k; p0 += kb {
+		p1 := min(p0+kb, k)
+		blk := wf.s[:(p1-p0)*n]
+		widenRows(t, blk, n, w[p0*ldw:], ldw, p1-p0)
+		b := beta
+		if p0 > 0 {
+			b = 1
+		}
+		be.Sgemm(false, false, m, n, p1-p0, 1, a[p0:], lda, blk, n, b, c, ldc)
+	}
+}
+
+// widenRows widens rows rows of cols values (row stride ldw) into dst
+// (row stride cols), in parallel.
+func widenRows(t HalfType, dst []float32, cols int, w []uint16, ldw, rows int) {
+	par.Range(rows, cols, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			HalfToFloat32(t, dst[r*cols:(r+1)*cols], w[r*ldw:])
+		}
+	})
+}
+
+// halfGemvNT is HalfGemmNT for few rows of A (see streamNT).
+func halfGemvNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw int, beta float32, c []float32, ldc int) {
+	streamNT(m, n, k, a, lda, &wrows{h: w, t: t, ld: ldw}, beta, c, ldc)
+}
+
+// GemvNT computes C = A·Wᵀ + beta·C for float32 weights W [n,k] (row
+// stride ldw) and few rows of A [m,k] (decode batches, m <= 16): as
+// HalfGemmNT's streaming path, each weight read once for all rows.
+func GemvNT(m, n, k int, a []float32, lda int, w []float32, ldw int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if len(w) < (n-1)*ldw+k {
+		panic(fmt.Sprintf("kernels: GemvNT: w has %d elements, need %d", len(w), (n-1)*ldw+k))
+	}
+	checkHalf("GemvNT", m, n, k, a, lda, 0, nil, c, ldc)
+	if k == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	streamNT(m, n, k, a, lda, &wrows{f: w, ld: ldw}, beta, c, ldc)
+}
+
+// wrows is the weight matrix of a streamed product: float32 values f, or
+// half-precision values h of type t; row stride ld.
+type wrows struct {
+	f  []float32
+	h  []uint16
+	t  HalfType
+	ld int
+}
+
+// zCols is how many leading columns (of k) the AVX-512 kernels cover (a
+// multiple of 16, of 32 for BF16), 0 when they do not run here.
+func (w *wrows) zCols(k int) int {
+	switch {
+	case !haveAVX512:
+		return 0
+	case w.h == nil:
+		return k &^ 15
+	case w.t == BF16:
+		return k &^ 31
+	case haveF16C:
+		return k &^ 15
+	}
+	return 0
+}
+
+// at is the value at row j, column p.
+func (w *wrows) at(j, p int) float32 {
+	if w.h != nil {
+		return w.t.Float32(w.h[j*w.ld+p])
+	}
+	return w.f[j*w.ld+p]
+}
+
+// evenOdd copies the first len(dst) (a multiple of 32) values of x into
+// dst permuted per block of 32: the block's even-indexed values, then its
+// odd-indexed ones, the order in which the BF16 kernels widen a 64-byte
+// line of weights (one shift gives the even values, one AND the odd ones).
+func evenOdd(dst, x []float32) {
+	for b := 0; b+32 <= len(dst); b += 32 {
+		for i := range 16 {
+			dst[b+i] = x[b+2*i]
+			dst[b+16+i] = x[b+2*i+1]
+		}
+	}
+}
+
+// streamChunk is the weight elements per task of a streamed product: small
+// enough that a worker that starts late (a goroutine wake-up on a busy
+// machine) finds most of the work still to take, large enough that the
+// hand-out costs nothing (64 KiB of float32 weights).
+const streamChunk = 1 << 14
+
+// streamNT computes C = A·Wᵀ + beta·C for few rows of A by streaming the
+// weight rows once, in chunks of a multiple of 4 rows handed out one at a
+// time to the workers (so they finish together): each group of 4 weight
+// rows is dotted with every row of A. With AVX-512, four rows of A at a
+// time go through the register-blocked 4x4 kernel and the rest through its
+// one-row twin, which sums in the same order, so a row's results do not
+// depend on the batch; else each row of A goes through the AVX2 or Go dot
+// of four weight rows (half weights widened once per group when m > 1,
+// which sums as the one-row half kernel does).
+func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int) {
+	_ = a[(m-1)*lda+k-1]
+	_ = c[(m-1)*ldc+n-1]
+	kz := w.zCols(k)
+	xa, ldx := a, lda // the rows of A as the AVX-512 kernels read them
+	if kz > 0 && w.h != nil && w.t == BF16 {
+		p := getBuf(m * kz)
+		defer putBuf(p)
+		for i := range m {
+			evenOdd(p.s[i*kz:(i+1)*kz], a[i*lda:])
+		}
+		xa, ldx = p.s, kz
+	}
+	chunk := max(4, (streamChunk/k)&^3)
+	tasks := (n + chunk - 1) / chunk
+	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
+		j0, j1 := ti*chunk, min(n, (ti+1)*chunk)
+		var wide *buf // widened group of half weights (m > 1 without AVX-512)
+		if m > 1 && w.h != nil && kz == 0 {
+			wide = getBuf(4 * k)
+			defer putBuf(wide)
+		}
+		var out [16]float32
+		tail := func(i, j int, d *[4]float32) { // columns [kz, k), in order
+			for p := kz; p < k; p++ {
+				x := a[i*lda+p]
+				for r := range 4 {
+					d[r] += x * w.at(j+r, p)
+				}
+			}
+		}
+		j := j0
+		for ; j+4 <= j1; j += 4 {
+			i := 0
+			if kz > 0 {
+				for ; i+4 <= m; i += 4 {
+					switch {
+					case w.h == nil:
+						mdotF32Z(kz, &xa[i*ldx], ldx, &w.f[j*w.ld], w.ld, &out)
+					case w.t == BF16:
+						mdotBF16Z(kz, &xa[i*ldx], ldx, &w.h[j*w.ld], w.ld, &out)
+					default:
+						mdotF16Z(kz, &xa[i*ldx], ldx, &w.h[j*w.ld], w.ld, &out)
+					}
+					for q := range 4 {
+						d := [4]float32{out[4*q], out[4*q+1], out[4*q+2], out[4*q+3]}
+						tail(i+q, j, &d)
+						store4(c, (i+q)*ldc+j, beta, d)
+					}
+				}
+				for ; i < m; i++ {
+					var d [4]float32
+					switch {
+					case w.h == nil:
+						dot1F32Z(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
+					case w.t == BF16:
+						dot1BF16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
+					default:
+						dot1F16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
+					}
+					tail(i, j, &d)
+					store4(c, i*ldc+j, beta, d)
+				}
+				continue
+			}
+			switch {
+			case w.h == nil:
+				for ; i < m; i++ {
+					store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld))
+				}
+			case wide != nil:
+				f := wide.s[:4*k]
+				for r := range 4 {
+					HalfToFloat32(w.t, f[r*k:(r+1)*k], w.h[(j+r)*w.ld:])
+				}
+				for ; i < m; i++ {
+					store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f, k))
+				}
+			default:
+				store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld))
+			}
+		}
+		for ; j < j1; j++ { // rows left over: plain dots
+			for i := range m {
+				o := i*ldc + j
+				var d float32
+				if w.h != nil {
+					d = hdot(w.t, a[i*lda:i*lda+k], w.h[j*w.ld:j*w.ld+k])
+				} else {
+					d = dotImpl(a[i*lda:i*lda+k], w.f[j*w.ld:j*w.ld+k])
+				}
+				if beta == 0 {
+					c[o] = d
+				} else {
+					c[o] = d + beta*c[o]
+				}
+			}
+		}
+	})
+}
+
+// store4 sets c[o+r] = d[r] + beta·c[o+r], r < 4.
+func store4(c []float32, o int, beta float32, d [4]float32) {
+	c = c[o : o+4]
+	if beta == 0 {
+		c[0], c[1], c[2], c[3] = d[0], d[1], d[2], d[3]
+		return
+	}
+	for r := range 4 {
+		c[r] = d[r] + beta*c[r]
+	}
+}

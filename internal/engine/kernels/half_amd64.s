@@ -1,0 +1,483 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// Half-precision weight kernels: the 16-bit weights are widened to float32
+// in registers (BF16: zero-extend and shift into the high half; F16:
+// VCVTPH2PS) and multiplied in float32, so only the 16-bit stream is read
+// from memory.
+
+#define BF16Y(src, dst) \
+	VPMOVZXWD src, dst \
+	VPSLLD    $16, dst, dst
+
+#define F16Y(src, dst) \
+	VCVTPH2PS src, dst
+
+#define F16Z(src, dst) \
+	VCVTPH2PS src, dst
+
+// Horizontal sum of Y(reg) into X(reg) lane 0, using X15 as scratch.
+#define HSUMH(y, x) \
+	VEXTRACTF128 $1, y, X15 \
+	VADDPS       X15, x, x \
+	VHADDPS      x, x, x \
+	VHADDPS      x, x, x
+
+#define SETUP4 \
+	MOVQ n+0(FP), CX \
+	MOVQ x+8(FP), SI \
+	MOVQ w+16(FP), R8 \
+	MOVQ ldw+24(FP), DX \
+	SHLQ $1, DX \
+	LEAQ (R8)(DX*1), R9 \
+	LEAQ (R9)(DX*1), R10 \
+	LEAQ (R10)(DX*1), R11 \
+	LEAQ (DX)(DX*1), R12 \
+	SHLQ $1, R12 \
+	XORQ AX, AX
+
+#define STORE4Y \
+	MOVQ   out+32(FP), DI \
+	VADDPS Y1, Y0, Y0 \
+	VADDPS Y3, Y2, Y2 \
+	VADDPS Y5, Y4, Y4 \
+	VADDPS Y7, Y6, Y6 \
+	HSUMH(Y0, X0) \
+	HSUMH(Y2, X2) \
+	HSUMH(Y4, X4) \
+	HSUMH(Y6, X6) \
+	MOVSS  X0, 0(DI) \
+	MOVSS  X2, 4(DI) \
+	MOVSS  X4, 8(DI) \
+	MOVSS  X6, 12(DI) \
+	VZEROUPPER \
+	RET
+
+#define ZEROY \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7
+
+#define ZEROZ \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7
+
+// One 16-element step of the AVX2 dot over 4 rows (x in Y8, Y9).
+#define STEP16Y(LOAD) \
+	PF4 \
+	VMOVUPS     (SI)(AX*4), Y8 \
+	VMOVUPS     32(SI)(AX*4), Y9 \
+	LOAD((R8)(AX*2), Y10) \
+	LOAD(16(R8)(AX*2), Y11) \
+	VFMADD231PS Y10, Y8, Y0 \
+	VFMADD231PS Y11, Y9, Y1 \
+	LOAD((R9)(AX*2), Y12) \
+	LOAD(16(R9)(AX*2), Y13) \
+	VFMADD231PS Y12, Y8, Y2 \
+	VFMADD231PS Y13, Y9, Y3 \
+	LOAD((R10)(AX*2), Y10) \
+	LOAD(16(R10)(AX*2), Y11) \
+	VFMADD231PS Y10, Y8, Y4 \
+	VFMADD231PS Y11, Y9, Y5 \
+	LOAD((R11)(AX*2), Y12) \
+	LOAD(16(R11)(AX*2), Y13) \
+	VFMADD231PS Y12, Y8, Y6 \
+	VFMADD231PS Y13, Y9, Y7
+
+#define STEP8Y(LOAD) \
+	VMOVUPS     (SI)(AX*4), Y8 \
+	LOAD((R8)(AX*2), Y10) \
+	VFMADD231PS Y10, Y8, Y0 \
+	LOAD((R9)(AX*2), Y11) \
+	VFMADD231PS Y11, Y8, Y2 \
+	LOAD((R10)(AX*2), Y12) \
+	VFMADD231PS Y12, Y8, Y4 \
+	LOAD((R11)(AX*2), Y13) \
+	VFMADD231PS Y13, Y8, Y6
+
+// Prefetch the same 64 bytes of the next group of four rows (R12 = 4 rows).
+#define PF4 \
+	LEAQ       (R8)(AX*2), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R9)(AX*2), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R10)(AX*2), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R11)(AX*2), R13 \
+	PREFETCHT0 (R13)(R12*1)
+
+// Four weight rows (R8..R11) times four rows of x (SI, R12, R13, R14): the
+// register-blocked kernel of decode batches. Each 16-element step widens
+// the four weight vectors once (Z16..Z19) and does 16 FMAs into Z0..Z15
+// (Z[4i+r] accumulates x_i · w_r).
+#define MSTEP(LOAD, sh) \
+	LEAQ        (R8)(AX*sh), BX \
+	PREFETCHT0  (BX)(DX*8) \
+	LEAQ        (R9)(AX*sh), BX \
+	PREFETCHT0  (BX)(DX*8) \
+	LEAQ        (R10)(AX*sh), BX \
+	PREFETCHT0  (BX)(DX*8) \
+	LEAQ        (R11)(AX*sh), BX \
+	PREFETCHT0  (BX)(DX*8) \
+	LOAD((R8)(AX*sh), Z16) \
+	LOAD((R9)(AX*sh), Z17) \
+	LOAD((R10)(AX*sh), Z18) \
+	LOAD((R11)(AX*sh), Z19) \
+	VMOVUPS     (SI)(AX*4), Z20 \
+	VFMADD231PS Z16, Z20, Z0 \
+	VFMADD231PS Z17, Z20, Z1 \
+	VFMADD231PS Z18, Z20, Z2 \
+	VFMADD231PS Z19, Z20, Z3 \
+	VMOVUPS     (R12)(AX*4), Z21 \
+	VFMADD231PS Z16, Z21, Z4 \
+	VFMADD231PS Z17, Z21, Z5 \
+	VFMADD231PS Z18, Z21, Z6 \
+	VFMADD231PS Z19, Z21, Z7 \
+	VMOVUPS     (R13)(AX*4), Z22 \
+	VFMADD231PS Z16, Z22, Z8 \
+	VFMADD231PS Z17, Z22, Z9 \
+	VFMADD231PS Z18, Z22, Z10 \
+	VFMADD231PS Z19, Z22, Z11 \
+	VMOVUPS     (R14)(AX*4), Z23 \
+	VFMADD231PS Z16, Z23, Z12 \
+	VFMADD231PS Z17, Z23, Z13 \
+	VFMADD231PS Z18, Z23, Z14 \
+	VFMADD231PS Z19, Z23, Z15
+
+#define F32Z(src, dst) \
+	VMOVUPS src, dst
+
+// Sum the lanes of z (y, x: its lower halves) into x's lanes 0..3.
+#define FOLD(z, y, x) \
+	VEXTRACTF64X4 $1, z, Y24 \
+	VADDPS        Y24, y, y \
+	VEXTRACTF32X4 $1, y, X24 \
+	VADDPS        X24, x, x
+
+// out[off/4 .. off/4+3] = the four full sums of za..zd.
+#define RED4(za, ya, xa, zb, yb, xb, zc, yc, xc, zd, yd, xd, off) \
+	FOLD(za, ya, xa) \
+	FOLD(zb, yb, xb) \
+	FOLD(zc, yc, xc) \
+	FOLD(zd, yd, xd) \
+	VHADDPS xb, xa, xa \
+	VHADDPS xd, xc, xc \
+	VHADDPS xc, xa, xa \
+	VMOVUPS xa, off(DI)
+
+#define MSETUP(sh) \
+	MOVQ n+0(FP), CX \
+	MOVQ x+8(FP), SI \
+	MOVQ lda+16(FP), DX \
+	SHLQ $2, DX \
+	LEAQ (SI)(DX*1), R12 \
+	LEAQ (R12)(DX*1), R13 \
+	LEAQ (R13)(DX*1), R14 \
+	MOVQ w+24(FP), R8 \
+	MOVQ ldw+32(FP), DX \
+	SHLQ $sh, DX \
+	LEAQ (R8)(DX*1), R9 \
+	LEAQ (R9)(DX*1), R10 \
+	LEAQ (R10)(DX*1), R11 \
+	XORQ AX, AX \
+	ZEROZ \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+#define MSTORE \
+	MOVQ out+40(FP), DI \
+	RED4(Z0, Y0, X0, Z1, Y1, X1, Z2, Y2, X2, Z3, Y3, X3, 0) \
+	RED4(Z4, Y4, X4, Z5, Y5, X5, Z6, Y6, X6, Z7, Y7, X7, 16) \
+	RED4(Z8, Y8, X8, Z9, Y9, X9, Z10, Y10, X10, Z11, Y11, X11, 32) \
+	RED4(Z12, Y12, X12, Z13, Y13, X13, Z14, Y14, X14, Z15, Y15, X15, 48) \
+	VZEROUPPER \
+	RET
+
+// The AVX-512 kernels below sum in one order for every batch size: each
+// output (row of x, weight row) has one accumulator that takes one FMA per
+// 16 columns (F32, F16) or two, even then odd, per 32 columns (BF16), and
+// is reduced by RED4. So a row's results do not depend on how many rows
+// share its pass (n choices of a request equal separate requests).
+
+// BF16 4x4 step over 32 columns: weight row r's even values (shift) in
+// Z16+2r, odd values (AND with the high-half mask Z26) in Z17+2r; x row i
+// permuted even/odd (see evenOdd) at SI, R12, R13, R14.
+#define EOW(src, ze, zo) \
+	VPSLLD $16, src, ze \
+	VPANDD src, Z26, zo
+
+#define EOX(xr, a0, a1, a2, a3) \
+	VMOVUPS     (xr)(AX*4), Z24 \
+	VMOVUPS     64(xr)(AX*4), Z25 \
+	VFMADD231PS Z16, Z24, a0 \
+	VFMADD231PS Z17, Z25, a0 \
+	VFMADD231PS Z18, Z24, a1 \
+	VFMADD231PS Z19, Z25, a1 \
+	VFMADD231PS Z20, Z24, a2 \
+	VFMADD231PS Z21, Z25, a2 \
+	VFMADD231PS Z22, Z24, a3 \
+	VFMADD231PS Z23, Z25, a3
+
+// One-row kernels: x at SI, weight rows R8..R11, accumulators Z0..Z3.
+#define SETUP1(sh) \
+	MOVQ n+0(FP), CX \
+	MOVQ x+8(FP), SI \
+	MOVQ w+16(FP), R8 \
+	MOVQ ldw+24(FP), DX \
+	SHLQ $sh, DX \
+	LEAQ (R8)(DX*1), R9 \
+	LEAQ (R9)(DX*1), R10 \
+	LEAQ (R10)(DX*1), R11 \
+	LEAQ (DX)(DX*1), R12 \
+	SHLQ $2, R12 \
+	XORQ AX, AX \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3
+
+// Prefetch the line at column AX of the rows eight ahead (R12 = 8 rows; sh:
+// element size): far enough ahead to cover the memory latency at the
+// speed the rows stream.
+#define PF4S(sh) \
+	LEAQ       (R8)(AX*sh), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R9)(AX*sh), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R10)(AX*sh), R13 \
+	PREFETCHT0 (R13)(R12*1) \
+	LEAQ       (R11)(AX*sh), R13 \
+	PREFETCHT0 (R13)(R12*1)
+
+#define STORE1 \
+	MOVQ out+32(FP), DI \
+	RED4(Z0, Y0, X0, Z1, Y1, X1, Z2, Y2, X2, Z3, Y3, X3, 0) \
+	VZEROUPPER \
+	RET
+
+// func hdot4BF16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// out[r] = sum_{i<n} x[i]*bf16(w[r*ldw+i]) for r = 0..3; n a multiple of 8.
+TEXT ·hdot4BF16Y(SB), NOSPLIT, $0-40
+	SETUP4
+	ZEROY
+hb16:
+	MOVQ CX, BX
+	SUBQ AX, BX
+	CMPQ BX, $16
+	JLT  hb8
+	STEP16Y(BF16Y)
+	ADDQ $16, AX
+	JMP  hb16
+hb8:
+	CMPQ BX, $8
+	JLT  hbdone
+	STEP8Y(BF16Y)
+hbdone:
+	STORE4Y
+
+// func hdot4F16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// As hdot4BF16Y for IEEE half precision (F16C).
+TEXT ·hdot4F16Y(SB), NOSPLIT, $0-40
+	SETUP4
+	ZEROY
+hf16:
+	MOVQ CX, BX
+	SUBQ AX, BX
+	CMPQ BX, $16
+	JLT  hf8
+	STEP16Y(F16Y)
+	ADDQ $16, AX
+	JMP  hf16
+hf8:
+	CMPQ BX, $8
+	JLT  hfdone
+	STEP8Y(F16Y)
+hfdone:
+	STORE4Y
+
+// func cvtBF16Y(n int, dst *float32, src *uint16)
+// dst[i] = bf16(src[i]) for i < n; n a multiple of 8.
+TEXT ·cvtBF16Y(SB), NOSPLIT, $0-24
+	MOVQ n+0(FP), CX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	XORQ AX, AX
+cb:
+	CMPQ AX, CX
+	JGE  cbdone
+	BF16Y((SI)(AX*2), Y0)
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  cb
+cbdone:
+	VZEROUPPER
+	RET
+
+// func cvtF16Y(n int, dst *float32, src *uint16)
+// dst[i] = f16(src[i]) for i < n; n a multiple of 8 (F16C).
+TEXT ·cvtF16Y(SB), NOSPLIT, $0-24
+	MOVQ n+0(FP), CX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	XORQ AX, AX
+cf:
+	CMPQ AX, CX
+	JGE  cfdone
+	F16Y((SI)(AX*2), Y0)
+	VMOVUPS Y0, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  cf
+cfdone:
+	VZEROUPPER
+	RET
+
+// func mdotF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
+// As mdotBF16Z for IEEE half precision.
+TEXT ·mdotF16Z(SB), NOSPLIT, $0-48
+	MSETUP(1)
+mf:
+	CMPQ AX, CX
+	JGE  mfdone
+	MSTEP(F16Z, 2)
+	ADDQ $16, AX
+	JMP  mf
+mfdone:
+	MSTORE
+
+// func mdotF32Z(n int, x *float32, lda int, w *float32, ldw int, out *[16]float32)
+// As mdotBF16Z for float32 weights.
+TEXT ·mdotF32Z(SB), NOSPLIT, $0-48
+	MSETUP(2)
+ms:
+	CMPQ AX, CX
+	JGE  msdone
+	MSTEP(F32Z, 4)
+	ADDQ $16, AX
+	JMP  ms
+msdone:
+	MSTORE
+
+
+// func mdotBF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
+// out[4i+r] = sum_{p<n} x_i[p]*bf16(w[r*ldw+p]), i, r < 4, with x's rows
+// (row stride lda) permuted even/odd per 32 columns (evenOdd); n a
+// multiple of 32.
+TEXT ·mdotBF16Z(SB), NOSPLIT, $0-48
+	MSETUP(1)
+	MOVL         $0xffff0000, BX
+	VPBROADCASTD BX, Z26
+mb:
+	CMPQ AX, CX
+	JGE  mbdone
+	LEAQ       (R8)(AX*2), BX
+	PREFETCHT0 (BX)(DX*8)
+	LEAQ       (R9)(AX*2), BX
+	PREFETCHT0 (BX)(DX*8)
+	LEAQ       (R10)(AX*2), BX
+	PREFETCHT0 (BX)(DX*8)
+	LEAQ       (R11)(AX*2), BX
+	PREFETCHT0 (BX)(DX*8)
+	EOW((R8)(AX*2), Z16, Z17)
+	EOW((R9)(AX*2), Z18, Z19)
+	EOW((R10)(AX*2), Z20, Z21)
+	EOW((R11)(AX*2), Z22, Z23)
+	EOX(SI, Z0, Z1, Z2, Z3)
+	EOX(R12, Z4, Z5, Z6, Z7)
+	EOX(R13, Z8, Z9, Z10, Z11)
+	EOX(R14, Z12, Z13, Z14, Z15)
+	ADDQ $32, AX
+	JMP  mb
+mbdone:
+	MSTORE
+
+// func dot1BF16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// The one-row mdotBF16Z: out[r] = sum_{p<n} x[p]*bf16(w[r*ldw+p]), r < 4,
+// x permuted even/odd; n a multiple of 32.
+TEXT ·dot1BF16Z(SB), NOSPLIT, $0-40
+	SETUP1(1)
+	MOVL         $0xffff0000, BX
+	VPBROADCASTD BX, Z26
+b1:
+	CMPQ AX, CX
+	JGE  b1done
+	PF4S(2)
+	VMOVUPS     (SI)(AX*4), Z24
+	VMOVUPS     64(SI)(AX*4), Z25
+	EOW((R8)(AX*2), Z16, Z17)
+	EOW((R9)(AX*2), Z18, Z19)
+	VFMADD231PS Z16, Z24, Z0
+	VFMADD231PS Z17, Z25, Z0
+	VFMADD231PS Z18, Z24, Z1
+	VFMADD231PS Z19, Z25, Z1
+	EOW((R10)(AX*2), Z20, Z21)
+	EOW((R11)(AX*2), Z22, Z23)
+	VFMADD231PS Z20, Z24, Z2
+	VFMADD231PS Z21, Z25, Z2
+	VFMADD231PS Z22, Z24, Z3
+	VFMADD231PS Z23, Z25, Z3
+	ADDQ $32, AX
+	JMP  b1
+b1done:
+	STORE1
+
+// func dot1F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// The one-row mdotF16Z; n a multiple of 16.
+TEXT ·dot1F16Z(SB), NOSPLIT, $0-40
+	SETUP1(1)
+h1:
+	CMPQ AX, CX
+	JGE  h1done
+	PF4S(2)
+	VMOVUPS     (SI)(AX*4), Z20
+	VCVTPH2PS   (R8)(AX*2), Z16
+	VCVTPH2PS   (R9)(AX*2), Z17
+	VCVTPH2PS   (R10)(AX*2), Z18
+	VCVTPH2PS   (R11)(AX*2), Z19
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z1
+	VFMADD231PS Z18, Z20, Z2
+	VFMADD231PS Z19, Z20, Z3
+	ADDQ $16, AX
+	JMP  h1
+h1done:
+	STORE1
+
+// func dot1F32Z(n int, x *float32, w *float32, ldw int, out *[4]float32)
+// The one-row mdotF32Z; n a multiple of 16.
+TEXT ·dot1F32Z(SB), NOSPLIT, $0-40
+	SETUP1(2)
+s1:
+	CMPQ AX, CX
+	JGE  s1done
+	PF4S(4)
+	VMOVUPS     (SI)(AX*4), Z20
+	VMOVUPS     (R8)(AX*4), Z16
+	VMOVUPS     (R9)(AX*4), Z17
+	VMOVUPS     (R10)(AX*4), Z18
+	VMOVUPS     (R11)(AX*4), Z19
+	VFMADD231PS Z16, Z20, Z0
+	VFMADD231PS Z17, Z20, Z1
+	VFMADD231PS Z18, Z20, Z2
+	VFMADD231PS Z19, Z20, Z3
+	ADDQ $16, AX
+	JMP  s1
+s1done:
+	STORE1

@@ -1,0 +1,219 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"flywheel/internal/safetensors"
+)
+
+// randHalf returns n random half-precision values of type t (normal, with
+// some subnormal and zero F16 values) and their float64 values.
+func randHalf(r *rand.Rand, t HalfType, n int) ([]uint16, []float64) {
+	h := make([]uint16, n)
+	f := make([]float64, n)
+	for i := range h {
+		v := float32(r.NormFloat64())
+		if i%17 == 3 {
+			v *= 1e-6 // F16 subnormals
+		}
+		if i%29 == 5 {
+			v = 0
+		}
+		if t == BF16 {
+			h[i] = safetensors.F32ToBF16(v)
+			f[i] = float64(math.Float32frombits(uint32(h[i]) << 16))
+		} else {
+			h[i] = safetensors.F32ToF16(v)
+			f[i] = float64(safetensors.F16ToF32(h[i]))
+		}
+	}
+	return h, f
+}
+
+// forSIMD runs f with every kernel variant this CPU has: AVX-512, AVX2
+// and the pure-Go fallbacks.
+func forSIMD(t *testing.T, f func(t *testing.T)) {
+	h2, h5, hf := haveAVX2, haveAVX512, haveF16C
+	defer func() { haveAVX2, haveAVX512, haveF16C = h2, h5, hf }()
+	if h5 {
+		t.Run("avx512", f)
+	}
+	haveAVX512 = false
+	if h2 {
+		t.Run("avx2", f)
+	}
+	haveAVX2, haveF16C = false, false
+	t.Run("go", f)
+}
+
+func TestHalfToFloat32(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	forSIMD(t, func(t *testing.T) {
+		for _, ty := range []HalfType{BF16, F16} {
+			for _, n := range []int{0, 1, 7, 8, 9, 64, 101} {
+				h, want := randHalf(r, ty, n)
+				// every F16 bit pattern's class: inf, NaN, max, -0
+				if ty == F16 && n > 4 {
+					h[0], h[1], h[2], h[3] = 0x7c00, 0x7e01, 0x7bff, 0x8000
+					for i := range 4 {
+						want[i] = float64(safetensors.F16ToF32(h[i]))
+					}
+				}
+				got := make([]float32, n)
+				HalfToFloat32(ty, got, h)
+				for i := range got {
+					if float64(got[i]) != want[i] && !(math.IsNaN(want[i]) && math.IsNaN(float64(got[i]))) {
+						t.Fatalf("%v n=%d: [%d] = %g, want %g", ty, n, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestHalfGemm checks HalfGemmNT and HalfGemmNN against float64 products
+// of the same half-precision values, on every SIMD variant, for decode
+// (m <= 16, streamed) and blocked (m > 16) shapes, strides and beta.
+func TestHalfGemm(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	ms := []int{1, 2, 5, 16, 17, 40}
+	ns := []int{1, 3, 4, 9, 33, 70}
+	ks := []int{0, 1, 7, 8, 16, 31, 33, 257}
+	forSIMD(t, func(t *testing.T) {
+		for _, ty := range []HalfType{BF16, F16} {
+			for _, m := range ms {
+				for _, n := range ns {
+					for _, k := range ks {
+						for _, beta := range []float32{0, 1, -0.5} {
+							pad := (m + n + k) % 3
+							checkHalfGemm(t, r, ty, false, m, n, k, pad, beta)
+							checkHalfGemm(t, r, ty, true, m, n, k, pad, beta)
+						}
+					}
+				}
+			}
+		}
+	})
+	// float32 weights, streamed (decode batches)
+	forSIMD(t, func(t *testing.T) {
+		for _, m := range ms[:4] {
+			for _, n := range ns {
+				for _, k := range ks {
+					checkHalfGemm(t, r, 0, false, m, n, k, (m+n+k)%3, 0)
+					checkHalfGemm(t, r, 0, false, m, n, k, (m+n+k)%3, -0.5)
+				}
+			}
+		}
+		checkHalfGemm(t, r, 0, false, 1, 4099, 576, 0, 0)
+	})
+	// Blocks: more weight rows than one widened block holds.
+	t.Run("blocks", func(t *testing.T) {
+		checkHalfGemm(t, r, BF16, false, 20, halfBlockElems/64+37, 64, 1, 0)
+		checkHalfGemm(t, r, F16, true, 20, 64, halfBlockElems/64+37, 1, 1)
+		checkHalfGemm(t, r, BF16, false, 3, 4099, 576, 0, 0)
+	})
+}
+
+func checkHalfGemm(t *testing.T, r *rand.Rand, ty HalfType, nn bool, m, n, k, pad int, beta float32) {
+	t.Helper()
+	// NT: W [n,k]; NN: W [k,n].
+	wr, wc := n, k
+	if nn {
+		wr, wc = k, n
+	}
+	lda, ldw, ldc := k+pad, wc+pad, n+pad
+	a := randSlice(r, m*lda)
+	var w []uint16
+	var wf []float64
+	var w32 []float32
+	if ty == 0 { // float32 weights: GemvNT
+		w32 = randSlice(r, wr*ldw)
+		for _, v := range w32 {
+			wf = append(wf, float64(v))
+		}
+	} else {
+		w, wf = randHalf(r, ty, wr*ldw)
+	}
+	c := randSlice(r, m*ldc)
+	if beta == 0 && len(c) > 0 {
+		c[0] = float32(math.NaN())
+	}
+	c0 := append([]float32(nil), c...)
+	switch {
+	case ty == 0:
+		GemvNT(m, n, k, a, lda, w32, ldw, beta, c, ldc)
+	case nn:
+		HalfGemmNN(ty, m, n, k, a, lda, w, ldw, beta, c, ldc)
+	default:
+		HalfGemmNT(ty, m, n, k, a, lda, w, ldw, beta, c, ldc)
+	}
+	name := fmt.Sprintf("%v nn=%v m=%d n=%d k=%d pad=%d beta=%g", ty, nn, m, n, k, pad, beta)
+	for i := 0; i < m; i++ {
+		for j := 0; j < ldc; j++ {
+			got := c[i*ldc+j]
+			if j >= n {
+				if got != c0[i*ldc+j] {
+					t.Fatalf("%s: padding C[%d,%d] changed", name, i, j)
+				}
+				continue
+			}
+			var s, sa float64
+			for p := 0; p < k; p++ {
+				var wv float64
+				if nn {
+					wv = wf[p*ldw+j]
+				} else {
+					wv = wf[j*ldw+p]
+				}
+				s += float64(a[i*lda+p]) * wv
+				sa += math.Abs(float64(a[i*lda+p]) * wv)
+			}
+			if beta != 0 {
+				s += float64(beta) * float64(c0[i*ldc+j])
+				sa += math.Abs(float64(beta) * float64(c0[i*ldc+j]))
+			}
+			if d := math.Abs(float64(got) - s); math.IsNaN(float64(got)) || d > 1.2e-7*float64(k+4)*sa+1e-30 {
+				t.Fatalf("%s: C[%d,%d] = %g, want %g (scale %g)", name, i, j, got, s, sa)
+			}
+		}
+	}
+}
+
+// TestStreamedRowsIndependentOfBatch: a decode row's products are
+// bit-identical whether it runs alone or in a batch of up to 16 rows (the
+// n choices of a request must equal separate requests), for float32 and
+// half weights on every SIMD variant.
+func TestStreamedRowsIndependentOfBatch(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	forSIMD(t, func(t *testing.T) {
+		for _, ty := range []HalfType{0, BF16, F16} {
+			for _, k := range []int{576, 70, 33, 8} {
+				const n, m = 37, 9
+				a := randSlice(r, m*k)
+				w32 := randSlice(r, n*k)
+				w, _ := randHalf(r, max(ty, BF16), n*k)
+				run := func(rows int, a []float32, c []float32) {
+					if ty == 0 {
+						GemvNT(rows, n, k, a, k, w32, k, 0, c, n)
+					} else {
+						HalfGemmNT(ty, rows, n, k, a, k, w, k, 0, c, n)
+					}
+				}
+				all := make([]float32, m*n)
+				run(m, a, all)
+				for i := range m {
+					one := make([]float32, n)
+					run(1, a[i*k:(i+1)*k], one)
+					for j := range one {
+						if one[j] != all[i*n+j] {
+							t.Fatalf("%v k=%d: row %d col %d alone %g, in a batch of %d %g", ty, k, i, j, one[j], m, all[i*n+j])
+						}
+					}
+				}
+			}
+		}
+	})
+}
