@@ -10,7 +10,7 @@
 
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
+import { freePort } from "../lib/net.mjs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { File as NodeFile } from "node:buffer";
@@ -25,17 +25,6 @@ if (!bin) {
 }
 const KEY = "fw_openai_node_check_0123456789abcdef";
 const MODEL = "flywheel/tiny";
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const dir = mkdtempSync(join(tmpdir(), "flywheel-openai-node-"));
 const port = await freePort();

@@ -19,7 +19,7 @@
 
 import { spawn, execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, mkdirSync } from "node:fs";
-import { createServer } from "node:net";
+import { freePort } from "../lib/net.mjs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
@@ -32,17 +32,6 @@ if (!bin) {
 const KEY = "fw_ui_browser_check_0123456789abcdefgh";
 const STEPS = 3;
 const seeded = process.argv[4];
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 const dir = mkdtempSync(join(tmpdir(), "flywheel-ui-browser-"));
 const shots = process.argv[3] || join(dir, "screenshots");

@@ -16,7 +16,7 @@ import { spawn, execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, existsSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import net from 'node:net';
+import { freePort } from '../lib/net.mjs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -55,17 +55,6 @@ function pyDumps(v, sortKeys = false) {
 
 function weaveDigest(bytes) {
   return createHash('sha256').update(bytes).digest('base64url').replace(/-/g, 'X').replace(/_/g, 'Y').replace(/=/g, '');
-}
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 const bin = process.env.FLYWHEEL_BIN;
