@@ -51,7 +51,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&c.Project, "project", "demo", "project of the model to create")
 	fs.StringVar(&c.Name, "name", "", "model name (default see-it-learn-<time>)")
 	fs.StringVar(&c.BaseModel, "base-model", "flywheel/tiny", "base model")
-	fs.IntVar(&c.Steps, "steps", 15, "training steps (one job each)")
+	fs.IntVar(&c.Steps, "steps", 25, "training steps (one job each)")
 	fs.IntVar(&c.Groups, "groups", 8, "trajectory groups per step (one prompt each)")
 	fs.IntVar(&c.PerGroup, "group-size", 8, "completions per group")
 	fs.IntVar(&c.MaxTokens, "max-tokens", 16, "max tokens per completion")

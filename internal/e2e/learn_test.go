@@ -54,7 +54,7 @@ func serverIn(t *testing.T, dir string) (string, string) {
 }
 
 // The "see it learn" loop over HTTP: the mean reward over 8 sampled groups
-// rises clearly within a bounded number of training jobs (20 jobs, ~7 s),
+// rises clearly within a bounded number of training jobs (25 jobs, ~9 s),
 // on flywheel/tiny as shipped (F32) and stored in BF16.
 func TestDemoLearnsOverHTTP(t *testing.T) {
 	if raceEnabled || testing.Short() {
@@ -68,16 +68,18 @@ func demoLearns(t *testing.T, server func(*testing.T) (string, string)) {
 	url, key := server(t)
 	var out bytes.Buffer
 	res, err := demo.RunConfig(t.Context(), demo.Config{URL: url, APIKey: key, Project: "e2e", Name: "learner",
-		Steps: 20, Groups: 8, PerGroup: 8, MaxTokens: 16, Temperature: 1, Target: 'e', Seed: 1}, &out)
+		Steps: 25, Groups: 8, PerGroup: 8, MaxTokens: 16, Temperature: 1, Target: 'e', Seed: 1}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := res.Rewards
 	first, last := (r[0]+r[1])/2, (r[len(r)-1]+r[len(r)-2])/2
-	// The policy collapses onto one reply within ~10 jobs; which reply (its
-	// share of "e": 0.25 to 0.5 seen over many runs) varies from run to
-	// run, so the bar is the smallest rise seen: from ~0.125 by at least 0.1.
+	// The policy collapses onto one repeated token; which one (its share of
+	// "e": 0.25 to 1.0 seen) varies from run to run, so the bar is below the
+	// lowest plateau's rise: from ~0.125 by at least 0.1. With demo seeds
+	// 1..16 at the default learning rate: 16 of 16 pass for F32 (smallest
+	// rise 0.129) and 16 of 16 for BF16 (0.126).
 	if last < first+0.1 {
 		t.Fatalf("mean reward did not rise clearly: %.3f -> %.3f", first, last)
 	}

@@ -44,7 +44,7 @@ func TestRecordConfigDefaults(t *testing.T) {
 	if err := json.Unmarshal(got, &m); err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range map[string]any{"ppo": true, "epsilon": 0.3, "epsilon_high": 0.3, "learning_rate": 0.01, "custom_extra": 7.5,
+	for k, v := range map[string]any{"ppo": true, "epsilon": 0.3, "epsilon_high": 0.3, "learning_rate": DefaultTinyLearningRate, "custom_extra": 7.5,
 		"x_k2_tau": 0.0, "max_negative_advantage_importance_sampling_weight": 2.0} {
 		if m[k] != v {
 			t.Errorf("%s = %v, want %v (record %s)", k, m[k], v, got)
