@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // MinWork is the total cost (Range's n·cost) under which Range runs f on the
@@ -54,7 +55,8 @@ func Range(n, cost int, f func(lo, hi int)) {
 // a time to up to GOMAXPROCS goroutines (tasks may differ in size). worker is
 // in [0, Workers()) and no two concurrent calls share one, so f may use
 // per-worker scratch. With serial set (too little work) everything runs on
-// the caller's goroutine as worker 0.
+// the caller's goroutine as worker 0. Workers other than the caller are
+// long-lived helpers (see helper) when free, else fresh goroutines.
 func Tasks(n int, serial bool, f func(worker, i int)) {
 	if n <= 0 {
 		return
@@ -66,29 +68,148 @@ func Tasks(n int, serial bool, f func(worker, i int)) {
 		}
 		return
 	}
-	var next atomic.Int64
+	j := &job{f: f, n: int64(n), done: make(chan struct{}, w-1)}
 	var wg sync.WaitGroup
-	var p panicked
-	work := func(wk int) {
-		defer p.catch()
-		for {
-			i := int(next.Add(1) - 1)
-			if i >= n {
-				return
-			}
-			f(wk, i)
-		}
-	}
+	lent := make([]*helper, 0, w-1) // helpers handed j
 	for wk := 1; wk < w; wk++ {
+		if h := lend(wk, j); h != nil {
+			lent = append(lent, h)
+			continue
+		}
 		wg.Add(1)
-		go func() {
+		go func() { // no idle helper for this slot (nested or concurrent calls)
 			defer wg.Done()
-			work(wk)
+			j.run(wk)
 		}()
 	}
-	work(0) // worker 0 is the caller's goroutine
+	j.run(0)   // worker 0 is the caller's goroutine
+	taken := 0 // helpers that took j and have yet to say done
+	for _, h := range lent {
+		if !h.box.CompareAndSwap(j, nil) {
+			taken++
+		}
+	}
+	for ; taken > 0; taken-- {
+		// The caller ran out of tasks, so each helper has at most its
+		// last task left: spin briefly before parking on done.
+		for spins := 0; spins < 1<<14 && len(j.done) == 0; spins++ {
+		}
+		<-j.done
+	}
 	wg.Wait()
-	p.rethrow()
+	j.p.rethrow()
+}
+
+// job is one Tasks call as its workers see it: tasks [0, n) of f, handed
+// out one at a time from next. A helper that takes the job sends on done
+// once it has run out of tasks.
+type job struct {
+	f    func(worker, i int)
+	n    int64
+	next atomic.Int64
+	p    panicked
+	done chan struct{}
+}
+
+func (j *job) run(worker int) {
+	defer j.p.catch()
+	for {
+		i := j.next.Add(1) - 1
+		if i >= j.n {
+			return
+		}
+		j.f(worker, int(i))
+	}
+}
+
+// helper is a long-lived worker goroutine for one worker index of Tasks
+// calls. Decoding a token is ~150 short parallel products back to back; a
+// fresh goroutine for each waits for an idle thread to wake (tens of µs on
+// a busy machine, a large part of a 100 µs product). A helper instead
+// spins briefly after each job, so the next one starts at once, and parks
+// when no work comes (it costs nothing while idle).
+type helper struct {
+	slot   int
+	box    atomic.Pointer[job] // a job handed over and not yet taken
+	parked atomic.Bool
+	wake   chan struct{} // a token when parked and handed a job
+}
+
+// helperSpin is how long a helper waits for its next job before parking.
+const helperSpin = 20 * time.Microsecond
+
+var helpers struct {
+	mu sync.Mutex
+	hs []*helper // hs[i] serves worker index i+1
+}
+
+// The helpers start with the package (parked, they cost nothing), so the
+// process's goroutine count does not grow on first use; more start if
+// GOMAXPROCS grows.
+func init() {
+	helpers.mu.Lock()
+	defer helpers.mu.Unlock()
+	addHelpers(runtime.GOMAXPROCS(0) - 1)
+}
+
+// addHelpers starts helpers up to worker index n; helpers.mu is held.
+func addHelpers(n int) {
+	for len(helpers.hs) < n {
+		h := &helper{slot: len(helpers.hs) + 1, wake: make(chan struct{}, 1)}
+		helpers.hs = append(helpers.hs, h)
+		go h.loop()
+	}
+}
+
+// lend hands j to the helper for worker index slot; nil when that helper
+// holds another job (nested or concurrent calls; the caller then starts a
+// goroutine instead).
+func lend(slot int, j *job) *helper {
+	helpers.mu.Lock()
+	addHelpers(slot)
+	h := helpers.hs[slot-1]
+	helpers.mu.Unlock()
+	if !h.box.CompareAndSwap(nil, j) {
+		return nil
+	}
+	if h.parked.CompareAndSwap(true, false) {
+		h.wake <- struct{}{}
+	}
+	return h
+}
+
+func (h *helper) loop() {
+	for {
+		j := h.wait()
+		if !h.box.CompareAndSwap(j, nil) { // its caller took it back
+			continue
+		}
+		j.run(h.slot)
+		j.done <- struct{}{}
+	}
+}
+
+// wait returns the job in h's box: spinning for helperSpin, then parked.
+func (h *helper) wait() *job {
+	start := time.Now()
+	for spins := 1; ; spins++ {
+		if j := h.box.Load(); j != nil {
+			return j
+		}
+		if spins&255 == 0 && time.Since(start) > helperSpin {
+			break
+		}
+	}
+	for {
+		h.parked.Store(true)
+		if j := h.box.Load(); j != nil {
+			if !h.parked.CompareAndSwap(true, false) {
+				<-h.wake // the lender saw h parked and sent a token
+			}
+			return j
+		}
+		<-h.wake
+	}
 }
 
 // Workers is the number of distinct worker indices Tasks may pass.

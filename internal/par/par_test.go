@@ -60,3 +60,37 @@ func TestPanicReachesCaller(t *testing.T) {
 		}()
 	}
 }
+
+// TestTasksConcurrentAndNested runs Tasks from several goroutines at once,
+// each task running a nested Tasks, and checks every index of every call is
+// visited once with no worker index of one call in use twice at a time (the
+// helpers are shared by all calls).
+func TestTasksConcurrentAndNested(t *testing.T) {
+	const callers, n, inner = 4, 64, 8
+	done := make(chan struct{})
+	for range callers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 20 {
+				hits := make([]int32, n*inner)
+				busy := make([]int32, Workers())
+				Tasks(n, false, func(w, i int) {
+					if atomic.AddInt32(&busy[w], 1) != 1 {
+						t.Errorf("worker %d used by two goroutines at once", w)
+					}
+					Tasks(inner, false, func(_, k int) { atomic.AddInt32(&hits[i*inner+k], 1) })
+					atomic.AddInt32(&busy[w], -1)
+				})
+				for i, h := range hits {
+					if h != 1 {
+						t.Errorf("index %d visited %d times", i, h)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for range callers {
+		<-done
+	}
+}
