@@ -13,31 +13,16 @@ benchmark). Prints seconds per step, CPU seconds and peak RSS.
     OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/torch_rl_step.py [steps=2] [threads=2]
 """
 import os
-import resource
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "internal", "train", "testdata"))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from torch_bench import SHAPES, Model  # noqa: E402
+from torch_bench import SHAPES, Model, timed  # noqa: E402
 
 PROMPT, COMPLETION, GROUP = 480, 64, 8
-
-
-def hidden(m, toks):
-    """The final-normed hidden states (Model.forward without the lm head)."""
-    B, T = toks.shape
-    x = F.embedding(toks, m.embed)
-    ang = torch.outer(torch.arange(T).float(), m.inv)
-    emb = torch.cat((ang, ang), dim=-1)
-    cos, sin = emb.cos()[None, None], emb.sin()[None, None]
-    mask = torch.full((T, T), float("-inf")).triu(1)
-    for b in m.blocks:
-        x = b(x, cos, sin, mask)
-    return m.norm(x)
 
 
 def main():
@@ -54,7 +39,7 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        h = hidden(m, toks)[:, PROMPT - 1:-1]  # the rows that predict the completion
+        h = m.hidden(toks)[:, PROMPT - 1:-1]  # the rows that predict the completion
         logits = F.linear(h, m.embed)
         lp = logits.log_softmax(-1).gather(-1, toks[:, PROMPT:, None])[..., 0]
         loss = -(adv * lp).mean()
@@ -63,12 +48,7 @@ def main():
         opt.step()
         return loss.item()
 
-    step()  # warm-up
-    w0, c0 = time.perf_counter(), time.process_time()
-    for _ in range(steps):
-        step()
-    wall, cpu = (time.perf_counter() - w0) / steps, (time.process_time() - c0) / steps
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    wall, cpu, rss = timed(step, steps)
     print(f"torch {torch.__version__} threads={torch.get_num_threads()} rl_step group={GROUP}x({PROMPT}+{COMPLETION}) "
           f"wall_s/step={wall:.3f} cpu_s/step={cpu:.3f} peakRSS_MiB={rss:.0f}")
 

@@ -93,7 +93,8 @@ class Model(nn.Module):
         D = c["hidden"] // c["heads"]
         self.inv = 1.0 / (c["theta"] ** (torch.arange(0, D, 2).float() / D))
 
-    def forward(self, toks):
+    def hidden(self, toks):
+        """The final-normed hidden states: forward without the lm head."""
         B, T = toks.shape
         x = F.embedding(toks, self.embed)
         ang = torch.outer(torch.arange(T).float(), self.inv)
@@ -102,7 +103,21 @@ class Model(nn.Module):
         mask = torch.full((T, T), float("-inf")).triu(1)
         for b in self.blocks:
             x = b(x, cos, sin, mask)
-        return F.linear(self.norm(x), self.embed)  # tied lm_head
+        return self.norm(x)
+
+    def forward(self, toks):
+        return F.linear(self.hidden(toks), self.embed)  # tied lm_head
+
+
+def timed(step, steps):
+    """Runs step once to warm up, then steps times; returns wall and CPU
+    seconds per step and the process's peak RSS in MiB."""
+    step()
+    w0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        step()
+    wall, cpu = (time.perf_counter() - w0) / steps, (time.process_time() - c0) / steps
+    return wall, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main():
@@ -125,12 +140,7 @@ def main():
         opt.step()
         return loss.item()
 
-    step()  # warm-up
-    w0, c0 = time.perf_counter(), time.process_time()
-    for _ in range(steps):
-        step()
-    wall, cpu = (time.perf_counter() - w0) / steps, (time.process_time() - c0) / steps
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    wall, cpu, rss = timed(step, steps)
     print(f"torch {torch.__version__} threads={torch.get_num_threads()} shape={shape} batch=4x256 "
           f"lora_params={sum(p.numel() for p in params)} "
           f"wall_s/step={wall:.3f} tokens/s={4 * 256 / wall:.1f} cpu_s/step={cpu:.3f} peakRSS_MiB={rss:.0f}")
