@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,10 +89,7 @@ func (s *Server) listModelEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeList(w, events, func(e store.Event) string { return e.ID }, func(e store.Event) any {
-		return map[string]any{"id": e.ID, "object": "training_job.event", "job_id": e.JobID, "type": e.Type,
-			"data": e.Data, "created_at": store.FormatTime(e.CreatedAt)}
-	}, more)
+	writeList(w, events, func(e store.Event) string { return e.ID }, eventJSON, more)
 	return nil
 }
 
@@ -126,7 +124,7 @@ func (s *Server) listTrajectories(w http.ResponseWriter, r *http.Request) error 
 		}
 		return err
 	}
-	b, err := os.ReadFile(filepath.Join(ck.Dir, rl.TrajectoriesFile))
+	f, err := os.Open(filepath.Join(ck.Dir, rl.TrajectoriesFile))
 	if errors.Is(err, os.ErrNotExist) {
 		e := httpx.NotFound("step %d has no recorded trajectories (step 0, an SFT job, or a job from before they were kept)", step)
 		e.Code = "no_trajectories"
@@ -135,12 +133,16 @@ func (s *Server) listTrajectories(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	var tr rl.Trained
-	if err := json.Unmarshal(b, &tr); err != nil {
+	defer f.Close()
+	// One trajectory at a time: a page costs its own memory, not the file's
+	// (which can be as large as the job's body).
+	jobID, page, total, err := rl.ReadTrainedPage(bufio.NewReader(f), offset, limit)
+	if err != nil {
 		return err
 	}
-	total := len(tr.Trajectories)
-	page := tr.Trajectories[min(offset, total):min(offset+limit, total)]
+	if page == nil {
+		page = []rl.TrainedTrajectory{}
+	}
 	var fps []string
 	for _, t := range page {
 		for _, raw := range t.Messages {
@@ -158,8 +160,8 @@ func (s *Server) listTrajectories(w http.ResponseWriter, r *http.Request) error 
 			return err
 		}
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "job_id": tr.JobID, "step": step,
-		"total": total, "offset": offset, "data": page, "calls": links, "has_more": offset+limit < total})
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "job_id": jobID, "step": step,
+		"total": total, "offset": offset, "data": page, "calls": links, "has_more": offset < total && offset+len(page) < total})
 	return nil
 }
 

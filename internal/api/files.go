@@ -72,6 +72,9 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 				return err
 			}
 			purpose = strings.TrimSpace(string(b))
+			if err := checkPurpose(purpose); err != nil { // before a file part is stored
+				return err
+			}
 		case "file":
 			filename = part.FileName()
 			if err := checkChars("filename", filename); err != nil {
@@ -95,14 +98,8 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	if size == 0 {
 		return httpx.Invalid("file", "invalid_file", "file is empty")
 	}
-	if err := checkPurpose(purpose); err != nil {
-		return err
-	}
 	if purpose == "" {
 		purpose = "fine-tune"
-	}
-	if err := checkChars("purpose", purpose); err != nil {
-		return err
 	}
 
 	if purpose == "fine-tune" {

@@ -328,10 +328,15 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeList(w, events, func(e store.Event) string { return e.ID }, func(e store.Event) any {
-		return map[string]any{"id": e.ID, "object": "training_job.event", "type": e.Type, "data": e.Data, "created_at": store.FormatTime(e.CreatedAt)}
-	}, more)
+	writeList(w, events, func(e store.Event) string { return e.ID }, eventJSON, more)
 	return nil
+}
+
+// eventJSON is a job event on the wire (the job's event list and the
+// model-wide lists of the dashboard).
+func eventJSON(e store.Event) any {
+	return map[string]any{"id": e.ID, "object": "training_job.event", "job_id": e.JobID, "type": e.Type,
+		"data": e.Data, "created_at": store.FormatTime(e.CreatedAt)}
 }
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) error {

@@ -110,6 +110,13 @@ func TestDashboardProvenance(t *testing.T) {
 	if len(page["data"].([]any)) != 1 || page["has_more"] != false {
 		t.Errorf("offset 1: %v", page)
 	}
+	// an offset past the end (even near the largest int) is an empty page, not an overflow
+	for _, off := range []string{"2", "9223372036854775800"} {
+		page := mustDo(t, url, key, "GET", "/v1/preview/models/"+modelID+"/checkpoints/1/trajectories?offset="+off+"&limit=20", "")
+		if len(page["data"].([]any)) != 0 || page["has_more"] != false || page["total"] != 2.0 {
+			t.Errorf("offset %s: %v", off, page)
+		}
+	}
 
 	jobs := mustDo(t, url, key, "GET", "/v1/preview/training-jobs?model_id="+modelID, "")
 	if d := jobs["data"].([]any); len(d) != 1 || d[0].(map[string]any)["id"] != jobID {

@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -15,11 +14,6 @@ import (
 // auth cache's 5 seconds; an API-only node (Workers < 0) serves but runs no
 // job.
 func TestTwoNodesShareKeys(t *testing.T) {
-	// The call store's PostgreSQL port (branch pgtrace) lives beside this
-	// one; once it is in the tree this never skips.
-	if _, err := os.Stat("../trace/migrations/postgres"); err != nil {
-		t.Skip("the call store has no PostgreSQL migrations in this tree yet")
-	}
 	dsn := pgtest.DSN(t)
 	dir := t.TempDir()
 	a := newApp(t, app.Config{DataDir: dir, Database: dsn, NodeID: "a"})

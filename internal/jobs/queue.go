@@ -131,7 +131,6 @@ type Waker interface {
 var (
 	errCancelled = errors.New("job cancelled")
 	errShutdown  = errors.New("server shutting down")
-	errLeaseLost = errors.New("the job's lease was lost")
 )
 
 // ErrNotCancellable is returned by Cancel for a job that already ended.
@@ -507,14 +506,14 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	}
 	r.mu.Unlock()
 	bg := context.Background()
-	if !errors.Is(cause, errShutdown) && !errors.Is(cause, errLeaseLost) {
+	if !errors.Is(cause, errShutdown) && !errors.Is(cause, store.ErrLeaseLost) {
 		// The job ends here; its request body is no longer needed.
 		defer q.cfg.Storage.Remove(j.RequestPath)
 	}
 	switch {
 	case errors.Is(cause, errCancelled):
 		log.Info("job cancelled", "duration", time.Since(start))
-	case errors.Is(cause, errLeaseLost):
+	case errors.Is(cause, store.ErrLeaseLost):
 		// Cancelled on another node, or this node stalled past the lease
 		// timeout and another node runs the job now: nothing of this run
 		// may be recorded.
@@ -554,7 +553,7 @@ func workName(j store.Job) string { return fmt.Sprintf("%s.%d", j.ID, j.Attempt)
 // renew renews the run's lease every third of the lease timeout until ctx
 // ends. When the lease is lost (the job was cancelled, possibly on another
 // node, or claimed again after this node stalled), or no renewal succeeded
-// for a whole timeout, the run is cancelled with errLeaseLost: past its
+// for a whole timeout, the run is cancelled with store.ErrLeaseLost: past its
 // expiry another node may run the job.
 func (q *Queue) renew(ctx context.Context, l store.Lease, r *run) {
 	t := time.NewTicker(q.cfg.LeaseTimeout / 3)
@@ -576,7 +575,7 @@ func (q *Queue) renew(ctx context.Context, l store.Lease, r *run) {
 			if ctx.Err() == nil {
 				q.log.Warn("lease lost; stopping the run", "job_id", l.JobID, "attempt", l.Attempt, "err", err)
 			}
-			r.cancel(errLeaseLost)
+			r.cancel(store.ErrLeaseLost)
 			return
 		default:
 			q.log.Warn("renew lease", "job_id", l.JobID, "err", err)
@@ -676,7 +675,7 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 		}
 		_, err := q.st.AppendEvent(context.Background(), j.Lease(), e.Type, e.Data)
 		if errors.Is(err, store.ErrLeaseLost) {
-			r.cancel(errLeaseLost)
+			r.cancel(store.ErrLeaseLost)
 		}
 		return err
 	}

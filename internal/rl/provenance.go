@@ -2,6 +2,8 @@ package rl
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 )
 
 // TrajectoriesFile is the file of a checkpoint folder that holds what the
@@ -61,4 +63,64 @@ func Summarize(jobID string, req Request) Trained {
 		}
 	}
 	return out
+}
+
+// ReadTrainedPage reads a TrajectoriesFile from r and returns its job id, the
+// trajectories [offset, offset+limit) and how many there are in all. It
+// decodes one trajectory at a time, so a page of a file of any size costs
+// the memory of the page and of one trajectory, not of the file.
+func ReadTrainedPage(r io.Reader, offset, limit int) (jobID string, page []TrainedTrajectory, total int, err error) {
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return "", nil, 0, err
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", nil, 0, fmt.Errorf("%s: %w", TrajectoriesFile, err)
+		}
+		switch key {
+		case "job_id":
+			if err := dec.Decode(&jobID); err != nil {
+				return "", nil, 0, fmt.Errorf("%s: job_id: %w", TrajectoriesFile, err)
+			}
+		case "trajectories":
+			if err := expectDelim(dec, '['); err != nil {
+				return "", nil, 0, err
+			}
+			for ; dec.More(); total++ {
+				if total >= offset && total-offset < limit {
+					var t TrainedTrajectory
+					err = dec.Decode(&t)
+					page = append(page, t)
+				} else {
+					var skip json.RawMessage
+					err = dec.Decode(&skip)
+				}
+				if err != nil {
+					return "", nil, 0, fmt.Errorf("%s: trajectory %d: %w", TrajectoriesFile, total, err)
+				}
+			}
+			if err := expectDelim(dec, ']'); err != nil {
+				return "", nil, 0, err
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return "", nil, 0, fmt.Errorf("%s: %w", TrajectoriesFile, err)
+			}
+		}
+	}
+	return jobID, page, total, nil
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	t, err := dec.Token()
+	if err != nil {
+		return fmt.Errorf("%s: %w", TrajectoriesFile, err)
+	}
+	if d, ok := t.(json.Delim); !ok || d != want {
+		return fmt.Errorf("%s: expected %q, got %v", TrajectoriesFile, want, t)
+	}
+	return nil
 }

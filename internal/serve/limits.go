@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"unicode/utf8"
 
 	"flywheel/internal/engine/chattmpl"
@@ -137,17 +138,9 @@ func (l *lmodel) checkPromptBytes(param, what string, n int) error {
 // the template's own error (400 template_error).
 func templateError(err error) error {
 	if le, ok := chattmpl.IsLimit(err); ok {
-		return httpx.Invalid("messages", "chat_template_limit", "the model's chat template exceeded a limit while rendering these messages: %s", trimPkg(le.Error()))
+		return httpx.Invalid("messages", "chat_template_limit", "the model's chat template exceeded a limit while rendering these messages: %s", strings.TrimPrefix(le.Error(), "chattmpl: "))
 	}
-	return httpx.Invalid("messages", "template_error", "the chat template could not render these messages: %s", trimPkg(err.Error()))
-}
-
-func trimPkg(s string) string {
-	const p = "chattmpl: "
-	if len(s) >= len(p) && s[:len(p)] == p {
-		return s[len(p):]
-	}
-	return s
+	return httpx.Invalid("messages", "template_error", "the chat template could not render these messages: %s", strings.TrimPrefix(err.Error(), "chattmpl: "))
 }
 
 // boundRecord returns raw, or when it is over limit bytes a stub saying so

@@ -263,7 +263,7 @@ func (l *lmodel) render(in chatInput) (string, error) {
 	if l.m.Template == nil {
 		msg := "this model has no chat template"
 		if le, ok := chattmpl.IsLimit(l.m.TemplateErr); ok {
-			return "", httpx.Invalid("model", "chat_template_limit", "this model's chat template cannot be used: %s", trimPkg(le.Error()))
+			return "", httpx.Invalid("model", "chat_template_limit", "this model's chat template cannot be used: %s", strings.TrimPrefix(le.Error(), "chattmpl: "))
 		} else if l.m.TemplateErr != nil {
 			msg = "this model has no usable chat template"
 		}

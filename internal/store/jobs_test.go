@@ -54,21 +54,24 @@ func testLeaseExpiryAndFencing(t *testing.T, open opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, ok, err := st.ClaimNext(ctx, "node-a", 200*time.Millisecond, nil)
+	a, ok, err := st.ClaimNext(ctx, "node-a", time.Hour, nil)
 	if err != nil || !ok || a.ID != job.ID || a.Attempt != 1 || a.LeaseOwner != "node-a" || a.Status != store.StatusRunning {
 		t.Fatalf("claim: %+v %v %v", a, ok, err)
 	}
 	if _, err := st.AppendEvent(ctx, a.Lease(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RenewLease(ctx, a.Lease(), 200*time.Millisecond); err != nil {
+	if err := st.RenewLease(ctx, a.Lease(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, _ := st.ClaimNext(ctx, "node-b", time.Hour, nil); ok {
 		t.Fatal("a live lease was claimed")
 	}
-	// Node a stops renewing; after the lease expires node b takes over.
-	time.Sleep(300 * time.Millisecond)
+	// Node a stops renewing; once its lease has expired (set in the past on
+	// the database's clock, not waited for) node b takes over.
+	if err := st.RenewLease(ctx, a.Lease(), -time.Second); err != nil {
+		t.Fatal(err)
+	}
 	b, ok, err := st.ClaimNext(ctx, "node-b", time.Hour, nil)
 	if err != nil || !ok || b.ID != job.ID || b.Attempt != 2 || b.LeaseOwner != "node-b" || *b.FromStep != 0 {
 		t.Fatalf("reclaim: %+v %v %v", b, ok, err)

@@ -58,6 +58,10 @@ var sortColumns = map[string]string{
 		WHEN c.ended_at IS NULL THEN 2 WHEN c.status_error != 0 THEN 0 ELSE 3 END)`,
 }
 
+// statusCodes are the numbers sortColumns["summary.platform.status"] gives
+// the statuses statusOf names.
+var statusCodes = map[string]string{"descendant_error": "0", "error": "1", "running": "2", "success": "3"}
+
 // limitOffset validates limit and offset; no limit is the largest int64
 // (SQLite's LIMIT -1 is an error on PostgreSQL).
 func limitOffset(limit, offset *int64) (int64, int64, error) {
@@ -144,10 +148,9 @@ func buildQuery(d *dialect, req *queryReq, proj int64, inc includes) (string, []
 			args = append(args, at.UnixMicro())
 		}
 		if f.Statuses != nil {
-			// the numbers of sortColumns["summary.platform.status"]
 			codes := make([]string, 0, len(f.Statuses))
 			for i, st := range f.Statuses {
-				code, ok := map[string]string{"descendant_error": "0", "error": "1", "running": "2", "success": "3"}[st]
+				code, ok := statusCodes[st]
 				if !ok {
 					return "", nil, httpx.Invalid(fmt.Sprintf("filter.statuses[%d]", i), "invalid_value",
 						`expected "success", "error", "running" or "descendant_error", got %q`, st)

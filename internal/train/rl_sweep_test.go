@@ -15,14 +15,14 @@ import (
 // against the last three, as the test does). V=1 logs each job's metrics.
 // It is skipped unless FLYWHEEL_RL_SWEEP is set:
 //
-//	FLYWHEEL_RL_SWEEP=1 SEEDS=64 STEPS=15 LR=0 BF16= go test ./internal/train -run TestRLSweep -v
+//	FLYWHEEL_RL_SWEEP=1 SEEDS=64 STEPS=25 LR=0 BF16= go test ./internal/train -run TestRLSweep -v
 func TestRLSweep(t *testing.T) {
 	if os.Getenv("FLYWHEEL_RL_SWEEP") == "" {
 		t.Skip("a measurement: set FLYWHEEL_RL_SWEEP=1 (and SEEDS, STEPS, LR, BF16, V)")
 	}
-	seeds, _ := strconv.Atoi(os.Getenv("SEEDS"))
-	steps, _ := strconv.Atoi(os.Getenv("STEPS"))
-	lr, _ := strconv.ParseFloat(os.Getenv("LR"), 64)
+	seeds := int(sweepNum(t, "SEEDS", 64))
+	steps := int(sweepNum(t, "STEPS", 25))
+	lr := sweepNum(t, "LR", 0)
 	if steps < 2 {
 		t.Fatal("STEPS must be at least 2")
 	}
@@ -49,4 +49,20 @@ func TestRLSweep(t *testing.T) {
 		t.Logf("seed %2d: %.3f -> %.3f (rise %.3f): %s", seed, first, last, last-first, strings.Join(line, " "))
 	}
 	t.Logf("%d of %d seeds rise by %.2f; smallest rise %.3f (lr %v, %d jobs)", pass, seeds, rlRise, minRise, lr, steps)
+}
+
+// sweepNum is the number in the environment variable name, def when it is
+// unset; a value that does not parse fails the test (a misspelt setting
+// must not measure zero runs).
+func sweepNum(t *testing.T, name string, def float64) float64 {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return x
 }

@@ -36,10 +36,10 @@ func TestSFTSweep(t *testing.T) {
 		t.Skip("a measurement: set FLYWHEEL_SFT_SWEEP=1 (and BS, EPOCHS, JOBS, LR, RUNS)")
 	}
 	bs := os.Getenv("BS")
-	epochs, _ := strconv.Atoi(os.Getenv("EPOCHS"))
-	jobsN, _ := strconv.Atoi(os.Getenv("JOBS"))
-	lr, _ := strconv.ParseFloat(os.Getenv("LR"), 64)
-	runs, _ := strconv.Atoi(os.Getenv("RUNS"))
+	epochs := int(sweepNum(t, "EPOCHS", 4))
+	jobsN := int(sweepNum(t, "JOBS", 1))
+	lr := sweepNum(t, "LR", 0)
+	runs := int(sweepNum(t, "RUNS", 60))
 
 	var rows []map[string]any
 	for _, p := range sweepPrompts {

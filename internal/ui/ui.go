@@ -2,8 +2,9 @@
 // modules, no build step) embedded in the binary and served at /ui/. The
 // pages call the same API routes as any client, with the API key the user
 // signs in with (kept in the browser's session storage, sent as a Bearer
-// header), so the key's tenancy applies to everything shown; the server adds
-// no route or bypass for the UI. Every response carries a strict
+// header), so the key's tenancy applies to everything shown; there is no
+// bypass for the UI (the read routes it needs, in internal/api's
+// dashboard.go, take the same key and tenancy as every route). Every response carries a strict
 // Content-Security-Policy: scripts, styles and connections only from the
 // same origin, no inline script, no framing.
 package ui
