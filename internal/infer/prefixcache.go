@@ -83,13 +83,18 @@ func (c *PrefixCache) Stats() PrefixCacheStats {
 }
 
 // blockHashes appends to hs the chained hashes of the full blocks of toks
-// from block len(hs) on, up to nblocks blocks in all.
-func blockHashes(hs []prefixHash, toks []int, nblocks int) []prefixHash {
+// from block len(hs) on, up to nblocks blocks in all; the chain starts from
+// scope (Request.CacheScope), so scopes never share blocks.
+func blockHashes(hs []prefixHash, scope string, toks []int, nblocks int) []prefixHash {
 	var buf [4 * PrefixBlockTokens]byte
 	for i := len(hs); i < nblocks; i++ {
 		h := sha256.New()
 		if i > 0 {
 			h.Write(hs[i-1][:])
+		} else { // the chain starts from the request's cache scope
+			binary.LittleEndian.PutUint32(buf[:4], uint32(len(scope)))
+			h.Write(buf[:4])
+			h.Write([]byte(scope))
 		}
 		for j, t := range toks[i*PrefixBlockTokens : (i+1)*PrefixBlockTokens] {
 			binary.LittleEndian.PutUint32(buf[4*j:], uint32(t))
@@ -177,7 +182,7 @@ func (c *PrefixCache) evictOldest() {
 // promptHashes returns the hashes of the full blocks of st's prompt.
 func (st *seqState) promptHashes() []prefixHash {
 	p := st.gen.req.Prompt
-	st.hashes = blockHashes(st.hashes, p, len(p)/PrefixBlockTokens)
+	st.hashes = blockHashes(st.hashes, st.gen.req.CacheScope, p, len(p)/PrefixBlockTokens)
 	return st.hashes
 }
 
@@ -246,7 +251,7 @@ func (s *Scheduler) cacheSequence(st *seqState) {
 		}
 		st.out.mu.Unlock()
 	}
-	hs := blockHashes(st.promptHashes(), toks, n)
+	hs := blockHashes(st.promptHashes(), st.gen.req.CacheScope, toks, n)
 	s.opts.PrefixCache.insert(st.seq, s.m, hs, st.cached)
 	st.cached = n
 }

@@ -185,6 +185,29 @@ func TestPrefixCacheAdapters(t *testing.T) {
 	}
 }
 
+// TestPrefixCacheScopes: a request reuses only the blocks of requests of its
+// own CacheScope (the server's user), so another tenant's prompt is never a
+// hit; the same scope hits as before.
+func TestPrefixCacheScopes(t *testing.T) {
+	m := tinyLM(t)
+	on := startScheduler(t, Model{Engine: m}, Options{PrefixCache: NewPrefixCache(64 << 20)})
+	prompt := randPrompt(m, 70, 4)
+	req := func(scope string) Request {
+		return Request{Prompt: prompt, Sampling: seeded(1), MaxTokens: 4, IgnoreEOS: true, CacheScope: scope}
+	}
+	generate(t, on, req("alice"))
+	for _, c := range []struct {
+		scope string
+		want  int64
+	}{{"bob", 0}, {"", 0}, {"alicebob", 0}, {"alice", 64}, {"bob", 64}} {
+		before := on.Stats().PrefixHitTokens
+		generate(t, on, req(c.scope))
+		if hit := on.Stats().PrefixHitTokens - before; hit != c.want {
+			t.Fatalf("scope %q: %d tokens from the cache, want %d", c.scope, hit, c.want)
+		}
+	}
+}
+
 // TestPrefixCacheEviction: the cache stays within its budget, evicting the
 // least recently used blocks, the later blocks of a prefix before the
 // earlier ones.

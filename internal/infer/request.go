@@ -64,6 +64,11 @@ type Request struct {
 	// NewSampler makes each choice's sampler from its Sampling entry; nil:
 	// engine.NewSampler.
 	NewSampler func(engine.SamplingParams) Sampler
+	// CacheScope keeps the prefix cache's blocks apart: a request reuses
+	// only blocks that requests of the same scope computed (the server sets
+	// the caller's user, so whether a prompt hits the cache, and how fast
+	// its first token comes, tells nothing about other tenants' prompts).
+	CacheScope string
 }
 
 // Token is one sampled token.

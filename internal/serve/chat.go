@@ -407,6 +407,7 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 		StopIDs:    pl.stopIDs,
 		IgnoreEOS:  pl.ignoreEOS,
 		NewSampler: s.newSampler,
+		CacheScope: p.UserID, // a user's requests share cached prefixes; tenants never do
 	}
 	if fns := pl.forcedFunctions(); fns != nil {
 		g, err := toolCallGrammar(fns, lm.format)
