@@ -3,8 +3,10 @@
 
 The SmolLM2-135M shape of torch_bench.py (random weights, float32, no LoRA),
 decoding with a KV cache as a hand-written PyTorch loop does (Debian's
-python3-torch has no transformers): `n8` prefills a 480-token prompt for a
-batch of 8 and samples 64 tokens for each (batch-8 generate); `one` samples
+python3-torch has no transformers): `n8` prefills a 480-token prompt once,
+copies its keys and values to a batch of 8 and samples 64 tokens for each
+(a batch-8 generate that, like flywheel's n choices, does not prefill the
+same prompt eight times; Hugging Face's num_return_sequences=8 would); `one` samples
 128 tokens for one stream after a 16-token prompt. Multinomial sampling at
 temperature 1 under torch.no_grad(). Prints seconds and tokens/s.
 
@@ -59,9 +61,15 @@ def step(m, toks, cache, pos0):
     return F.linear(m.norm(x[:, -1]), m.embed)
 
 
-def generate(m, prompt, n):
+def generate(m, prompt, n, batch):
+    """Prefill prompt [1, T] once, then sample n tokens for each of batch
+    rows (the prompt's keys and values copied to every row, as flywheel
+    does for n choices)."""
     cache = [None] * len(m.blocks)
     logits = step(m, prompt, cache, 0)
+    if batch > 1:
+        cache = [(k.expand(batch, -1, -1, -1).contiguous(), v.expand(batch, -1, -1, -1).contiguous()) for k, v in cache]
+        logits = logits.expand(batch, -1)
     pos = prompt.shape[1]
     for _ in range(n):
         nxt = torch.multinomial(logits.softmax(-1), 1)
@@ -76,11 +84,11 @@ def main():
     c = SHAPES["smol"]
     m = Model(c)
     batch, plen, n = (8, 480, 64) if mode == "n8" else (1, 16, 128)
-    prompt = torch.randint(0, c["vocab"], (1, plen)).expand(batch, plen)
+    prompt = torch.randint(0, c["vocab"], (1, plen))
     with torch.no_grad():
-        generate(m, prompt[:, :8], 2)  # warm-up
+        generate(m, prompt[:, :8], 2, batch)  # warm-up
         t0 = time.perf_counter()
-        generate(m, prompt, n)
+        generate(m, prompt, n, batch)
         el = time.perf_counter() - t0
     print(f"torch {torch.__version__} threads={torch.get_num_threads()} generate mode={mode} batch={batch} "
           f"prompt={plen} tokens={n} wall_s={el:.3f} tok/s={batch * n / el:.1f}")
