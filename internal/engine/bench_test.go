@@ -248,6 +248,12 @@ func BenchmarkPeakMemory135M(b *testing.B) {
 
 // readBandwidth sums a buffer with GOMAXPROCS goroutines, as the kernels
 // package's BenchmarkReadBandwidth does, and returns bytes/s.
+// probeBytes is the read-bandwidth probe's buffer: 1 GiB, four times this
+// machine's 260 MiB L3, so no pass is served from cache (a 256 MiB buffer,
+// about the L3's size, measured 24–28 GB/s here where 1 GiB and larger
+// measure 28–29.5: its passes were partly cache hits, partly evictions).
+const probeBytes = 1 << 30
+
 func readBandwidth(x []float32) float64 {
 	W := runtime.GOMAXPROCS(0)
 	n := len(x)
@@ -266,13 +272,13 @@ func readBandwidth(x []float32) float64 {
 }
 
 // BenchmarkDecodeVsBandwidth135M interleaves read-bandwidth measurements
-// (256 MiB, as kernels.BenchmarkReadBandwidth) with batch-1 decode steps,
+// (probeBytes) with batch-1 decode steps,
 // so both see the same machine load, and reports the decode speed against
 // the bandwidth limit (weight bytes per token / read bandwidth).
 func BenchmarkDecodeVsBandwidth135M(b *testing.B) {
 	m := model135M(b)
 	wb := float64(weightBytes(m.Weights))
-	buf := make([]float32, 256<<20/4)
+	buf := make([]float32, probeBytes/4)
 	for i := range buf {
 		buf[i] = 1
 	}
@@ -385,7 +391,7 @@ func BenchmarkTrainAttention(b *testing.B) {
 			attnKernels = be
 			defer func() { attnKernels = prev }()
 			for i := 0; i < b.N; i++ {
-				attentionForward(q, views, ge, lse, out, scr, new([]attnTask))
+				attentionForward(q, views, ge, lse, out, scr, new(attnTasks))
 				attentionBackward(q, lse, dout, views, ge, dq, dk, dv, anc, scr)
 			}
 		})

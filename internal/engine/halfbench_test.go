@@ -56,15 +56,27 @@ func prefilled(b *testing.B, m *Model, batch int) []*Seq {
 
 // BenchmarkInference135M is the issue-15 benchmark: in one run, interleaved
 // so every figure sees the same machine, it measures the read bandwidth
-// (256 MiB, all cores), batch-1 decode with float32 and with BF16 weights
+// (probeBytes, all cores), batch-1 decode with float32 and with BF16 weights
 // (the SmolLM2-135M shape, random weights, 128-token context), 8-sequence
 // decode and a 512-token prefill for both. It reports decode tok/s against
 // the bandwidth limit (weight bytes per token / read bandwidth) for each
 // precision and BF16's speed-up over float32.
 func BenchmarkInference135M(b *testing.B) {
-	f32, bf := model135M(b), model135MBF16(b)
+	benchInference(b, model135M(b), model135MBF16(b), 16)
+}
+
+func BenchmarkInference360M(b *testing.B) {
+	cfg := smolLM2Config()
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumLayers, cfg.NumHeads, cfg.NumKVHeads = 960, 2560, 32, 15, 5
+	w := RandomWeights(cfg, 1)
+	f32 := NewModel("bench/smollm2-360m-random", cfg, w, nil, nil)
+	bf := NewModel("bench/smollm2-360m-random-bf16", cfg, w.ToHalf(kernels.BF16), nil, nil)
+	benchInference(b, f32, bf, 16)
+}
+
+func benchInference(b *testing.B, f32, bf *Model, steps int) {
 	wf, wh := float64(weightBytes(f32.Weights)), float64(weightBytes(bf.Weights))
-	buf := make([]float32, 256<<20/4)
+	buf := make([]float32, probeBytes/4)
 	for i := range buf {
 		buf[i] = 1
 	}
@@ -81,7 +93,6 @@ func BenchmarkInference135M(b *testing.B) {
 		}
 		return time.Since(start).Seconds()
 	}
-	const steps = 16
 	var bwBytes, bwTime, d1f, d1h, d8f, d8h, pff, pfh float64
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {

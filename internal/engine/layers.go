@@ -290,8 +290,22 @@ type attnView[T Float] struct {
 }
 
 // attnTask is the attention of the query rows [i0, i1) of view v for kv
-// head g.
-type attnTask struct{ v, g, i0, i1 int }
+// head g; with kb >= 0, of its one query row over the kb-th block of
+// attnDecodeBlock keys (a decode step, see attentionForward).
+type attnTask struct{ v, g, i0, i1, kb int }
+
+// attnTasks is attentionForward's reused storage: the task list and the
+// decode blocks' partial states (per task, rep·(D+2) values: o then m, l).
+type attnTasks struct {
+	ts   []attnTask
+	part []float32
+}
+
+// attnDecodeBlock is the keys per task of a decode row's attention: the
+// keys are split into blocks so both workers stream the KV cache even for
+// one sequence (its rows are cold after the layer's weights streamed by),
+// and a sequence's result depends only on its own length.
+const attnDecodeBlock = 64
 
 // attnScratch is one worker's blocks: gathered queries, scores, outputs.
 type attnScratch[T Float] struct{ qg, s, og, dog, dp []T }
@@ -364,29 +378,62 @@ func scores[T Float](v *attnView[T], g, lo, hi, M, d int, scale T, qg, S []T) {
 //	Qg [rep·B, D], S = Qg·K[lo:hi]ᵀ/√D, causal (windowed) mask,
 //	lse = log Σ exp S, P = exp(S − lse), Og = P·V[lo:hi] → out.
 //
-// tasks is reused storage for the task list (so a decode step allocates
-// nothing here).
-func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out []T, scr []attnScratch[T], tasks *[]attnTask) {
+// A decode row (a view with one new row over a KV cache, float32, no lse)
+// is split by keys instead: one task per (kv head, block of
+// attnDecodeBlock keys) writes the block's unnormalised softmax state
+// (kernels.AttendBlock), and the blocks are merged after (FlashDecoding).
+//
+// at is reused storage (so a decode step allocates nothing here).
+func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out []T, scr []attnScratch[T], at *attnTasks) {
 	rep, d, nh := ge.nh/ge.nkv, ge.d, ge.nh
 	scale := T(1 / math.Sqrt(float64(d)))
-	ts := (*tasks)[:0]
-	work := 0
+	_, f32 := any(q).([]float32)
+	ts := at.ts[:0]
+	work, nd := 0, 0
 	for vi, v := range views {
-		for g := 0; g < ge.nkv; g++ {
-			for i0 := 0; i0 < v.N; i0 += attnBlock {
-				ts = append(ts, attnTask{vi, g, i0, min(i0+attnBlock, v.N)})
+		if f32 && lse == nil && v.N == 1 && len(v.KV) == 1 {
+			lo, hi := ge.keyRange(v.P0, 0, 1)
+			for g := 0; g < ge.nkv; g++ {
+				for kb := 0; lo+kb*attnDecodeBlock < hi; kb++ {
+					ts = append(ts, attnTask{vi, g, 0, 1, kb})
+					nd++
+				}
+			}
+		} else {
+			for g := 0; g < ge.nkv; g++ {
+				for i0 := 0; i0 < v.N; i0 += attnBlock {
+					ts = append(ts, attnTask{vi, g, i0, min(i0+attnBlock, v.N), -1})
+				}
 			}
 		}
 		work += nh * v.N * (v.P0 + v.N) * d
 	}
-	*tasks = ts
+	stride := rep * (d + 2)
+	if nd > 0 {
+		at.part = grow(at.part, len(ts)*stride)
+	}
+	at.ts = ts
 	par.Tasks(len(ts), work < 1<<16, func(w, ti int) {
 		tk := ts[ti]
 		v := &views[tk.v]
+		sc := &scr[w]
+		if tk.kb >= 0 {
+			lo, hi := ge.keyRange(v.P0, 0, 1)
+			a := lo + tk.kb*attnDecodeBlock
+			b := min(hi, a+attnDecodeBlock)
+			c := &v.KV[0]
+			K, V := c.at(tk.g, a)
+			sc.s = grow(sc.s, rep*(b-a))
+			o := at.part[ti*stride : ti*stride+rep*d]
+			ml := at.part[ti*stride+rep*d : (ti+1)*stride]
+			r := v.R0
+			kernels.AttendBlock(any(q[r*nh*d+tk.g*rep*d:r*nh*d+(tk.g+1)*rep*d]).([]float32), rep, d,
+				any(K).([]float32), any(V).([]float32), c.RS, b-a, float32(scale), o, ml, any(sc.s).([]float32))
+			return
+		}
 		B := tk.i1 - tk.i0
 		lo, hi := ge.keyRange(v.P0, tk.i0, tk.i1)
 		P, M := hi-lo, rep*B
-		sc := &scr[w]
 		sc.qg, sc.s, sc.og = grow(sc.qg, M*d), grow(sc.s, M*P), grow(sc.og, M*d)
 		gatherHeads(q, v.R0+tk.i0, B, tk.g, ge, sc.qg, false)
 		scores(v, tk.g, lo, hi, M, d, scale, sc.qg, sc.s)
@@ -415,6 +462,26 @@ func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out
 		}
 		gatherHeads(out, v.R0+tk.i0, B, tk.g, ge, sc.og, true)
 	})
+	// Merge each decode row's blocks (a view's tasks for head g are
+	// consecutive, in block order).
+	for t0 := 0; t0 < len(ts) && nd > 0; {
+		tk := ts[t0]
+		if tk.kb < 0 {
+			t0++
+			continue
+		}
+		t1 := t0 + 1
+		for t1 < len(ts) && ts[t1].v == tk.v && ts[t1].g == tk.g && ts[t1].kb > 0 {
+			t1++
+		}
+		o32 := any(out).([]float32)
+		r := views[tk.v].R0
+		for hl := range rep {
+			h := tk.g*rep + hl
+			kernels.MergeBlocks(t1-t0, d, at.part[t0*stride+hl*d:], stride, at.part[t0*stride+rep*d+2*hl:], stride, o32[r*nh*d+h*d:r*nh*d+(h+1)*d])
+		}
+		t0 = t1
+	}
 }
 
 // softmaxRow replaces row with softmax(row) and, when wantLSE, returns

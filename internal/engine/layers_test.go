@@ -168,7 +168,7 @@ func caseAttention[T Float](in [][]T, gy []T) ([]T, [][]T) {
 	}
 	scr := make([]attnScratch[T], 8)
 	lse, out := make([]T, N*attnNH), make([]T, N*attnNH*attnD)
-	attentionForward(in[0], views, ge, lse, out, scr, new([]attnTask))
+	attentionForward(in[0], views, ge, lse, out, scr, new(attnTasks))
 	if gy == nil {
 		return out, nil
 	}
@@ -241,4 +241,73 @@ func TestLogSoftmaxValues(t *testing.T) {
 	if math.Abs(lp-(-2-math.Log(sum))) > 1e-12 || math.Abs(e-ent) > 1e-12 {
 		t.Fatalf("lp %v ent %v, want %v %v", lp, e, -2-math.Log(sum), ent)
 	}
+}
+
+// Decode rows (one new row over a KV cache) take attentionForward's
+// split-by-keys path in float32 (blocks of attnDecodeBlock keys, merged);
+// float64 takes the blocked path. Both against each other, for a batch that
+// mixes decode rows at several positions (one key, a block boundary,
+// several blocks) with a prefill row block, with and without a sliding
+// window, for head sizes on and off the AVX-512 kernels.
+func TestDecodeAttention(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, d := range []int{64, 20} {
+		for _, win := range []int{0, 50} {
+			const nh, nkv, cp = 6, 2, 256
+			type seq struct{ p0, n int }
+			seqs := []seq{{0, 1}, {3, 5}, {63, 1}, {64, 1}, {150, 1}, {200, 1}}
+			ge := attnGeom{nh: nh, nkv: nkv, d: d, win: win}
+			N := 0
+			for _, s := range seqs {
+				N += s.n
+			}
+			round := func(x []float64) []float64 {
+				for i, v := range x {
+					x[i] = float64(float32(v))
+				}
+				return x
+			}
+			q := round(rvec(rng, N*nh*d, 1))
+			caches := make([][2][]float64, len(seqs))
+			for i := range seqs {
+				caches[i] = [2][]float64{round(rvec(rng, nkv*cp*d, 1)), round(rvec(rng, nkv*cp*d, 1))}
+			}
+			run32 := func() []float32 {
+				views := make([]attnView[float32], len(seqs))
+				r := 0
+				for i, s := range seqs {
+					K, V := f32s(caches[i][0]), f32s(caches[i][1])
+					views[i] = attnView[float32]{R0: r, N: s.n, P0: s.p0, KV: []kvChunk[float32]{{K: K, V: V, RS: d, HS: cp * d, N: s.p0 + s.n, R0: -1}}}
+					r += s.n
+				}
+				out := make([]float32, N*nh*d)
+				attentionForward(f32s(q), views, ge, nil, out, make([]attnScratch[float32], 8), new(attnTasks))
+				return out
+			}
+			views := make([]attnView[float64], len(seqs))
+			r := 0
+			for i, s := range seqs {
+				views[i] = attnView[float64]{R0: r, N: s.n, P0: s.p0, KV: []kvChunk[float64]{{K: caches[i][0], V: caches[i][1], RS: d, HS: cp * d, N: s.p0 + s.n, R0: -1}}}
+				r += s.n
+			}
+			want := make([]float64, N*nh*d)
+			attentionForward(q, views, ge, nil, want, make([]attnScratch[float64], 8), new(attnTasks))
+			got := run32()
+			for i := range want {
+				if math.Abs(float64(got[i])-want[i]) > 1e-5 {
+					t.Fatalf("d=%d win=%d: out[%d] (row %d) = %g, want %g", d, win, i, i/(nh*d), got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// f32s rounds x to float32 and back, so float32 and float64 runs see the
+// same inputs.
+func f32s(x []float64) []float32 {
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = float32(v)
+	}
+	return y
 }

@@ -216,7 +216,7 @@ type rowsState[T Float] struct {
 	chunks   []kvChunk[T]     // the views' chunks
 	anc      []attnGrads[T]   // per view, for the backward
 	scr      []attnScratch[T] // per worker
-	tasks    []attnTask       // the attention's task list
+	tasks    attnTasks        // the attention's tasks and decode blocks
 	qkv      []T              // fused q/k/v product
 }
 

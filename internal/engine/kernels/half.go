@@ -232,6 +232,14 @@ func (w *wrows) zCols(k int) int {
 	return 0
 }
 
+// elemSize is the bytes per weight.
+func (w *wrows) elemSize() int {
+	if w.h != nil {
+		return 2
+	}
+	return 4
+}
+
 // at is the value at row j, column p.
 func (w *wrows) at(j, p int) float32 {
 	if w.h != nil {
@@ -245,6 +253,11 @@ func (w *wrows) at(j, p int) float32 {
 // odd-indexed ones, the order in which the BF16 kernels widen a 64-byte
 // line of weights (one shift gives the even values, one AND the odd ones).
 func evenOdd(dst, x []float32) {
+	if haveAVX512 && len(dst) >= 32 {
+		_ = x[len(dst)&^31-1]
+		evenOddZ(len(dst)/32, &dst[0], &x[0])
+		return
+	}
 	for b := 0; b+32 <= len(dst); b += 32 {
 		for i := range 16 {
 			dst[b+i] = x[b+2*i]
@@ -253,21 +266,57 @@ func evenOdd(dst, x []float32) {
 	}
 }
 
-// streamChunk is the weight elements per task of a streamed product (256
-// KiB of float32 weights): large enough that most of a worker's prefetches
-// (eight rows ahead) fall in its own chunk rather than the next one, which
-// the other worker is likely to take, and that hand-outs are few; small
-// enough that the two workers still finish a product together. (64 KiB
-// chunks, 8 rows of the down projection, made a decode step ~15% slower.)
-const streamChunk = 1 << 16
+// streamMinChunk is the fewest weight bytes of a streamed product's task
+// (but the last): the tail tasks that let the workers finish together.
+// Fixed-size tasks were worse both ways: 64 KiB tasks made a decode step
+// ~15% slower (a task's first rows are not prefetched, and each is a
+// hand-out), 256 KiB tasks leave one worker idle at a product's end (BF16
+// weights streamed at 0.9 of float32's bytes/s; guided, at 0.95–1.0).
+const streamMinChunk = 32 << 10
+
+// streamSplit is how a streamed product's n weight rows (rowBytes each)
+// are cut into tasks (guided scheduling): each task takes 1/(2·workers)
+// of the rows left, at least streamMinChunk bytes, in multiples of 4 rows,
+// so the first tasks are long (a worker's prefetches run ahead within its
+// own rows, and hand-outs are few) and the last ones short (the workers
+// finish together).
+type streamSplit struct{ n, minRows, div int }
+
+func newStreamSplit(n, rowBytes int) streamSplit {
+	return streamSplit{n: n, minRows: max(4, (streamMinChunk/rowBytes)&^3), div: 2 * workers()}
+}
+
+// next is the end of the task that starts at row j.
+func (s streamSplit) next(j int) int {
+	return min(s.n, j+max(s.minRows, ((s.n-j)/s.div)&^3))
+}
+
+// tasks is the number of tasks.
+func (s streamSplit) tasks() int {
+	t := 0
+	for j := 0; j < s.n; j = s.next(j) {
+		t++
+	}
+	return t
+}
+
+// task is the rows [j0, j1) of task ti.
+func (s streamSplit) task(ti int) (j0, j1 int) {
+	for range ti {
+		j0 = s.next(j0)
+	}
+	return j0, s.next(j0)
+}
 
 // streamNT computes C = A·Wᵀ + beta·C for few rows of A by streaming the
-// weight rows once, in chunks of a multiple of 4 rows handed out one at a
-// time to the workers (so they finish together): each group of 4 weight
+// weight rows once, in tasks of a multiple of 4 rows handed out one at a
+// time to the workers (streamSplit): each group of 4 weight
 // rows is dotted with every row of A. With AVX-512, four rows of A at a
 // time go through the register-blocked 4x4 kernel and the rest through its
 // one-row twin, which sums in the same order, so a row's results do not
-// depend on the batch; else each row of A goes through the AVX2 or Go dot
+// depend on the batch (one row over BF16 weights, decode's commonest
+// product, runs all of a task's groups in one call of that twin,
+// dotRowsBF16Z); else each row of A goes through the AVX2 or Go dot
 // of four weight rows (half weights widened once per group when m > 1,
 // which sums as the one-row half kernel does).
 func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int) {
@@ -283,14 +332,20 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 		}
 		xa, ldx = p.s, kz
 	}
-	chunk := max(4, (streamChunk/k)&^3)
-	tasks := (n + chunk - 1) / chunk
+	split := newStreamSplit(n, k*w.elemSize())
+	tasks := split.tasks()
 	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
-		j0, j1 := ti*chunk, min(n, (ti+1)*chunk)
+		j0, j1 := split.task(ti)
 		var wide *buf // widened group of half weights (m > 1 without AVX-512)
 		if m > 1 && w.h != nil && kz == 0 {
 			wide = getBuf(4 * k)
 			defer putBuf(wide)
+		}
+		if m == 1 && beta == 0 && kz == k && w.h != nil && w.t == BF16 && j1-j0 >= 4 {
+			// One row, no tail: every group of the task in one call.
+			g := (j1 - j0) / 4
+			dotRowsBF16Z(g, kz, &xa[0], &w.h[j0*w.ld], w.ld, &c[j0])
+			j0 += 4 * g
 		}
 		var out [16]float32
 		tail := func(i, j int, d *[4]float32) { // columns [kz, k), in order

@@ -1,6 +1,7 @@
 //go:build amd64 && !noasm
 
 #include "textflag.h"
+#include "zmm_amd64.h"
 
 // Half-precision weight kernels: the 16-bit weights are widened to float32
 // in registers (BF16: zero-extend and shift into the high half; F16:
@@ -159,13 +160,6 @@
 #define F32Z(src, dst) \
 	VMOVUPS src, dst
 
-// Sum the lanes of z (y, x: its lower halves) into x's lanes 0..3.
-#define FOLD(z, y, x) \
-	VEXTRACTF64X4 $1, z, Y24 \
-	VADDPS        Y24, y, y \
-	VEXTRACTF32X4 $1, y, X24 \
-	VADDPS        X24, x, x
-
 // out[off/4 .. off/4+3] = the four full sums of za..zd.
 #define RED4(za, ya, xa, zb, yb, xb, zc, yc, xc, zd, yd, xd, off) \
 	FOLD(za, ya, xa) \
@@ -266,6 +260,26 @@
 	PREFETCHT0 (R13)(R12*1) \
 	LEAQ       (R11)(AX*sh), R13 \
 	PREFETCHT0 (R13)(R12*1)
+
+// One 32-column step of the one-row BF16 kernels: x (even/odd permuted) at
+// SI, weight rows R8..R11 at column AX, accumulators Z0..Z3; AX += 32.
+#define B1STEP \
+	PF4S(2) \
+	VMOVUPS     (SI)(AX*4), Z24 \
+	VMOVUPS     64(SI)(AX*4), Z25 \
+	EOW((R8)(AX*2), Z16, Z17) \
+	EOW((R9)(AX*2), Z18, Z19) \
+	VFMADD231PS Z16, Z24, Z0 \
+	VFMADD231PS Z17, Z25, Z0 \
+	VFMADD231PS Z18, Z24, Z1 \
+	VFMADD231PS Z19, Z25, Z1 \
+	EOW((R10)(AX*2), Z20, Z21) \
+	EOW((R11)(AX*2), Z22, Z23) \
+	VFMADD231PS Z20, Z24, Z2 \
+	VFMADD231PS Z21, Z25, Z2 \
+	VFMADD231PS Z22, Z24, Z3 \
+	VFMADD231PS Z23, Z25, Z3 \
+	ADDQ $32, AX
 
 #define STORE1 \
 	MOVQ out+32(FP), DI \
@@ -418,25 +432,53 @@ TEXT ·dot1BF16Z(SB), NOSPLIT, $0-40
 b1:
 	CMPQ AX, CX
 	JGE  b1done
-	PF4S(2)
-	VMOVUPS     (SI)(AX*4), Z24
-	VMOVUPS     64(SI)(AX*4), Z25
-	EOW((R8)(AX*2), Z16, Z17)
-	EOW((R9)(AX*2), Z18, Z19)
-	VFMADD231PS Z16, Z24, Z0
-	VFMADD231PS Z17, Z25, Z0
-	VFMADD231PS Z18, Z24, Z1
-	VFMADD231PS Z19, Z25, Z1
-	EOW((R10)(AX*2), Z20, Z21)
-	EOW((R11)(AX*2), Z22, Z23)
-	VFMADD231PS Z20, Z24, Z2
-	VFMADD231PS Z21, Z25, Z2
-	VFMADD231PS Z22, Z24, Z3
-	VFMADD231PS Z23, Z25, Z3
-	ADDQ $32, AX
+	B1STEP
 	JMP  b1
 b1done:
 	STORE1
+
+// func dotRowsBF16Z(groups int, n int, x *float32, w *uint16, ldw int, out *float32)
+// dot1BF16Z over groups consecutive groups of four rows in one call
+// (decode's one-row products: no call and reduction set-up per group):
+// out[4g+r] = sum_{p<n} x[p]*bf16(w[(4g+r)*ldw+p]), summed exactly as
+// dot1BF16Z sums, so results match it bit for bit.
+TEXT ·dotRowsBF16Z(SB), NOSPLIT, $0-48
+	MOVQ         groups+0(FP), R14
+	MOVQ         n+8(FP), CX
+	MOVQ         x+16(FP), SI
+	MOVQ         w+24(FP), R8
+	MOVQ         ldw+32(FP), DX
+	SHLQ         $1, DX
+	MOVQ         out+40(FP), DI
+	LEAQ         (DX)(DX*1), R12
+	SHLQ         $2, R12
+	MOVL         $0xffff0000, BX
+	VPBROADCASTD BX, Z26
+rg:
+	TESTQ  R14, R14
+	JZ     rgdone
+	LEAQ   (R8)(DX*1), R9
+	LEAQ   (R9)(DX*1), R10
+	LEAQ   (R10)(DX*1), R11
+	XORQ   AX, AX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+rb:
+	CMPQ AX, CX
+	JGE  rbdone
+	B1STEP
+	JMP  rb
+rbdone:
+	RED4(Z0, Y0, X0, Z1, Y1, X1, Z2, Y2, X2, Z3, Y3, X3, 0)
+	ADDQ $16, DI
+	LEAQ (R8)(DX*4), R8
+	DECQ R14
+	JMP  rg
+rgdone:
+	VZEROUPPER
+	RET
 
 // func dot1F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
 // The one-row mdotF16Z; n a multiple of 16.
@@ -481,3 +523,52 @@ s1:
 	JMP  s1
 s1done:
 	STORE1
+
+// Lane indices of the even (0, 2, .., 30) and odd (1, 3, .., 31) values of
+// a pair of zmm registers for VPERMI2PS.
+DATA eoIdx<>+0(SB)/4, $0
+DATA eoIdx<>+4(SB)/4, $2
+DATA eoIdx<>+8(SB)/4, $4
+DATA eoIdx<>+12(SB)/4, $6
+DATA eoIdx<>+16(SB)/4, $8
+DATA eoIdx<>+20(SB)/4, $10
+DATA eoIdx<>+24(SB)/4, $12
+DATA eoIdx<>+28(SB)/4, $14
+DATA eoIdx<>+32(SB)/4, $16
+DATA eoIdx<>+36(SB)/4, $18
+DATA eoIdx<>+40(SB)/4, $20
+DATA eoIdx<>+44(SB)/4, $22
+DATA eoIdx<>+48(SB)/4, $24
+DATA eoIdx<>+52(SB)/4, $26
+DATA eoIdx<>+56(SB)/4, $28
+DATA eoIdx<>+60(SB)/4, $30
+GLOBL eoIdx<>(SB), RODATA|NOPTR, $64
+
+// func evenOddZ(blocks int, dst, x *float32)
+// evenOdd for blocks blocks of 32 values.
+TEXT ·evenOddZ(SB), NOSPLIT, $0-24
+	MOVQ    blocks+0(FP), CX
+	MOVQ    dst+8(FP), DI
+	MOVQ    x+16(FP), SI
+	VMOVDQU32 eoIdx<>(SB), Z4
+	MOVL    $1, AX
+	VPBROADCASTD AX, Z5
+	VPADDD  Z5, Z4, Z5               // odd indices
+eo:
+	TESTQ   CX, CX
+	JZ      eodone
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVAPS Z4, Z2
+	VPERMI2PS Z1, Z0, Z2
+	VMOVAPS Z5, Z3
+	VPERMI2PS Z1, Z0, Z3
+	VMOVUPS Z2, (DI)
+	VMOVUPS Z3, 64(DI)
+	ADDQ    $128, SI
+	ADDQ    $128, DI
+	DECQ    CX
+	JMP     eo
+eodone:
+	VZEROUPPER
+	RET
