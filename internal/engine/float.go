@@ -70,10 +70,6 @@ func (w wmat[T]) slice(i, j int) wmat[T] {
 	return wmat[T]{f: w.f[i:j:j]}
 }
 
-// decodeRows is the most rows of a product that run as a weight stream
-// (kernels.GemvNT) rather than through the backend's Sgemm: decode batches.
-const decodeRows = 16
-
 // mulNT is c [m,n] = a [m,k] (row stride lda) · Wᵀ + beta·c (row stride
 // ldc) for a weight W [n,k] (a linear layer's forward). Half-precision
 // weights go to kernels.HalfGemmNT; float32 weights with few rows (decode)
@@ -84,7 +80,7 @@ func mulNT[T Float](m, n, k int, a []T, lda int, w wmat[T], beta T, c []T, ldc i
 		kernels.HalfGemmNT(w.ht, m, n, k, any(a).([]float32), lda, w.h, k, float32(beta), any(c).([]float32), ldc)
 		return
 	}
-	if a32, ok := any(a).([]float32); ok && m <= decodeRows {
+	if a32, ok := any(a).([]float32); ok && m <= kernels.StreamRows {
 		if _, naive := kernels.Default().(kernels.Naive); !naive {
 			kernels.GemvNT(m, n, k, a32, lda, any(w.f).([]float32), k, float32(beta), any(c).([]float32), ldc)
 			return

@@ -105,11 +105,8 @@ func (e ExperimentalConfig) Resolve(defaultLR float64) (Config, error) {
 		LearningRate:   deref(e.LearningRate, defaultLR),
 		MaxNegISWeight: deref(e.MaxNegativeAdvantageImportanceSamplingWeight, math.Inf(1)),
 	}
-	if !(c.LearningRate > 0) {
-		return c, valueError(configPath+".learning_rate", "must be > 0")
-	}
-	if c.LearningRate > MaxLearningRate {
-		return c, valueError(configPath+".learning_rate", "must be at most %g (got %g)", MaxLearningRate, c.LearningRate)
+	if err := checkLearningRate(configPath+".learning_rate", c.LearningRate); err != nil {
+		return c, err
 	}
 	if c.AdvantageBalance < -1 || c.AdvantageBalance > 1 {
 		return c, valueError(configPath+".advantage_balance", "must be in [-1, 1]")

@@ -203,18 +203,26 @@ func (o object) learningRates() ([]float64, error) {
 	return lrs, nil
 }
 
-// learningRate reads the JSON value v at path as a learning rate: a finite
-// number > 0 and at most MaxLearningRate.
+// learningRate reads the JSON value v at path as a learning rate (see
+// checkLearningRate).
 func learningRate(path string, v json.RawMessage) (float64, error) {
 	x, err := number(path, v)
-	switch {
-	case err != nil:
-	case x <= 0:
-		err = valueError(path, "must be > 0")
-	case x > MaxLearningRate:
-		err = valueError(path, "must be at most %g (got %g)", MaxLearningRate, x)
+	if err != nil {
+		return x, err
 	}
-	return x, err
+	return x, checkLearningRate(path, x)
+}
+
+// checkLearningRate is the one rule for a learning rate, RL or SFT: a
+// number > 0 and at most MaxLearningRate (NaN fails the first test).
+func checkLearningRate(path string, x float64) error {
+	switch {
+	case !(x > 0):
+		return valueError(path, "must be > 0")
+	case x > MaxLearningRate:
+		return valueError(path, "must be at most %g (got %g)", MaxLearningRate, x)
+	}
+	return nil
 }
 
 // SFTExample is one line of an SFT training file (api.md: {"messages":

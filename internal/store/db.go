@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"flywheel/internal/sqlbind"
 )
 
 //go:embed migrations/sqlite/*.sql migrations/postgres/*.sql
@@ -59,25 +60,12 @@ type dialect struct {
 	notify func(ctx context.Context, q queryer) error
 }
 
-// bind rewrites ? placeholders to $n for PostgreSQL. Queries of this
-// package hold no ? inside string literals.
+// bind rewrites ? placeholders to $n for PostgreSQL (sqlbind.Dollar).
 func (d *dialect) bind(q string) string {
 	if !d.dollar || !strings.Contains(q, "?") {
 		return q
 	}
-	var b strings.Builder
-	b.Grow(len(q) + 16)
-	n := 0
-	for i := 0; i < len(q); i++ {
-		if q[i] == '?' {
-			n++
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(n))
-			continue
-		}
-		b.WriteByte(q[i])
-	}
-	return b.String()
+	return sqlbind.Dollar(q)
 }
 
 // serialize makes the transactions that call it with the same name run one

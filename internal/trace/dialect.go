@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"flywheel/internal/httpx"
+	"flywheel/internal/sqlbind"
 )
 
 // The call store runs on SQLite (the default, the service's own file) and on
@@ -74,7 +74,7 @@ func dialectFor(db *sql.DB, name string) (*dialect, error) {
 
 // sql returns q in the dialect's form. q is one of the package's fixed
 // statements (the PostgreSQL form is cached by text); dynamic statements
-// go through rebind.
+// go through dyn.
 func (d *dialect) sql(q string) string {
 	if !d.postgres {
 		return q
@@ -82,7 +82,7 @@ func (d *dialect) sql(q string) string {
 	if v, ok := d.rebound.Load(q); ok {
 		return v.(string)
 	}
-	r := rebind(q)
+	r := sqlbind.Dollar(q)
 	d.rebound.Store(q, r)
 	return r
 }
@@ -92,45 +92,7 @@ func (d *dialect) dyn(q string) string {
 	if !d.postgres {
 		return q
 	}
-	return rebind(q)
-}
-
-// rebind rewrites SQLite placeholders as PostgreSQL's: ?N is $N, and a bare
-// ? is one more than the largest number so far (SQLite's rule). Quoted text
-// ('...', "...") is copied as is.
-func rebind(q string) string {
-	var b strings.Builder
-	b.Grow(len(q) + 16)
-	maxN := 0
-	for i := 0; i < len(q); i++ {
-		c := q[i]
-		switch c {
-		case '\'', '"':
-			j := strings.IndexByte(q[i+1:], c)
-			if j < 0 {
-				b.WriteString(q[i:])
-				return b.String()
-			}
-			b.WriteString(q[i : i+j+2])
-			i += j + 1
-		case '?':
-			j := i + 1
-			for j < len(q) && q[j] >= '0' && q[j] <= '9' {
-				j++
-			}
-			n := maxN + 1
-			if j > i+1 {
-				n, _ = strconv.Atoi(q[i+1 : j])
-			}
-			maxN = max(maxN, n)
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(n))
-			i = j - 1
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
+	return sqlbind.Dollar(q)
 }
 
 // inList is the condition "col is one of the strings of the list bound at

@@ -12,19 +12,6 @@ import (
 	"flywheel/internal/pgtest"
 )
 
-func TestRebind(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{`SELECT ? , ?`, `SELECT $1 , $2`},
-		{`WHERE a = ?1 AND b = ?2 OR c = ?1 LIMIT ?`, `WHERE a = $1 AND b = $2 OR c = $1 LIMIT $3`},
-		{`x LIKE ? ESCAPE '\' AND y = '?' AND "q?" = ?`, `x LIKE $1 ESCAPE '\' AND y = '?' AND "q?" = $2`},
-		{`?10 ?`, `$10 $11`},
-	} {
-		if got := rebind(c.in); got != c.want {
-			t.Errorf("rebind(%q) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}
-
 // agreementCalls are calls chosen to tell the dialects apart where they
 // could differ: NULL order, byte order of text (case, '_', non-ASCII),
 // prefix matching with LIKE/GLOB metacharacters and case, the derived status.

@@ -91,9 +91,11 @@ func hdot(t HalfType, x []float32, w []uint16) float32 {
 	return s
 }
 
-// halfSmallM is the largest m for which HalfGemmNT streams the weights
-// once without converting them in blocks for Sgemm (decode batches).
-const halfSmallM = 16
+// StreamRows is the most rows of A for which a product streams the
+// weights once for all rows (HalfGemmNT's decode path, and what GemvNT is
+// for): decode batches. More rows go through Sgemm (half weights widened
+// in blocks).
+const StreamRows = 16
 
 // halfBlockElems is the size of the float32 blocks weights are widened into
 // for the matrix-matrix products (1 MiB: stays in L2/L3 while Sgemm uses it).
@@ -129,7 +131,7 @@ func HalfGemmNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	if m <= halfSmallM {
+	if m <= StreamRows {
 		halfGemvNT(t, m, n, k, a, lda, w, ldw, beta, c, ldc)
 		return
 	}
@@ -190,7 +192,7 @@ func halfGemvNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 }
 
 // GemvNT computes C = A·Wᵀ + beta·C for float32 weights W [n,k] (row
-// stride ldw) and few rows of A [m,k] (decode batches, m <= 16): as
+// stride ldw) and few rows of A [m,k] (decode batches, m <= StreamRows): as
 // HalfGemmNT's streaming path, each weight read once for all rows.
 func GemvNT(m, n, k int, a []float32, lda int, w []float32, ldw int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
