@@ -44,9 +44,14 @@ func decodeSteps(b *testing.B, m *Model, seqs []*Seq, steps int) float64 {
 }
 
 func prefilled(b *testing.B, m *Model, batch int) []*Seq {
+	return prefilledWith(b, m, batch, nil)
+}
+
+// prefilledWith is prefilled with sequences that use adapter ad.
+func prefilledWith(b *testing.B, m *Model, batch int, ad *Adapter) []*Seq {
 	seqs := make([]*Seq, batch)
 	for i := range seqs {
-		seqs[i] = m.NewSeq(nil)
+		seqs[i] = m.NewSeq(ad)
 		if _, err := m.Forward([]*Seq{seqs[i]}, [][]int{randTokens(benchContext, m.Config.VocabSize, uint64(i))}); err != nil {
 			b.Fatal(err)
 		}
@@ -58,9 +63,11 @@ func prefilled(b *testing.B, m *Model, batch int) []*Seq {
 // so every figure sees the same machine, it measures the read bandwidth
 // (probeBytes, all cores), batch-1 decode with float32 and with BF16 weights
 // (the SmolLM2-135M shape, random weights, 128-token context), 8-sequence
-// decode and a 512-token prefill for both. It reports decode tok/s against
-// the bandwidth limit (weight bytes per token / read bandwidth) for each
-// precision and BF16's speed-up over float32.
+// decode and a 512-token prefill for both, and batch-1 decode of the BF16
+// model with a rank-16 adapter on every module (a checkpoint, as RL samples
+// from). It reports decode tok/s against the bandwidth limit (weight bytes
+// per token / read bandwidth; with the adapter, its factors' bytes too) for
+// each precision and BF16's speed-up over float32.
 func BenchmarkInference135M(b *testing.B) {
 	benchInference(b, model135M(b), model135MBF16(b), 16)
 }
@@ -81,6 +88,19 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 		buf[i] = 1
 	}
 	s1f, s1h := prefilled(b, f32, 1), prefilled(b, bf, 1)
+	// A checkpoint's adapter, as RL samples from: rank 16 on every module.
+	ad, err := NewAdapter(bf.Config, LoRAConfig{Rank: 16, Alpha: 32, TargetModules: AllModules}, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	randomizeB(ad, 2)
+	s1l := prefilledWith(b, bf, 1, ad)
+	var wl float64 // the adapter's factor bytes, read every step too
+	for _, mods := range ad.Layers {
+		for _, p := range mods {
+			wl += 4 * float64(len(p.A)+len(p.B))
+		}
+	}
 	s8f, s8h := prefilled(b, f32, 8), prefilled(b, bf, 8)
 	const T = 512
 	ptoks := randTokens(T, f32.Config.VocabSize, 7)
@@ -93,7 +113,7 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 		}
 		return time.Since(start).Seconds()
 	}
-	var bwBytes, bwTime, d1f, d1h, d8f, d8h, pff, pfh float64
+	var bwBytes, bwTime, d1f, d1h, d1l, d8f, d8h, pff, pfh float64
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
 		bw := readBandwidth(buf)
@@ -101,6 +121,7 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 		bwTime += 4 * float64(len(buf)) / bw
 		d1f += decodeSteps(b, f32, s1f, steps)
 		d1h += decodeSteps(b, bf, s1h, steps)
+		d1l += decodeSteps(b, bf, s1l, steps)
 		d8f += decodeSteps(b, f32, s8f, steps)
 		d8h += decodeSteps(b, bf, s8h, steps)
 		pff += prefill(f32, pf)
@@ -114,6 +135,9 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 	b.ReportMetric(th, "bf16-tok/s")
 	b.ReportMetric(th/(bw/wh), "bf16-of-limit")
 	b.ReportMetric(th/tf, "bf16/f32")
+	tl := float64(b.N*steps) / d1l
+	b.ReportMetric(tl, "bf16-lora-tok/s")
+	b.ReportMetric(tl/(bw/(wh+wl)), "bf16-lora-of-limit")
 	b.ReportMetric(float64(8*b.N*steps)/d8f, "f32-b8-tok/s")
 	b.ReportMetric(float64(8*b.N*steps)/d8h, "bf16-b8-tok/s")
 	b.ReportMetric(float64(b.N*T)/pff, "f32-prefill-tok/s")

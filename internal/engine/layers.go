@@ -163,6 +163,77 @@ func loraForward[T Float](groups []loraRows[T], l, mod int, x []T, in int, y []T
 	}
 }
 
+// loraMod is one projection's LoRA update for loraForwardAll: module mod
+// reads x [N,in] and adds into y (row stride ldy), keeping x·Aᵀ in xa.
+type loraMod[T Float] struct {
+	mod, in, ldy int
+	x, y, xa     []T
+}
+
+// loraForwardAll is loraForward for the modules of one step of a layer
+// (q, k and v; o; gate and up; down). In an inference pass whose adapter
+// groups all have few rows (decode) every (group, module) update is one
+// task of one par.Tasks call, and both its products stream the factors
+// with the decode kernels (kernels.GemvNTSerial): the factors (~650 KB a
+// layer at rank 16, as much as a tenth of a BF16 model's weights) are read
+// by both cores with prefetches, and no core idles through serial LoRA
+// work (a helper left waiting more than ~20 µs parks, and waking it costs
+// the next product). xa then holds s·x·Aᵀ (inference keeps no xa).
+// Otherwise (prefill, training) each module runs loraForward.
+func loraForwardAll[T Float](groups []loraRows[T], l int, mods []loraMod[T], rmax int, train bool) {
+	fast := !train
+	tasks := 0
+	for _, g := range groups {
+		if g.L == nil {
+			continue
+		}
+		if g.R1-g.R0 > kernels.StreamRows {
+			fast = false
+		}
+		for _, m := range mods {
+			if g.factors(l, m.mod) != nil {
+				tasks++
+			}
+		}
+	}
+	if tasks == 0 {
+		return
+	}
+	if _, f32 := any(mods[0].x).([]float32); !fast || !f32 {
+		for _, m := range mods {
+			loraForward(groups, l, m.mod, m.x, m.in, m.y, m.ldy, m.xa, rmax)
+		}
+		return
+	}
+	par.Tasks(tasks, false, func(_, ti int) {
+		for _, g := range groups {
+			for _, m := range mods {
+				f := g.factors(l, m.mod)
+				if f == nil {
+					continue
+				}
+				if ti--; ti >= 0 {
+					continue
+				}
+				n, r, out := g.R1-g.R0, g.L.Rank, len(f.B)/g.L.Rank
+				x, y := any(m.x[g.R0*m.in:]).([]float32), any(m.y[g.R0*m.ldy:]).([]float32)
+				xa := any(m.xa[g.R0*rmax:]).([]float32)
+				A, B := any(f.A).([]float32), any(f.B).([]float32)
+				kernels.GemvNTSerial(n, r, m.in, x, m.in, A, m.in, 0, xa, rmax)
+				s := float32(g.L.Scale)
+				for i := range n {
+					row := xa[i*rmax : i*rmax+r]
+					for j := range row {
+						row[j] *= s
+					}
+				}
+				kernels.GemvNTSerial(n, out, r, xa, rmax, B, r, 1, y, m.ldy)
+				return
+			}
+		}
+	})
+}
+
 // loraBackward is loraForward's backward: with dyB = dy·B [rows, r] (scratch),
 // dx += s·dyB·A; dB += s·dyᵀ·xa; dA += s·dyBᵀ·x.
 func loraBackward[T Float](groups []loraRows[T], l, mod int, x []T, in int, xa []T, rmax int, dy []T, ldy int, dx, dyB []T) {

@@ -218,6 +218,7 @@ type rowsState[T Float] struct {
 	scr      []attnScratch[T] // per worker
 	tasks    attnTasks        // the attention's tasks and decode blocks
 	qkv      []T              // fused q/k/v product
+	mods     []loraMod[T]     // one step's LoRA updates (loraForwardAll)
 }
 
 // setRows prepares st for the rows at positions pos.
@@ -353,9 +354,11 @@ func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []
 		linearForward(a.xn1, N, H, L.wk, L.bk, KV, a.k, KV)
 		linearForward(a.xn1, N, H, L.wv, L.bv, KV, a.v, KV)
 	}
-	loraForward(gs, l, modQ, a.xn1, H, a.q, Q, a.qa, rm)
-	loraForward(gs, l, modK, a.xn1, H, a.k, KV, a.ka, rm)
-	loraForward(gs, l, modV, a.xn1, H, a.v, KV, a.va, rm)
+	st.mods = append(st.mods[:0],
+		loraMod[T]{mod: modQ, in: H, ldy: Q, x: a.xn1, y: a.q, xa: a.qa},
+		loraMod[T]{mod: modK, in: H, ldy: KV, x: a.xn1, y: a.k, xa: a.ka},
+		loraMod[T]{mod: modV, in: H, ldy: KV, x: a.xn1, y: a.v, xa: a.va})
+	loraForwardAll(gs, l, st.mods, rm, a.train)
 	if L.qNorm != nil {
 		rmsnormForward(a.q, L.qNorm, N*nh, D, eps, a.qn, a.rq)
 		rmsnormForward(a.k, L.kNorm, N*nkv, D, eps, a.kn, a.rk)
@@ -373,7 +376,8 @@ func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []
 	}
 	attentionForward(a.qr, st.views, n.geom(), lse, a.att, st.scr, &st.tasks)
 	linearForward(a.att, N, Q, L.wo, L.bo, H, a.x2, H)
-	loraForward(gs, l, modO, a.att, Q, a.x2, H, a.oa, rm)
+	st.mods = append(st.mods[:0], loraMod[T]{mod: modO, in: Q, ldy: H, x: a.att, y: a.x2, xa: a.oa})
+	loraForwardAll(gs, l, st.mods, rm, a.train)
 	addInto(a.x2, x)
 
 	// MLP block
@@ -384,11 +388,14 @@ func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []
 		mulNT(N, I, H, a.xn2, H, L.wgate, 0, a.gu, 2*I)
 		mulNT(N, I, H, a.xn2, H, L.wup, 0, a.gu[I:], 2*I)
 	}
-	loraForward(gs, l, modGate, a.xn2, H, a.gu, 2*I, a.ga, rm)
-	loraForward(gs, l, modUp, a.xn2, H, a.gu[I:], 2*I, a.ua, rm)
+	st.mods = append(st.mods[:0],
+		loraMod[T]{mod: modGate, in: H, ldy: 2 * I, x: a.xn2, y: a.gu, xa: a.ga},
+		loraMod[T]{mod: modUp, in: H, ldy: 2 * I, x: a.xn2, y: a.gu[I:], xa: a.ua})
+	loraForwardAll(gs, l, st.mods, rm, a.train)
 	swigluForward(a.gu, N, I, a.h)
 	linearForward(a.h, N, I, L.wdown, nil, H, out, H)
-	loraForward(gs, l, modDown, a.h, I, out, H, a.da, rm)
+	st.mods = append(st.mods[:0], loraMod[T]{mod: modDown, in: I, ldy: H, x: a.h, y: out, xa: a.da})
+	loraForwardAll(gs, l, st.mods, rm, a.train)
 	addInto(out, a.x2)
 }
 

@@ -188,25 +188,36 @@ func widenRows(t HalfType, dst []float32, cols int, w []uint16, ldw, rows int) {
 
 // halfGemvNT is HalfGemmNT for few rows of A (see streamNT).
 func halfGemvNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw int, beta float32, c []float32, ldc int) {
-	streamNT(m, n, k, a, lda, &wrows{h: w, t: t, ld: ldw}, beta, c, ldc)
+	streamNT(m, n, k, a, lda, &wrows{h: w, t: t, ld: ldw}, beta, c, ldc, false)
 }
 
 // GemvNT computes C = A·Wᵀ + beta·C for float32 weights W [n,k] (row
 // stride ldw) and few rows of A [m,k] (decode batches, m <= StreamRows): as
 // HalfGemmNT's streaming path, each weight read once for all rows.
 func GemvNT(m, n, k int, a []float32, lda int, w []float32, ldw int, beta float32, c []float32, ldc int) {
+	gemvNT("GemvNT", m, n, k, a, lda, w, ldw, beta, c, ldc, false)
+}
+
+// GemvNTSerial is GemvNT on the calling goroutine alone: for products
+// that are themselves tasks of a parallel step (a decode step's LoRA
+// updates), where a nested fan-out would only add hand-offs.
+func GemvNTSerial(m, n, k int, a []float32, lda int, w []float32, ldw int, beta float32, c []float32, ldc int) {
+	gemvNT("GemvNTSerial", m, n, k, a, lda, w, ldw, beta, c, ldc, true)
+}
+
+func gemvNT(op string, m, n, k int, a []float32, lda int, w []float32, ldw int, beta float32, c []float32, ldc int, serial bool) {
 	if m == 0 || n == 0 {
 		return
 	}
 	if len(w) < (n-1)*ldw+k {
-		panic(fmt.Sprintf("kernels: GemvNT: w has %d elements, need %d", len(w), (n-1)*ldw+k))
+		panic(fmt.Sprintf("kernels: %s: w has %d elements, need %d", op, len(w), (n-1)*ldw+k))
 	}
-	checkHalf("GemvNT", m, n, k, a, lda, 0, nil, c, ldc)
+	checkHalf(op, m, n, k, a, lda, 0, nil, c, ldc)
 	if k == 0 {
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
-	streamNT(m, n, k, a, lda, &wrows{f: w, ld: ldw}, beta, c, ldc)
+	streamNT(m, n, k, a, lda, &wrows{f: w, ld: ldw}, beta, c, ldc, serial)
 }
 
 // wrows is the weight matrix of a streamed product: float32 values f, or
@@ -321,7 +332,7 @@ func (s streamSplit) task(ti int) (j0, j1 int) {
 // dotRowsBF16Z); else each row of A goes through the AVX2 or Go dot
 // of four weight rows (half weights widened once per group when m > 1,
 // which sums as the one-row half kernel does).
-func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int) {
+func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int, serial bool) {
 	_ = a[(m-1)*lda+k-1]
 	_ = c[(m-1)*ldc+n-1]
 	kz := w.zCols(k)
@@ -336,7 +347,7 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 	}
 	split := newStreamSplit(n, k*w.elemSize())
 	tasks := split.tasks()
-	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
+	par.Tasks(tasks, serial || m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
 		j0, j1 := split.task(ti)
 		var wide *buf // widened group of half weights (m > 1 without AVX-512)
 		if m > 1 && w.h != nil && kz == 0 {

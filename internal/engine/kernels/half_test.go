@@ -217,3 +217,29 @@ func TestStreamedRowsIndependentOfBatch(t *testing.T) {
 		}
 	})
 }
+
+// GemvNTSerial is GemvNT on one goroutine: the same sums, bit for bit, and
+// the same checks.
+func TestGemvNTSerial(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	forSIMD(t, func(t *testing.T) {
+		for _, s := range []struct{ m, n, k int }{{1, 576, 16}, {1, 16, 576}, {8, 1536, 16}, {3, 37, 33}, {16, 640, 64}} {
+			a, w := randSlice(r, s.m*s.k), randSlice(r, s.n*s.k)
+			c0, c1 := randSlice(r, s.m*s.n), make([]float32, s.m*s.n)
+			copy(c1, c0)
+			GemvNT(s.m, s.n, s.k, a, s.k, w, s.k, 1, c0, s.n)
+			GemvNTSerial(s.m, s.n, s.k, a, s.k, w, s.k, 1, c1, s.n)
+			for i := range c0 {
+				if c0[i] != c1[i] {
+					t.Fatalf("%+v: c[%d] = %g serial, %g parallel", s, i, c1[i], c0[i])
+				}
+			}
+		}
+	})
+	defer func() {
+		if recover() == nil {
+			t.Fatal("GemvNTSerial with a short w did not panic")
+		}
+	}()
+	GemvNTSerial(1, 4, 8, make([]float32, 8), 8, make([]float32, 31), 8, 0, make([]float32, 4), 4)
+}
