@@ -298,11 +298,12 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			buf = Mat{F32: make([]float32, n)}
 		}
 		*g.dst = buf
-		off := 0
-		for _, ji := range g.jobs {
-			n := ts[ji].NumElements()
-			jobs[ji].into = buf.slice(off, off+n)
-			off += n
+		lens := make([]int, len(g.jobs))
+		for k, ji := range g.jobs {
+			lens[k] = ts[ji].NumElements()
+		}
+		for k, part := range buf.parts(lens...) {
+			jobs[g.jobs[k]].into = part
 		}
 	}
 	for i, j := range jobs {

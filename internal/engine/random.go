@@ -30,11 +30,11 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 	for l := range w.Layers {
 		L := &w.Layers[l]
 		norm(&L.AttnNorm, H)
-		qkv := make([]float32, (Q+2*KV)*H) // fused layout, as LoadWeights makes
-		L.QKV = F32Mat(qkv)
-		matInto(&L.Wq, qkv[:Q*H:Q*H])
-		matInto(&L.Wk, qkv[Q*H:(Q+KV)*H:(Q+KV)*H])
-		matInto(&L.Wv, qkv[(Q+KV)*H:])
+		L.QKV = F32Mat(make([]float32, (Q+2*KV)*H)) // fused layout, as LoadWeights makes
+		p := L.QKV.parts(Q*H, KV*H, KV*H)
+		matInto(&L.Wq, p[0].F32)
+		matInto(&L.Wk, p[1].F32)
+		matInto(&L.Wv, p[2].F32)
 		mat(&L.Wo, H*Q)
 		if cfg.AttentionBias {
 			lin(&L.Bq, Q)
@@ -49,10 +49,10 @@ func RandomWeights(cfg *Config, seed uint64) *Weights {
 			norm(&L.KNorm, D)
 		}
 		norm(&L.MLPNorm, H)
-		gu := make([]float32, 2*I*H)
-		L.GateUp = F32Mat(gu)
-		matInto(&L.Wgate, gu[:I*H:I*H])
-		matInto(&L.Wup, gu[I*H:])
+		L.GateUp = F32Mat(make([]float32, 2*I*H))
+		p = L.GateUp.parts(I*H, I*H)
+		matInto(&L.Wgate, p[0].F32)
+		matInto(&L.Wup, p[1].F32)
 		mat(&L.Wdown, H*I)
 	}
 	norm(&w.Norm, H)

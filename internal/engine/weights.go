@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"unsafe"
 
 	"flywheel/internal/engine/kernels"
@@ -46,6 +47,22 @@ func (m Mat) slice(i, j int) Mat {
 		return Mat{Half: m.Half[i:j:j], HalfType: m.HalfType}
 	}
 	return Mat{F32: m.F32[i:j:j]}
+}
+
+// parts cuts m into consecutive parts of the given lengths (which sum to
+// m.Len()): the fused q/k/v and gate/up layout, one buffer holding its
+// matrices back to back, as LoadWeights, RandomWeights and ToHalf build it.
+func (m Mat) parts(lens ...int) []Mat {
+	out := make([]Mat, len(lens))
+	off := 0
+	for i, n := range lens {
+		out[i] = m.slice(off, off+n)
+		off += n
+	}
+	if off != m.Len() {
+		panic(fmt.Sprintf("engine: parts of %d values sum to %d", m.Len(), off))
+	}
+	return out
 }
 
 // same reports whether a and b are the same buffer (tied embeddings).
@@ -112,15 +129,15 @@ func (w *Weights) ToHalf(t kernels.HalfType) *Weights {
 		L := w.Layers[l]
 		if partsOf(L.QKV, L.Wq, L.Wk, L.Wv) {
 			L.QKV = cv(L.QKV)
-			q, k := L.Wq.Len(), L.Wk.Len()
-			L.Wq, L.Wk, L.Wv = L.QKV.slice(0, q), L.QKV.slice(q, q+k), L.QKV.slice(q+k, L.QKV.Len())
+			p := L.QKV.parts(L.Wq.Len(), L.Wk.Len(), L.Wv.Len())
+			L.Wq, L.Wk, L.Wv = p[0], p[1], p[2]
 		} else {
 			L.QKV, L.Wq, L.Wk, L.Wv = Mat{}, cv(L.Wq), cv(L.Wk), cv(L.Wv)
 		}
 		if partsOf(L.GateUp, L.Wgate, L.Wup) {
 			L.GateUp = cv(L.GateUp)
-			g := L.Wgate.Len()
-			L.Wgate, L.Wup = L.GateUp.slice(0, g), L.GateUp.slice(g, L.GateUp.Len())
+			p := L.GateUp.parts(L.Wgate.Len(), L.Wup.Len())
+			L.Wgate, L.Wup = p[0], p[1]
 		} else {
 			L.GateUp, L.Wgate, L.Wup = Mat{}, cv(L.Wgate), cv(L.Wup)
 		}
