@@ -90,7 +90,7 @@ type sqlDB struct {
 }
 
 func newSQLDB(raw *sql.DB, d *dialect) *sqlDB {
-	return &sqlDB{raw: raw, db: &rdb{db: raw, d: d}, d: d}
+	return &sqlDB{raw: raw, db: &rdb{bound{raw: raw, d: d}}, d: d}
 }
 
 // DB returns the underlying database, for packages that keep their own
@@ -113,42 +113,35 @@ func (s *sqlDB) Ping(ctx context.Context) error {
 // Close closes the database.
 func (s *sqlDB) Close() error { return s.raw.Close() }
 
-// rdb and rtx are *sql.DB and *sql.Tx with the dialect's placeholders.
-type rdb struct {
-	db *sql.DB
-	d  *dialect
-}
-
-func (r *rdb) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return r.db.ExecContext(ctx, r.d.bind(q), args...)
-}
-
-func (r *rdb) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return r.db.QueryContext(ctx, r.d.bind(q), args...)
-}
-
-func (r *rdb) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return r.db.QueryRowContext(ctx, r.d.bind(q), args...)
-}
+// rdb and rtx are *sql.DB and *sql.Tx with the dialect's placeholders
+// (bound); rtx keeps its transaction for commit and rollback.
+type rdb struct{ bound }
 
 type rtx struct {
+	bound
 	tx *sql.Tx
-	d  *dialect
 }
 
-func (r *rtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return r.tx.ExecContext(ctx, r.d.bind(q), args...)
+// bound runs statements on raw (a database or a transaction) with their ?
+// placeholders rewritten for the dialect.
+type bound struct {
+	raw queryer
+	d   *dialect
 }
 
-func (r *rtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return r.tx.QueryContext(ctx, r.d.bind(q), args...)
+func (b bound) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	return b.raw.ExecContext(ctx, b.d.bind(q), args...)
 }
 
-func (r *rtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	return r.tx.QueryRowContext(ctx, r.d.bind(q), args...)
+func (b bound) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return b.raw.QueryContext(ctx, b.d.bind(q), args...)
 }
 
-// queryer is what rdb and rtx share.
+func (b bound) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return b.raw.QueryRowContext(ctx, b.d.bind(q), args...)
+}
+
+// queryer is what *sql.DB, *sql.Tx, rdb and rtx share.
 type queryer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -162,7 +155,7 @@ func (s *sqlDB) begin(ctx context.Context) (*rtx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
-	return &rtx{tx: tx, d: s.d}, nil
+	return &rtx{bound: bound{raw: tx, d: s.d}, tx: tx}, nil
 }
 
 // tx runs fn in a write transaction, committing when it returns nil.
