@@ -75,10 +75,14 @@ func (s *Service) ChoiceLinks(ctx context.Context, p *auth.Principal, fingerprin
 }
 
 func (s *Service) choiceLinks(ctx context.Context, fps, ents any, out map[string]ChoiceLink) error {
-	rows, err := s.db.QueryContext(ctx, s.d.sql(`SELECT l.fingerprint, p.entity, p.name, l.call_id, l.choice_index
+	// One row per fingerprint, its latest link (identical samples, e.g.
+	// greedy ones, share a fingerprint across many calls).
+	rows, err := s.db.QueryContext(ctx, s.d.sql(`SELECT fingerprint, entity, name, call_id, choice_index FROM (
+		SELECT l.fingerprint, p.entity, p.name, l.call_id, l.choice_index, ROW_NUMBER() OVER (
+			PARTITION BY l.fingerprint ORDER BY l.created_at DESC, l.call_id DESC, l.choice_index DESC) AS rn
 		FROM trace_choice_links l JOIN trace_projects p ON p.id = l.project
-		WHERE `+s.d.inList("l.fingerprint", "?1")+` AND `+s.d.inList("p.entity", "?2")+`
-		ORDER BY l.created_at ASC`), fps, ents)
+		WHERE `+s.d.inList("l.fingerprint", "?1")+` AND `+s.d.inList("p.entity", "?2")+`) latest
+		WHERE rn = 1`), fps, ents)
 	if err != nil {
 		return fmt.Errorf("trace: choice links: %w", err)
 	}
@@ -90,7 +94,7 @@ func (s *Service) choiceLinks(ctx context.Context, fps, ents any, out map[string
 			return fmt.Errorf("trace: choice links: %w", err)
 		}
 		l.ProjectID = entity + "/" + name
-		out[fp] = l // ascending: the latest wins
+		out[fp] = l
 	}
 	return rows.Err()
 }
