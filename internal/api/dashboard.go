@@ -46,7 +46,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := parsePage(r, true)
+	page, err := parsePage(r, contractPage)
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func (s *Server) listModelEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := parsePage(r, true)
+	page, err := parsePage(r, contractPage)
 	if err != nil {
 		return err
 	}

@@ -55,23 +55,11 @@ func (s *Server) visibleFile(r *http.Request) (store.File, error) {
 // listFiles is GET /v1/files?purpose&after&limit&order, OpenAI's cursor
 // list: newest first by default, limit 1..10000 (default 10000).
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
-	q := r.URL.Query()
-	page := store.Page{After: q.Get("after"), Limit: 10000, Desc: true}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 10000 {
-			return httpx.Invalid("limit", "invalid_value", "limit must be an integer in 1..10000, got %q", v)
-		}
-		page.Limit = n
+	page, err := parsePage(r, filesPage)
+	if err != nil {
+		return err
 	}
-	switch v := q.Get("order"); v {
-	case "", "desc":
-	case "asc":
-		page.Desc = false
-	default:
-		return httpx.Invalid("order", "invalid_value", "order must be \"asc\" or \"desc\", got %q", v)
-	}
-	files, more, err := s.st.ListFiles(r.Context(), principal(r).UserID, q.Get("purpose"), page)
+	files, more, err := s.st.ListFiles(r.Context(), principal(r).UserID, r.URL.Query().Get("purpose"), page)
 	if err != nil {
 		return err
 	}

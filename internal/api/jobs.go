@@ -320,7 +320,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := parsePage(r, false)
+	page, err := parsePage(r, pageRules{limit: 20, maxLimit: 100})
 	if err != nil {
 		return err
 	}

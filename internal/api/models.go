@@ -193,7 +193,7 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
-	page, err := parsePage(r, true)
+	page, err := parsePage(r, contractPage)
 	if err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ func (s *Server) listCheckpoints(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := parsePage(r, true)
+	page, err := parsePage(r, contractPage)
 	if err != nil {
 		return err
 	}

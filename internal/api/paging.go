@@ -8,21 +8,40 @@ import (
 	"flywheel/internal/store"
 )
 
-// parsePage reads the list query of the contract: after (exclusive cursor),
-// limit (1..100, default 20) and, when withOrder, order (asc|desc).
-func parsePage(r *http.Request, withOrder bool) (store.Page, error) {
+// pageRules are a list route's paging: the default and largest limit,
+// whether it takes order=asc|desc, and whether it lists newest first
+// unless order says otherwise.
+type pageRules struct {
+	limit, maxLimit int
+	order, desc     bool
+}
+
+var (
+	// contractPage is the contract's list paging: limit 1..100 (default
+	// 20), oldest first unless order=desc.
+	contractPage = pageRules{limit: 20, maxLimit: 100, order: true}
+	// filesPage is OpenAI's file list: limit 1..10000 (default 10000),
+	// newest first unless order=asc.
+	filesPage = pageRules{limit: 10000, maxLimit: 10000, order: true, desc: true}
+)
+
+// parsePage reads a list query: after (exclusive cursor), limit and (when
+// the route takes it) order, by the route's rules.
+func parsePage(r *http.Request, rules pageRules) (store.Page, error) {
 	q := r.URL.Query()
-	p := store.Page{After: q.Get("after"), Limit: 20}
+	p := store.Page{After: q.Get("after"), Limit: rules.limit, Desc: rules.desc}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			return p, httpx.Invalid("limit", "invalid_value", "limit must be an integer in 1..100, got %q", v)
+		if err != nil || n < 1 || n > rules.maxLimit {
+			return p, httpx.Invalid("limit", "invalid_value", "limit must be an integer in 1..%d, got %q", rules.maxLimit, v)
 		}
 		p.Limit = n
 	}
-	if withOrder {
+	if rules.order {
 		switch v := q.Get("order"); v {
-		case "", "asc":
+		case "":
+		case "asc":
+			p.Desc = false
 		case "desc":
 			p.Desc = true
 		default:
