@@ -5,12 +5,11 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
 	"strings"
 	"time"
 
 	"flywheel/internal/sqlbind"
+	"flywheel/internal/sqlmigrate"
 )
 
 //go:embed migrations/sqlite/*.sql migrations/postgres/*.sql
@@ -174,48 +173,24 @@ func (s *sqlDB) tx(ctx context.Context, fn func(*rtx) error) error {
 	return nil
 }
 
-// migrate applies the dialect's embedded migrations not yet recorded in
-// schema_migrations, in file-name order, in one transaction, serialised
-// (on PostgreSQL under an advisory lock, so nodes starting together apply
-// each migration once).
+// migrate applies the embedded migrations of the dialect that are not yet
+// recorded in schema_migrations (sqlmigrate: one transaction each, under a
+// PostgreSQL advisory lock).
 func (s *sqlDB) migrate(ctx context.Context) error {
-	dir := "migrations/" + s.d.name
-	names, err := fs.Glob(migrations, dir+"/*.sql")
-	if err != nil {
-		return err
-	}
-	sort.Strings(names)
-	return s.tx(ctx, func(tx *rtx) error {
-		if err := s.d.serialize(ctx, tx, "migrations"); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-			version TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
-			return fmt.Errorf("create schema_migrations: %w", err)
-		}
-		for _, name := range names {
-			version := strings.TrimSuffix(strings.TrimPrefix(name, dir+"/"), ".sql")
-			var n int
-			if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ?", version).Scan(&n); err != nil {
-				return fmt.Errorf("read schema_migrations: %w", err)
-			}
-			if n > 0 {
-				continue
-			}
-			body, err := migrations.ReadFile(name)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.tx.ExecContext(ctx, string(body)); err != nil {
-				return fmt.Errorf("apply migration %s: %w", version, err)
-			}
-			if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", version, FormatTime(now())); err != nil {
-				return fmt.Errorf("record migration %s: %w", version, err)
-			}
-		}
-		return nil
-	})
+	return sqlmigrate.Set{
+		Name: "store", Files: migrations, Dir: "migrations/" + s.d.name, LockKey: migrationLockKey,
+		Ledger: `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version TEXT PRIMARY KEY, applied_at TEXT NOT NULL)`,
+		Record: func(file string) (string, []any, error) {
+			return `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?) ON CONFLICT (version) DO NOTHING`,
+				[]any{strings.TrimSuffix(file, ".sql"), FormatTime(now())}, nil
+		},
+	}.Apply(ctx, s.raw, s.d.dollar)
 }
+
+// migrationLockKey is the PostgreSQL advisory lock held while the store
+// migrates (an arbitrary constant: "flywheel store" in ASCII, 8 bytes).
+const migrationLockKey int64 = 0x666c7973746f7265
 
 func parseTime(s string) time.Time {
 	t, err := time.Parse(time.RFC3339Nano, s)

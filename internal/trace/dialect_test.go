@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"flywheel/internal/pgtest"
+	"flywheel/internal/sqlmigrate"
 )
 
 // agreementCalls are calls chosen to tell the dialects apart where they
@@ -329,7 +330,7 @@ func TestSQLiteUpgradeStatusError(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, stmt := range splitSQL(string(body)) {
+		for _, stmt := range sqlmigrate.Statements(string(body)) {
 			if _, err := db.Exec(stmt); err != nil {
 				t.Fatal(err)
 			}

@@ -8,11 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/http"
-	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +19,7 @@ import (
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
 	"flywheel/internal/names"
+	"flywheel/internal/sqlmigrate"
 )
 
 //go:embed migrations/sqlite/*.sql migrations/postgres/*.sql
@@ -140,97 +138,19 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 const migrationLockKey int64 = 0x666c797472616365
 
 func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
-	dir := "migrations/" + d.name
-	names, err := fs.Glob(migrationFS, dir+"/*.sql")
-	if err != nil {
-		return err
-	}
-	sort.Strings(names)
-	var q interface {
-		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-		BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-	} = db
-	if d.postgres {
-		// One connection holds the session lock for the whole run: the
-		// CREATE TABLE IF NOT EXISTS below races too without it.
-		conn, err := db.Conn(ctx)
-		if err != nil {
-			return fmt.Errorf("trace: migrations: %w", err)
-		}
-		defer conn.Close()
-		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, migrationLockKey); err != nil {
-			return fmt.Errorf("trace: migrations lock: %w", err)
-		}
-		defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLockKey)
-		q = conn
-	}
-	if _, err := q.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS trace_schema_migrations (
-		version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`); err != nil {
-		return fmt.Errorf("trace: migrations table: %w", err)
-	}
-	for _, name := range names {
-		base := path.Base(name)
-		v, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("trace: migration %s: bad name", base)
-		}
-		body, err := migrationFS.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		if err := applyMigration(ctx, q.BeginTx, d, v, base, string(body)); err != nil {
-			return fmt.Errorf("trace: migration %s/%s: %w", d.name, base, err)
-		}
-	}
-	return nil
-}
-
-func applyMigration(ctx context.Context, begin func(context.Context, *sql.TxOptions) (*sql.Tx, error), d *dialect,
-	version int, name, body string) error {
-	tx, err := begin(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	// The first statement writes, so the transaction takes the write lock at
-	// once (waiting on busy_timeout) instead of failing on a lock upgrade.
-	res, err := tx.ExecContext(ctx, d.sql(`INSERT INTO trace_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)
-		ON CONFLICT (version) DO NOTHING`), version, name, time.Now().UTC().Format(time.RFC3339Nano))
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return nil // already applied
-	}
-	for _, stmt := range splitSQL(body) {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
-}
-
-// splitSQL splits a migration file into statements on ';' at line ends,
-// dropping comment lines. Migrations keep to that simple form.
-func splitSQL(body string) []string {
-	var out []string
-	var cur strings.Builder
-	for _, line := range strings.Split(body, "\n") {
-		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "--") {
-			continue
-		}
-		cur.WriteString(line)
-		cur.WriteByte('\n')
-		if strings.HasSuffix(t, ";") {
-			out = append(out, cur.String())
-			cur.Reset()
-		}
-	}
-	if strings.TrimSpace(cur.String()) != "" {
-		out = append(out, cur.String())
-	}
-	return out
+	return sqlmigrate.Set{
+		Name: "trace", Files: migrationFS, Dir: "migrations/" + d.name, LockKey: migrationLockKey,
+		Ledger: `CREATE TABLE IF NOT EXISTS trace_schema_migrations (
+			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)`,
+		Record: func(file string) (string, []any, error) {
+			v, err := strconv.Atoi(strings.SplitN(file, "_", 2)[0])
+			if err != nil {
+				return "", nil, errors.New("bad name: want NNN_name.sql")
+			}
+			return `INSERT INTO trace_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)
+				ON CONFLICT (version) DO NOTHING`, []any{v, file, time.Now().UTC().Format(time.RFC3339Nano)}, nil
+		},
+	}.Apply(ctx, db, d.postgres)
 }
 
 // Register mounts the call-store routes on mux: calls, costs, objects and
