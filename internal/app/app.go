@@ -323,21 +323,13 @@ func (a *App) bootstrap(ctx context.Context, key string) error {
 // On a data dir shared with other nodes only files older than an hour go:
 // a recent one may be another node's upload in progress.
 func (a *App) sweepUploads() {
-	dir := filepath.Join(a.DataDir, "files")
-	entries, err := a.Storage.List(dir)
-	if err != nil {
-		return
+	removed, err := store.Sweep(a.Storage, filepath.Join(a.DataDir, "files"), a.Store.Shared(), func(name string) bool {
+		return strings.HasPrefix(name, ".tmp-") || strings.HasSuffix(name, ".part")
+	})
+	for _, name := range removed {
+		a.log.Info("removed an upload interrupted by a restart", "file", name)
 	}
-	for _, e := range entries {
-		if a.Store.Shared() && !store.Old(e) {
-			continue
-		}
-		if strings.HasPrefix(e.Name(), ".tmp-") || strings.HasSuffix(e.Name(), ".part") {
-			if err := a.Storage.Remove(filepath.Join(dir, e.Name())); err != nil {
-				a.log.Warn("remove an interrupted upload", "file", e.Name(), "err", err)
-			} else {
-				a.log.Info("removed an upload interrupted by a restart", "file", e.Name())
-			}
-		}
+	if err != nil {
+		a.log.Warn("remove an interrupted upload", "err", err)
 	}
 }

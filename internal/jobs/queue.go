@@ -238,27 +238,19 @@ func (q *Queue) Start(ctx context.Context) error {
 // partial writes cut short by a crash, and bodies of jobs that ended or
 // were deleted with their model. It runs before the HTTP server starts.
 func (q *Queue) sweepRequests(ctx context.Context) {
-	dir := filepath.Join(q.cfg.DataDir, "requests")
-	entries, err := q.cfg.Storage.List(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if q.cfg.Shared && !store.Old(e) {
-			continue
-		}
+	_, err := store.Sweep(q.cfg.Storage, filepath.Join(q.cfg.DataDir, "requests"), q.cfg.Shared, func(name string) bool {
 		id, ok := strings.CutSuffix(name, ".json")
-		if ok {
-			j, err := q.st.JobByID(ctx, id)
-			if err == nil && (j.Status == store.StatusQueued || j.Status == store.StatusRunning) {
-				continue
-			}
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
-				continue
-			}
+		if !ok {
+			return true
 		}
-		q.cfg.Storage.Remove(filepath.Join(dir, name))
+		j, err := q.st.JobByID(ctx, id)
+		if err != nil {
+			return errors.Is(err, store.ErrNotFound)
+		}
+		return j.Status != store.StatusQueued && j.Status != store.StatusRunning
+	})
+	if err != nil {
+		q.log.Warn("jobs: sweeping request bodies", "err", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"flywheel/internal/atomicfile"
@@ -131,6 +132,31 @@ const SharedSweepAge = time.Hour
 func Old(e fs.DirEntry) bool {
 	info, err := e.Info()
 	return err == nil && time.Since(info.ModTime()) > SharedSweepAge
+}
+
+// Sweep removes, at start-up, the entries of folder dir that drop selects
+// (by name): crash leftovers. On a data dir shared with other nodes
+// (shared) only entries older than SharedSweepAge are considered, as a
+// recent one may be another node's work in progress. It returns the names
+// removed and the first removal error; an unreadable dir sweeps nothing.
+func Sweep(s Storage, dir string, shared bool, drop func(name string) bool) (removed []string, err error) {
+	entries, lerr := s.List(dir)
+	if lerr != nil {
+		return nil, nil
+	}
+	for _, e := range entries {
+		if shared && !Old(e) || !drop(e.Name()) {
+			continue
+		}
+		if rerr := s.Remove(filepath.Join(dir, e.Name())); rerr != nil {
+			if err == nil {
+				err = fmt.Errorf("remove %s: %w", e.Name(), rerr)
+			}
+			continue
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, err
 }
 
 // ReadAll reads the whole object at path from s.

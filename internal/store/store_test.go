@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -265,5 +267,41 @@ func testNamesAndKeysRefused(t *testing.T, open opener) {
 	}
 	if _, ok, err := st.Bootstrap(ctx, "admin", "bootstrap", "", nil); err != nil || ok {
 		t.Errorf("second bootstrap: %v %v", ok, err)
+	}
+}
+
+// Sweep removes the selected leftovers; on a shared data dir only those
+// older than SharedSweepAge (a recent one may be another node's write).
+func TestSweep(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		dir := t.TempDir()
+		old := time.Now().Add(-2 * store.SharedSweepAge)
+		for _, name := range []string{"old.tmp", "new.tmp", "old.keep", "new.keep"} {
+			p := filepath.Join(dir, name)
+			if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(name, "old") {
+				if err := os.Chtimes(p, old, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		removed, err := store.Sweep(store.SharedFS{}, dir, shared, func(name string) bool { return strings.HasSuffix(name, ".tmp") })
+		want := []string{"new.tmp", "old.tmp"}
+		if shared {
+			want = []string{"old.tmp"}
+		}
+		sort.Strings(removed)
+		if err != nil || !slices.Equal(removed, want) {
+			t.Fatalf("shared=%v: removed %v, %v; want %v", shared, removed, err, want)
+		}
+		left, _ := os.ReadDir(dir)
+		if len(left) != 4-len(want) {
+			t.Fatalf("shared=%v: %d entries left", shared, len(left))
+		}
+	}
+	if removed, err := store.Sweep(store.SharedFS{}, filepath.Join(t.TempDir(), "missing"), false, func(string) bool { return true }); removed != nil || err != nil {
+		t.Fatalf("a missing folder: %v %v", removed, err)
 	}
 }
