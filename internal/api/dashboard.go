@@ -105,17 +105,15 @@ func (s *Server) listTrajectories(w http.ResponseWriter, r *http.Request) error 
 	if err != nil || step < 0 {
 		return httpx.Invalid("step", "invalid_value", "step must be a non-negative integer")
 	}
-	q := r.URL.Query()
-	offset, limit := 0, 20
-	if v := q.Get("offset"); v != "" {
+	offset := 0
+	if v := r.URL.Query().Get("offset"); v != "" {
 		if offset, err = strconv.Atoi(v); err != nil || offset < 0 {
 			return httpx.Invalid("offset", "invalid_value", "offset must be a non-negative integer, got %q", v)
 		}
 	}
-	if v := q.Get("limit"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 100 {
-			return httpx.Invalid("limit", "invalid_value", "limit must be an integer in 1..100, got %q", v)
-		}
+	limit, err := pageLimit(r, contractPage)
+	if err != nil {
+		return err
 	}
 	ck, err := s.st.CheckpointByStep(r.Context(), m.ID, step)
 	if err != nil {

@@ -29,13 +29,10 @@ var (
 // the route takes it) order, by the route's rules.
 func parsePage(r *http.Request, rules pageRules) (store.Page, error) {
 	q := r.URL.Query()
-	p := store.Page{After: q.Get("after"), Limit: rules.limit, Desc: rules.desc}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > rules.maxLimit {
-			return p, httpx.Invalid("limit", "invalid_value", "limit must be an integer in 1..%d, got %q", rules.maxLimit, v)
-		}
-		p.Limit = n
+	p := store.Page{After: q.Get("after"), Desc: rules.desc}
+	var err error
+	if p.Limit, err = pageLimit(r, rules); err != nil {
+		return p, err
 	}
 	if rules.order {
 		switch v := q.Get("order"); v {
@@ -49,6 +46,20 @@ func parsePage(r *http.Request, rules pageRules) (store.Page, error) {
 		}
 	}
 	return p, nil
+}
+
+// pageLimit reads the query's limit by the route's rules (its default when
+// absent).
+func pageLimit(r *http.Request, rules pageRules) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return rules.limit, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > rules.maxLimit {
+		return 0, httpx.Invalid("limit", "invalid_value", "limit must be an integer in 1..%d, got %q", rules.maxLimit, v)
+	}
+	return n, nil
 }
 
 // writeList writes {"object": "list", "data", "first_id", "last_id", "has_more"}.

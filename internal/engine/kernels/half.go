@@ -139,15 +139,9 @@ func HalfGemmNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 		return
 	}
 	be := Default()
-	nb := max(16, halfBlockElems/k) &^ 15
-	wf := getBuf(min(nb, n) * k)
-	defer putBuf(wf)
-	for j0 := 0; j0 < n; j0 += nb {
-		j1 := min(j0+nb, n)
-		blk := wf.s[:(j1-j0)*k]
-		widenRows(t, blk, k, w[j0*ldw:], ldw, j1-j0)
+	widenBlocks(t, n, k, w, ldw, func(j0, j1 int, blk []float32) {
 		be.Sgemm(false, true, m, j1-j0, k, 1, a, lda, blk, k, beta, c[j0:], ldc)
-	}
+	})
 }
 
 // HalfGemmNN computes C = A·W + beta·C: A [m,k] float32 (row stride lda),
@@ -164,18 +158,28 @@ func HalfGemmNN(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 		return
 	}
 	be := Default()
-	kb := max(16, halfBlockElems/n) &^ 15
-	wf := getBuf(min(kb, k) * n)
-	defer putBuf(wf)
-	for p0 := 0; p0 < k; p0 += kb {
-		p1 := min(p0+kb, k)
-		blk := wf.s[:(p1-p0)*n]
-		widenRows(t, blk, n, w[p0*ldw:], ldw, p1-p0)
+	widenBlocks(t, k, n, w, ldw, func(p0, p1 int, blk []float32) {
 		b := beta
 		if p0 > 0 {
 			b = 1
 		}
 		be.Sgemm(false, false, m, n, p1-p0, 1, a[p0:], lda, blk, n, b, c, ldc)
+	})
+}
+
+// widenBlocks widens the rows rows of cols half values of w (row stride
+// ldw) block by block (about halfBlockElems values, a multiple of 16 rows)
+// into one reused float32 buffer and calls f with each block's rows
+// [r0, r1) (row stride cols), in order.
+func widenBlocks(t HalfType, rows, cols int, w []uint16, ldw int, f func(r0, r1 int, blk []float32)) {
+	rb := max(16, halfBlockElems/cols) &^ 15
+	wf := getBuf(min(rb, rows) * cols)
+	defer putBuf(wf)
+	for r0 := 0; r0 < rows; r0 += rb {
+		r1 := min(r0+rb, rows)
+		blk := wf.s[:(r1-r0)*cols]
+		widenRows(t, blk, cols, w[r0*ldw:], ldw, r1-r0)
+		f(r0, r1, blk)
 	}
 }
 
@@ -330,9 +334,7 @@ func (s streamSplit) task(ti int) (j0, j1 int) {
 // rows is dotted with every row of A. With AVX-512, four rows of A at a
 // time go through the register-blocked 4x4 kernel and the rest through its
 // one-row twin, which sums in the same order, so a row's results do not
-// depend on the batch (one row over BF16 weights, decode's commonest
-// product, runs all of a task's groups in one call of that twin,
-// dotRowsBF16Z); else each row of A goes through the AVX2 or Go dot
+// depend on the batch; else each row of A goes through the AVX2 or Go dot
 // of four weight rows (half weights widened once per group when m > 1,
 // which sums as the one-row half kernel does).
 func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int, serial bool) {
@@ -356,12 +358,6 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 		if m > 1 && w.h != nil && kz == 0 {
 			wide = getBuf(4 * k)
 			defer putBuf(wide)
-		}
-		if m == 1 && beta == 0 && kz == k && w.h != nil && w.t == BF16 && j1-j0 >= 4 {
-			// One row, no tail: every group of the task in one call.
-			g := (j1 - j0) / 4
-			dotRowsBF16Z(g, kz, &xa[0], &w.h[j0*w.ld], w.ld, &c[j0])
-			j0 += 4 * g
 		}
 		var out [16]float32
 		tail := func(i, j int, d *[4]float32) { // columns [kz, k), in order

@@ -38,7 +38,4 @@ func dot1F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
 func dot1F32Z(n int, x *float32, w *float32, ldw int, out *[4]float32)
 
 //go:noescape
-func dotRowsBF16Z(groups int, n int, x *float32, w *uint16, ldw int, out *float32)
-
-//go:noescape
 func evenOddZ(blocks int, dst, x *float32)

@@ -261,25 +261,21 @@
 	LEAQ       (R11)(AX*sh), R13 \
 	PREFETCHT0 (R13)(R12*1)
 
-// One 32-column step of the one-row BF16 kernels: x (even/odd permuted) at
-// SI, weight rows R8..R11 at column AX, accumulators Z0..Z3; AX += 32.
-#define B1STEP \
-	PF4S(2) \
-	VMOVUPS     (SI)(AX*4), Z24 \
-	VMOVUPS     64(SI)(AX*4), Z25 \
-	EOW((R8)(AX*2), Z16, Z17) \
-	EOW((R9)(AX*2), Z18, Z19) \
-	VFMADD231PS Z16, Z24, Z0 \
-	VFMADD231PS Z17, Z25, Z0 \
-	VFMADD231PS Z18, Z24, Z1 \
-	VFMADD231PS Z19, Z25, Z1 \
-	EOW((R10)(AX*2), Z20, Z21) \
-	EOW((R11)(AX*2), Z22, Z23) \
-	VFMADD231PS Z20, Z24, Z2 \
-	VFMADD231PS Z21, Z25, Z2 \
-	VFMADD231PS Z22, Z24, Z3 \
-	VFMADD231PS Z23, Z25, Z3 \
-	ADDQ $32, AX
+// One 16-column step of the one-row F16 and F32 kernels: x at SI, weight
+// rows R8..R11 at column AX read with LOAD (elements of sh bytes),
+// accumulators Z0..Z3; AX += 16.
+#define S1STEP(LOAD, sh) \
+	PF4S(sh) \
+	VMOVUPS     (SI)(AX*4), Z20 \
+	LOAD((R8)(AX*sh), Z16) \
+	LOAD((R9)(AX*sh), Z17) \
+	LOAD((R10)(AX*sh), Z18) \
+	LOAD((R11)(AX*sh), Z19) \
+	VFMADD231PS Z16, Z20, Z0 \
+	VFMADD231PS Z17, Z20, Z1 \
+	VFMADD231PS Z18, Z20, Z2 \
+	VFMADD231PS Z19, Z20, Z3 \
+	ADDQ $16, AX
 
 #define STORE1 \
 	MOVQ out+32(FP), DI \
@@ -432,53 +428,25 @@ TEXT ·dot1BF16Z(SB), NOSPLIT, $0-40
 b1:
 	CMPQ AX, CX
 	JGE  b1done
-	B1STEP
+	PF4S(2)
+	VMOVUPS     (SI)(AX*4), Z24
+	VMOVUPS     64(SI)(AX*4), Z25
+	EOW((R8)(AX*2), Z16, Z17)
+	EOW((R9)(AX*2), Z18, Z19)
+	VFMADD231PS Z16, Z24, Z0
+	VFMADD231PS Z17, Z25, Z0
+	VFMADD231PS Z18, Z24, Z1
+	VFMADD231PS Z19, Z25, Z1
+	EOW((R10)(AX*2), Z20, Z21)
+	EOW((R11)(AX*2), Z22, Z23)
+	VFMADD231PS Z20, Z24, Z2
+	VFMADD231PS Z21, Z25, Z2
+	VFMADD231PS Z22, Z24, Z3
+	VFMADD231PS Z23, Z25, Z3
+	ADDQ $32, AX
 	JMP  b1
 b1done:
 	STORE1
-
-// func dotRowsBF16Z(groups int, n int, x *float32, w *uint16, ldw int, out *float32)
-// dot1BF16Z over groups consecutive groups of four rows in one call
-// (decode's one-row products: no call and reduction set-up per group):
-// out[4g+r] = sum_{p<n} x[p]*bf16(w[(4g+r)*ldw+p]), summed exactly as
-// dot1BF16Z sums, so results match it bit for bit.
-TEXT ·dotRowsBF16Z(SB), NOSPLIT, $0-48
-	MOVQ         groups+0(FP), R14
-	MOVQ         n+8(FP), CX
-	MOVQ         x+16(FP), SI
-	MOVQ         w+24(FP), R8
-	MOVQ         ldw+32(FP), DX
-	SHLQ         $1, DX
-	MOVQ         out+40(FP), DI
-	LEAQ         (DX)(DX*1), R12
-	SHLQ         $2, R12
-	MOVL         $0xffff0000, BX
-	VPBROADCASTD BX, Z26
-rg:
-	TESTQ  R14, R14
-	JZ     rgdone
-	LEAQ   (R8)(DX*1), R9
-	LEAQ   (R9)(DX*1), R10
-	LEAQ   (R10)(DX*1), R11
-	XORQ   AX, AX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-rb:
-	CMPQ AX, CX
-	JGE  rbdone
-	B1STEP
-	JMP  rb
-rbdone:
-	RED4(Z0, Y0, X0, Z1, Y1, X1, Z2, Y2, X2, Z3, Y3, X3, 0)
-	ADDQ $16, DI
-	LEAQ (R8)(DX*4), R8
-	DECQ R14
-	JMP  rg
-rgdone:
-	VZEROUPPER
-	RET
 
 // func dot1F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
 // The one-row mdotF16Z; n a multiple of 16.
@@ -487,17 +455,7 @@ TEXT ·dot1F16Z(SB), NOSPLIT, $0-40
 h1:
 	CMPQ AX, CX
 	JGE  h1done
-	PF4S(2)
-	VMOVUPS     (SI)(AX*4), Z20
-	VCVTPH2PS   (R8)(AX*2), Z16
-	VCVTPH2PS   (R9)(AX*2), Z17
-	VCVTPH2PS   (R10)(AX*2), Z18
-	VCVTPH2PS   (R11)(AX*2), Z19
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z1
-	VFMADD231PS Z18, Z20, Z2
-	VFMADD231PS Z19, Z20, Z3
-	ADDQ $16, AX
+	S1STEP(F16Z, 2)
 	JMP  h1
 h1done:
 	STORE1
@@ -509,17 +467,7 @@ TEXT ·dot1F32Z(SB), NOSPLIT, $0-40
 s1:
 	CMPQ AX, CX
 	JGE  s1done
-	PF4S(4)
-	VMOVUPS     (SI)(AX*4), Z20
-	VMOVUPS     (R8)(AX*4), Z16
-	VMOVUPS     (R9)(AX*4), Z17
-	VMOVUPS     (R10)(AX*4), Z18
-	VMOVUPS     (R11)(AX*4), Z19
-	VFMADD231PS Z16, Z20, Z0
-	VFMADD231PS Z17, Z20, Z1
-	VFMADD231PS Z18, Z20, Z2
-	VFMADD231PS Z19, Z20, Z3
-	ADDQ $16, AX
+	S1STEP(F32Z, 4)
 	JMP  s1
 s1done:
 	STORE1

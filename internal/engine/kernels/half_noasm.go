@@ -20,7 +20,4 @@ func mdotF32Z(n int, x *float32, lda int, w *float32, ldw int, out *[16]float32)
 func dot1BF16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32) { panic("kernels: no asm") }
 func dot1F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)  { panic("kernels: no asm") }
 func dot1F32Z(n int, x *float32, w *float32, ldw int, out *[4]float32) { panic("kernels: no asm") }
-func dotRowsBF16Z(groups int, n int, x *float32, w *uint16, ldw int, out *float32) {
-	panic("kernels: no asm")
-}
-func evenOddZ(blocks int, dst, x *float32) { panic("kernels: no asm") }
+func evenOddZ(blocks int, dst, x *float32)                             { panic("kernels: no asm") }
