@@ -1,0 +1,360 @@
+"""Runs OpenPipe ART (the `openpipe-art` package from PyPI, unmodified) against a
+flywheel binary: `python check.py /path/to/flywheel`.
+
+It starts `flywheel serve` on a free loopback port with a temporary data dir and
+a bootstrap API key, points ART's ServerlessBackend at it (`api_key`, `base_url`
+= the server's /v1) and drives the client's own calls:
+
+- register a TrainableModel on the base model `flywheel/tiny`;
+- an RL loop: sample groups with logprobs through `model.openai_client()` (the
+  client's AsyncOpenAI) under `model.get_inference_name()`, score them with a
+  deterministic reward (the share of letters that are "e"), train 3 steps
+  (`model.train` on releases that have it, else `backend.train` + `model.log`);
+  after each the step (`model.get_step()`) advances by one;
+- `:step{N}` (the client's inference-name form) serves the new weights: the same
+  seeded request at `:step0` and at the last step gives other logprobs, and the
+  result's reported step is N;
+- `model.delete_checkpoints()` leaves only the steps it keeps, and a deleted
+  step's name answers 404 through the client's OpenAI client;
+- SFT through `model.train_sft` (see sft() for what ART's serverless SFT needs);
+- `backend.delete(model)`: afterwards the model's names answer 404.
+
+Any mismatch raises, and the process exits non-zero. The server is always
+stopped (SIGTERM, then SIGKILL) and the temp dir removed; the whole run is
+bounded by a watchdog (FLYWHEEL_ART_CHECK_TIMEOUT seconds, default 300).
+"""
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+KEY = "fw_art_python_check_0123456789abcdefgh"
+BASE_MODEL = "flywheel/tiny"
+PROMPTS = ["Say a word.", "Name a colour.", "Tell me a fruit."]
+GROUP_SIZE = 4
+STEPS = 3
+LEARNING_RATE = 5e-3  # large enough that flywheel/tiny's logprobs move visibly in 3 steps
+
+
+def art_version() -> tuple[int, ...]:
+    v = importlib.metadata.version("openpipe-art")
+    return tuple(int(p) for p in v.split(".")[:3])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the server's child process: SIGKILL it when this check dies, however
+    it dies (Linux PR_SET_PDEATHSIG), so no server outlives a killed check."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Server:
+    """`flywheel serve` on a loopback port with a temporary data dir."""
+
+    def __init__(self, binary: str) -> None:
+        self.dir = tempfile.mkdtemp(prefix="flywheel-art-python-")
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(self.dir, "server.log")
+        self.log = open(self.log_path, "wb")
+        env = {**os.environ, "FLYWHEEL_BOOTSTRAP_API_KEY": KEY}
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--addr", f"127.0.0.1:{self.port}", "--data-dir",
+             os.path.join(self.dir, "data"), "--log-level", "warn"],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+    def wait_healthy(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"flywheel serve exited ({self.proc.returncode}):\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.base + "/v1/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("flywheel serve did not become healthy in 60 s:\n" + self.tail())
+
+    def tail(self) -> str:
+        self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read()[-8000:].decode(errors="replace")
+
+    def get(self, path: str) -> tuple[int, dict]:
+        req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {KEY}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=15)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise AssertionError(msg)
+
+
+def reward_of(text: str) -> float:
+    """Deterministic score: the share of the letters that are 'e'."""
+    letters = [c for c in text.lower() if c.isalpha()]
+    return sum(c == "e" for c in letters) / len(letters) if letters else 0.0
+
+
+async def sample_group(art, model, prompt: str):
+    """One group: GROUP_SIZE completions of one prompt through the client's own
+    OpenAI client, with logprobs, each a Trajectory scored by reward_of."""
+    client = model.openai_client()
+    messages = [{"role": "user", "content": prompt}]
+    trajectories = []
+    for i in range(GROUP_SIZE):
+        resp = await client.chat.completions.create(
+            model=model.get_inference_name(), messages=messages, max_tokens=12,
+            temperature=1.0, logprobs=True, seed=1000 * len(prompt) + i,
+        )
+        choice = resp.choices[0]
+        check(choice.logprobs is not None and len(choice.logprobs.content or []) > 0,
+              f"completion without logprobs: {choice}")
+        trajectories.append(art.Trajectory(
+            messages_and_choices=[*messages, choice], reward=reward_of(choice.message.content or ""),
+        ))
+    return art.TrajectoryGroup(trajectories)
+
+
+async def seeded_logprobs(model, step: int) -> list[float]:
+    """The logprobs of one seeded completion at `:step{step}`."""
+    resp = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(step=step), messages=[{"role": "user", "content": PROMPTS[0]}],
+        max_tokens=8, temperature=1.0, logprobs=True, seed=7,
+    )
+    return [t.logprob for t in resp.choices[0].logprobs.content]
+
+
+async def checkpoint_steps(server: Server, model) -> list[int]:
+    status, body = server.get(f"/v1/preview/models/{model.id}/checkpoints?limit=100&order=asc")
+    check(status == 200, f"list checkpoints: {status} {body}")
+    return [c["step"] for c in body["data"]]
+
+
+async def rl(art, backend, model, server: Server) -> None:
+    old = art_version() < (0, 5, 18)
+    step0 = await model.get_step()
+    check(step0 == 0, f"a new model's step is {step0}, want 0")
+    before = await seeded_logprobs(model, 0)
+    for i in range(STEPS):
+        groups = [await sample_group(art, model, p) for p in PROMPTS[:2]]
+        rewards = [t.reward for g in groups for t in g.trajectories]
+        t0 = time.monotonic()
+        if old:
+            # 0.5.17: the (deprecated) model.train, which also logs the groups.
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                await model.train(groups, config=art.TrainConfig(learning_rate=LEARNING_RATE))
+            reported = None
+        else:
+            # Newer releases dropped model.train: backend.train + model.log.
+            result = await backend.train(model, groups, learning_rate=LEARNING_RATE)
+            await model.log(groups, metrics=result.metrics, step=result.step, split="train")
+            reported = result.step
+        step = await model.get_step()
+        print(f"  step {step}: mean reward {sum(rewards) / len(rewards):.3f}, "
+              f"train {time.monotonic() - t0:.1f} s")
+        check(step == step0 + i + 1, f"after train() #{i + 1} the step is {step}, want {step0 + i + 1}")
+        if reported is not None:
+            check(reported == step, f"backend.train reported step {reported}, get_step says {step}")
+            check(result.artifact_name and result.artifact_name.endswith(f":step{step}"),
+                  f"artifact_name {result.artifact_name!r} does not name :step{step}")
+    last = await model.get_step()
+    after = await seeded_logprobs(model, last)
+    again = await seeded_logprobs(model, 0)
+    check(again == before, f":step0 changed after training: {before} vs {again}")
+    n = min(len(before), len(after))
+    diff = max(abs(a - b) for a, b in zip(before[:n], after[:n]))
+    check(diff > 1e-4, f":step{last} serves the same logprobs as :step0 (max diff {diff})")
+    print(f"  :step0 vs :step{last}: logprobs differ by up to {diff:.4f}")
+
+    # Latest-name inference (no :step) is the latest checkpoint.
+    latest = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(), messages=[{"role": "user", "content": PROMPTS[0]}],
+        max_tokens=8, temperature=1.0, logprobs=True, seed=7,
+    )
+    check([t.logprob for t in latest.choices[0].logprobs.content] == after,
+          "the model's plain name does not serve its latest step")
+
+    steps = await checkpoint_steps(server, model)
+    check(steps == list(range(last + 1)), f"checkpoints {steps}, want 0..{last}")
+    await model.delete_checkpoints()
+    kept = await checkpoint_steps(server, model)
+    check(last in kept and len(kept) < len(steps), f"delete_checkpoints kept {kept} of {steps}")
+    gone = [s for s in steps if s not in kept]
+    import openai
+    for s in gone:
+        try:
+            await seeded_logprobs(model, s)
+        except openai.NotFoundError:
+            continue
+        raise AssertionError(f":step{s} still served after delete_checkpoints")
+    print(f"  delete_checkpoints kept {kept}; {gone} answer 404")
+
+
+async def sft(art, backend, model) -> None:
+    """SFT through the client's own calls.
+
+    model.train_sft (ServerlessBackend._train_sft) first uploads the JSONL to
+    W&B artifacts with the wandb SDK (wandb.init + log_artifact against W&B's
+    own API; wandb is not even among ART's dependencies) and only then posts
+    `training_data_url: "wandb-artifact:///..."` to /v1/preview/sft-training-jobs.
+    flywheel serves no W&B artifact store, so that call cannot reach flywheel:
+    this asserts it fails without moving the step, and says why.
+
+    Then the same SFT wire through ART's own serverless client resource
+    (Client.sft_training_jobs.create and its events, polled as _train_sft
+    polls them), with the JSONL uploaded through the client's OpenAI client
+    (files.create) and passed as training_data_url, as docs/compatibility.md
+    says flywheel takes it: the step advances by one and the new step serves.
+    """
+    from openai import NOT_GIVEN
+
+    step = await model.get_step()
+    rows = [[{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello there!"}]] * 4
+    trajectories = [art.Trajectory(messages_and_choices=r, reward=0.0) for r in rows]
+    try:
+        await model.train_sft(trajectories, config=art.types.TrainSFTConfig(learning_rate=1e-3, batch_size=2))
+    except Exception as e:  # noqa: BLE001 - the client's own failure is the result
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    else:
+        raise AssertionError("model.train_sft succeeded: update the check and docs/compatibility.md")
+    check(await model.get_step() == step, "a failed model.train_sft moved the step")
+    print(f"  model.train_sft stops before reaching flywheel (W&B artifact upload): {reason}")
+
+    data = "".join(json.dumps({"messages": r}) + "\n" for r in rows).encode()
+    f = await model.openai_client().files.create(file=("sft.jsonl", data), purpose="fine-tune")
+    job = await backend._client.sft_training_jobs.create(
+        model_id=model.id, training_data_url=f.id,
+        config={"batch_size": 2, "learning_rate": 1e-3, "assistant_turns": "all"},
+    )
+    after, started, ended = None, False, False
+    deadline = time.monotonic() + 120
+    while not ended:
+        check(time.monotonic() < deadline, "the SFT job did not end in 120 s")
+        await asyncio.sleep(0.2)
+        async for event in backend._client.sft_training_jobs.events.list(
+            training_job_id=job.id, after=after or NOT_GIVEN
+        ):
+            if event.type == "training_failed":
+                raise AssertionError(f"SFT job failed: {event.data}")
+            if event.type == "training_started":
+                started = True
+                continue  # _train_sft does not advance its cursor past it either
+            if event.type == "training_ended":
+                ended = True
+                break
+            after = event.id
+    check(started, "no training_started event before training_ended")
+    new = await model.get_step()
+    check(new == step + 1, f"after SFT the step is {new}, want {step + 1}")
+    resp = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(step=new), messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=8, temperature=0.0)
+    check(resp.choices[0].message.content is not None, "the SFT step served no content")
+    print(f"  SFT job {job.id} through the client's sft_training_jobs: step {step} -> {new}, "
+          f":step{new} says {resp.choices[0].message.content!r}")
+
+
+async def run(binary: str) -> None:
+    import art
+    import openai
+    from art.serverless.backend import ServerlessBackend
+
+    server = Server(binary)
+    try:
+        server.wait_healthy()
+        base_path = os.path.join(server.dir, "art")
+        backend = ServerlessBackend(api_key=KEY, base_url=server.base + "/v1")
+        kwargs = {"name": "art-ci", "project": "art-python-check", "base_model": BASE_MODEL, "base_path": base_path}
+        if art_version() >= (0, 5, 18):
+            kwargs["run_name"] = "art-ci"
+        model = art.TrainableModel(**kwargs)
+        await model.register(backend)
+        check(model.id is not None and model.entity, f"register left id={model.id} entity={model.entity}")
+        print(f"registered {model.id} as {model.get_inference_name()}")
+
+        await rl(art, backend, model, server)
+
+        await sft(art, backend, model)
+
+        name = model.get_inference_name()
+        await backend.delete(model)
+        try:
+            await model.openai_client().chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        except openai.NotFoundError:
+            pass
+        else:
+            raise AssertionError(f"{name} still served after backend.delete")
+        status, _ = server.get(f"/v1/preview/models/{model.id}/checkpoints")
+        check(status == 404, f"checkpoints of a deleted model: {status}, want 404")
+        with contextlib.suppress(Exception):
+            await model.openai_client().close()
+        await backend.close()
+        print("deleted the model; its names answer 404")
+    except BaseException:
+        print("--- server log (tail) ---\n" + server.tail(), file=sys.stderr)
+        raise
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        print("usage: python check.py /path/to/flywheel", file=sys.stderr)
+        sys.exit(2)
+    timeout = float(os.environ.get("FLYWHEEL_ART_CHECK_TIMEOUT", "300"))
+    # SIGTERM (e.g. from `timeout`) unwinds like an error, so the server is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("check.py: terminated"))
+    print(f"openpipe-art {importlib.metadata.version('openpipe-art')} on Python {sys.version.split()[0]}")
+    t0 = time.monotonic()
+    asyncio.run(asyncio.wait_for(run(sys.argv[1]), timeout))
+    # The serverless path must not have needed a tokenizer or torch on the client.
+    for mod in ("torch", "transformers"):
+        check(mod not in sys.modules, f"{mod} was imported by the serverless client path")
+    print(f"ok ({time.monotonic() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
