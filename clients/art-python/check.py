@@ -11,6 +11,9 @@ a bootstrap API key, points ART's ServerlessBackend at it (`api_key`, `base_url`
   deterministic reward (the share of letters that are "e"), train 3 steps
   (`model.train` on releases that have it, else `backend.train` + `model.log`);
   after each the step (`model.get_step()`) advances by one;
+- on releases with backend.train's later options: loss_fn="ppo" trains; options
+  flywheel does not implement (kl_penalty_coef, truncated_importance_sampling)
+  are a 400 naming the key;
 - `:step{N}` (the client's inference-name form) serves the new weights: the same
   seeded request at `:step0` and at the last step gives other logprobs, and the
   result's reported step is N;
@@ -164,6 +167,30 @@ async def seeded_logprobs(model, step: int) -> list[float]:
     return [t.logprob for t in resp.choices[0].logprobs.content]
 
 
+async def later_options(art, backend, model) -> None:
+    """backend.train's options of the newer releases: loss_fn="ppo" (sent as
+    loss_fn and ppo) trains a step; options naming training flywheel does
+    not implement are refused with a 400 naming the key (the client raises
+    openai.BadRequestError from training_jobs.create) and train nothing."""
+    import openai
+
+    step = await model.get_step()
+    groups = [await sample_group(art, model, PROMPTS[2])]
+    result = await backend.train(model, groups, learning_rate=LEARNING_RATE, loss_fn="ppo", normalize_advantages=False)
+    check(result.step == step + 1, f"loss_fn='ppo' trained to step {result.step}, want {step + 1}")
+    for kwargs, key in [({"kl_penalty_coef": 0.1}, "kl_penalty_coef"),
+                        ({"truncated_importance_sampling": 2.0}, "truncated_importance_sampling")]:
+        try:
+            await backend.train(model, groups, learning_rate=LEARNING_RATE, **kwargs)
+        except openai.BadRequestError as e:
+            param = (e.body or {}).get("param") if isinstance(e.body, dict) else None
+            check(param == f"experimental_config.{key}", f"{kwargs}: 400 with param {param!r}: {e}")
+        else:
+            raise AssertionError(f"backend.train({kwargs}) trained; flywheel does not implement it")
+    check(await model.get_step() == step + 1, "a refused training call moved the step")
+    print(f"  loss_fn='ppo' trained step {step + 1}; kl_penalty_coef, truncated_importance_sampling: 400 naming the key")
+
+
 async def checkpoint_steps(server: Server, model) -> list[int]:
     status, body = server.get(f"/v1/preview/models/{model.id}/checkpoints?limit=100&order=asc")
     check(status == 200, f"list checkpoints: {status} {body}")
@@ -199,6 +226,8 @@ async def rl(art, backend, model, server: Server) -> None:
             check(reported == step, f"backend.train reported step {reported}, get_step says {step}")
             check(result.artifact_name and result.artifact_name.endswith(f":step{step}"),
                   f"artifact_name {result.artifact_name!r} does not name :step{step}")
+    if not old:
+        await later_options(art, backend, model)
     last = await model.get_step()
     after = await seeded_logprobs(model, last)
     again = await seeded_logprobs(model, 0)

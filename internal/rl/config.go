@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+
+	"flywheel/internal/httpx"
 )
 
 // Default learning rates, used when experimental_config.learning_rate (RL)
@@ -55,6 +57,18 @@ type ExperimentalConfig struct {
 	ScaleRewards                                 *bool
 	PrecalculateLogprobs                         *bool
 	LearningRate                                 *float64
+
+	// Keys that later ART releases (0.5.18+) send. LossFn ("cispo" | "ppo")
+	// and NormalizeAdvantages are other names of PPO and ScaleRewards. The
+	// others name training that flywheel does not implement: accepted at
+	// their neutral value (null, 0, false), refused otherwise, so that a job
+	// never silently trains other than it asked.
+	LossFn                                     *string
+	NormalizeAdvantages                        *bool
+	KLPenaltyCoef                              *float64
+	TruncatedImportanceSampling                *float64
+	ScaleLearningRateByRewardStdDev            *bool
+	NumTrajectoriesLearningRateMultiplierPower *float64
 }
 
 // Config is an ExperimentalConfig with rl.md's defaults filled in and its
@@ -93,10 +107,18 @@ func (e ExperimentalConfig) Resolve(defaultLR float64) (Config, error) {
 		{"epsilon", e.Epsilon}, {"epsilon_high", e.EpsilonHigh},
 		{"max_negative_advantage_importance_sampling_weight", e.MaxNegativeAdvantageImportanceSamplingWeight},
 		{"x_k2_tau", e.XK2Tau}, {"kimi_k2_tau", e.KimiK2Tau},
+		{"kl_penalty_coef", e.KLPenaltyCoef}, {"truncated_importance_sampling", e.TruncatedImportanceSampling},
+		{"num_trajectories_learning_rate_multiplier_power", e.NumTrajectoriesLearningRateMultiplierPower},
 	} {
 		if f.p != nil && (math.IsNaN(*f.p) || math.IsInf(*f.p, 0)) {
 			return Config{}, valueError(configPath+"."+f.key, "must be a finite number")
 		}
+	}
+	if err := e.resolveAliases(); err != nil {
+		return Config{}, err
+	}
+	if err := e.checkUnsupported(); err != nil {
+		return Config{}, err
 	}
 	c := Config{
 		PPO: deref(e.PPO, false), ISLevel: deref(e.ImportanceSamplingLevel, ISToken),
@@ -139,6 +161,53 @@ func (e ExperimentalConfig) Resolve(defaultLR float64) (Config, error) {
 	return c, nil
 }
 
+// resolveAliases folds loss_fn into ppo and normalize_advantages into
+// scale_rewards (ART 0.5.18+ send both names, with the same meaning); a
+// pair that disagrees is an error naming the later name.
+func (e *ExperimentalConfig) resolveAliases() error {
+	if e.LossFn != nil {
+		if *e.LossFn != "cispo" && *e.LossFn != "ppo" {
+			return valueError(configPath+".loss_fn", "must be cispo or ppo; got %q", *e.LossFn)
+		}
+		ppo := *e.LossFn == "ppo"
+		if e.PPO != nil && *e.PPO != ppo {
+			return valueError(configPath+".loss_fn", "%q contradicts ppo %t", *e.LossFn, *e.PPO)
+		}
+		e.PPO = &ppo
+	}
+	if e.NormalizeAdvantages != nil {
+		if e.ScaleRewards != nil && *e.ScaleRewards != *e.NormalizeAdvantages {
+			return valueError(configPath+".normalize_advantages", "%t contradicts scale_rewards %t (another name for it)",
+				*e.NormalizeAdvantages, *e.ScaleRewards)
+		}
+		e.ScaleRewards = e.NormalizeAdvantages
+	}
+	return nil
+}
+
+// checkUnsupported refuses the later ART keys that would change training in
+// a way flywheel does not implement (a 400 unsupported_value naming the
+// key), rather than train without them.
+func (e ExperimentalConfig) checkUnsupported() error {
+	unsupported := func(key, what string) error {
+		return httpx.Invalid(configPath+"."+key, "unsupported_value",
+			"%s.%s: %s is not supported by flywheel; send null (or leave it out)", configPath, key, what)
+	}
+	if e.KLPenaltyCoef != nil && *e.KLPenaltyCoef != 0 {
+		return unsupported("kl_penalty_coef", "a KL-penalized advantage")
+	}
+	if e.TruncatedImportanceSampling != nil {
+		return unsupported("truncated_importance_sampling", "truncated importance sampling against the rollout logprobs")
+	}
+	if e.ScaleLearningRateByRewardStdDev != nil && *e.ScaleLearningRateByRewardStdDev {
+		return unsupported("scale_learning_rate_by_reward_std_dev", "scaling the learning rate by the reward std dev")
+	}
+	if e.NumTrajectoriesLearningRateMultiplierPower != nil && *e.NumTrajectoriesLearningRateMultiplierPower != 0 {
+		return unsupported("num_trajectories_learning_rate_multiplier_power", "a learning rate multiplied by a power of the trajectory count")
+	}
+	return nil
+}
+
 // tau is x_k2_tau under either of its names; nil when unset.
 func (e ExperimentalConfig) tau() *float64 {
 	if e.XK2Tau != nil {
@@ -165,7 +234,8 @@ func parseConfig(raw []byte) (ExperimentalConfig, object, error) {
 	for _, f := range []struct {
 		key string
 		p   **bool
-	}{{"ppo", &e.PPO}, {"scale_rewards", &e.ScaleRewards}, {"precalculate_logprobs", &e.PrecalculateLogprobs}, {"mask_prob_ratio", &e.MaskProbRatio}} {
+	}{{"ppo", &e.PPO}, {"scale_rewards", &e.ScaleRewards}, {"precalculate_logprobs", &e.PrecalculateLogprobs}, {"mask_prob_ratio", &e.MaskProbRatio},
+		{"normalize_advantages", &e.NormalizeAdvantages}, {"scale_learning_rate_by_reward_std_dev", &e.ScaleLearningRateByRewardStdDev}} {
 		if *f.p, err = o.boolean(f.key); err != nil {
 			return e, o, err
 		}
@@ -178,12 +248,17 @@ func parseConfig(raw []byte) (ExperimentalConfig, object, error) {
 		{"epsilon", &e.Epsilon}, {"epsilon_high", &e.EpsilonHigh},
 		{"max_negative_advantage_importance_sampling_weight", &e.MaxNegativeAdvantageImportanceSamplingWeight},
 		{"x_k2_tau", &e.XK2Tau}, {"kimi_k2_tau", &e.KimiK2Tau},
+		{"kl_penalty_coef", &e.KLPenaltyCoef}, {"truncated_importance_sampling", &e.TruncatedImportanceSampling},
+		{"num_trajectories_learning_rate_multiplier_power", &e.NumTrajectoriesLearningRateMultiplierPower},
 	} {
 		if *f.p, err = o.number(f.key); err != nil {
 			return e, o, err
 		}
 	}
-	e.ImportanceSamplingLevel, err = o.str("importance_sampling_level")
+	if e.ImportanceSamplingLevel, err = o.str("importance_sampling_level"); err != nil {
+		return e, o, err
+	}
+	e.LossFn, err = o.str("loss_fn")
 	return e, o, err
 }
 

@@ -164,3 +164,66 @@ func TestKimiK2TauAlias(t *testing.T) {
 		t.Fatalf("record %s", rec)
 	}
 }
+
+// The keys ART 0.5.18+ add to experimental_config: loss_fn and
+// normalize_advantages are other names of ppo and scale_rewards; the keys
+// naming training flywheel does not do are accepted only at their neutral
+// value, else a 400 unsupported_value naming them (never silently ignored).
+// The body below is what ART 0.5.23's ServerlessBackend.train sends with
+// its defaults.
+func TestLaterARTKeys(t *testing.T) {
+	const p = "experimental_config."
+	art0523 := `{"advantage_balance": 0.0, "allow_training_without_logprobs": false, "epsilon": null,
+		"epsilon_high": null, "importance_sampling_level": "token", "kimi_k2_tau": null, "kl_penalty_coef": 0.0,
+		"kl_penalty_reference_step": null, "kl_penalty_source": "current_learner", "kl_penalty_step_lag": null,
+		"kl_ref_adapter_path": null, "learning_rate": 5e-6, "logprob_calculation_chunk_size": 1024,
+		"loss_fn": "cispo", "mask_prob_ratio": false, "max_negative_advantage_importance_sampling_weight": null,
+		"normalize_advantages": true, "num_trajectories_learning_rate_multiplier_power": 0.0,
+		"packed_sequence_length": null, "plot_tensors": false, "ppo": false, "precalculate_logprobs": false,
+		"scale_learning_rate_by_reward_std_dev": false, "scale_rewards": true, "truncated_importance_sampling": null}`
+	c, err := ResolveConfig([]byte(art0523), DefaultLearningRate)
+	if err != nil || c.PPO || !c.ScaleRewards || c.Epsilon != 1 || c.EpsilonHigh != 4 {
+		t.Fatalf("ART 0.5.23's defaults: %+v, %v", c, err)
+	}
+	for _, tc := range []struct {
+		raw         string
+		ppo, scaled bool
+	}{
+		{`{"loss_fn": "ppo"}`, true, true},
+		{`{"loss_fn": "ppo", "ppo": true}`, true, true},
+		{`{"loss_fn": "cispo", "ppo": null}`, false, true},
+		{`{"normalize_advantages": false}`, false, false},
+		{`{"normalize_advantages": false, "scale_rewards": false}`, false, false},
+		{`{"loss_fn": null, "normalize_advantages": null}`, false, true},
+	} {
+		c, err := ResolveConfig([]byte(tc.raw), DefaultLearningRate)
+		if err != nil || c.PPO != tc.ppo || c.ScaleRewards != tc.scaled {
+			t.Errorf("%s: ppo %t scale_rewards %t, %v; want %t %t", tc.raw, c.PPO, c.ScaleRewards, err, tc.ppo, tc.scaled)
+		}
+	}
+	// loss_fn "ppo" alone gets ppo's clip defaults, and the record shows the resolved names.
+	got, err := RecordConfig([]byte(`{"loss_fn": "ppo", "normalize_advantages": false}`), DefaultLearningRate)
+	var m map[string]any
+	if err != nil || json.Unmarshal(got, &m) != nil || m["ppo"] != true || m["epsilon"] != 0.2 || m["scale_rewards"] != false || m["loss_fn"] != "ppo" {
+		t.Fatalf("record %s, %v", got, err)
+	}
+	bad := []struct{ raw, path, code, msg string }{
+		{`{"loss_fn": "grpo"}`, p + "loss_fn", "invalid_value", p + `loss_fn: must be cispo or ppo; got "grpo"`},
+		{`{"loss_fn": "ppo", "ppo": false}`, p + "loss_fn", "invalid_value", p + `loss_fn: "ppo" contradicts ppo false`},
+		{`{"loss_fn": 1}`, p + "loss_fn", "invalid_type", ""},
+		{`{"normalize_advantages": true, "scale_rewards": false}`, p + "normalize_advantages", "invalid_value",
+			p + "normalize_advantages: true contradicts scale_rewards false (another name for it)"},
+		{`{"kl_penalty_coef": 0.1}`, p + "kl_penalty_coef", "unsupported_value",
+			p + "kl_penalty_coef: a KL-penalized advantage is not supported by flywheel; send null (or leave it out)"},
+		{`{"kl_penalty_coef": 1e999}`, p + "kl_penalty_coef", "invalid_value", ""},
+		{`{"truncated_importance_sampling": 2}`, p + "truncated_importance_sampling", "unsupported_value", ""},
+		{`{"scale_learning_rate_by_reward_std_dev": true}`, p + "scale_learning_rate_by_reward_std_dev", "unsupported_value", ""},
+		{`{"num_trajectories_learning_rate_multiplier_power": 0.5}`, p + "num_trajectories_learning_rate_multiplier_power", "unsupported_value", ""},
+	}
+	for _, b := range bad {
+		_, err := RecordConfig([]byte(b.raw), DefaultLearningRate)
+		wantInvalid(t, b.raw, err, b.path, b.code, b.msg)
+		_, err = ResolveConfig([]byte(b.raw), DefaultLearningRate)
+		wantInvalid(t, "trainer "+b.raw, err, b.path, b.code, b.msg)
+	}
+}
