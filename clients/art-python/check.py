@@ -17,7 +17,8 @@ a bootstrap API key, points ART's ServerlessBackend at it (`api_key`, `base_url`
 - `:step{N}` (the client's inference-name form) serves the new weights: the same
   seeded request at `:step0` and at the last step gives other logprobs, and the
   result's reported step is N;
-- `model.delete_checkpoints()` leaves only the steps it keeps, and a deleted
+- `model.delete_checkpoints()` leaves only the steps it keeps (the latest and the
+  best by the val/reward logged with `model.log`), and a deleted
   step's name answers 404 through the client's OpenAI client;
 - SFT through `model.train_sft` (see sft() for what ART's serverless SFT needs);
 - `backend.delete(model)`: afterwards the model's names answer 404.
@@ -47,6 +48,7 @@ BASE_MODEL = "flywheel/tiny"
 PROMPTS = ["Say a word.", "Name a colour.", "Tell me a fruit."]
 GROUP_SIZE = 4
 STEPS = 3
+VAL_REWARDS = [0.2, 0.8, 0.5]  # model.log(split="val") after each of the STEPS steps
 LEARNING_RATE = 5e-3  # large enough that flywheel/tiny's logprobs move visibly in 3 steps
 
 
@@ -219,6 +221,11 @@ async def rl(art, backend, model, server: Server) -> None:
             await model.log(groups, metrics=result.metrics, step=result.step, split="train")
             reported = result.step
         step = await model.get_step()
+        # A validation score per step (model.log, split "val"), the best at step 2, for
+        # delete_checkpoints to keep besides the latest.
+        await model.log([art.TrajectoryGroup([art.Trajectory(
+            messages_and_choices=[{"role": "user", "content": "v"}, {"role": "assistant", "content": "v"}],
+            reward=VAL_REWARDS[i])])], split="val", step=step)
         print(f"  step {step}: mean reward {sum(rewards) / len(rewards):.3f}, "
               f"train {time.monotonic() - t0:.1f} s")
         check(step == step0 + i + 1, f"after train() #{i + 1} the step is {step}, want {step0 + i + 1}")
@@ -247,9 +254,10 @@ async def rl(art, backend, model, server: Server) -> None:
 
     steps = await checkpoint_steps(server, model)
     check(steps == list(range(last + 1)), f"checkpoints {steps}, want 0..{last}")
-    await model.delete_checkpoints()
+    await model.delete_checkpoints()  # keeps the latest and the best by val/reward
     kept = await checkpoint_steps(server, model)
-    check(last in kept and len(kept) < len(steps), f"delete_checkpoints kept {kept} of {steps}")
+    best = step0 + 1 + VAL_REWARDS.index(max(VAL_REWARDS))
+    check(kept == sorted({best, last}), f"delete_checkpoints kept {kept} of {steps}, want {sorted({best, last})}")
     gone = [s for s in steps if s not in kept]
     import openai
     for s in gone:
@@ -265,11 +273,14 @@ async def sft(art, backend, model) -> None:
     """SFT through the client's own calls.
 
     model.train_sft (ServerlessBackend._train_sft) first uploads the JSONL to
-    W&B artifacts with the wandb SDK (wandb.init + log_artifact against W&B's
-    own API; wandb is not even among ART's dependencies) and only then posts
-    `training_data_url: "wandb-artifact:///..."` to /v1/preview/sft-training-jobs.
-    flywheel serves no W&B artifact store, so that call cannot reach flywheel:
-    this asserts it fails without moving the step, and says why.
+    W&B artifacts with the wandb SDK (wandb.init + log_artifact + wait, W&B's
+    own API; here WANDB_MODE=disabled makes them no-ops, so nothing leaves the
+    machine) and then posts `training_data_url:
+    "wandb-artifact:///{entity}/{project}/{name}-sft-data-{id}:v0"` to
+    /v1/preview/sft-training-jobs. flywheel has no W&B artifact store and
+    takes only its own file ids there: this asserts the 400 naming
+    training_data_url (ART raises it as openai.BadRequestError) and that the
+    step did not move. When flywheel gains a way, this is where to assert it.
 
     Then the same SFT wire through ART's own serverless client resource
     (Client.sft_training_jobs.create and its events, polled as _train_sft
@@ -277,6 +288,7 @@ async def sft(art, backend, model) -> None:
     (files.create) and passed as training_data_url, as docs/compatibility.md
     says flywheel takes it: the step advances by one and the new step serves.
     """
+    import openai
     from openai import NOT_GIVEN
 
     step = await model.get_step()
@@ -284,12 +296,14 @@ async def sft(art, backend, model) -> None:
     trajectories = [art.Trajectory(messages_and_choices=r, reward=0.0) for r in rows]
     try:
         await model.train_sft(trajectories, config=art.types.TrainSFTConfig(learning_rate=1e-3, batch_size=2))
-    except Exception as e:  # noqa: BLE001 - the client's own failure is the result
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    except openai.BadRequestError as e:
+        body = e.body if isinstance(e.body, dict) else {}
+        check(body.get("param") == "training_data_url" and "wandb-artifact:///" in str(body.get("message")),
+              f"model.train_sft: {e}")
     else:
         raise AssertionError("model.train_sft succeeded: update the check and docs/compatibility.md")
     check(await model.get_step() == step, "a failed model.train_sft moved the step")
-    print(f"  model.train_sft stops before reaching flywheel (W&B artifact upload): {reason}")
+    print("  model.train_sft: 400 training_data_url (a wandb-artifact:/// URL; flywheel takes file ids)")
 
     data = "".join(json.dumps({"messages": r}) + "\n" for r in rows).encode()
     f = await model.openai_client().files.create(file=("sft.jsonl", data), purpose="fine-tune")
