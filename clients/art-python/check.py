@@ -20,7 +20,9 @@ a bootstrap API key, points ART's ServerlessBackend at it (`api_key`, `base_url`
 - `model.delete_checkpoints()` leaves only the steps it keeps (the latest and the
   best by the val/reward logged with `model.log`), and a deleted
   step's name answers 404 through the client's OpenAI client;
-- SFT through `model.train_sft` (see sft() for what ART's serverless SFT needs);
+- SFT: `model.train_sft` posts a W&B artifact URL, which flywheel refuses with a
+  400 naming training_data_url (asserted; see sft()); then an SFT job through the
+  client's own `sft_training_jobs` resource with a flywheel file id trains a step;
 - `backend.delete(model)`: afterwards the model's names answer 404.
 
 Any mismatch raises, and the process exits non-zero. The server is always
