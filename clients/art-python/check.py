@@ -11,9 +11,13 @@ a bootstrap API key, points ART's ServerlessBackend at it (`api_key`, `base_url`
   deterministic reward (the share of letters that are "e"), train 3 steps
   (`model.train` on releases that have it, else `backend.train` + `model.log`);
   after each the step (`model.get_step()`) advances by one;
-- on releases with backend.train's later options: loss_fn="ppo" trains; options
+- on releases with backend.train's later options: loss_fn="ppo" trains (on a
+  group with rewards of 0, which these releases leave out of the wire); options
   flywheel does not implement (kl_penalty_coef, truncated_importance_sampling)
   are a 400 naming the key;
+- kill -9 of the server right after the client created a training job, and a
+  restart on the same port and data dir: the client's own polling completes and
+  the step advances by exactly one;
 - `:step{N}` (the client's inference-name form) serves the new weights: the same
   seeded request at `:step0` and at the last step gives other logprobs, and the
   result's reported step is N;
@@ -84,13 +88,26 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(self.dir, "server.log")
         self.log = open(self.log_path, "wb")
-        env = {**os.environ, "FLYWHEEL_BOOTSTRAP_API_KEY": KEY}
+        # info: one line per request, which crash_recovery() watches for; a short lease so
+        # that a job of a killed server is run again soon after the restart.
+        self.args = [binary, "serve", "--addr", f"127.0.0.1:{self.port}", "--data-dir",
+                     os.path.join(self.dir, "data"), "--log-level", "info", "--lease-timeout", "2s"]
+        self.start()
+
+    def start(self) -> None:
         self.proc = subprocess.Popen(
-            [binary, "serve", "--addr", f"127.0.0.1:{self.port}", "--data-dir",
-             os.path.join(self.dir, "data"), "--log-level", "warn"],
-            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            self.args, env={**os.environ, "FLYWHEEL_BOOTSTRAP_API_KEY": KEY},
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=_die_with_parent,
         )
+
+    def kill9_and_restart(self) -> None:
+        """kill -9 the server, then start it again on the same port and data dir."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=15)
+        self.log.write(b"--- kill -9 and restart ---\n")
+        self.start()
+        self.wait_healthy()
 
     def wait_healthy(self) -> None:
         deadline = time.monotonic() + 60
@@ -106,10 +123,10 @@ class Server:
             time.sleep(0.1)
         raise RuntimeError("flywheel serve did not become healthy in 60 s:\n" + self.tail())
 
-    def tail(self) -> str:
+    def tail(self, n: int = 8000) -> str:
         self.log.flush()
         with open(self.log_path, "rb") as f:
-            return f.read()[-8000:].decode(errors="replace")
+            return f.read()[-n:].decode(errors="replace")
 
     def get(self, path: str) -> tuple[int, dict]:
         req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {KEY}"})
@@ -180,6 +197,11 @@ async def later_options(art, backend, model) -> None:
 
     step = await model.get_step()
     groups = [await sample_group(art, model, PROMPTS[2])]
+    # Rewards of exactly 0 are left out of the wire by these releases (their
+    # trajectories serialise without fields equal to the defaults): make sure
+    # some are there.
+    for i, t in enumerate(groups[0].trajectories):
+        t.reward = float(i % 2)
     result = await backend.train(model, groups, learning_rate=LEARNING_RATE, loss_fn="ppo", normalize_advantages=False)
     check(result.step == step + 1, f"loss_fn='ppo' trained to step {result.step}, want {step + 1}")
     for kwargs, key in [({"kl_penalty_coef": 0.1}, "kl_penalty_coef"),
@@ -193,6 +215,46 @@ async def later_options(art, backend, model) -> None:
             raise AssertionError(f"backend.train({kwargs}) trained; flywheel does not implement it")
     check(await model.get_step() == step + 1, "a refused training call moved the step")
     print(f"  loss_fn='ppo' trained step {step + 1}; kl_penalty_coef, truncated_importance_sampling: 400 naming the key")
+
+
+async def train_once(art, backend, model, groups) -> None:
+    """One training call as the release offers it: model.train (0.5.17, which
+    also logs the groups) or backend.train + model.log (0.5.18+)."""
+    if art_version() < (0, 5, 18):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            await model.train(groups, config=art.TrainConfig(learning_rate=LEARNING_RATE))
+    else:
+        result = await backend.train(model, groups, learning_rate=LEARNING_RATE)
+        await model.log(groups, metrics=result.metrics, step=result.step, split="train")
+
+
+async def crash_recovery(art, backend, model, server: Server) -> None:
+    """kill -9 of the server while the client trains: as soon as the client has
+    created its training job, the server dies and comes back on the same port
+    and data dir. The client's own polling (its GETs retry on connection
+    errors) must then see the job end, and the step must advance by exactly
+    one, with exactly one new checkpoint."""
+    step = await model.get_step()
+    before = await checkpoint_steps(server, model)
+    groups = [await sample_group(art, model, p) for p in PROMPTS]
+    mark = len(server.tail(1 << 30))
+    task = asyncio.create_task(train_once(art, backend, model, groups))
+    deadline = time.monotonic() + 30
+    while '"POST /v1/preview/training-jobs"' not in server.tail(1 << 30)[mark:]:
+        check(time.monotonic() < deadline and not task.done(),
+              f"no training job was created: {task.exception() if task.done() else 'timeout'}")
+        await asyncio.sleep(0.005)
+    await asyncio.to_thread(server.kill9_and_restart)
+    t0 = time.monotonic()
+    await asyncio.wait_for(task, 120)
+    new = await model.get_step()
+    after = await checkpoint_steps(server, model)
+    check(new == step + 1, f"after kill -9 mid-training the step is {new}, want {step + 1}")
+    check(after == before + [step + 1], f"after kill -9 mid-training the checkpoints are {after}, want {before + [step + 1]}")
+    print(f"  kill -9 right after the job's creation: the client's polling finished "
+          f"{time.monotonic() - t0:.1f} s after the restart; step {step} -> {new}, one new checkpoint")
 
 
 async def checkpoint_steps(server: Server, model) -> list[int]:
@@ -237,6 +299,7 @@ async def rl(art, backend, model, server: Server) -> None:
                   f"artifact_name {result.artifact_name!r} does not name :step{step}")
     if not old:
         await later_options(art, backend, model)
+    await crash_recovery(art, backend, model, server)
     last = await model.get_step()
     after = await seeded_logprobs(model, last)
     again = await seeded_logprobs(model, 0)

@@ -17,7 +17,7 @@ type Summary struct {
 
 // Validate checks an RL training-job request body against the wire
 // contract (api.md) in one pass over the bytes: required fields, types,
-// non-empty groups, a finite reward on every trajectory, and that every
+// non-empty groups, finite rewards, and that every
 // element of messages_and_choices is either a chat message or a choice.
 // Errors are *httpx.Error naming the JSON path. experimental_config is
 // only checked to be an object here and returned raw for RecordConfig: it
@@ -168,15 +168,16 @@ func (s *scanner) missing(key string) error {
 	return httpx.Invalid(p, "missing_field", "%s is required", p)
 }
 
-// trajectory validates one Trajectory.
+// trajectory validates one Trajectory. Its reward may be absent, meaning
+// 0: ART 0.5.18+ serialise a trajectory without the fields that equal their
+// defaults (pydantic's exclude_defaults), and the reward's default is 0.0.
 func (s *scanner) trajectory() error {
-	var haveMC, haveReward bool
+	var haveMC bool
 	err := s.wantObject(false, func(key []byte) error {
 		switch k := string(key); k {
 		case "messages_and_choices", "tools":
 			return s.historyKey(key, &haveMC)
 		case "reward":
-			haveReward = true
 			return s.numberAt("reward", false)
 		case "additional_histories":
 			return s.arrayAt("additional_histories", true, func(int) error { return s.history() })
@@ -194,9 +195,6 @@ func (s *scanner) trajectory() error {
 	}
 	if !haveMC {
 		return s.missing("messages_and_choices")
-	}
-	if !haveReward {
-		return s.missing("reward")
 	}
 	return nil
 }
