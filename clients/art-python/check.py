@@ -257,6 +257,17 @@ async def crash_recovery(art, backend, model, server: Server) -> None:
           f"{time.monotonic() - t0:.1f} s after the restart; step {step} -> {new}, one new checkpoint")
 
 
+def last_job(server: Server) -> dict:
+    """The record of the training job the client polled last (its id from the
+    server's request log: the client's GET .../training-jobs/{id}/events)."""
+    import re
+    ids = re.findall(r"path=/v1/preview/training-jobs/([0-9a-f-]+)/events", server.tail(1 << 30))
+    check(bool(ids), "no training job was polled")
+    status, job = server.get(f"/v1/preview/training-jobs/{ids[-1]}")
+    check(status == 200, f"GET training job {ids[-1]}: {status} {job}")
+    return job
+
+
 async def checkpoint_steps(server: Server, model) -> list[int]:
     status, body = server.get(f"/v1/preview/models/{model.id}/checkpoints?limit=100&order=asc")
     check(status == 200, f"list checkpoints: {status} {body}")
@@ -293,6 +304,11 @@ async def rl(art, backend, model, server: Server) -> None:
         print(f"  step {step}: mean reward {sum(rewards) / len(rewards):.3f}, "
               f"train {time.monotonic() - t0:.1f} s")
         check(step == step0 + i + 1, f"after train() #{i + 1} the step is {step}, want {step0 + i + 1}")
+        # The sampled tokens and logprobs reached the trainer (none trained as text).
+        job = last_job(server)
+        met = job.get("metrics") or {}
+        check(job.get("status") == "COMPLETED" and met.get("num_trajectories") == len(rewards)
+              and met.get("num_trajectories_without_logprobs") == 0, f"job record {job}")
         if reported is not None:
             check(reported == step, f"backend.train reported step {reported}, get_step says {step}")
             check(result.artifact_name and result.artifact_name.endswith(f":step{step}"),
