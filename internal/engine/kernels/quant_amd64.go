@@ -2,9 +2,91 @@
 
 package kernels
 
+import (
+	"sync"
+
+	"flywheel/internal/safetensors"
+)
+
+//go:noescape
+func qdotQ41Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ40Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ80Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+// pairSums is the prep of the 4-bit kernels: per 32-value block, the 16
+// sums x[i] + x[i+16] (the values that share a byte of nibbles), which
+// carry Q4_1's offset m and Q4_0's -8.
+func pairSums(dst, x []float32) {
+	for b := 0; b < len(x)/32; b++ {
+		for i := range 16 {
+			dst[16*b+i] = x[32*b+i] + x[32*b+16+i]
+		}
+	}
+}
+
+type asmQdot func(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+// asmDots wraps an assembly kernel as quantDots.dots, checking the bounds
+// the assembly relies on.
+func asmDots(f asmQdot) func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
+	return func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
+		rows := len(out)
+		if rows == 0 {
+			return
+		}
+		if rows%4 != 0 || nb == 0 || ldw != len(w)/rows {
+			panic("kernels: quantized dots: rows not a multiple of 4 or not back to back")
+		}
+		_ = x[32*nb-1]
+		_ = w[rows*ldw-1]
+		var xs *float32
+		if prep != nil {
+			_ = prep[16*nb-1]
+			xs = &prep[0]
+		}
+		f(nb, &x[0], xs, &w[0], ldw, rows, &out[0], &f16Table()[0])
+	}
+}
+
+var (
+	q41Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ41Z)}
+	q40Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ40Z)}
+	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z)}
+)
+
 // quantKernel is t's AVX-512 decode kernel, nil when there is none for t
 // (or AVX-512 may not run): the caller then dequantises rows into a
 // buffer.
-func quantKernel(t QuantType) *quantDot4 {
+func quantKernel(t QuantType) *quantDots {
+	if t == QNone {
+		return nil
+	}
+	if !haveAVX512 || !haveF16C {
+		return nil
+	}
+	switch t {
+	case Q4_1:
+		return q41Kernel
+	case Q4_0:
+		return q40Kernel
+	case Q8_0:
+		return q80Kernel
+	}
 	return nil
 }
+
+// f16Table is every IEEE half's float32 value, indexed by its bits
+// (256 KiB, built on first use): the decode kernels widen a block's scale
+// with one load from it. A model's scales take few distinct values, so
+// the lines in use stay in cache.
+var f16Table = sync.OnceValue(func() []float32 {
+	t := make([]float32, 1<<16)
+	for i := range t {
+		t[i] = safetensors.F16ToF32(uint16(i))
+	}
+	return t
+})

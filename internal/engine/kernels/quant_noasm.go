@@ -3,4 +3,4 @@
 package kernels
 
 // quantKernel is nil: no assembly decode kernels on this build.
-func quantKernel(QuantType) *quantDot4 { return nil }
+func quantKernel(QuantType) *quantDots { return nil }

@@ -101,8 +101,8 @@ func quantWiden(t QuantType, w []byte, cols int) func(dst []float32, r0, r1 int)
 
 // quantStreamNT is QuantGemmNT for few rows of A: the weight rows are
 // streamed once in tasks of a multiple of 4 rows (streamSplit, as
-// streamNT), each group of 4 dotted with every row of A by the format's
-// AVX-512 kernel (quantDot4) or, without one, dequantised into a buffer
+// streamNT), each task's rows dotted with every row of A by the format's
+// AVX-512 kernel (quantDots) or, without one, dequantised into a buffer
 // and dotted with dot4Impl.
 func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, beta float32, c []float32, ldc int) {
 	_ = a[(m-1)*lda+k-1]
@@ -128,20 +128,33 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 			defer putBuf(f)
 		}
 		j := j0
-		for ; j+4 <= j1; j += 4 {
-			if kern != nil {
-				for i := range m {
-					var p []float32
-					if prep != nil {
-						pl := kern.prepLen * k / t.BlockElems()
-						p = prep.s[i*pl : (i+1)*pl]
-					}
-					var d [4]float32
-					kern.dot4(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[j*rb:(j+4)*rb], rb, &d)
-					store4(c, i*ldc+j, beta, d)
+		if kern != nil {
+			g := (j1 - j0) &^ 3
+			var tmp [64]float32
+			for i := range m {
+				var p []float32
+				if prep != nil {
+					pl := kern.prepLen * k / t.BlockElems()
+					p = prep.s[i*pl : (i+1)*pl]
 				}
-				continue
+				x := a[i*lda : i*lda+k]
+				if beta == 0 {
+					kern.dots(k/t.BlockElems(), x, p, w[j0*rb:(j0+g)*rb], rb, c[i*ldc+j0:i*ldc+j0+g])
+					continue
+				}
+				for r0 := j0; r0 < j0+g; r0 += len(tmp) {
+					r1 := min(r0+len(tmp), j0+g)
+					d := tmp[:r1-r0]
+					kern.dots(k/t.BlockElems(), x, p, w[r0*rb:r1*rb], rb, d)
+					cr := c[i*ldc+r0 : i*ldc+r1]
+					for r, v := range d {
+						cr[r] = v + beta*cr[r]
+					}
+				}
 			}
+			j += g
+		}
+		for ; kern == nil && j+4 <= j1; j += 4 {
 			for r := range 4 {
 				DequantRow(t, f.s[r*k:(r+1)*k], w[(j+r)*rb:(j+r+1)*rb])
 			}
@@ -168,14 +181,15 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	})
 }
 
-// quantDot4 is a format's decode kernel: dot4 sets out[r] to the dot of x
-// (nb blocks of values) with the four weight rows w[r*ldw:], using prep,
-// the prepLen values per block that prep computed from x once per product
-// (nil when prepLen is 0).
-type quantDot4 struct {
+// quantDots is a format's decode kernel: dots sets out[r] to the dot of x
+// (nb blocks of values) with weight row r of w (len(out) rows, a multiple
+// of 4, ldw bytes each, back to back), using prep, the prepLen values per
+// block that prep computed from x once per product (nil when prepLen is
+// 0).
+type quantDots struct {
 	prepLen int
 	prep    func(dst, x []float32)
-	dot4    func(nb int, x, prep []float32, w []byte, ldw int, out *[4]float32)
+	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
 }
 
 // DequantEmbedRow writes row id of a quantized [rows, len(dst)] matrix w

@@ -1,0 +1,165 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+#include "zmm_amd64.h"
+
+// Decode kernels of block-quantized weights (AVX-512). Each call dots one
+// float32 activation row x with rows weight rows (a multiple of 4, back to
+// back, ldw bytes each) four at a time (R8..R11), one 32-value block per
+// step, and writes the rows dots to out. The block's integers are widened
+// to float32 in registers (VPMOVZXBD / VPMOVSXBD, VCVTDQ2PS) and
+// multiplied with the activations; the block's f16 scale (and Q4_1's
+// offset) is widened by looking it up in f16Table (tab, 2^16 float32
+// values: one scalar load and an FMA with an embedded broadcast instead of
+// three vector instructions) and applied once per block (see quantgemm.go
+// for the arithmetic). Only the quantized bytes are read from memory.
+
+// Prefetch distances (bytes ahead in each weight row).
+#define PFQ4 256
+#define PFQ8 512
+
+// Arguments common to the kernels:
+// (nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+#define QSETUP \
+	MOVQ x+8(FP), R14 \
+	MOVQ w+24(FP), R8 \
+	MOVQ ldw+32(FP), DX \
+	MOVQ rows+40(FP), R12 \
+	SHRQ $2, R12 \
+	MOVQ out+48(FP), R13 \
+	MOVQ tab+56(FP), R15 \
+	MOVL $15, AX \
+	VPBROADCASTD AX, Z31
+
+// Start a group of four rows at R8: the other rows' pointers, x and xs
+// from their starts, zero accumulators.
+#define QGROUP \
+	MOVQ nb+0(FP), CX \
+	MOVQ R14, SI \
+	MOVQ xs+16(FP), DI \
+	LEAQ (R8)(DX*1), R9 \
+	LEAQ (R9)(DX*1), R10 \
+	LEAQ (R10)(DX*1), R11 \
+	ZEROZ
+
+// End a group: out[0..3] = the four sums (Z0..Z3 plus Z4..Z7), out += 4;
+// the next group starts where the fourth row ended (R11).
+#define QSTORE \
+	VADDPS Z4, Z0, Z0 \
+	VADDPS Z5, Z1, Z1 \
+	VADDPS Z6, Z2, Z2 \
+	VADDPS Z7, Z3, Z3 \
+	MOVQ   R13, DI \
+	RED4(Z0, Y0, X0, Z1, Y1, X1, Z2, Y2, X2, Z3, Y3, X3, 0) \
+	ADDQ   $16, R13 \
+	MOVQ   R11, R8 \
+	DECQ   R12
+
+// Z16 = the 16 lanes of q·x for the 16 bytes of nibbles at src (low
+// nibbles: values 0..15 times x's first half in Z20; high: 16..31 times
+// Z21); Z31 holds 15 in each lane.
+#define NIBDOT(src) \
+	VPMOVZXBD    src, Z16 \
+	VPSRLD       $4, Z16, Z17 \
+	VPANDD       Z31, Z16, Z16 \
+	VCVTDQ2PS    Z16, Z16 \
+	VCVTDQ2PS    Z17, Z17 \
+	VMULPS       Z20, Z16, Z16 \
+	VFMADD231PS  Z21, Z17, Z16
+
+// The kernel's body: groups of four rows (R12 of them), each nb steps of
+// STEP (one block of the four rows), then stored.
+#define QRUN(grp, lp, done, STEP) \
+grp: \
+	TESTQ R12, R12 \
+	JZ    done \
+	QGROUP \
+lp: \
+	STEP \
+	DECQ CX \
+	JNZ  lp \
+	QSTORE \
+	JMP  grp \
+done: \
+	VZEROUPPER \
+	RET
+
+// One Q4_1 row: block at r (d, m, 16 bytes of nibbles: low nibbles are
+// values 0..15, high ones 16..31); x halves in Z20/Z21, their pair sums in
+// Z22; acc += d·(q·x), accm += m·(x pair sums).
+#define Q41ROW(r, acc, accm) \
+	NIBDOT(4(r)) \
+	MOVWLZX      (r), AX \
+	MOVWLZX      2(r), BX \
+	VFMADD231PS.BCST (R15)(AX*4), Z16, acc \
+	VFMADD231PS.BCST (R15)(BX*4), Z22, accm \
+	PREFETCHT0   PFQ4(r) \
+	ADDQ         $20, r
+
+// One block of the four rows for the 4-bit kernels: x's halves and pair
+// sums loaded, ROW applied to each row.
+#define NIBSTEP(ROW) \
+	VMOVUPS (SI), Z20 \
+	VMOVUPS 64(SI), Z21 \
+	VMOVUPS (DI), Z22 \
+	ROW(R8, Z0, Z4) \
+	ROW(R9, Z1, Z5) \
+	ROW(R10, Z2, Z6) \
+	ROW(R11, Z3, Z7) \
+	ADDQ $128, SI \
+	ADDQ $64, DI
+
+#define Q41STEP NIBSTEP(Q41ROW)
+
+// func qdotQ41Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+// xs holds per block the 16 sums x[i] + x[i+16].
+TEXT ·qdotQ41Z(SB), NOSPLIT, $0-64
+	QSETUP
+	QRUN(q41group, q41, q41done, Q41STEP)
+
+// One Q4_0 row: block at r (d, 16 bytes of nibbles, value q-8); the -8 is
+// folded in as -8·Σx (Z22: x's pair sums, Z30: -8).
+#define Q40ROW(r, acc, unused) \
+	NIBDOT(2(r)) \
+	VFMADD231PS  Z30, Z22, Z16 \
+	MOVWLZX      (r), AX \
+	VFMADD231PS.BCST (R15)(AX*4), Z16, acc \
+	PREFETCHT0   PFQ4(r) \
+	ADDQ         $18, r
+
+#define Q40STEP NIBSTEP(Q40ROW)
+
+// func qdotQ40Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+TEXT ·qdotQ40Z(SB), NOSPLIT, $0-64
+	QSETUP
+	MOVL $0xc1000000, AX // -8.0
+	VPBROADCASTD AX, Z30
+	QRUN(q40group, q40, q40done, Q40STEP)
+
+// One Q8_0 row: block at r (d, 32 int8).
+#define Q80ROW(r, acc) \
+	VPMOVSXBD    2(r), Z16 \
+	VPMOVSXBD    18(r), Z17 \
+	VCVTDQ2PS    Z16, Z16 \
+	VCVTDQ2PS    Z17, Z17 \
+	VMULPS       Z20, Z16, Z16 \
+	VFMADD231PS  Z21, Z17, Z16 \
+	MOVWLZX      (r), AX \
+	VFMADD231PS.BCST (R15)(AX*4), Z16, acc \
+	PREFETCHT0   PFQ8(r) \
+	ADDQ         $34, r
+
+#define Q80STEP \
+	VMOVUPS (SI), Z20 \
+	VMOVUPS 64(SI), Z21 \
+	Q80ROW(R8, Z0) \
+	Q80ROW(R9, Z1) \
+	Q80ROW(R10, Z2) \
+	Q80ROW(R11, Z3) \
+	ADDQ $128, SI
+
+// func qdotQ80Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+// xs is unused.
+TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
+	QSETUP
+	QRUN(q80group, q80, q80done, Q80STEP)
