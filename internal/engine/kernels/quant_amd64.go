@@ -15,6 +15,9 @@ func qdotQ41Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 func qdotQ40Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
 //go:noescape
+func qdotQ4KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
 func qdotQ80Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
 // pairSums is the prep of the 4-bit kernels: per 32-value block, the 16
@@ -30,9 +33,18 @@ func pairSums(dst, x []float32) {
 
 type asmQdot func(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
-// asmDots wraps an assembly kernel as quantDots.dots, checking the bounds
+// subSums is the prep of the K-quant kernels: per 256-value super-block,
+// the 8 sums of x over its 32-value sub-blocks (which carry the mins).
+func subSums(dst, x []float32) {
+	for s := range len(x) / 32 {
+		dst[s] = sumImpl(x[32*s : 32*s+32])
+	}
+}
+
+// asmDots wraps an assembly kernel for blocks of elems values with
+// prepLen prep values per block as quantDots.dots, checking the bounds
 // the assembly relies on.
-func asmDots(f asmQdot) func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
+func asmDots(f asmQdot, elems, prepLen int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
 	return func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
 		rows := len(out)
 		if rows == 0 {
@@ -41,11 +53,11 @@ func asmDots(f asmQdot) func(nb int, x, prep []float32, w []byte, ldw int, out [
 		if rows%4 != 0 || nb == 0 || ldw != len(w)/rows {
 			panic("kernels: quantized dots: rows not a multiple of 4 or not back to back")
 		}
-		_ = x[32*nb-1]
+		_ = x[elems*nb-1]
 		_ = w[rows*ldw-1]
 		var xs *float32
-		if prep != nil {
-			_ = prep[16*nb-1]
+		if prepLen > 0 {
+			_ = prep[prepLen*nb-1]
 			xs = &prep[0]
 		}
 		f(nb, &x[0], xs, &w[0], ldw, rows, &out[0], &f16Table()[0])
@@ -53,9 +65,10 @@ func asmDots(f asmQdot) func(nb int, x, prep []float32, w []byte, ldw int, out [
 }
 
 var (
-	q41Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ41Z)}
-	q40Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ40Z)}
-	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z)}
+	q41Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ41Z, 32, 16)}
+	q40Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ40Z, 32, 16)}
+	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z, 32, 0)}
+	q4KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8)}
 )
 
 // quantKernel is t's AVX-512 decode kernel, nil when there is none for t
@@ -75,6 +88,8 @@ func quantKernel(t QuantType) *quantDots {
 		return q40Kernel
 	case Q8_0:
 		return q80Kernel
+	case Q4_K:
+		return q4KKernel
 	}
 	return nil
 }

@@ -163,3 +163,84 @@ TEXT ·qdotQ40Z(SB), NOSPLIT, $0-64
 TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	QSETUP
 	QRUN(q80group, q80, q80done, Q80STEP)
+
+// Q4_K (super-blocks of 256 values, 144 bytes: d, dmin, 12 bytes of 6-bit
+// sub-block scales and mins, 128 bytes of nibbles; value = d·sc·q −
+// dmin·m per 32-value sub-block). Per super-block of a row: the scales
+// and mins are unpacked with vector integer ops into 16 floats on the
+// stack (sc 0..7 at 0(SP), m 0..7 at 32(SP)); each 64 values (32 bytes:
+// low nibbles sub-block 2j, high 2j+1) are dotted with x (read from
+// memory) and added with their scale into Z18; then acc += d·Z18 and
+// accm −= dmin·Σ m·(sub-block sums of x, prep at DI).
+//
+// Constants: Z31 = 15, X29 = 0x3f bytes, X28 = dword shifts [0,4,0,4],
+// X27 = 0x0f bytes, X26 = 0x03 bytes.
+#define Q4KCHUNK(r, j) \
+	VPMOVZXBD        (16+32*j)(r), Z16 \
+	VPSRLD           $4, Z16, Z17 \
+	VPANDD           Z31, Z16, Z16 \
+	VPMOVZXBD        (32+32*j)(r), Z19 \
+	VPSRLD           $4, Z19, Z21 \
+	VPANDD           Z31, Z19, Z19 \
+	VCVTDQ2PS        Z16, Z16 \
+	VCVTDQ2PS        Z17, Z17 \
+	VCVTDQ2PS        Z19, Z19 \
+	VCVTDQ2PS        Z21, Z21 \
+	VMULPS           (256*j)(SI), Z16, Z16 \
+	VFMADD231PS      (256*j+64)(SI), Z19, Z16 \
+	VMULPS           (256*j+128)(SI), Z17, Z17 \
+	VFMADD231PS      (256*j+192)(SI), Z21, Z17 \
+	VFMADD231PS.BCST (8*j)(SP), Z16, Z18 \
+	VFMADD231PS.BCST (8*j+4)(SP), Z17, Z18
+
+#define Q4KROW(r, acc, accmy) \
+	VMOVDQU32        4(r), X16 \
+	VPANDD           X29, X16, X17 \
+	VPSHUFD          $0xaa, X16, X18 \
+	VPSRLVD          X28, X18, X18 \
+	VPANDD           X27, X18, X18 \
+	VPSRLD           $6, X16, X19 \
+	VPANDD           X26, X19, X19 \
+	VPSLLD           $4, X19, X19 \
+	VPORD            X19, X18, X18 \
+	VPUNPCKLDQ       X18, X17, X17 \
+	VPMOVZXBD        X17, Z17 \
+	VCVTDQ2PS        Z17, Z17 \
+	VMOVUPS          Z17, (SP) \
+	VEXTRACTF64X4    $1, Z17, Y18 \
+	VMULPS           (DI), Y18, Y18 \
+	MOVWLZX          2(r), BX \
+	VFNMADD231PS.BCST (R15)(BX*4), Y18, accmy \
+	VPXORD           Z18, Z18, Z18 \
+	Q4KCHUNK(r, 0) \
+	Q4KCHUNK(r, 1) \
+	Q4KCHUNK(r, 2) \
+	Q4KCHUNK(r, 3) \
+	MOVWLZX          (r), AX \
+	VFMADD231PS.BCST (R15)(AX*4), Z18, acc \
+	PREFETCHT0       PFQ8(r) \
+	ADDQ             $144, r
+
+#define Q4KSTEP \
+	Q4KROW(R8, Z0, Y4) \
+	Q4KROW(R9, Z1, Y5) \
+	Q4KROW(R10, Z2, Y6) \
+	Q4KROW(R11, Z3, Y7) \
+	ADDQ $1024, SI \
+	ADDQ $32, DI
+
+// func qdotQ4KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+// nb super-blocks; xs holds per super-block the 8 sums of x over its
+// 32-value sub-blocks.
+TEXT ·qdotQ4KZ(SB), NOSPLIT, $64-64
+	QSETUP
+	MOVL $0x3f3f3f3f, AX
+	VPBROADCASTD AX, X29
+	MOVQ $0x0000000400000000, AX
+	VMOVQ AX, X28
+	VPBROADCASTQ X28, X28
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, X27
+	MOVL $0x03030303, AX
+	VPBROADCASTD AX, X26
+	QRUN(q4kgroup, q4k, q4kdone, Q4KSTEP)

@@ -11,7 +11,7 @@ import (
 // moves less with a shared machine's load than wall time).
 func BenchmarkQuantGemv(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
-	const n, k = 1536, 576
+	const n, k = 1536, 768
 	x := randSlice(r, k)
 	c := make([]float32, n)
 	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K} {
