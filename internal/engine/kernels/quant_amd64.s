@@ -55,13 +55,18 @@
 	MOVQ   R11, R8 \
 	DECQ   R12
 
+// lo, hi = the low and high nibbles of the 16 bytes at src, as dwords
+// (Z31 holds 15 in each lane).
+#define NIB(src, lo, hi) \
+	VPMOVZXBD    src, lo \
+	VPSRLD       $4, lo, hi \
+	VPANDD       Z31, lo, lo
+
 // Z16 = the 16 lanes of q·x for the 16 bytes of nibbles at src (low
 // nibbles: values 0..15 times x's first half in Z20; high: 16..31 times
 // Z21); Z31 holds 15 in each lane.
 #define NIBDOT(src) \
-	VPMOVZXBD    src, Z16 \
-	VPSRLD       $4, Z16, Z17 \
-	VPANDD       Z31, Z16, Z16 \
+	NIB(src, Z16, Z17) \
 	VCVTDQ2PS    Z16, Z16 \
 	VCVTDQ2PS    Z17, Z17 \
 	VMULPS       Z20, Z16, Z16 \
@@ -176,12 +181,8 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 // Constants: Z31 = 15, X29 = 0x3f bytes, X28 = dword shifts [0,4,0,4],
 // X27 = 0x0f bytes, X26 = 0x03 bytes.
 #define Q4KCHUNK(r, j) \
-	VPMOVZXBD        (16+32*j)(r), Z16 \
-	VPSRLD           $4, Z16, Z17 \
-	VPANDD           Z31, Z16, Z16 \
-	VPMOVZXBD        (32+32*j)(r), Z19 \
-	VPSRLD           $4, Z19, Z21 \
-	VPANDD           Z31, Z19, Z19 \
+	NIB((16+32*j)(r), Z16, Z17) \
+	NIB((32+32*j)(r), Z19, Z21) \
 	VCVTDQ2PS        Z16, Z16 \
 	VCVTDQ2PS        Z17, Z17 \
 	VCVTDQ2PS        Z19, Z19 \
