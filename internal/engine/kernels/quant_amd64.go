@@ -18,6 +18,9 @@ func qdotQ40Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 func qdotQ4KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
 //go:noescape
+func qdotQ6KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
 func qdotQ80Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
 // pairSums is the prep of the 4-bit kernels: per 32-value block, the 16
@@ -38,6 +41,14 @@ type asmQdot func(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, o
 func subSums(dst, x []float32) {
 	for s := range len(x) / 32 {
 		dst[s] = sumImpl(x[32*s : 32*s+32])
+	}
+}
+
+// q6Sums is the prep of the Q6_K kernel: −32 × the sum of x over each
+// 16-value group (the offset of Q6_K's six-bit values).
+func q6Sums(dst, x []float32) {
+	for s := range len(x) / 16 {
+		dst[s] = -32 * sumImpl(x[16*s:16*s+16])
 	}
 }
 
@@ -69,6 +80,7 @@ var (
 	q40Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ40Z, 32, 16)}
 	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z, 32, 0)}
 	q4KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8)}
+	q6KKernel = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KZ, qk, 16)}
 )
 
 // quantKernel is t's AVX-512 decode kernel, nil when there is none for t
@@ -90,6 +102,8 @@ func quantKernel(t QuantType) *quantDots {
 		return q80Kernel
 	case Q4_K:
 		return q4KKernel
+	case Q6_K:
+		return q6KKernel
 	}
 	return nil
 }

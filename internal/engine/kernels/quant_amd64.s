@@ -180,6 +180,25 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 //
 // Constants: Z31 = 15, X29 = 0x3f bytes, X28 = dword shifts [0,4,0,4],
 // X27 = 0x0f bytes, X26 = 0x03 bytes.
+// End a K-quant super-block of row r (size bytes): acc += d·Z18 (d, f16
+// at doff), prefetch, next super-block.
+#define KEND(r, doff, acc, size) \
+	MOVWLZX          doff(r), AX \
+	VFMADD231PS.BCST (R15)(AX*4), Z18, acc \
+	PREFETCHT0       PFQ8(r) \
+	ADDQ             $size, r
+
+// One super-block of the four rows: ROW on each (its accumulators: Z0..Z3
+// and, as ymm, Y4..Y7), then x and the prep (prepBytes a super-block)
+// advanced.
+#define KSTEP(ROW, prepBytes) \
+	ROW(R8, Z0, Y4) \
+	ROW(R9, Z1, Y5) \
+	ROW(R10, Z2, Y6) \
+	ROW(R11, Z3, Y7) \
+	ADDQ $1024, SI \
+	ADDQ $prepBytes, DI
+
 #define Q4KCHUNK(r, j) \
 	NIB((16+32*j)(r), Z16, Z17) \
 	NIB((32+32*j)(r), Z19, Z21) \
@@ -217,18 +236,9 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	Q4KCHUNK(r, 1) \
 	Q4KCHUNK(r, 2) \
 	Q4KCHUNK(r, 3) \
-	MOVWLZX          (r), AX \
-	VFMADD231PS.BCST (R15)(AX*4), Z18, acc \
-	PREFETCHT0       PFQ8(r) \
-	ADDQ             $144, r
+	KEND(r, 0, acc, 144)
 
-#define Q4KSTEP \
-	Q4KROW(R8, Z0, Y4) \
-	Q4KROW(R9, Z1, Y5) \
-	Q4KROW(R10, Z2, Y6) \
-	Q4KROW(R11, Z3, Y7) \
-	ADDQ $1024, SI \
-	ADDQ $32, DI
+#define Q4KSTEP KSTEP(Q4KROW, 32)
 
 // func qdotQ4KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 // nb super-blocks; xs holds per super-block the 8 sums of x over its
@@ -245,3 +255,63 @@ TEXT ·qdotQ4KZ(SB), NOSPLIT, $64-64
 	MOVL $0x03030303, AX
 	VPBROADCASTD AX, X26
 	QRUN(q4kgroup, q4k, q4kdone, Q4KSTEP)
+
+// Q6_K (super-blocks of 256 values, 210 bytes: ql 128, qh 64, 16 int8
+// scales, f16 d; value = d·sc·(q − 32) per 16-value group). Per
+// super-block of a row: the 16 scales as floats on the stack (0(SP)) and
+// Z18 = scales ⊙ prep (prep, at DI: −32 × the sums of x over the 16-value
+// groups); each zmm of 16 six-bit values (low 4 bits from ql, high 2 from
+// qh) is multiplied by x and added into Z18 with its group's scale; then
+// acc += d·Z18. Constants: Z31 = 15, Z25 = 0x30.
+// The 16 values in dst times x[off:], into Z18 with scale s.
+#define Q6KQ(dst, off, s) \
+	VCVTDQ2PS        dst, dst \
+	VMULPS           (4*(off))(SI), dst, dst \
+	VFMADD231PS.BCST (4*(s))(SP), dst, Z18
+
+// One 64-value part (n: 128-value half, h: 16-value quarter of it).
+#define Q6KPART(r, n, h) \
+	VPMOVZXBD        (64*n+16*h)(r), Z16 \
+	VPMOVZXBD        (64*n+32+16*h)(r), Z17 \
+	VPMOVZXBD        (128+32*n+16*h)(r), Z19 \
+	VPANDD           Z31, Z16, Z21 \
+	VPSLLD           $4, Z19, Z22 \
+	VPANDD           Z25, Z22, Z22 \
+	VPORD            Z22, Z21, Z21 \
+	Q6KQ(Z21, 128*n+16*h, 8*n+h) \
+	VPANDD           Z31, Z17, Z21 \
+	VPSLLD           $2, Z19, Z22 \
+	VPANDD           Z25, Z22, Z22 \
+	VPORD            Z22, Z21, Z21 \
+	Q6KQ(Z21, 128*n+32+16*h, 8*n+2+h) \
+	VPSRLD           $4, Z16, Z21 \
+	VPANDD           Z25, Z19, Z22 \
+	VPORD            Z22, Z21, Z21 \
+	Q6KQ(Z21, 128*n+64+16*h, 8*n+4+h) \
+	VPSRLD           $4, Z17, Z21 \
+	VPSRLD           $2, Z19, Z22 \
+	VPANDD           Z25, Z22, Z22 \
+	VPORD            Z22, Z21, Z21 \
+	Q6KQ(Z21, 128*n+96+16*h, 8*n+6+h)
+
+#define Q6KROW(r, acc, unused) \
+	VPMOVSXBD        192(r), Z20 \
+	VCVTDQ2PS        Z20, Z20 \
+	VMOVUPS          Z20, (SP) \
+	VMULPS           (DI), Z20, Z18 \
+	Q6KPART(r, 0, 0) \
+	Q6KPART(r, 0, 1) \
+	Q6KPART(r, 1, 0) \
+	Q6KPART(r, 1, 1) \
+	KEND(r, 208, acc, 210)
+
+#define Q6KSTEP KSTEP(Q6KROW, 64)
+
+// func qdotQ6KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+// nb super-blocks; xs holds per super-block −32 × the 16 sums of x over
+// its 16-value groups.
+TEXT ·qdotQ6KZ(SB), NOSPLIT, $64-64
+	QSETUP
+	MOVL $0x30, AX
+	VPBROADCASTD AX, Z25
+	QRUN(q6kgroup, q6k, q6kdone, Q6KSTEP)
