@@ -18,6 +18,9 @@ func qdotQ40Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 func qdotQ4KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
 //go:noescape
+func qdotQ5KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
 func qdotQ6KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
 //go:noescape
@@ -80,6 +83,7 @@ var (
 	q40Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ40Z, 32, 16)}
 	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z, 32, 0)}
 	q4KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8)}
+	q5KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KZ, qk, 8)}
 	q6KKernel = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KZ, qk, 16)}
 )
 
@@ -102,6 +106,8 @@ func quantKernel(t QuantType) *quantDots {
 		return q80Kernel
 	case Q4_K:
 		return q4KKernel
+	case Q5_K:
+		return q5KKernel
 	case Q6_K:
 		return q6KKernel
 	}

@@ -199,9 +199,13 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	ADDQ $1024, SI \
 	ADDQ $prepBytes, DI
 
-#define Q4KCHUNK(r, j) \
-	NIB((16+32*j)(r), Z16, Z17) \
-	NIB((32+32*j)(r), Z19, Z21) \
+// The 64 values j of a Q4_K (qs at 16) or Q5_K (qs at 48, FIFTH adds
+// the fifth bits) super-block: low nibbles sub-block 2j (Z16: values
+// 0..15, Z19: 16..31), high ones 2j+1 (Z17, Z21).
+#define K45CHUNK(r, j, qs, FIFTH) \
+	NIB((qs+32*j)(r), Z16, Z17) \
+	NIB((qs+16+32*j)(r), Z19, Z21) \
+	FIFTH(r, j) \
 	VCVTDQ2PS        Z16, Z16 \
 	VCVTDQ2PS        Z17, Z17 \
 	VCVTDQ2PS        Z19, Z19 \
@@ -213,7 +217,27 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	VFMADD231PS.BCST (8*j)(SP), Z16, Z18 \
 	VFMADD231PS.BCST (8*j+4)(SP), Z17, Z18
 
-#define Q4KROW(r, acc, accmy) \
+#define NOFIFTH(r, j)
+
+// Bit s of the qh bytes at src (as dwords), moved to bit 4, into dst.
+#define QHBIT(src, s, dst) \
+	VPMOVZXBD        src, Z22 \
+	VPSRLD           $(s), Z22, Z22 \
+	VPSLLD           $4, Z22, Z22 \
+	VPANDD           Z30, Z22, Z22 \
+	VPORD            Z22, dst, dst
+
+// Q5_K's fifth bits of the 64 values j: bit 2j of qh (16 bytes at 16)
+// for sub-block 2j, bit 2j+1 for 2j+1.
+#define Q5FIFTH(r, j) \
+	QHBIT(16(r), 2*j, Z16) \
+	QHBIT(32(r), 2*j, Z19) \
+	QHBIT(16(r), 2*j+1, Z17) \
+	QHBIT(32(r), 2*j+1, Z21)
+
+// One super-block of a Q4_K or Q5_K row (qs: offset of the nibbles,
+// FIFTH: the fifth bits, size: bytes).
+#define K45ROW(r, acc, accmy, qs, FIFTH, size) \
 	VMOVDQU32        4(r), X16 \
 	VPANDD           X29, X16, X17 \
 	VPSHUFD          $0xaa, X16, X18 \
@@ -232,29 +256,44 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	MOVWLZX          2(r), BX \
 	VFNMADD231PS.BCST (R15)(BX*4), Y18, accmy \
 	VPXORD           Z18, Z18, Z18 \
-	Q4KCHUNK(r, 0) \
-	Q4KCHUNK(r, 1) \
-	Q4KCHUNK(r, 2) \
-	Q4KCHUNK(r, 3) \
-	KEND(r, 0, acc, 144)
+	K45CHUNK(r, 0, qs, FIFTH) \
+	K45CHUNK(r, 1, qs, FIFTH) \
+	K45CHUNK(r, 2, qs, FIFTH) \
+	K45CHUNK(r, 3, qs, FIFTH) \
+	KEND(r, 0, acc, size)
+
+#define Q4KROW(r, acc, accmy) K45ROW(r, acc, accmy, 16, NOFIFTH, 144)
+#define Q5KROW(r, acc, accmy) K45ROW(r, acc, accmy, 48, Q5FIFTH, 176)
 
 #define Q4KSTEP KSTEP(Q4KROW, 32)
+#define Q5KSTEP KSTEP(Q5KROW, 32)
+
+#define K45SETUP \
+	QSETUP \
+	MOVL $0x3f3f3f3f, AX \
+	VPBROADCASTD AX, X29 \
+	MOVQ $0x0000000400000000, AX \
+	VMOVQ AX, X28 \
+	VPBROADCASTQ X28, X28 \
+	MOVL $0x0f0f0f0f, AX \
+	VPBROADCASTD AX, X27 \
+	MOVL $0x03030303, AX \
+	VPBROADCASTD AX, X26
 
 // func qdotQ4KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 // nb super-blocks; xs holds per super-block the 8 sums of x over its
 // 32-value sub-blocks.
 TEXT ·qdotQ4KZ(SB), NOSPLIT, $64-64
-	QSETUP
-	MOVL $0x3f3f3f3f, AX
-	VPBROADCASTD AX, X29
-	MOVQ $0x0000000400000000, AX
-	VMOVQ AX, X28
-	VPBROADCASTQ X28, X28
-	MOVL $0x0f0f0f0f, AX
-	VPBROADCASTD AX, X27
-	MOVL $0x03030303, AX
-	VPBROADCASTD AX, X26
+	K45SETUP
 	QRUN(q4kgroup, q4k, q4kdone, Q4KSTEP)
+
+// func qdotQ5KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+// As qdotQ4KZ.
+TEXT ·qdotQ5KZ(SB), NOSPLIT, $64-64
+	K45SETUP
+	MOVL $16, AX
+	VPBROADCASTD AX, Z30
+	QRUN(q5kgroup, q5k, q5kdone, Q5KSTEP)
 
 // Q6_K (super-blocks of 256 values, 210 bytes: ql 128, qh 64, 16 int8
 // scales, f16 d; value = d·sc·(q − 32) per 16-value group). Per
