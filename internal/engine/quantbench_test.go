@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -80,3 +83,45 @@ func (p *bwProbe) measure() {
 
 // rate is the mean bandwidth in bytes/s.
 func (p *bwProbe) rate() float64 { return p.bytes / p.secs }
+
+// BenchmarkDecodeModelFiles decodes batch 1 (128-token context) with the
+// models named in FLYWHEEL_BENCH_MODELS (comma-separated paths that Load
+// accepts: a model folder, or a GGUF file where the loader reads them),
+// interleaved with the read-bandwidth probe, and reports each one's tok/s
+// and fraction of the bandwidth limit (weight bytes per token / read
+// bandwidth). Skipped when the variable is unset.
+func BenchmarkDecodeModelFiles(b *testing.B) {
+	env := os.Getenv("FLYWHEEL_BENCH_MODELS")
+	if env == "" {
+		b.Skip("FLYWHEEL_BENCH_MODELS not set")
+	}
+	var ms []*Model
+	var seqs [][]*Seq
+	for _, p := range strings.Split(env, ",") {
+		m, err := Load(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms = append(ms, m)
+		seqs = append(seqs, prefilled(b, m, 1))
+	}
+	probe := newBWProbe()
+	const steps = 32
+	secs := make([]float64, len(ms))
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		probe.measure()
+		for i, m := range ms {
+			secs[i] += decodeSteps(b, m, seqs[i], steps)
+		}
+	}
+	bw := probe.rate()
+	b.ReportMetric(bw/1e9, "readGB/s")
+	for i, m := range ms {
+		tps := float64(b.N*steps) / secs[i]
+		name := fmt.Sprintf("m%d", i)
+		b.ReportMetric(float64(weightBytes(m.Weights))/1e6, name+"-MB")
+		b.ReportMetric(tps, name+"-tok/s")
+		b.ReportMetric(tps/(bw/float64(weightBytes(m.Weights))), name+"-of-limit")
+	}
+}
