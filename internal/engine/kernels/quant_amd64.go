@@ -26,6 +26,36 @@ func qdotQ6KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 //go:noescape
 func qdotQ80Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
+//go:noescape
+func dequantQ41Z(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ40Z(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ80Z(nb int, dst *float32, src *byte, tab *float32)
+
+// dequantRowAsm dequantises the whole blocks of src into dst with the
+// AVX-512 kernels (bit-identical to dequantBlock) and reports whether it
+// did: false for formats without one or without AVX-512.
+func dequantRowAsm(t QuantType, dst []float32, src []byte) bool {
+	var f func(nb int, dst *float32, src *byte, tab *float32)
+	switch {
+	case !haveAVX512 || !haveF16C || len(dst) == 0:
+		return false
+	case t == Q4_1:
+		f = dequantQ41Z
+	case t == Q4_0:
+		f = dequantQ40Z
+	case t == Q8_0:
+		f = dequantQ80Z
+	default:
+		return false
+	}
+	f(len(dst)/32, &dst[0], &src[0], &f16Table()[0])
+	return true
+}
+
 // pairSums is the prep of the 4-bit kernels: per 32-value block, the 16
 // sums x[i] + x[i+16] (the values that share a byte of nibbles), which
 // carry Q4_1's offset m and Q4_0's -8.

@@ -354,3 +354,95 @@ TEXT ·qdotQ6KZ(SB), NOSPLIT, $64-64
 	MOVL $0x30, AX
 	VPBROADCASTD AX, Z25
 	QRUN(q6kgroup, q6k, q6kdone, Q6KSTEP)
+
+// Dequantisation of whole rows (prefill and training widen weights with
+// it): each block's integers widened in registers and scaled exactly as
+// DequantRow's Go code does (a product rounded to float32, then Q4_1's
+// offset added: no fused multiply-add), so the values are bit-identical.
+
+// func dequantQ41Z(nb int, dst *float32, src *byte, tab *float32)
+TEXT ·dequantQ41Z(SB), NOSPLIT, $0-32
+	MOVQ nb+0(FP), CX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	MOVQ tab+24(FP), R15
+	MOVL $15, AX
+	VPBROADCASTD AX, Z31
+dq41:
+	TESTQ CX, CX
+	JZ    dq41done
+	NIB(4(SI), Z16, Z17)
+	VCVTDQ2PS        Z16, Z16
+	VCVTDQ2PS        Z17, Z17
+	MOVWLZX          (SI), AX
+	MOVWLZX          2(SI), BX
+	VMULPS.BCST      (R15)(AX*4), Z16, Z16
+	VMULPS.BCST      (R15)(AX*4), Z17, Z17
+	VADDPS.BCST      (R15)(BX*4), Z16, Z16
+	VADDPS.BCST      (R15)(BX*4), Z17, Z17
+	VMOVUPS          Z16, (DI)
+	VMOVUPS          Z17, 64(DI)
+	ADDQ             $20, SI
+	ADDQ             $128, DI
+	DECQ             CX
+	JMP              dq41
+dq41done:
+	VZEROUPPER
+	RET
+
+// func dequantQ40Z(nb int, dst *float32, src *byte, tab *float32)
+TEXT ·dequantQ40Z(SB), NOSPLIT, $0-32
+	MOVQ nb+0(FP), CX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	MOVQ tab+24(FP), R15
+	MOVL $15, AX
+	VPBROADCASTD AX, Z31
+	MOVL $8, AX
+	VPBROADCASTD AX, Z30
+dq40:
+	TESTQ CX, CX
+	JZ    dq40done
+	NIB(2(SI), Z16, Z17)
+	VPSUBD           Z30, Z16, Z16
+	VPSUBD           Z30, Z17, Z17
+	VCVTDQ2PS        Z16, Z16
+	VCVTDQ2PS        Z17, Z17
+	MOVWLZX          (SI), AX
+	VMULPS.BCST      (R15)(AX*4), Z16, Z16
+	VMULPS.BCST      (R15)(AX*4), Z17, Z17
+	VMOVUPS          Z16, (DI)
+	VMOVUPS          Z17, 64(DI)
+	ADDQ             $18, SI
+	ADDQ             $128, DI
+	DECQ             CX
+	JMP              dq40
+dq40done:
+	VZEROUPPER
+	RET
+
+// func dequantQ80Z(nb int, dst *float32, src *byte, tab *float32)
+TEXT ·dequantQ80Z(SB), NOSPLIT, $0-32
+	MOVQ nb+0(FP), CX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	MOVQ tab+24(FP), R15
+dq80:
+	TESTQ CX, CX
+	JZ    dq80done
+	VPMOVSXBD        2(SI), Z16
+	VPMOVSXBD        18(SI), Z17
+	VCVTDQ2PS        Z16, Z16
+	VCVTDQ2PS        Z17, Z17
+	MOVWLZX          (SI), AX
+	VMULPS.BCST      (R15)(AX*4), Z16, Z16
+	VMULPS.BCST      (R15)(AX*4), Z17, Z17
+	VMOVUPS          Z16, (DI)
+	VMOVUPS          Z17, 64(DI)
+	ADDQ             $34, SI
+	ADDQ             $128, DI
+	DECQ             CX
+	JMP              dq80
+dq80done:
+	VZEROUPPER
+	RET
