@@ -18,6 +18,64 @@
 #define PFQ4 256
 #define PFQ8 512
 
+// Row dequantisation (dequantQ*Z, at the end of the file):
+// Arguments (nb int, dst *float32, src *byte, tab *float32); Z31 = 15.
+#define DQSETUP \
+	MOVQ nb+0(FP), CX \
+	MOVQ dst+8(FP), DI \
+	MOVQ src+16(FP), SI \
+	MOVQ tab+24(FP), R15 \
+	MOVL $15, AX \
+	VPBROADCASTD AX, Z31
+
+// The row loop: per block (size bytes, f16 d first), WIDEN leaves its 32
+// integers as float32 in Z16/Z17, which are scaled by d, passed to POST,
+// and stored.
+#define DQRUN(lp, done, WIDEN, POST, size) \
+lp: \
+	TESTQ CX, CX \
+	JZ    done \
+	WIDEN \
+	MOVWLZX          (SI), AX \
+	VMULPS.BCST      (R15)(AX*4), Z16, Z16 \
+	VMULPS.BCST      (R15)(AX*4), Z17, Z17 \
+	POST \
+	VMOVUPS          Z16, (DI) \
+	VMOVUPS          Z17, 64(DI) \
+	ADDQ             $size, SI \
+	ADDQ             $128, DI \
+	DECQ             CX \
+	JMP              lp \
+done: \
+	VZEROUPPER \
+	RET
+
+#define DQNONE
+
+#define DQ41WIDEN \
+	NIB(4(SI), Z16, Z17) \
+	VCVTDQ2PS Z16, Z16 \
+	VCVTDQ2PS Z17, Z17
+
+// Q4_1's offset m, added after the rounded product.
+#define DQ41POST \
+	MOVWLZX     2(SI), BX \
+	VADDPS.BCST (R15)(BX*4), Z16, Z16 \
+	VADDPS.BCST (R15)(BX*4), Z17, Z17
+
+#define DQ40WIDEN \
+	NIB(2(SI), Z16, Z17) \
+	VPSUBD    Z30, Z16, Z16 \
+	VPSUBD    Z30, Z17, Z17 \
+	VCVTDQ2PS Z16, Z16 \
+	VCVTDQ2PS Z17, Z17
+
+#define DQ80WIDEN \
+	VPMOVSXBD 2(SI), Z16 \
+	VPMOVSXBD 18(SI), Z17 \
+	VCVTDQ2PS Z16, Z16 \
+	VCVTDQ2PS Z17, Z17
+
 // Arguments common to the kernels:
 // (nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 #define QSETUP \
@@ -362,87 +420,17 @@ TEXT ·qdotQ6KZ(SB), NOSPLIT, $64-64
 
 // func dequantQ41Z(nb int, dst *float32, src *byte, tab *float32)
 TEXT ·dequantQ41Z(SB), NOSPLIT, $0-32
-	MOVQ nb+0(FP), CX
-	MOVQ dst+8(FP), DI
-	MOVQ src+16(FP), SI
-	MOVQ tab+24(FP), R15
-	MOVL $15, AX
-	VPBROADCASTD AX, Z31
-dq41:
-	TESTQ CX, CX
-	JZ    dq41done
-	NIB(4(SI), Z16, Z17)
-	VCVTDQ2PS        Z16, Z16
-	VCVTDQ2PS        Z17, Z17
-	MOVWLZX          (SI), AX
-	MOVWLZX          2(SI), BX
-	VMULPS.BCST      (R15)(AX*4), Z16, Z16
-	VMULPS.BCST      (R15)(AX*4), Z17, Z17
-	VADDPS.BCST      (R15)(BX*4), Z16, Z16
-	VADDPS.BCST      (R15)(BX*4), Z17, Z17
-	VMOVUPS          Z16, (DI)
-	VMOVUPS          Z17, 64(DI)
-	ADDQ             $20, SI
-	ADDQ             $128, DI
-	DECQ             CX
-	JMP              dq41
-dq41done:
-	VZEROUPPER
-	RET
+	DQSETUP
+	DQRUN(dq41, dq41done, DQ41WIDEN, DQ41POST, 20)
 
 // func dequantQ40Z(nb int, dst *float32, src *byte, tab *float32)
 TEXT ·dequantQ40Z(SB), NOSPLIT, $0-32
-	MOVQ nb+0(FP), CX
-	MOVQ dst+8(FP), DI
-	MOVQ src+16(FP), SI
-	MOVQ tab+24(FP), R15
-	MOVL $15, AX
-	VPBROADCASTD AX, Z31
+	DQSETUP
 	MOVL $8, AX
 	VPBROADCASTD AX, Z30
-dq40:
-	TESTQ CX, CX
-	JZ    dq40done
-	NIB(2(SI), Z16, Z17)
-	VPSUBD           Z30, Z16, Z16
-	VPSUBD           Z30, Z17, Z17
-	VCVTDQ2PS        Z16, Z16
-	VCVTDQ2PS        Z17, Z17
-	MOVWLZX          (SI), AX
-	VMULPS.BCST      (R15)(AX*4), Z16, Z16
-	VMULPS.BCST      (R15)(AX*4), Z17, Z17
-	VMOVUPS          Z16, (DI)
-	VMOVUPS          Z17, 64(DI)
-	ADDQ             $18, SI
-	ADDQ             $128, DI
-	DECQ             CX
-	JMP              dq40
-dq40done:
-	VZEROUPPER
-	RET
+	DQRUN(dq40, dq40done, DQ40WIDEN, DQNONE, 18)
 
 // func dequantQ80Z(nb int, dst *float32, src *byte, tab *float32)
 TEXT ·dequantQ80Z(SB), NOSPLIT, $0-32
-	MOVQ nb+0(FP), CX
-	MOVQ dst+8(FP), DI
-	MOVQ src+16(FP), SI
-	MOVQ tab+24(FP), R15
-dq80:
-	TESTQ CX, CX
-	JZ    dq80done
-	VPMOVSXBD        2(SI), Z16
-	VPMOVSXBD        18(SI), Z17
-	VCVTDQ2PS        Z16, Z16
-	VCVTDQ2PS        Z17, Z17
-	MOVWLZX          (SI), AX
-	VMULPS.BCST      (R15)(AX*4), Z16, Z16
-	VMULPS.BCST      (R15)(AX*4), Z17, Z17
-	VMOVUPS          Z16, (DI)
-	VMOVUPS          Z17, 64(DI)
-	ADDQ             $34, SI
-	ADDQ             $128, DI
-	DECQ             CX
-	JMP              dq80
-dq80done:
-	VZEROUPPER
-	RET
+	DQSETUP
+	DQRUN(dq80, dq80done, DQ80WIDEN, DQNONE, 34)
