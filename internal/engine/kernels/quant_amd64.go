@@ -35,25 +35,30 @@ func dequantQ40Z(nb int, dst *float32, src *byte, tab *float32)
 //go:noescape
 func dequantQ80Z(nb int, dst *float32, src *byte, tab *float32)
 
+//go:noescape
+func dequantQ4KZ(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ5KZ(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ6KZ(nb int, dst *float32, src *byte, tab *float32)
+
 // dequantRowAsm dequantises the whole blocks of src into dst with the
 // AVX-512 kernels (bit-identical to dequantBlock) and reports whether it
 // did: false for formats without one or without AVX-512.
 func dequantRowAsm(t QuantType, dst []float32, src []byte) bool {
-	var f func(nb int, dst *float32, src *byte, tab *float32)
-	switch {
-	case !haveAVX512 || !haveF16C || len(dst) == 0:
-		return false
-	case t == Q4_1:
-		f = dequantQ41Z
-	case t == Q4_0:
-		f = dequantQ40Z
-	case t == Q8_0:
-		f = dequantQ80Z
-	default:
+	if !haveAVX512 || !haveF16C || len(dst) == 0 || int(t) >= len(dequantAsm) || dequantAsm[t] == nil {
 		return false
 	}
-	f(len(dst)/32, &dst[0], &src[0], &f16Table()[0])
+	dequantAsm[t](len(dst)/t.BlockElems(), &dst[0], &src[0], &f16Table()[0])
 	return true
+}
+
+// dequantAsm is each format's row kernel.
+var dequantAsm = [...]func(nb int, dst *float32, src *byte, tab *float32){
+	Q4_1: dequantQ41Z, Q4_0: dequantQ40Z, Q8_0: dequantQ80Z,
+	Q4_K: dequantQ4KZ, Q5_K: dequantQ5KZ, Q6_K: dequantQ6KZ,
 }
 
 // pairSums is the prep of the 4-bit kernels: per 32-value block, the 16

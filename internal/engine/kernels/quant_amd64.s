@@ -76,6 +76,57 @@ done: \
 	VCVTDQ2PS Z16, Z16 \
 	VCVTDQ2PS Z17, Z17
 
+// K-quant rows. Q4_K/Q5_K: per super-block, d·sc (0(SP)) and dmin·m
+// (32(SP)) as DequantRow rounds them, then each sub-block's values as
+// (d·sc)·q − dmin·m. Q6_K: d·sc per 16-value group (0(SP)), values
+// (d·sc)·(q − 32).
+#define DQKCHUNK(j, qs, FIFTH) \
+	K45INTS(SI, j, qs, FIFTH) \
+	VMULPS.BCST      (8*j)(SP), Z16, Z16 \
+	VMULPS.BCST      (8*j)(SP), Z19, Z19 \
+	VMULPS.BCST      (8*j+4)(SP), Z17, Z17 \
+	VMULPS.BCST      (8*j+4)(SP), Z21, Z21 \
+	VSUBPS.BCST      (32+8*j)(SP), Z16, Z16 \
+	VSUBPS.BCST      (32+8*j)(SP), Z19, Z19 \
+	VSUBPS.BCST      (32+8*j+4)(SP), Z17, Z17 \
+	VSUBPS.BCST      (32+8*j+4)(SP), Z21, Z21 \
+	VMOVUPS          Z16, (256*j)(DI) \
+	VMOVUPS          Z19, (256*j+64)(DI) \
+	VMOVUPS          Z17, (256*j+128)(DI) \
+	VMOVUPS          Z21, (256*j+192)(DI)
+
+#define DQK45(lp, done, qs, FIFTH, size) \
+lp: \
+	TESTQ CX, CX \
+	JZ    done \
+	KSCALES(SI) \
+	MOVWLZX          (SI), AX \
+	MOVWLZX          2(SI), BX \
+	VMULPS.BCST      (R15)(AX*4), Z17, Z18 \
+	VMULPS.BCST      (R15)(BX*4), Z17, Z19 \
+	VMOVUPS          Z18, (SP) \
+	VEXTRACTF64X4    $1, Z19, Y19 \
+	VMOVUPS          Y19, 32(SP) \
+	DQKCHUNK(0, qs, FIFTH) \
+	DQKCHUNK(1, qs, FIFTH) \
+	DQKCHUNK(2, qs, FIFTH) \
+	DQKCHUNK(3, qs, FIFTH) \
+	ADDQ             $size, SI \
+	ADDQ             $1024, DI \
+	DECQ             CX \
+	JMP              lp \
+done: \
+	VZEROUPPER \
+	RET
+
+// Store the 16 six-bit values in dst (minus 32) times scale s at x
+// offset off of the super-block.
+#define Q6KDQ(dst, off, s) \
+	VPSUBD           Z24, dst, dst \
+	VCVTDQ2PS        dst, dst \
+	VMULPS.BCST      (4*(s))(SP), dst, dst \
+	VMOVUPS          dst, (4*(off))(DI)
+
 // Arguments common to the kernels:
 // (nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 #define QSETUP \
@@ -261,19 +312,24 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 // the fifth bits) super-block: low nibbles sub-block 2j (Z16: values
 // 0..15, Z19: 16..31), high ones 2j+1 (Z17, Z21).
 #define K45CHUNK(r, j, qs, FIFTH) \
-	NIB((qs+32*j)(r), Z16, Z17) \
-	NIB((qs+16+32*j)(r), Z19, Z21) \
-	FIFTH(r, j) \
-	VCVTDQ2PS        Z16, Z16 \
-	VCVTDQ2PS        Z17, Z17 \
-	VCVTDQ2PS        Z19, Z19 \
-	VCVTDQ2PS        Z21, Z21 \
+	K45INTS(r, j, qs, FIFTH) \
 	VMULPS           (256*j)(SI), Z16, Z16 \
 	VFMADD231PS      (256*j+64)(SI), Z19, Z16 \
 	VMULPS           (256*j+128)(SI), Z17, Z17 \
 	VFMADD231PS      (256*j+192)(SI), Z21, Z17 \
 	VFMADD231PS.BCST (8*j)(SP), Z16, Z18 \
 	VFMADD231PS.BCST (8*j+4)(SP), Z17, Z18
+
+// The 64 values j as float32 in Z16, Z19 (sub-block 2j) and Z17, Z21
+// (2j+1).
+#define K45INTS(r, j, qs, FIFTH) \
+	NIB((qs+32*j)(r), Z16, Z17) \
+	NIB((qs+16+32*j)(r), Z19, Z21) \
+	FIFTH(r, j) \
+	VCVTDQ2PS        Z16, Z16 \
+	VCVTDQ2PS        Z17, Z17 \
+	VCVTDQ2PS        Z19, Z19 \
+	VCVTDQ2PS        Z21, Z21
 
 #define NOFIFTH(r, j)
 
@@ -293,9 +349,9 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	QHBIT(16(r), 2*j+1, Z17) \
 	QHBIT(32(r), 2*j+1, Z21)
 
-// One super-block of a Q4_K or Q5_K row (qs: offset of the nibbles,
-// FIFTH: the fifth bits, size: bytes).
-#define K45ROW(r, acc, accmy, qs, FIFTH, size) \
+// Z17 = the 8 sub-block scales then the 8 mins of the Q4_K/Q5_K
+// super-block at r, as float32 (6-bit fields of its 12 scale bytes).
+#define KSCALES(r) \
 	VMOVDQU32        4(r), X16 \
 	VPANDD           X29, X16, X17 \
 	VPSHUFD          $0xaa, X16, X18 \
@@ -307,7 +363,12 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	VPORD            X19, X18, X18 \
 	VPUNPCKLDQ       X18, X17, X17 \
 	VPMOVZXBD        X17, Z17 \
-	VCVTDQ2PS        Z17, Z17 \
+	VCVTDQ2PS        Z17, Z17
+
+// One super-block of a Q4_K or Q5_K row (qs: offset of the nibbles,
+// FIFTH: the fifth bits, size: bytes).
+#define K45ROW(r, acc, accmy, qs, FIFTH, size) \
+	KSCALES(r) \
 	VMOVUPS          Z17, (SP) \
 	VEXTRACTF64X4    $1, Z17, Y18 \
 	VMULPS           (DI), Y18, Y18 \
@@ -328,6 +389,9 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 
 #define K45SETUP \
 	QSETUP \
+	K45CONST
+
+#define K45CONST \
 	MOVL $0x3f3f3f3f, AX \
 	VPBROADCASTD AX, X29 \
 	MOVQ $0x0000000400000000, AX \
@@ -366,8 +430,9 @@ TEXT ·qdotQ5KZ(SB), NOSPLIT, $64-64
 	VMULPS           (4*(off))(SI), dst, dst \
 	VFMADD231PS.BCST (4*(s))(SP), dst, Z18
 
-// One 64-value part (n: 128-value half, h: 16-value quarter of it).
-#define Q6KPART(r, n, h) \
+// One 64-value part (n: 128-value half, h: 16-value quarter of it): its
+// four zmm of six-bit values, each passed to USE(dst, x offset, scale).
+#define Q6KPART(r, n, h, USE) \
 	VPMOVZXBD        (64*n+16*h)(r), Z16 \
 	VPMOVZXBD        (64*n+32+16*h)(r), Z17 \
 	VPMOVZXBD        (128+32*n+16*h)(r), Z19 \
@@ -375,31 +440,31 @@ TEXT ·qdotQ5KZ(SB), NOSPLIT, $64-64
 	VPSLLD           $4, Z19, Z22 \
 	VPANDD           Z25, Z22, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	Q6KQ(Z21, 128*n+16*h, 8*n+h) \
+	USE(Z21, 128*n+16*h, 8*n+h) \
 	VPANDD           Z31, Z17, Z21 \
 	VPSLLD           $2, Z19, Z22 \
 	VPANDD           Z25, Z22, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	Q6KQ(Z21, 128*n+32+16*h, 8*n+2+h) \
+	USE(Z21, 128*n+32+16*h, 8*n+2+h) \
 	VPSRLD           $4, Z16, Z21 \
 	VPANDD           Z25, Z19, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	Q6KQ(Z21, 128*n+64+16*h, 8*n+4+h) \
+	USE(Z21, 128*n+64+16*h, 8*n+4+h) \
 	VPSRLD           $4, Z17, Z21 \
 	VPSRLD           $2, Z19, Z22 \
 	VPANDD           Z25, Z22, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	Q6KQ(Z21, 128*n+96+16*h, 8*n+6+h)
+	USE(Z21, 128*n+96+16*h, 8*n+6+h)
 
 #define Q6KROW(r, acc, unused) \
 	VPMOVSXBD        192(r), Z20 \
 	VCVTDQ2PS        Z20, Z20 \
 	VMOVUPS          Z20, (SP) \
 	VMULPS           (DI), Z20, Z18 \
-	Q6KPART(r, 0, 0) \
-	Q6KPART(r, 0, 1) \
-	Q6KPART(r, 1, 0) \
-	Q6KPART(r, 1, 1) \
+	Q6KPART(r, 0, 0, Q6KQ) \
+	Q6KPART(r, 0, 1, Q6KQ) \
+	Q6KPART(r, 1, 0, Q6KQ) \
+	Q6KPART(r, 1, 1, Q6KQ) \
 	KEND(r, 208, acc, 210)
 
 #define Q6KSTEP KSTEP(Q6KROW, 64)
@@ -434,3 +499,44 @@ TEXT ·dequantQ40Z(SB), NOSPLIT, $0-32
 TEXT ·dequantQ80Z(SB), NOSPLIT, $0-32
 	DQSETUP
 	DQRUN(dq80, dq80done, DQ80WIDEN, DQNONE, 34)
+
+// func dequantQ4KZ(nb int, dst *float32, src *byte, tab *float32)
+TEXT ·dequantQ4KZ(SB), NOSPLIT, $64-32
+	DQSETUP
+	K45CONST
+	DQK45(dq4k, dq4kdone, 16, NOFIFTH, 144)
+
+// func dequantQ5KZ(nb int, dst *float32, src *byte, tab *float32)
+TEXT ·dequantQ5KZ(SB), NOSPLIT, $64-32
+	DQSETUP
+	K45CONST
+	MOVL $16, AX
+	VPBROADCASTD AX, Z30
+	DQK45(dq5k, dq5kdone, 48, Q5FIFTH, 176)
+
+// func dequantQ6KZ(nb int, dst *float32, src *byte, tab *float32)
+TEXT ·dequantQ6KZ(SB), NOSPLIT, $64-32
+	DQSETUP
+	MOVL $0x30, AX
+	VPBROADCASTD AX, Z25
+	MOVL $32, AX
+	VPBROADCASTD AX, Z24
+dq6k:
+	TESTQ CX, CX
+	JZ    dq6kdone
+	VPMOVSXBD        192(SI), Z20
+	VCVTDQ2PS        Z20, Z20
+	MOVWLZX          208(SI), AX
+	VMULPS.BCST      (R15)(AX*4), Z20, Z20
+	VMOVUPS          Z20, (SP)
+	Q6KPART(SI, 0, 0, Q6KDQ)
+	Q6KPART(SI, 0, 1, Q6KDQ)
+	Q6KPART(SI, 1, 0, Q6KDQ)
+	Q6KPART(SI, 1, 1, Q6KDQ)
+	ADDQ             $210, SI
+	ADDQ             $1024, DI
+	DECQ             CX
+	JMP              dq6k
+dq6kdone:
+	VZEROUPPER
+	RET
