@@ -149,11 +149,12 @@ func randQuant(r *rand.Rand, t QuantType, rows, cols int) ([]byte, []float32) {
 	return q, x
 }
 
-// TestQuantGemm checks QuantGemmNT (streamed decode rows, one block to
-// several 64-row chunks a row, and blocked
+// TestQuantGemm checks QuantGemmNT (streamed decode rows, and blocked
 // prefill) and QuantGemmNN against a float64 product with the dequantised
-// weights, for every format and kernel variant, odd row counts (tails of
-// the 4-row groups), strided A and C, and beta 0, -0.5 (1 in the blocked case).
+// weights, for every format and kernel variant: weight rows of one block
+// and of several, tasks of one to several 64-row chunks, odd row counts
+// (tails of the 4-row groups), strided A and C, and beta 0, -0.5 (1 in
+// the blocked case).
 func TestQuantGemm(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	forSIMD(t, func(t *testing.T) {
