@@ -1,0 +1,9 @@
+//go:build !amd64 || noasm
+
+package kernels
+
+// quantKernel is nil: no assembly decode kernels on this build.
+func quantKernel(QuantType) *quantDots { return nil }
+
+// dequantRowAsm is false: no assembly dequantisation on this build.
+func dequantRowAsm(QuantType, []float32, []byte) bool { return false }

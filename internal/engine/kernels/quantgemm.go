@@ -1,0 +1,212 @@
+package kernels
+
+import (
+	"fmt"
+
+	"flywheel/internal/par"
+)
+
+// Products with block-quantized weights (QuantType). The weight matrix is
+// the tensor's bytes as a GGUF file stores them: rows of whole blocks,
+// back to back (row stride t.RowBytes(cols) bytes).
+//
+// Arithmetic. Every product computes, in float32, the product of the
+// activations with the dequantised weights — the values DequantRow gives,
+// bit-identical to ggml's dequantize_row_*. Prefill and training
+// (QuantGemmNT with more than StreamRows rows, QuantGemmNN) dequantise
+// blocks of rows into the GEMM; the Go fallback of decode dequantises four
+// rows into a buffer; the AVX-512 decode kernels (quant_amd64.s) keep the
+// blocks' integers in registers and rearrange the block algebra —
+// Σ x·(d·q) = d·Σ x·q (Q8_0), Σ x·(d·(q−8)) = d·(Σ x·q − 8·Σ x) (Q4_0),
+// Σ x·(d·q + m) = d·Σ x·q + m·Σ x (Q4_1; the K-quants per sub-block with
+// their scales and mins) — so they differ from dequantise-then-multiply
+// by float32 rounding only (relative ~1e-7 a term). Sampling (decode and
+// prefill) and training therefore compute the same model: their logprobs
+// agree to float32 summation order (the engine tests hold them to 1e-5).
+//
+// llama.cpp differs: its CPU backend rounds every activation row to 8-bit
+// blocks (Q8_1 for Q4_1, Q8_0 for Q8_0/Q4_0, Q8_K for the K-quants) and
+// takes integer dot products. On SmolLM2-135M-Instruct.Q4_1.gguf that
+// rounding moves llama.cpp's own top-20 logprobs by up to 0.7–0.9 from the
+// exact product of the dequantised weights (llama.cpp on the file
+// dequantised to F32 against llama.cpp on the Q4_1 file), and a
+// re-implementation of the rounding here moved ours by as much again in a
+// different direction: at this sensitivity a 2e-3 agreement needs
+// llama.cpp's rounding bit for bit, summation order included. flywheel
+// keeps the exact product (docs/benchmarks.md has the figures); against
+// llama.cpp on the F32 dequantisation of the same file (F32 KV cache) its
+// logprobs agree to 4e-5.
+
+// checkQuantMat panics with a clear message when a product's operands do
+// not fit: cols a whole number of blocks, w at least rows rows.
+func checkQuantMat(op string, t QuantType, rows, cols int, w []byte) {
+	if !t.valid() {
+		panic(fmt.Sprintf("kernels: %s: not a quantized type: %v", op, t))
+	}
+	if cols%t.BlockElems() != 0 {
+		panic(fmt.Sprintf("kernels: %s: %v rows of %d values are not whole blocks of %d", op, t, cols, t.BlockElems()))
+	}
+	if need := rows * t.RowBytes(cols); len(w) < need {
+		panic(fmt.Sprintf("kernels: %s: w has %d bytes, need %d", op, len(w), need))
+	}
+}
+
+// quantWork checks the operands of a product with W [rows, cols] and
+// reports whether there is a product to compute (m, n, k > 0; with k = 0,
+// C is only scaled by beta).
+func quantWork(op string, t QuantType, m, n, k, rows, cols int, a []float32, lda int, w []byte, beta float32, c []float32, ldc int) bool {
+	if m == 0 || n == 0 {
+		return false
+	}
+	checkQuantMat(op, t, rows, cols, w)
+	checkHalf(op, m, n, k, a, lda, 0, nil, c, ldc)
+	if k == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return false
+	}
+	return true
+}
+
+// QuantGemmNT computes C = A·Wᵀ + beta·C: A [m,k] float32 (row stride
+// lda), W [n,k] quantized as t (a linear layer's weight in the [out, in]
+// layout; k a multiple of t.BlockElems()), C [m,n] (row stride ldc). Up to
+// StreamRows rows of A (decode) stream W once, dequantising in registers
+// (or, without a kernel for t here, four rows at a time into a small
+// buffer); more rows (prefill) dequantise W in blocks of rows and multiply
+// each block with kernels.Default()'s Sgemm.
+func QuantGemmNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, beta float32, c []float32, ldc int) {
+	if !quantWork("QuantGemmNT", t, m, n, k, n, k, a, lda, w, beta, c, ldc) {
+		return
+	}
+	if m <= StreamRows {
+		quantStreamNT(t, m, n, k, a, lda, w, beta, c, ldc)
+		return
+	}
+	blocksNT(m, n, k, a, lda, quantWiden(t, w, k), beta, c, ldc)
+}
+
+// QuantGemmNN computes C = A·W + beta·C: A [m,k] float32 (row stride lda),
+// W [k,n] quantized as t (n a multiple of t.BlockElems()), C [m,n] (row
+// stride ldc): the input gradient dx = dy·W of a linear layer. W is
+// dequantised in blocks of rows, each multiplied with kernels.Default()'s
+// Sgemm.
+func QuantGemmNN(t QuantType, m, n, k int, a []float32, lda int, w []byte, beta float32, c []float32, ldc int) {
+	if !quantWork("QuantGemmNN", t, m, n, k, k, n, a, lda, w, beta, c, ldc) {
+		return
+	}
+	blocksNN(m, n, k, a, lda, quantWiden(t, w, n), beta, c, ldc)
+}
+
+// quantWiden is the widen function of widenBlocks for quantized rows of
+// cols values: DequantRow, in parallel over the rows.
+func quantWiden(t QuantType, w []byte, cols int) func(dst []float32, r0, r1 int) {
+	rb := t.RowBytes(cols)
+	return func(dst []float32, r0, r1 int) {
+		par.Range(r1-r0, cols, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				DequantRow(t, dst[r*cols:(r+1)*cols], w[(r0+r)*rb:(r0+r+1)*rb])
+			}
+		})
+	}
+}
+
+// quantStreamNT is QuantGemmNT for few rows of A: the weight rows are
+// streamed once in tasks of a multiple of 4 rows (streamSplit, as
+// streamNT), each chunk of 64 of a task's rows dotted with every row of A
+// by the format's AVX-512 kernel (quantDots) or, without one, dequantised into a buffer
+// and dotted with dot4Impl.
+func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, beta float32, c []float32, ldc int) {
+	_ = a[(m-1)*lda+k-1]
+	_ = c[(m-1)*ldc+n-1]
+	rb := t.RowBytes(k)
+	kern := quantKernel(t)
+	var prep *buf // per-row precomputation of A for the kernel
+	if kern != nil && kern.prepLen > 0 {
+		pl := kern.prepLen * k / t.BlockElems()
+		prep = getBuf(m * pl)
+		defer putBuf(prep)
+		for i := range m {
+			kern.prep(prep.s[i*pl:(i+1)*pl], a[i*lda:i*lda+k])
+		}
+	}
+	split := newStreamSplit(n, rb)
+	tasks := split.tasks()
+	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
+		j0, j1 := split.task(ti)
+		var f *buf // dequantised group of weight rows (no kernel for t)
+		if kern == nil {
+			f = getBuf(4 * k)
+			defer putBuf(f)
+		}
+		j := j0
+		if kern != nil {
+			// Chunks of 64 weight rows (~40 KiB), each dotted with every
+			// row of A while it is in cache.
+			g := (j1 - j0) &^ 3
+			pl := kern.prepLen * k / t.BlockElems()
+			var tmp [64]float32
+			for r0 := j0; r0 < j0+g; r0 += len(tmp) {
+				r1 := min(r0+len(tmp), j0+g)
+				for i := range m {
+					var p []float32
+					if prep != nil {
+						p = prep.s[i*pl : (i+1)*pl]
+					}
+					cr := c[i*ldc+r0 : i*ldc+r1]
+					if beta == 0 {
+						kern.dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr)
+						continue
+					}
+					d := tmp[:r1-r0]
+					kern.dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d)
+					for r, v := range d {
+						cr[r] = v + beta*cr[r]
+					}
+				}
+			}
+			j += g
+		}
+		for ; kern == nil && j+4 <= j1; j += 4 {
+			for r := range 4 {
+				DequantRow(t, f.s[r*k:(r+1)*k], w[(j+r)*rb:(j+r+1)*rb])
+			}
+			for i := range m {
+				store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f.s, k))
+			}
+		}
+		if j < j1 { // rows left over: plain dots
+			row := getBuf(k)
+			defer putBuf(row)
+			for ; j < j1; j++ {
+				DequantRow(t, row.s, w[j*rb:(j+1)*rb])
+				for i := range m {
+					o := i*ldc + j
+					d := dotImpl(a[i*lda:i*lda+k], row.s)
+					if beta == 0 {
+						c[o] = d
+					} else {
+						c[o] = d + beta*c[o]
+					}
+				}
+			}
+		}
+	})
+}
+
+// quantDots is a format's decode kernel: dots sets out[r] to the dot of x
+// (nb blocks of values) with weight row r of w (len(out) rows, a multiple
+// of 4, ldw bytes each, back to back), using prep, the prepLen values per
+// block that prep computed from x once per product (nil when prepLen is
+// 0).
+type quantDots struct {
+	prepLen int
+	prep    func(dst, x []float32)
+	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
+}
+
+// DequantEmbedRow writes row id of a quantized [rows, len(dst)] matrix w
+// into dst: an embedding lookup.
+func DequantEmbedRow(t QuantType, dst []float32, w []byte, id int) {
+	rb := t.RowBytes(len(dst))
+	DequantRow(t, dst, w[id*rb:(id+1)*rb])
+}
