@@ -1,0 +1,274 @@
+package e2e
+
+// A replay of the requests the newest OpenPipe ART serverless client sends
+// to the training-run API (src/art/serverless/client.py TrainingRuns and
+// native_training.py RemoteTrainingClient, driven as backend.py's
+// _train_model does: forward_backward with the cispo loss, optim_step with
+// AdamConfig's defaults, save_weights_for_sampler to the model's name, each
+// polled until terminal), over HTTP against the service built by app.New.
+// Bodies are serialised as the client does (model_dump(mode="json",
+// exclude={"run_id"}) with the loss values flattened into "loss").
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"testing"
+	"time"
+
+	"flywheel/internal/engine"
+)
+
+// runOp is the public operation the client parses (_PublicTrainingOperation).
+type runOp struct {
+	OperationID     string          `json:"operation_id"`
+	RunID           string          `json:"run_id"`
+	RequestID       string          `json:"request_id"`
+	SequenceID      int             `json:"sequence_id"`
+	Kind            string          `json:"kind"`
+	Status          string          `json:"status"`
+	ParentVersion   int             `json:"learner_parent_version"`
+	ReservedVersion *int            `json:"reserved_output_learner_version"`
+	AdmittedAt      time.Time       `json:"admitted_at"`
+	StartedAt       *time.Time      `json:"started_at"`
+	EndedAt         *time.Time      `json:"ended_at"`
+	CancelRequested bool            `json:"cancel_requested"`
+	EventCursor     int             `json:"latest_event_cursor"`
+	ResultSummary   json.RawMessage `json:"result_summary"`
+	ResultRef       json.RawMessage `json:"result_ref"`
+	Error           map[string]any  `json:"error"`
+}
+
+type runView struct {
+	RunID     string         `json:"run_id"`
+	RunName   *string        `json:"run_name"`
+	Spec      map[string]any `json:"spec"`
+	Status    string         `json:"status"`
+	Next      int            `json:"next_sequence_id"`
+	Projected int            `json:"projected_learner_version"`
+	Committed int            `json:"committed_learner_version"`
+}
+
+// resolveRun is TrainingRuns.resolve as backend.training_client calls it
+// (no run name, no initial state).
+func (c *artClient) resolveRun(requestID string, spec map[string]any) runView {
+	var r runView
+	c.must("POST", "/training/runs:resolve", map[string]any{"request_id": requestID, "spec": spec, "initial_state": nil}, &r)
+	return r
+}
+
+// submit is TrainingRuns.submit.
+func (c *artClient) submit(runID, kind string, body map[string]any) runOp {
+	var op runOp
+	c.must("POST", "/training/runs/"+runID+"/"+kind, body, &op)
+	return op
+}
+
+// wait is RemoteTrainingOperation._wait_terminal (polling the operation).
+func (c *artClient) wait(op runOp) runOp {
+	c.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var got runOp
+		c.must("GET", "/training/runs/"+op.RunID+"/operations/"+op.OperationID, nil, &got)
+		if got.OperationID != op.OperationID || got.SequenceID != op.SequenceID || got.Kind != op.Kind ||
+			got.ParentVersion != op.ParentVersion {
+			c.t.Fatalf("remote operation identity changed: %+v then %+v", op, got)
+		}
+		switch got.Status {
+		case "succeeded", "failed", "cancelled":
+			if got.StartedAt != nil && got.StartedAt.Before(got.AdmittedAt) || got.EndedAt == nil {
+				c.t.Fatalf("operation timeline: %+v", got)
+			}
+			return got
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("operation %s still %s", op.OperationID, got.Status)
+		}
+		time.Sleep(c.poll)
+	}
+}
+
+func denseRow(name, dtype string, shape []int, data []float64) map[string]any {
+	return map[string]any{"name": name, "dtype": dtype, "shape": shape, "values": map[string]any{"encoding": "dense", "data": data}}
+}
+
+// rlMatrix is one trajectory lowered to a TokenMatrix as ART's
+// token_matrix_batch_from_art_rollouts does: targets shifted by one, the
+// completion's positions carrying the advantage and its sampled logprobs
+// (spans encoding for the piecewise-constant rows).
+func rlMatrix(id string, tokens []int, prompt int, adv float64, blp []float64) map[string]any {
+	T := len(tokens)
+	tok := make([]float64, T)
+	tgt := make([]float64, T)
+	for i, x := range tokens {
+		tok[i] = float64(x)
+		if i+1 < T {
+			tgt[i] = float64(tokens[i+1])
+		}
+	}
+	b := make([]float64, T)
+	copy(b[prompt-1:], blp)
+	return map[string]any{"kind": "matrix", "matrix_id": id, "packing_affinity_id": "prompt-0", "rows": []any{
+		denseRow("token_ids", "int64", []int{T}, tok),
+		denseRow("target_token_ids", "int64", []int{T, 1}, tgt),
+		map[string]any{"name": "advantages", "dtype": "float32", "shape": []int{T, 1}, "values": map[string]any{
+			"encoding": "spans", "default": 0.0, "spans": []any{map[string]any{"start": prompt - 1, "end": T - 1, "value": []float64{adv}}}}},
+		denseRow("behavior_logprobs", "float32", []int{T, 1}, b),
+		map[string]any{"name": "policy_version", "dtype": "int64", "shape": []int{T}, "values": map[string]any{
+			"encoding": "spans", "default": 0, "spans": []any{}}},
+	}}
+}
+
+func cispoLoss() map[string]any {
+	return map[string]any{"name": "cispo", "normalize_advantages": false, "clip_low_threshold": 0.0, "clip_high_threshold": 5.0}
+}
+
+func fbBody(reqID string, seq int, matrices []any, loss map[string]any) map[string]any {
+	return map[string]any{"request_id": reqID, "sequence_id": seq,
+		"batch":                  map[string]any{"kind": "token_matrix", "matrices": matrices, "routes": []any{}},
+		"loss":                   loss,
+		"collect_packing_shapes": false, "retain_packed_input": false, "return_token_logprobs": false}
+}
+
+func optimBody(reqID string, seq int, lr float64) map[string]any {
+	return map[string]any{"request_id": reqID, "sequence_id": seq, "optimizer": map[string]any{
+		"learning_rate": lr, "beta1": 0.9, "beta2": 0.99, "eps": 1e-13, "weight_decay": 0.1, "grad_clip_norm": 0.1}}
+}
+
+func publishBody(reqID string, seq int, name string, alias string) map[string]any {
+	return map[string]any{"request_id": reqID, "sequence_id": seq, "checkpoint_name": name, "ttl_seconds": nil,
+		"publication": map[string]any{"target": "saved_generation", "model_alias": alias}}
+}
+
+func tinySpec() map[string]any {
+	mods := append([]string(nil), engine.AllModules...)
+	sort.Strings(mods)
+	return map[string]any{"base_model": "flywheel/tiny", "dtype": "bfloat16", "lora_rank": 8, "lora_target_modules": mods, "seed": nil}
+}
+
+func TestARTTrainingRunReplay(t *testing.T) {
+	url, key := server(t)
+	c := &artClient{t: t, base: url, key: key, poll: 20 * time.Millisecond}
+	m := c.register("runs-e2e", "agent-001", "flywheel/tiny")
+
+	spec := tinySpec()
+	run := c.resolveRun("resolve-0123", spec)
+	if run.Status != "open" || run.Next != 0 || run.Projected != 0 || run.Committed != 0 || run.RunName != nil {
+		t.Fatalf("resolved run: %+v", run)
+	}
+	specJSON, _ := json.Marshal(spec)
+	gotSpec, _ := json.Marshal(run.Spec)
+	if string(specJSON) != string(gotSpec) {
+		t.Fatalf("spec echoed as %s, sent %s", gotSpec, specJSON)
+	}
+	if again := c.resolveRun("resolve-0123", spec); again.RunID != run.RunID {
+		t.Fatalf("resolve replay made run %s, first %s", again.RunID, run.RunID)
+	}
+
+	prompt := []int{5, 6, 7, 8}
+	for step := 1; step <= 3; step++ {
+		seq := (step - 1) * 3
+		matrices := []any{
+			rlMatrix("traj-0", append(append([]int(nil), prompt...), 20, 21, 22, 23), 4, 1.0, []float64{-5, -5, -5, -5}),
+			rlMatrix("traj-1", append(append([]int(nil), prompt...), 30, 31, 32), 4, -1.0, []float64{-5, -5, -5}),
+		}
+		rid := fmt.Sprintf("%032x", step)
+		fb := c.submit(run.RunID, "forward_backward", fbBody("fb-"+rid, seq, matrices, cispoLoss()))
+		if fb.Kind != "forward_backward" || fb.SequenceID != seq || fb.ParentVersion != step-1 || fb.ReservedVersion != nil {
+			t.Fatalf("admitted forward_backward: %+v", fb)
+		}
+		// the SDK retries a POST whose answer it lost: same request, same operation
+		if re := c.submit(run.RunID, "forward_backward", fbBody("fb-"+rid, seq, matrices, cispoLoss())); re.OperationID != fb.OperationID {
+			t.Fatalf("retried forward_backward admitted as %s, first %s", re.OperationID, fb.OperationID)
+		}
+		fbDone := c.wait(fb)
+		if fbDone.Status != "succeeded" {
+			t.Fatalf("forward_backward: %+v", fbDone)
+		}
+		var fbRes struct {
+			OperationID string `json:"operation_id"`
+			Kind        string `json:"kind"`
+			Packing     struct {
+				PackedSequences int `json:"packed_sequences"`
+				LogicalTokens   int `json:"logical_tokens"`
+			} `json:"packing"`
+			Training struct {
+				Accepted int              `json:"accepted_trainable_tokens"`
+				Policy   []map[string]int `json:"policy_token_counts"`
+			} `json:"training"`
+			Loss struct {
+				ContractID string  `json:"contract_id"`
+				Value      float64 `json:"value"`
+				Reduction  string  `json:"reduction"`
+			} `json:"loss"`
+			ProducedGradient bool `json:"produced_gradient"`
+		}
+		if err := json.Unmarshal(fbDone.ResultSummary, &fbRes); err != nil {
+			t.Fatal(err)
+		}
+		if fbRes.OperationID != fb.OperationID || fbRes.Kind != "forward_backward" || fbRes.Packing.PackedSequences != 2 ||
+			fbRes.Packing.LogicalTokens != 15 || fbRes.Training.Accepted != 7 || !fbRes.ProducedGradient ||
+			fbRes.Loss.ContractID != "cispo_v1" || fbRes.Loss.Reduction != "mean_active_token" ||
+			len(fbRes.Training.Policy) != 1 || fbRes.Training.Policy[0]["accepted_trainable_tokens"] != 7 {
+			t.Fatalf("forward_backward result: %s", fbDone.ResultSummary)
+		}
+
+		opt := c.submit(run.RunID, "optim_step", optimBody("optim-"+rid, seq+1, 1e-2))
+		if opt.ReservedVersion == nil || *opt.ReservedVersion != step || opt.ParentVersion != step-1 {
+			t.Fatalf("admitted optim_step: %+v", opt)
+		}
+		optDone := c.wait(opt)
+		var optRes struct {
+			Contributing   []string `json:"contributing_operation_ids"`
+			LearnerVersion int      `json:"learner_version"`
+			Checkpoint     struct {
+				ID             string `json:"checkpoint_id"`
+				LearnerVersion int    `json:"learner_version"`
+			} `json:"checkpoint"`
+		}
+		if err := json.Unmarshal(optDone.ResultSummary, &optRes); err != nil || optDone.Status != "succeeded" {
+			t.Fatalf("optim_step: %+v %v", optDone, err)
+		}
+		if len(optRes.Contributing) != 1 || optRes.Contributing[0] != fb.OperationID || optRes.LearnerVersion != step || optRes.Checkpoint.LearnerVersion != step {
+			t.Fatalf("optim_step result: %s", optDone.ResultSummary)
+		}
+
+		pub := c.submit(run.RunID, "save_weights_for_sampler", publishBody("publish-"+rid, seq+2, fmt.Sprintf("step-%d", step), m.Name))
+		if pub.ParentVersion != step || pub.ReservedVersion != nil {
+			t.Fatalf("admitted save_weights_for_sampler: %+v", pub)
+		}
+		pubDone := c.wait(pub)
+		var pubRes map[string]any
+		if err := json.Unmarshal(pubDone.ResultSummary, &pubRes); err != nil || pubDone.Status != "succeeded" {
+			t.Fatalf("save_weights_for_sampler: %+v %v", pubDone, err)
+		}
+		want := fmt.Sprintf("%s/%s/%s:step%d", m.Entity, m.Project, m.Name, step)
+		if pubRes["generation_id"] != want || pubRes["target"] != "saved_generation" || pubRes["model_alias"] != m.Name || pubRes["learner_version"] != float64(step) {
+			t.Fatalf("save_weights_for_sampler result: %s", pubDone.ResultSummary)
+		}
+		if got := c.getStep(m); got != step {
+			t.Fatalf("model step %d after publishing learner version %d", got, step)
+		}
+		// the published step serves under the model's inference name
+		ch := c.complete(map[string]any{"model": inferenceName(m, step), "max_tokens": 4, "logprobs": true,
+			"messages": []any{userMsg("hi")}})
+		if len(ch) != 1 {
+			t.Fatalf("completion on %s: %v", inferenceName(m, step), ch)
+		}
+	}
+	var got runView
+	c.must("GET", "/training/runs/"+run.RunID, nil, &got)
+	if got.Next != 9 || got.Projected != 3 || got.Committed != 3 || got.Status != "open" {
+		t.Fatalf("run after 3 steps: %+v", got)
+	}
+	var closed runView
+	c.must("POST", "/training/runs/"+run.RunID+":close", map[string]any{"request_id": "close-1"}, &closed)
+	if closed.Status != "closed" {
+		t.Fatalf("closed run: %+v", closed)
+	}
+	if st, body := c.do("POST", "/training/runs/"+run.RunID+"/optim_step", optimBody("late", 9, 1e-3)); st != http.StatusConflict {
+		t.Fatalf("command on a closed run: %d %s", st, body)
+	}
+}
