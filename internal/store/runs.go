@@ -49,7 +49,7 @@ func (e *SequenceError) Error() string {
 
 // TrainingRun is one run of the training-run API.
 type TrainingRun struct {
-	ID, Entity, CreatedBy string
+	ID, Entity, CreatedBy  string
 	RequestID, Fingerprint string // of the resolve that created it
 	RunName                *string
 	Spec                   json.RawMessage // as echoed to the client
