@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -270,5 +271,123 @@ func TestARTTrainingRunReplay(t *testing.T) {
 	}
 	if st, body := c.do("POST", "/training/runs/"+run.RunID+"/optim_step", optimBody("late", 9, 1e-3)); st != http.StatusConflict {
 		t.Fatalf("command on a closed run: %d %s", st, body)
+	}
+}
+
+// Every bad input of the training-run API is a 4xx naming the field, and
+// nothing is admitted by it; another entity's run is 404.
+func TestTrainingRunBadInput(t *testing.T) {
+	l := startLive(t)
+	c := &artClient{t: t, base: l.url, key: l.key, poll: 10 * time.Millisecond}
+	m := c.register("runs-bad", "agent", "flywheel/tiny")
+	run := c.resolveRun("resolve-bad", tinySpec())
+	good := []any{rlMatrix("t0", []int{5, 6, 7, 20, 21}, 3, 1, []float64{-5, -5})}
+	fbOp := c.submit(run.RunID, "forward_backward", fbBody("fb-0", 0, good, cispoLoss()))
+
+	mutate := func(f func(b map[string]any)) map[string]any {
+		b := fbBody("fb-x", 1, []any{rlMatrix("t0", []int{5, 6, 7, 20, 21}, 3, 1, []float64{-5, -5})}, cispoLoss())
+		f(b)
+		return b
+	}
+	rows := func(b map[string]any) []any {
+		return b["batch"].(map[string]any)["matrices"].([]any)[0].(map[string]any)["rows"].([]any)
+	}
+	cases := []struct {
+		name, path string
+		body       any
+		status     int
+		param      string
+	}{
+		{"wrong sequence id", "/forward_backward", mutate(func(b map[string]any) { b["sequence_id"] = 5 }), 409, "sequence_id"},
+		{"sequence id reused", "/forward_backward", mutate(func(b map[string]any) { b["sequence_id"] = 0 }), 409, "sequence_id"},
+		{"request id replayed with other content", "/forward_backward", fbBody("fb-0", 0, good, map[string]any{"name": "cispo", "normalize_advantages": false, "clip_high_threshold": 3.0}), 409, "request_id"},
+		{"unknown loss", "/forward_backward", mutate(func(b map[string]any) { b["loss"] = map[string]any{"name": "ppo", "normalize_advantages": false} }), 400, "loss.name"},
+		{"normalize_advantages", "/forward_backward", mutate(func(b map[string]any) { b["loss"].(map[string]any)["normalize_advantages"] = true }), 400, "loss.normalize_advantages"},
+		{"clip low above high", "/forward_backward", mutate(func(b map[string]any) { b["loss"].(map[string]any)["clip_low_threshold"] = 9.0 }), 400, "loss.clip_low_threshold"},
+		{"row shapes disagree", "/forward_backward", mutate(func(b map[string]any) {
+			rows(b)[3] = denseRow("behavior_logprobs", "float32", []int{4, 1}, []float64{0, 0, 0, 0})
+		}), 400, "batch.matrices[0].rows[3].shape"},
+		{"dense data count", "/forward_backward", mutate(func(b map[string]any) {
+			rows(b)[0] = denseRow("token_ids", "int64", []int{5}, []float64{1, 2, 3})
+		}), 400, "batch.matrices[0].rows[0].values.data"},
+		{"token outside the vocabulary", "/forward_backward", mutate(func(b map[string]any) {
+			rows(b)[0] = denseRow("token_ids", "int64", []int{5}, []float64{1, 2, 3, 4, 1e9})
+		}), 400, "batch.matrices[0].rows[0].values"},
+		{"missing advantages", "/forward_backward", mutate(func(b map[string]any) {
+			r := rows(b)
+			b["batch"].(map[string]any)["matrices"].([]any)[0].(map[string]any)["rows"] = []any{r[0], r[1], r[3]}
+		}), 400, "batch.matrices[0].rows"},
+		{"span past the end", "/forward_backward", mutate(func(b map[string]any) {
+			rows(b)[2].(map[string]any)["values"].(map[string]any)["spans"] = []any{map[string]any{"start": 2, "end": 9, "value": []float64{1}}}
+		}), 400, "batch.matrices[0].rows[2].values.spans[0].end"},
+		{"no batch", "/forward_backward", map[string]any{"request_id": "x", "sequence_id": 1, "loss": cispoLoss()}, 400, "batch"},
+		{"no sequence id", "/optim_step", map[string]any{"request_id": "x", "optimizer": map[string]any{"learning_rate": 1e-3}}, 400, "sequence_id"},
+		{"negative learning rate", "/optim_step", optimBody("o", 1, -1), 400, "optimizer.learning_rate"},
+		{"beta1 of 1", "/optim_step", map[string]any{"request_id": "o", "sequence_id": 1, "optimizer": map[string]any{"learning_rate": 1e-3, "beta1": 1.0}}, 400, "optimizer.beta1"},
+		{"unknown model alias", "/save_weights_for_sampler", publishBody("p", 1, "s", "nobody"), 400, "publication.model_alias"},
+		{"bad publication target", "/save_weights_for_sampler", map[string]any{"request_id": "p", "sequence_id": 1, "checkpoint_name": "s", "publication": map[string]any{"target": "x", "model_alias": m.Name}}, 400, "publication.target"},
+		{"bad load source", "/load_state", map[string]any{"request_id": "l", "sequence_id": 1, "source": map[string]any{"kind": "wandb_artifact", "artifact": "nope"}}, 400, "source.artifact"},
+		{"unknown command", "/train", map[string]any{}, 404, ""},
+	}
+	for _, tc := range cases {
+		st, raw := c.do("POST", "/training/runs/"+run.RunID+tc.path, tc.body)
+		var env struct {
+			Error struct {
+				Param *string `json:"param"`
+			} `json:"error"`
+		}
+		json.Unmarshal(raw, &env)
+		param := ""
+		if env.Error.Param != nil {
+			param = *env.Error.Param
+		}
+		if st != tc.status || param != tc.param {
+			t.Errorf("%s: %d param %q, want %d %q: %s", tc.name, st, param, tc.status, tc.param, raw)
+		}
+	}
+	var got runView
+	c.must("GET", "/training/runs/"+run.RunID, nil, &got)
+	if got.Next != 1 || got.Projected != 0 {
+		t.Fatalf("bad inputs were admitted: %+v", got)
+	}
+	if done := c.wait(fbOp); done.Status != "succeeded" {
+		t.Fatalf("forward_backward: %+v", done)
+	}
+	// resolve: the spec is checked, a replayed request id with another spec is refused
+	for _, tc := range []struct {
+		body  map[string]any
+		param string
+	}{
+		{map[string]any{"request_id": "r", "spec": map[string]any{"base_model": "nope/model", "dtype": "bfloat16", "lora_rank": 4, "lora_target_modules": []string{"q_proj"}, "seed": nil}}, "spec.base_model"},
+		{map[string]any{"request_id": "r", "spec": map[string]any{"base_model": "flywheel/tiny", "dtype": "bfloat16", "lora_rank": 0, "lora_target_modules": []string{"q_proj"}, "seed": nil}}, "spec.lora_rank"},
+		{map[string]any{"request_id": "r", "spec": map[string]any{"base_model": "flywheel/tiny", "dtype": "bfloat16", "lora_rank": 4, "lora_target_modules": []string{"nope"}, "seed": nil}}, "spec.lora_target_modules"},
+		{map[string]any{"request_id": "resolve-bad", "spec": map[string]any{"base_model": "flywheel/tiny", "dtype": "bfloat16", "lora_rank": 2, "lora_target_modules": []string{"q_proj"}, "seed": nil}}, "request_id"},
+	} {
+		st, raw := c.do("POST", "/training/runs:resolve", tc.body)
+		if st/100 != 4 || !strings.Contains(string(raw), `"param":"`+tc.param+`"`) {
+			t.Errorf("resolve %v: %d %s", tc.body, st, raw)
+		}
+	}
+
+	// tenancy: bob sees none of alice's run
+	if _, err := l.a.Store.EnsureUser(t.Context(), "bob"); err != nil {
+		t.Fatal(err)
+	}
+	_, bobKey, err := l.a.Store.CreateKey(t.Context(), "bob", "k", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := &artClient{t: t, base: l.url, key: bobKey}
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/training/runs/" + run.RunID},
+		{"POST", "/training/runs/" + run.RunID + ":close"},
+		{"POST", "/training/runs/" + run.RunID + "/optim_step"},
+		{"GET", "/training/runs/" + run.RunID + "/operations/" + fbOp.OperationID},
+		{"GET", "/training/runs/" + run.RunID + "/operations/" + fbOp.OperationID + "/result"},
+		{"POST", "/training/runs/" + run.RunID + "/operations/" + fbOp.OperationID + ":cancel"},
+	} {
+		if st, raw := bob.do(r.method, r.path, optimBody("o", 1, 1e-3)); st != 404 {
+			t.Errorf("bob %s %s: %d %s", r.method, r.path, st, raw)
+		}
 	}
 }
