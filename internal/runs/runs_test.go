@@ -55,7 +55,7 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) service(node string) *Service {
 	return New(Config{Store: h.db.(Store), Models: h.reg, ModelsDir: h.models, Layout: h.layout,
 		Checkpoints: checkpoints.New(h.db, h.layout, nil, slog.New(slog.DiscardHandler), false),
-		NodeID: node, Logger: slog.New(slog.DiscardHandler)})
+		NodeID:      node, Logger: slog.New(slog.DiscardHandler)})
 }
 
 func (h *harness) resolve(s *Service, id string) store.TrainingRun {
@@ -402,5 +402,155 @@ func TestRestartResumesWithoutLossOrDoubling(t *testing.T) {
 				t.Fatalf("%s[%d]: %g after the restart, %g uninterrupted", n, i, got[n][i], x[i])
 			}
 		}
+	}
+}
+
+// logprobs decodes a forward's token_logprobs.
+func logprobs(t *testing.T, op store.TrainingOperation) []float32 {
+	t.Helper()
+	if op.Status != store.OpSucceeded {
+		t.Fatalf("%s: %s %s", op.Kind, op.Status, op.ErrorMessage)
+	}
+	var res struct {
+		TokenLogprobs []struct {
+			MatrixID string `json:"matrix_id"`
+			Shape    []int  `json:"shape"`
+			Data     []byte `json:"data"`
+		} `json:"token_logprobs"`
+	}
+	if err := json.Unmarshal(op.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	var out []float32
+	for _, m := range res.TokenLogprobs {
+		if len(m.Data) != 4*m.Shape[0]*m.Shape[1] {
+			t.Fatalf("token_logprobs of %s: %d bytes for shape %v", m.MatrixID, len(m.Data), m.Shape)
+		}
+		for i := 0; i < len(m.Data); i += 4 {
+			out = append(out, math.Float32frombits(uint32(m.Data[i])|uint32(m.Data[i+1])<<8|uint32(m.Data[i+2])<<16|uint32(m.Data[i+3])<<24))
+		}
+	}
+	return out
+}
+
+func sameFloats(a, b []float32) bool {
+	if len(a) != len(b) || len(a) == 0 {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// save_state names a learner version; load_state and a run's initial_state
+// restore it: forwards at the same version give the same logprobs.
+func TestSaveAndLoadState(t *testing.T) {
+	h := newHarness(t)
+	s := h.service("n1")
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	batch := []any{matrix(rng, "a", 9, 1, []string{"loss_weights"})}
+	ce := map[string]any{"name": "cross_entropy"}
+	run := h.resolve(s, "r1")
+	f0 := h.wait(h.submit(s, run, KindForward, fb("f0", 0, batch, ce)))
+	h.submit(s, run, KindForwardBackward, fb("fb", 1, batch, ce))
+	h.submit(s, run, KindOptimStep, optim("o", 2))
+	saved := h.wait(h.submit(s, run, KindSaveState, map[string]any{"request_id": "s", "sequence_id": 3, "checkpoint_name": "after-1", "ttl_seconds": nil, "overwrite": false}))
+	var sres struct {
+		Checkpoint struct {
+			ID string `json:"checkpoint_id"`
+			V  int    `json:"learner_version"`
+		} `json:"checkpoint"`
+		Archive map[string]any `json:"archive"`
+	}
+	if err := json.Unmarshal(saved.Result, &sres); err != nil || saved.Status != store.OpSucceeded || sres.Checkpoint.V != 1 || sres.Archive["checkpoint_id"] != sres.Checkpoint.ID {
+		t.Fatalf("save_state: %s %s %v", saved.Status, saved.Result, err)
+	}
+	f1 := h.wait(h.submit(s, run, KindForward, fb("f1", 4, batch, ce)))
+	if sameFloats(logprobs(t, f0), logprobs(t, f1)) {
+		t.Fatal("the optimizer step changed no logprob")
+	}
+	load := h.wait(h.submit(s, run, KindLoadState, map[string]any{"request_id": "l", "sequence_id": 5,
+		"source": map[string]any{"kind": "service_checkpoint", "checkpoint_id": run.ID + "/v0"}, "restore_optimizer": false}))
+	if load.Status != store.OpSucceeded || load.ReservedVersion == nil || *load.ReservedVersion != 2 {
+		t.Fatalf("load_state: %+v", load)
+	}
+	f2 := h.wait(h.submit(s, run, KindForward, fb("f2", 6, batch, ce)))
+	if !sameFloats(logprobs(t, f0), logprobs(t, f2)) {
+		t.Fatal("load_state of version 0 does not give version 0's logprobs")
+	}
+
+	// a second run starting from the saved state
+	body, _ := json.Marshal(map[string]any{"request_id": "r2", "spec": map[string]any{"base_model": tiny.ID, "dtype": "bfloat16",
+		"lora_rank": 4, "lora_target_modules": sortedModules(), "seed": 7},
+		"initial_state": map[string]any{"source": map[string]any{"kind": "service_checkpoint", "checkpoint_id": sres.Checkpoint.ID}, "restore_optimizer": true}})
+	run2, err := s.Resolve(t.Context(), h.p, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := h.wait(h.submit(s, run2, KindForward, fb("f", 0, batch, ce)))
+	if !sameFloats(logprobs(t, f1), logprobs(t, g)) {
+		t.Fatal("a run from the saved state does not start at its weights")
+	}
+
+	// results can be released
+	if _, err := h.db.(Store).ReleaseResult(t.Context(), run.ID, f2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := h.db.(Store).TrainingOperationByID(t.Context(), run.ID, f2.ID); got.Result != nil || !got.ResultReleased {
+		t.Fatalf("released result: %+v", got)
+	}
+}
+
+func sortedModules() []string {
+	mods := append([]string(nil), engine.AllModules...)
+	sort.Strings(mods)
+	return mods
+}
+
+// An admitted operation can be cancelled before it runs; a learner
+// transition cannot (later operations build on its version). An
+// optim_step with nothing accumulated fails the run, and the operations
+// admitted after it fail with it.
+func TestCancelAndFailedTransition(t *testing.T) {
+	h := newHarness(t)
+	s := h.service("n1")
+	run := h.resolve(s, "r")
+	rng := rand.New(rand.NewPCG(1, 3))
+	batch := []any{matrix(rng, "a", 5, 1, []string{"loss_weights"})}
+	ce := map[string]any{"name": "cross_entropy"}
+	f := h.submit(s, run, KindForwardBackward, fb("f", 0, batch, ce))
+	o := h.submit(s, run, KindOptimStep, optim("o", 1))
+	after := h.submit(s, run, KindForward, fb("g", 2, batch, ce))
+	st := h.db.(Store)
+	c, err := st.CancelOperation(t.Context(), run.ID, f.ID)
+	if err != nil || c.Status != store.OpCancelled || !c.CancelRequested {
+		t.Fatalf("cancel: %+v %v", c, err)
+	}
+	if _, err := st.CancelOperation(t.Context(), run.ID, o.ID); err == nil {
+		t.Fatal("a learner transition was cancelled")
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := h.wait(o); got.Status != store.OpFailed || got.ErrorCode != "no_gradients" {
+		t.Fatalf("optim_step with nothing accumulated: %+v", got)
+	}
+	if got := h.wait(after); got.Status != store.OpFailed || got.ErrorCode != "run_failed" {
+		t.Fatalf("operation after the failed transition: %+v", got)
+	}
+	r, _ := st.TrainingRunByID(t.Context(), run.ID)
+	if r.Status != store.RunFailed || r.CommittedVersion != 0 {
+		t.Fatalf("run after a failed transition: %+v", r)
+	}
+	if _, err := os.Stat(h.layout.RunVersionDir(run.ID, 1)); !os.IsNotExist(err) {
+		t.Fatalf("a failed step left version 1 behind: %v", err)
 	}
 }
