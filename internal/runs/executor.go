@@ -55,6 +55,15 @@ func (s *Service) Close() {
 	close(s.stop)
 	<-s.done
 	s.stop = nil
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.sessions))
+	for id := range s.sessions {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.drop(id) // another node may take the run over at once
+	}
 }
 
 func (s *Service) loop() {
@@ -89,6 +98,9 @@ func (s *Service) loop() {
 		case <-s.wake:
 		case <-poll.C:
 		case <-renew.C:
+			if err := s.cfg.Store.RenewRunLeases(ctx, s.cfg.NodeID, s.cfg.LeaseTTL); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("runs: renew leases", "err", err)
+			}
 		}
 	}
 }
@@ -100,7 +112,8 @@ func (s *Service) drive(ctx context.Context, runID string) {
 		s.drop(runID)
 		return
 	}
-	defer s.cfg.Store.ReleaseRunLease(context.WithoutCancel(ctx), runID, s.cfg.NodeID)
+	// The lease is kept while the run's learner stays in memory (renewed by
+	// the loop): the next operation needs no new claim. drop gives it back.
 	stopRenew := make(chan struct{})
 	defer close(stopRenew)
 	go func() {
@@ -118,6 +131,9 @@ func (s *Service) drive(ctx context.Context, runID string) {
 	for ctx.Err() == nil {
 		op, ok, err := s.cfg.Store.NextPendingOperation(ctx, runID)
 		if err != nil || !ok {
+			if !s.cached(runID) {
+				_ = s.cfg.Store.ReleaseRunLease(context.WithoutCancel(ctx), runID, s.cfg.NodeID)
+			}
 			return
 		}
 		run, err := s.cfg.Store.TrainingRunByID(ctx, runID)
@@ -134,10 +150,29 @@ func (s *Service) drive(ctx context.Context, runID string) {
 	}
 }
 
-func (s *Service) drop(runID string) {
+// forget drops a run's learner from memory, keeping the lease (the
+// executor still runs the run).
+func (s *Service) forget(runID string) {
 	s.mu.Lock()
 	delete(s.sessions, runID)
 	s.mu.Unlock()
+}
+
+// drop forgets a run's learner and gives its lease back.
+func (s *Service) drop(runID string) {
+	s.mu.Lock()
+	_, had := s.sessions[runID]
+	delete(s.sessions, runID)
+	s.mu.Unlock()
+	if had {
+		_ = s.cfg.Store.ReleaseRunLease(context.Background(), runID, s.cfg.NodeID)
+	}
+}
+
+func (s *Service) cached(runID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[runID] != nil
 }
 
 // opError is an operation's failure as the wire shows it.
@@ -184,7 +219,7 @@ func (s *Service) execute(ctx context.Context, run store.TrainingRun, op store.T
 				oe = fail("execution_failed", "%s", err.Error())
 			}
 		}
-		s.drop(run.ID) // nothing of a failed operation stays applied
+		s.forget(run.ID) // nothing of a failed operation stays applied
 		out.Status, out.ErrorCode, out.Message = store.OpFailed, oe.code, oe.msg
 		out.FailRun = op.ReservedVersion != nil
 		out.CommitVersion, out.Checkpoint, out.Result = nil, nil, nil
@@ -213,7 +248,7 @@ func (s *Service) learnerFor(ctx context.Context, run store.TrainingRun, sp *Spe
 	if ss != nil && ss.version == run.CommittedVersion && ss.lastSeq == seq-1 {
 		return ss, nil
 	}
-	s.drop(run.ID)
+	s.forget(run.ID)
 	dir := s.cfg.Layout.RunVersionDir(run.ID, run.CommittedVersion)
 	if run.CommittedVersion == 0 {
 		if _, err := os.Stat(filepath.Join(dir, checkpoints.AdapterFile)); err != nil {
@@ -254,15 +289,19 @@ func (s *Service) learnerFor(ctx context.Context, run store.TrainingRun, sp *Spe
 		}
 		ss.contrib = append(ss.contrib, o.ID)
 	}
+	var evict string
 	s.mu.Lock()
 	if len(s.sessions) >= maxSessions {
 		for id := range s.sessions {
-			delete(s.sessions, id)
+			evict = id
 			break
 		}
 	}
 	s.sessions[run.ID] = ss
 	s.mu.Unlock()
+	if evict != "" {
+		s.drop(evict)
+	}
 	return ss, nil
 }
 
@@ -435,7 +474,7 @@ func (s *Service) apply(ctx context.Context, run store.TrainingRun, op store.Tra
 			return nil, err
 		}
 		out.CommitVersion = &v
-		s.drop(run.ID) // the next operation opens version v
+		s.forget(run.ID) // the next operation opens version v
 		return map[string]any{"operation_id": op.ID, "kind": op.Kind, "metrics": map[string]float64{},
 			"checkpoint": checkpointRef(run.ID, v), "optimizer_restored": req.RestoreOptimizer}, nil
 	case KindSaveSampler:

@@ -23,7 +23,7 @@ import (
 
 // harness is the service over a real SQLite store and flywheel/tiny.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	db     store.Database
 	layout store.Layout
 	reg    *engine.Registry
@@ -31,7 +31,7 @@ type harness struct {
 	p      *auth.Principal
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	models := filepath.Join(dir, "models")
