@@ -276,14 +276,11 @@ func (s *Service) learnerFor(ctx context.Context, run store.TrainingRun, sp *Spe
 		if o.Sequence <= since || o.Kind != KindForwardBackward || o.Status != store.OpSucceeded {
 			continue
 		}
-		var req ForwardRequest
-		if err := json.Unmarshal(o.Body, &req); err != nil {
-			return nil, fmt.Errorf("replay operation %s: %w", o.ID, err)
-		}
-		tb, ls, err := s.checkForward(&req, sp)
+		cf, err := s.checkedOf(o, sp)
 		if err != nil {
 			return nil, fmt.Errorf("replay operation %s: %w", o.ID, err)
 		}
+		tb, ls := cf.tb, cf.ls
 		if _, _, err := l.ForwardBackward(tb.b, func(lp []float64) (float64, []float64) { return lossAndGrad(ls, tb, lp) }); err != nil {
 			return nil, fmt.Errorf("replay operation %s: %w", o.ID, err)
 		}
@@ -388,14 +385,11 @@ func (s *Service) apply(ctx context.Context, run store.TrainingRun, op store.Tra
 	}
 	switch op.Kind {
 	case KindForward, KindForwardBackward:
-		var req ForwardRequest
-		if err := json.Unmarshal(op.Body, &req); err != nil {
+		cf, err := s.checkedOf(op, sp)
+		if err != nil {
 			return nil, err
 		}
-		tb, ls, err := s.checkForward(&req, sp)
-		if err != nil {
-			return nil, fail("invalid_batch", "%s", err.Error())
-		}
+		tb, ls := cf.tb, cf.ls
 		ss, err := s.learnerFor(ctx, run, sp, op.Sequence)
 		if err != nil {
 			return nil, err
@@ -413,7 +407,7 @@ func (s *Service) apply(ctx context.Context, run store.TrainingRun, op store.Tra
 			ss.contrib = append(ss.contrib, op.ID)
 		}
 		ss.lastSeq = op.Sequence
-		return forwardResult(op, tb, ls, lp, L, req.ReturnTokenLogprobs == nil || *req.ReturnTokenLogprobs), nil
+		return forwardResult(op, tb, ls, lp, L, cf.withLogprobs), nil
 	case KindOptimStep:
 		var req OptimStepRequest
 		if err := json.Unmarshal(op.Body, &req); err != nil {
@@ -486,6 +480,23 @@ func (s *Service) apply(ctx context.Context, run store.TrainingRun, op store.Tra
 		return s.publish(ctx, run, sp, op, &req, out)
 	}
 	return nil, fail("unknown_kind", "unknown operation kind %q", op.Kind)
+}
+
+// checkedOf is a forward operation's checked batch: the one admission
+// checked on this node, else its stored body checked again.
+func (s *Service) checkedOf(op store.TrainingOperation, sp *Spec) (*checkedForward, error) {
+	if cf := s.unchecked(op.ID); cf != nil {
+		return cf, nil
+	}
+	var req ForwardRequest
+	if err := json.Unmarshal(op.Body, &req); err != nil {
+		return nil, err
+	}
+	tb, ls, err := s.checkForward(&req, sp)
+	if err != nil {
+		return nil, fail("invalid_batch", "%s", err.Error())
+	}
+	return &checkedForward{tb: tb, ls: ls, withLogprobs: req.ReturnTokenLogprobs == nil || *req.ReturnTokenLogprobs}, nil
 }
 
 // touch records that an operation that leaves the learner as it is ran.

@@ -26,6 +26,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"flywheel/internal/auth"
@@ -71,8 +72,34 @@ type Service struct {
 	mu       sync.Mutex
 	sessions map[string]*session // by run id; only the executor goroutine touches a session
 
+	// checked holds the batches checked at admission on this node, by
+	// operation id, so the executor does not decode them again.
+	checked  sync.Map     // string → *checkedForward
+	nchecked atomic.Int64 // entries of checked, at most maxChecked
+
 	stop chan struct{}
 	done chan struct{}
+}
+
+// maxChecked bounds the batches kept between admission and execution (an
+// operation another node executes leaves its entry here until Close).
+const maxChecked = 64
+
+// unchecked removes and returns an operation's batch checked at admission.
+func (s *Service) unchecked(id string) *checkedForward {
+	v, ok := s.checked.LoadAndDelete(id)
+	if !ok {
+		return nil
+	}
+	s.nchecked.Add(-1)
+	return v.(*checkedForward)
+}
+
+// checkedForward is a forward's checked batch and loss.
+type checkedForward struct {
+	tb           *tokenBatch
+	ls           lossSpec
+	withLogprobs bool
 }
 
 // New returns the service; Start runs its executor.
@@ -245,12 +272,21 @@ func (s *Service) Submit(ctx context.Context, p *auth.Principal, runID, kind str
 	if err != nil {
 		return store.TrainingOperation{}, err
 	}
-	cmd, transition, err := s.check(ctx, p, run, sp, kind, body)
+	cmd, transition, cf, err := s.check(ctx, p, run, sp, kind, body)
 	if err != nil {
 		return store.TrainingOperation{}, err
 	}
-	op, err := s.cfg.Store.AdmitOperation(ctx, store.TrainingOperation{RunID: run.ID, RequestID: cmd.RequestID,
+	id := store.NewID()
+	if cf != nil && s.nchecked.Add(1) <= maxChecked {
+		s.checked.Store(id, cf)
+	} else if cf != nil {
+		s.nchecked.Add(-1)
+	}
+	op, err := s.cfg.Store.AdmitOperation(ctx, store.TrainingOperation{ID: id, RunID: run.ID, RequestID: cmd.RequestID,
 		Fingerprint: fingerprint(body), Sequence: *cmd.SequenceID, Kind: kind, Body: body}, transition)
+	if err != nil || op.ID != id {
+		s.unchecked(id) // refused, or a replay of an earlier operation
+	}
 	if err != nil {
 		return op, errorFor(err)
 	}
@@ -258,76 +294,80 @@ func (s *Service) Submit(ctx context.Context, p *auth.Principal, runID, kind str
 	return op, nil
 }
 
-// check validates a command's body; it returns its common part and whether
-// it is a learner transition (reserves a version).
-func (s *Service) check(ctx context.Context, p *auth.Principal, run store.TrainingRun, sp *Spec, kind string, body []byte) (command, bool, error) {
+// check validates a command's body; it returns its common part, whether
+// it is a learner transition (reserves a version) and, for a forward, the
+// checked batch.
+func (s *Service) check(ctx context.Context, p *auth.Principal, run store.TrainingRun, sp *Spec, kind string, body []byte) (command, bool, *checkedForward, error) {
 	switch kind {
 	case KindForward, KindForwardBackward:
 		var req ForwardRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, err
+			return command{}, false, nil, err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, false, err
+			return req.command, false, nil, err
 		}
-		_, _, err := s.checkForward(&req, sp)
-		return req.command, false, err
+		tb, ls, err := s.checkForward(&req, sp)
+		if err != nil {
+			return req.command, false, nil, err
+		}
+		return req.command, false, &checkedForward{tb: tb, ls: ls, withLogprobs: req.ReturnTokenLogprobs == nil || *req.ReturnTokenLogprobs}, nil
 	case KindOptimStep:
 		var req OptimStepRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, err
+			return command{}, false, nil, err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, true, err
+			return req.command, true, nil, err
 		}
 		_, err := req.Optimizer.stepConfig()
-		return req.command, true, err
+		return req.command, true, nil, err
 	case KindSaveSampler:
 		var req SaveSamplerRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, err
+			return command{}, false, nil, err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, false, err
+			return req.command, false, nil, err
 		}
 		if err := checkIdentifier("checkpoint_name", req.CheckpointName); err != nil {
-			return req.command, false, err
+			return req.command, false, nil, err
 		}
 		if req.Publication == nil {
-			return req.command, false, missing("publication")
+			return req.command, false, nil, missing("publication")
 		}
 		if req.Publication.Target != "active" && req.Publication.Target != "saved_generation" {
-			return req.command, false, invalid("publication.target", "publication.target must be active or saved_generation, got %q", req.Publication.Target)
+			return req.command, false, nil, invalid("publication.target", "publication.target must be active or saved_generation, got %q", req.Publication.Target)
 		}
 		if err := checkIdentifier("publication.model_alias", req.Publication.ModelAlias); err != nil {
-			return req.command, false, err
+			return req.command, false, nil, err
 		}
 		_, err := s.modelFor(ctx, run, sp, req.Publication.ModelAlias)
-		return req.command, false, err
+		return req.command, false, nil, err
 	case KindSaveState:
 		var req SaveStateRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, err
+			return command{}, false, nil, err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, false, err
+			return req.command, false, nil, err
 		}
-		return req.command, false, checkIdentifier("checkpoint_name", req.CheckpointName)
+		return req.command, false, nil, checkIdentifier("checkpoint_name", req.CheckpointName)
 	case KindLoadState:
 		var req LoadStateRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, err
+			return command{}, false, nil, err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, true, err
+			return req.command, true, nil, err
 		}
 		if err := req.Source.check("source"); err != nil {
-			return req.command, true, err
+			return req.command, true, nil, err
 		}
 		_, err := s.resolveSource(ctx, p, req.Source, "source", sp)
-		return req.command, true, err
+		return req.command, true, nil, err
 	}
-	return command{}, false, httpx.NotFound("unknown training-run command %q", kind)
+	return command{}, false, nil, httpx.NotFound("unknown training-run command %q", kind)
 }
 
 // checkForward checks a forward's loss and batch against the run's model.
