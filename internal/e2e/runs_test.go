@@ -12,12 +12,16 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"flywheel/internal/app"
 	"flywheel/internal/engine"
 )
 
@@ -389,5 +393,71 @@ func TestTrainingRunBadInput(t *testing.T) {
 		if st, raw := bob.do(r.method, r.path, optimBody("o", 1, 1e-3)); st != 404 {
 			t.Errorf("bob %s %s: %d %s", r.method, r.path, st, raw)
 		}
+	}
+}
+
+// A server stopped with operations admitted and not yet run (and one
+// perhaps running) resumes them after a restart on the same data dir: the
+// client's polling completes, every optim_step commits exactly one version
+// from exactly its forward_backward, and the published step serves.
+func TestTrainingRunSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	start := func() (*artClient, func()) {
+		a, err := app.New(t.Context(), app.Config{DataDir: filepath.Join(dir, "data"), ModelsDir: filepath.Join(dir, "models"),
+			BootstrapKey: testKey, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(a.Handler())
+		return &artClient{t: t, base: srv.URL, key: testKey, poll: 10 * time.Millisecond}, func() { srv.Close(); a.Close() }
+	}
+	c, stop := start()
+	m := c.register("restart", "agent", "flywheel/tiny")
+	run := c.resolveRun("resolve-restart", tinySpec())
+	toks := make([]int, 600)
+	for i := range toks {
+		toks[i] = 5 + i%40
+	}
+	var ops []runOp
+	for i := 0; i < 4; i++ {
+		ops = append(ops, c.submit(run.RunID, "forward_backward", fbBody(fmt.Sprint("fb", i), 2*i,
+			[]any{rlMatrix("t", toks, 10, 1, make([]float64, 590))}, cispoLoss())))
+		ops = append(ops, c.submit(run.RunID, "optim_step", optimBody(fmt.Sprint("o", i), 2*i+1, 1e-3)))
+	}
+	ops = append(ops, c.submit(run.RunID, "save_weights_for_sampler", publishBody("p", 8, "step-4", m.Name)))
+	var before runView
+	c.must("GET", "/training/runs/"+run.RunID, nil, &before)
+	stop()
+	t.Logf("committed learner version at the stop: %d of 4", before.Committed)
+
+	c, stop = start()
+	defer stop()
+	for i, op := range ops {
+		op.RunID = run.RunID
+		done := c.wait(op)
+		if done.Status != "succeeded" {
+			t.Fatalf("%s after the restart: %+v", op.Kind, done)
+		}
+		if op.Kind == "optim_step" {
+			var res struct {
+				Contributing []string `json:"contributing_operation_ids"`
+				V            int      `json:"learner_version"`
+			}
+			json.Unmarshal(done.ResultSummary, &res)
+			if len(res.Contributing) != 1 || res.Contributing[0] != ops[i-1].OperationID || res.V != i/2+1 {
+				t.Fatalf("optim_step %d: %s", i/2, done.ResultSummary)
+			}
+		}
+	}
+	var got runView
+	c.must("GET", "/training/runs/"+run.RunID, nil, &got)
+	if got.Committed != 4 || got.Projected != 4 || got.Next != 9 {
+		t.Fatalf("run after the restart: %+v", got)
+	}
+	if step := c.getStep(m); step != 4 {
+		t.Fatalf("model step %d", step)
+	}
+	if ch := c.complete(map[string]any{"model": inferenceName(m, 4), "max_tokens": 2, "messages": []any{userMsg("hi")}}); len(ch) != 1 {
+		t.Fatalf("completion: %v", ch)
 	}
 }
