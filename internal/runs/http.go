@@ -16,14 +16,14 @@ import (
 // match a suffix inside a segment ("{run_id}:close"), so the handlers split
 // the ":verb" off the last segment themselves.
 func (s *Service) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/training/runs:resolve", s.handleResolve)
-	mux.HandleFunc("GET /v1/training/runs/{run}", s.handleGetRun)
-	mux.HandleFunc("POST /v1/training/runs/{run}", s.handleRunVerb)
-	mux.HandleFunc("POST /v1/training/runs/{run}/{kind}", s.handleCommand)
-	mux.HandleFunc("GET /v1/training/runs/{run}/operations/{op}", s.handleGetOperation)
-	mux.HandleFunc("POST /v1/training/runs/{run}/operations/{op}", s.handleOperationVerb)
-	mux.HandleFunc("GET /v1/training/runs/{run}/operations/{op}/result", s.handleResult)
-	mux.HandleFunc("POST /v1/training/runs/{run}/operations/{op}/{verb}", s.handleResultVerb)
+	mux.Handle("POST /v1/training/runs:resolve", answer(s.resolve))
+	mux.Handle("GET /v1/training/runs/{run}", answer(s.getRun))
+	mux.Handle("POST /v1/training/runs/{run}", answer(s.runVerb))
+	mux.Handle("POST /v1/training/runs/{run}/{kind}", answer(s.command))
+	mux.Handle("GET /v1/training/runs/{run}/operations/{op}", answer(s.getOperation))
+	mux.Handle("POST /v1/training/runs/{run}/operations/{op}", answer(s.operationVerb))
+	mux.Handle("GET /v1/training/runs/{run}/operations/{op}/result", answer(s.result))
+	mux.Handle("POST /v1/training/runs/{run}/operations/{op}/{verb}", answer(s.resultVerb))
 }
 
 // principalOf is a principal with the rights of a run's entity.
@@ -31,8 +31,9 @@ func principalOf(run store.TrainingRun) *auth.Principal {
 	return &auth.Principal{PersonalEntity: run.Entity, Entities: []string{run.Entity}}
 }
 
-func (s *Service) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+// body reads a request body, at most MaxBodyBytes (413 beyond).
+func (s *Service) body(r *http.Request) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(nil, r.Body, s.cfg.MaxBodyBytes))
 }
 
 // runView is a run on the wire.
@@ -103,85 +104,94 @@ func viewOp(o store.TrainingOperation) opView {
 	return v
 }
 
-func (s *Service) handleResolve(w http.ResponseWriter, r *http.Request) {
-	body, err := s.body(w, r)
+// answer adapts a handler that returns its answer (written as JSON, 200)
+// or an error (the OpenAI envelope).
+func answer(f func(r *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := f(r)
+		if err != nil {
+			httpx.WriteOpenAIError(w, err)
+			return
+		}
+		if raw, ok := v.(json.RawMessage); ok {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(raw)
+			return
+		}
+		httpx.WriteJSON(w, http.StatusOK, v)
+	}
+}
+
+func noRoute(r *http.Request) error {
+	return httpx.NotFound("no route %s %s", r.Method, r.URL.Path)
+}
+
+func (s *Service) resolve(r *http.Request) (any, error) {
+	body, err := s.body(r)
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
 	run, err := s.Resolve(r.Context(), principal(r), body)
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
-	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
+	return viewRun(run), nil
 }
 
-func (s *Service) handleGetRun(w http.ResponseWriter, r *http.Request) {
+func (s *Service) getRun(r *http.Request) (any, error) {
 	id := r.PathValue("run")
 	if strings.Contains(id, ":") {
-		httpx.WriteOpenAIError(w, httpx.NotFound("no route GET %s", r.URL.Path))
-		return
+		return nil, noRoute(r)
 	}
 	run, err := s.runOf(r.Context(), principal(r), id)
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
-	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
+	return viewRun(run), nil
 }
 
-// handleRunVerb is POST /v1/training/runs/{run_id}:close.
-func (s *Service) handleRunVerb(w http.ResponseWriter, r *http.Request) {
+// runVerb is POST /v1/training/runs/{run_id}:close {request_id}.
+func (s *Service) runVerb(r *http.Request) (any, error) {
 	id, verb, _ := strings.Cut(r.PathValue("run"), ":")
 	if verb != "close" {
-		httpx.WriteOpenAIError(w, httpx.NotFound("no route POST %s", r.URL.Path))
-		return
+		return nil, noRoute(r)
 	}
 	run, err := s.runOf(r.Context(), principal(r), id)
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
-	body, err := s.body(w, r)
+	body, err := s.body(r)
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
 		var req RequestIDOnly
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			httpx.WriteOpenAIError(w, err)
-			return
+			return nil, err
 		}
 	}
-	run, err = s.cfg.Store.CloseRun(r.Context(), run.ID)
-	if err != nil {
-		httpx.WriteOpenAIError(w, errorFor(err))
-		return
+	if run, err = s.cfg.Store.CloseRun(r.Context(), run.ID); err != nil {
+		return nil, errorFor(err)
 	}
-	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
+	return viewRun(run), nil
 }
 
-func (s *Service) handleCommand(w http.ResponseWriter, r *http.Request) {
+func (s *Service) command(r *http.Request) (any, error) {
 	kind := r.PathValue("kind")
 	switch kind {
 	case KindForward, KindForwardBackward, KindOptimStep, KindSaveState, KindLoadState, KindSaveSampler:
 	default:
-		httpx.WriteOpenAIError(w, httpx.NotFound("unknown training-run command %q", kind))
-		return
+		return nil, httpx.NotFound("unknown training-run command %q", kind)
 	}
-	body, err := s.body(w, r)
+	body, err := s.body(r)
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
 	op, err := s.Submit(r.Context(), principal(r), r.PathValue("run"), kind, body)
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
-	httpx.WriteJSON(w, http.StatusOK, viewOp(op))
+	return viewOp(op), nil
 }
 
 // operation loads an operation of a run the caller may see.
@@ -197,80 +207,66 @@ func (s *Service) operation(r *http.Request, opID string) (store.TrainingOperati
 	return op, nil
 }
 
-func (s *Service) handleGetOperation(w http.ResponseWriter, r *http.Request) {
+func (s *Service) getOperation(r *http.Request) (any, error) {
 	op, err := s.operation(r, r.PathValue("op"))
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
-	httpx.WriteJSON(w, http.StatusOK, viewOp(op))
+	return viewOp(op), nil
 }
 
-// handleOperationVerb is POST …/operations/{op}:cancel.
-func (s *Service) handleOperationVerb(w http.ResponseWriter, r *http.Request) {
+// operationVerb is POST …/operations/{op}:cancel.
+func (s *Service) operationVerb(r *http.Request) (any, error) {
 	id, verb, _ := strings.Cut(r.PathValue("op"), ":")
 	if verb != "cancel" {
-		httpx.WriteOpenAIError(w, httpx.NotFound("no route POST %s", r.URL.Path))
-		return
+		return nil, noRoute(r)
 	}
 	op, err := s.operation(r, id)
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
-	op, err = s.cfg.Store.CancelOperation(r.Context(), op.RunID, op.ID)
-	if err != nil {
-		httpx.WriteOpenAIError(w, errorFor(err))
-		return
+	if op, err = s.cfg.Store.CancelOperation(r.Context(), op.RunID, op.ID); err != nil {
+		return nil, errorFor(err)
 	}
-	httpx.WriteJSON(w, http.StatusOK, viewOp(op))
+	return viewOp(op), nil
 }
 
-func (s *Service) handleResult(w http.ResponseWriter, r *http.Request) {
+func (s *Service) result(r *http.Request) (any, error) {
 	op, err := s.operation(r, r.PathValue("op"))
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
 	switch {
 	case op.ResultReleased:
-		httpx.WriteOpenAIError(w, &httpx.Error{Status: http.StatusGone, Code: "result_released", Message: "the operation's result was released"})
+		return nil, &httpx.Error{Status: http.StatusGone, Code: "result_released", Message: "the operation's result was released"}
 	case op.Status != store.OpSucceeded || op.Result == nil:
-		httpx.WriteOpenAIError(w, &httpx.Error{Status: http.StatusConflict, Code: "no_result", Message: "the operation is " + op.Status + " and has no result"})
-	default:
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(op.Result)
+		return nil, &httpx.Error{Status: http.StatusConflict, Code: "no_result", Message: "the operation is " + op.Status + " and has no result"}
 	}
+	return op.Result, nil
 }
 
-// handleResultVerb is POST …/operations/{op}/result:release.
-func (s *Service) handleResultVerb(w http.ResponseWriter, r *http.Request) {
+// resultVerb is POST …/operations/{op}/result:release {request_id}.
+func (s *Service) resultVerb(r *http.Request) (any, error) {
 	if r.PathValue("verb") != "result:release" {
-		httpx.WriteOpenAIError(w, httpx.NotFound("no route POST %s", r.URL.Path))
-		return
+		return nil, noRoute(r)
 	}
-	body, err := s.body(w, r)
+	body, err := s.body(r)
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
 	var req RequestIDOnly
 	if err := httpx.UnmarshalJSON(body, &req); err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
 	if err := checkIdentifier("request_id", req.RequestID); err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
 	op, err := s.operation(r, r.PathValue("op"))
 	if err != nil {
-		httpx.WriteOpenAIError(w, err)
-		return
+		return nil, err
 	}
 	if _, err := s.cfg.Store.ReleaseResult(r.Context(), op.RunID, op.ID); err != nil {
-		httpx.WriteOpenAIError(w, errorFor(err))
-		return
+		return nil, errorFor(err)
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"operation_id": op.ID, "request_id": req.RequestID, "released": true})
+	return map[string]any{"operation_id": op.ID, "request_id": req.RequestID, "released": true}, nil
 }
