@@ -17,6 +17,7 @@ import (
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/tiny"
+	"flywheel/internal/pgtest"
 	"flywheel/internal/safetensors"
 	"flywheel/internal/store"
 )
@@ -31,14 +32,19 @@ type harness struct {
 	p      *auth.Principal
 }
 
-func newHarness(t testing.TB) *harness {
+func newHarness(t testing.TB) *harness { return newHarnessOn(t, "") }
+
+// newHarnessOn is newHarness over database dbURL ("" for SQLite in the
+// data dir); with PostgreSQL the data dir is shared by every service the
+// harness makes, as by the nodes of a deployment.
+func newHarnessOn(t testing.TB, dbURL string) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	models := filepath.Join(dir, "models")
 	if err := tiny.Ensure(models); err != nil {
 		t.Fatal(err)
 	}
-	db, layout, err := store.OpenDataDir(t.Context(), filepath.Join(dir, "data"), "")
+	db, layout, err := store.OpenDataDir(t.Context(), filepath.Join(dir, "data"), dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,5 +558,66 @@ func TestCancelAndFailedTransition(t *testing.T) {
 	}
 	if _, err := os.Stat(h.layout.RunVersionDir(run.ID, 1)); !os.IsNotExist(err) {
 		t.Fatalf("a failed step left version 1 behind: %v", err)
+	}
+}
+
+// With PostgreSQL several nodes share the runs: any node admits and
+// answers for any run, the node holding a run's lease executes it, and
+// when that node stops another one takes the run over with no operation
+// lost or applied twice (the weights equal one node's).
+func TestNodesShareRunsPostgres(t *testing.T) {
+	h := newHarnessOn(t, pgtest.DSN(t))
+	rng := rand.New(rand.NewPCG(9, 9))
+	rows := []string{"behavior_logprobs", "advantages"}
+	loss := map[string]any{"name": "cispo", "normalize_advantages": false}
+	batches := [][]any{{matrix(rng, "a", 8, 1, rows)}, {matrix(rng, "b", 6, 1, rows)}, {matrix(rng, "c", 7, 1, rows)}}
+
+	ref := h.service("ref")
+	if err := ref.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	refRun := h.resolve(ref, "ref")
+	var last store.TrainingOperation
+	for i, b := range batches {
+		h.submit(ref, refRun, KindForwardBackward, fb(fmt.Sprint("f", i), 2*i, b, loss))
+		last = h.submit(ref, refRun, KindOptimStep, optim(fmt.Sprint("o", i), 2*i+1))
+	}
+	if got := h.wait(last); got.Status != store.OpSucceeded {
+		t.Fatalf("reference: %s %s", got.Status, got.ErrorMessage)
+	}
+	ref.Close()
+
+	front := h.service("front") // admits only
+	n1 := h.service("n1")
+	if err := n1.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	run := h.resolve(front, "shared")
+	h.submit(front, run, KindForwardBackward, fb("f0", 0, batches[0], loss))
+	if got := h.wait(h.submit(front, run, KindOptimStep, optim("o0", 1))); got.Status != store.OpSucceeded {
+		t.Fatalf("on node 1: %s %s", got.Status, got.ErrorMessage)
+	}
+	h.submit(front, run, KindForwardBackward, fb("f1", 2, batches[1], loss))
+	if got := h.wait(h.submit(front, run, KindForward, fb("g", 3, batches[1], loss))); got.Status != store.OpSucceeded {
+		t.Fatal(got.ErrorMessage)
+	}
+	n1.Close() // node 1 goes; its learner (with f1's gradients) goes with it
+	n2 := h.service("n2")
+	if err := n2.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	h.submit(front, run, KindOptimStep, optim("o1", 4))
+	h.submit(front, run, KindForwardBackward, fb("f2", 5, batches[2], loss))
+	if got := h.wait(h.submit(front, run, KindOptimStep, optim("o2", 6))); got.Status != store.OpSucceeded {
+		t.Fatalf("on node 2: %s %s", got.Status, got.ErrorMessage)
+	}
+	want, got := h.weights(refRun.ID, 3), h.weights(run.ID, 3)
+	for n, x := range want {
+		for i := range x {
+			if x[i] != got[n][i] {
+				t.Fatalf("%s[%d]: %g across nodes, %g on one", n, i, got[n][i], x[i])
+			}
+		}
 	}
 }
