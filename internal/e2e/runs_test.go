@@ -153,6 +153,18 @@ func tinySpec() map[string]any {
 	return map[string]any{"base_model": "flywheel/tiny", "dtype": "bfloat16", "lora_rank": 8, "lora_target_modules": mods, "seed": nil}
 }
 
+// firstLogprob samples one token from model (seeded) and returns its logprob.
+func firstLogprob(c *artClient, model string) float64 {
+	c.t.Helper()
+	ch := c.complete(map[string]any{"model": model, "max_tokens": 1, "logprobs": true, "seed": 3,
+		"return_tokens_as_token_ids": true, "messages": []any{userMsg("hi")}})
+	if len(ch) != 1 {
+		c.t.Fatalf("completion on %s: %v", model, ch)
+	}
+	content := ch[0]["logprobs"].(map[string]any)["content"].([]any)
+	return content[0].(map[string]any)["logprob"].(float64)
+}
+
 func TestARTTrainingRunReplay(t *testing.T) {
 	url, key := server(t)
 	c := &artClient{t: t, base: url, key: key, poll: 20 * time.Millisecond}
@@ -256,11 +268,11 @@ func TestARTTrainingRunReplay(t *testing.T) {
 		if got := c.getStep(m); got != step {
 			t.Fatalf("model step %d after publishing learner version %d", got, step)
 		}
-		// the published step serves under the model's inference name
-		ch := c.complete(map[string]any{"model": inferenceName(m, step), "max_tokens": 4, "logprobs": true,
-			"messages": []any{userMsg("hi")}})
-		if len(ch) != 1 {
-			t.Fatalf("completion on %s: %v", inferenceName(m, step), ch)
+		// the published step serves under the model's inference name, with
+		// the new weights: the same sampled token has another logprob
+		lp := firstLogprob(c, inferenceName(m, step))
+		if prev := firstLogprob(c, inferenceName(m, step-1)); lp == prev {
+			t.Fatalf("step %d serves the weights of step %d (logprob %v)", step, step-1, lp)
 		}
 	}
 	var got runView
