@@ -235,6 +235,9 @@ func (s *Service) execute(ctx context.Context, run store.TrainingRun, op store.T
 	if err := s.cfg.Store.FinishOperation(context.WithoutCancel(ctx), s.cfg.NodeID, out); err != nil {
 		return err
 	}
+	if out.CommitVersion != nil {
+		s.prune(ctx, run.ID, *out.CommitVersion-1)
+	}
 	return nil
 }
 
@@ -497,6 +500,29 @@ func (s *Service) checkedOf(op store.TrainingOperation, sp *Spec) (*checkedForwa
 		return nil, fail("invalid_batch", "%s", err.Error())
 	}
 	return &checkedForward{tb: tb, ls: ls, withLogprobs: req.ReturnTokenLogprobs == nil || *req.ReturnTokenLogprobs}, nil
+}
+
+// prune removes the folder of learner version v, superseded by v+1,
+// unless a save_state named it (so a run keeps its committed version and
+// its saved ones, not every step). Version 0 stays: a run's replay of its
+// initial state never needs it again, but load_state of "<run>/v0" is how
+// a client returns to the start.
+func (s *Service) prune(ctx context.Context, runID string, v int) {
+	if v <= 0 {
+		return
+	}
+	ops, err := s.cfg.Store.TrainingOperations(ctx, runID, 0, math.MaxInt32)
+	if err != nil {
+		return
+	}
+	for _, o := range ops {
+		if o.Kind == KindSaveState && o.Status == store.OpSucceeded && o.ParentVersion == v {
+			return
+		}
+	}
+	if err := s.cfg.Storage.Remove(s.cfg.Layout.RunVersionDir(runID, v)); err != nil {
+		s.cfg.Logger.Warn("runs: remove a superseded learner version", "run", runID, "version", v, "err", err)
+	}
 }
 
 // touch records that an operation that leaves the learner as it is ran.

@@ -409,6 +409,17 @@ func TestRestartResumesWithoutLossOrDoubling(t *testing.T) {
 			}
 		}
 	}
+	// what is kept is bounded: version 1 (superseded, never saved) and the
+	// bodies before the last committed step are gone
+	if _, err := os.Stat(h.layout.RunVersionDir(run.ID, 1)); !os.IsNotExist(err) {
+		t.Fatalf("superseded version 1 kept: %v", err)
+	}
+	all, _ := st.TrainingOperations(ctx, run.ID, 0, 10)
+	for _, o := range all {
+		if (o.Sequence < 4) != (len(o.Body) == 0) {
+			t.Fatalf("operation %d (%s) keeps %d body bytes", o.Sequence, o.Kind, len(o.Body))
+		}
+	}
 }
 
 // logprobs decodes a forward's token_logprobs.

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -307,6 +308,9 @@ func (s *Service) check(ctx context.Context, p *auth.Principal, run store.Traini
 		if err := req.command.check(); err != nil {
 			return req.command, false, nil, err
 		}
+		if req.RetainPackedInput {
+			return req.command, false, nil, invalid("retain_packed_input", "retain_packed_input is not supported: flywheel keeps no packed-input captures")
+		}
 		tb, ls, err := s.checkForward(&req, sp)
 		if err != nil {
 			return req.command, false, nil, err
@@ -433,6 +437,10 @@ func (s *Service) resolveSource(ctx context.Context, p *auth.Principal, src *Che
 			return out, &httpx.Error{Status: http.StatusNotFound, Param: param + ".checkpoint_id", Code: "not_found", Message: fmt.Sprintf("checkpoint %s not found", src.CheckpointID)}
 		}
 		out = source{Dir: s.cfg.Layout.RunVersionDir(runID, v), Version: v}
+		if _, err := os.Stat(out.Dir); err != nil {
+			return out, &httpx.Error{Status: http.StatusNotFound, Param: param + ".checkpoint_id", Code: "not_found",
+				Message: fmt.Sprintf("checkpoint %s is not kept: a run keeps its current version and those save_state named", src.CheckpointID)}
+		}
 	case "wandb_artifact":
 		i := strings.LastIndex(src.Artifact, ":v")
 		parts := strings.Split(src.Artifact[:i], "/")

@@ -491,6 +491,13 @@ func (s *sqlDB) FinishOperation(ctx context.Context, owner string, o OperationOu
 			if _, err := tx.ExecContext(ctx, "UPDATE training_runs SET committed_version = ? WHERE id = ?", *o.CommitVersion, run.ID); err != nil {
 				return fmt.Errorf("finish operation: %w", err)
 			}
+			// The bodies before a committed version are never read again
+			// (the learner is rebuilt from that version on): only their
+			// fingerprints stay, for replayed request ids.
+			if _, err := tx.ExecContext(ctx, "UPDATE training_operations SET body = '' WHERE run_id = ? AND sequence_id < (SELECT sequence_id FROM training_operations WHERE id = ?) AND body <> ''",
+				run.ID, o.OperationID); err != nil {
+				return fmt.Errorf("finish operation: %w", err)
+			}
 		}
 		if o.FailRun {
 			if _, err := tx.ExecContext(ctx, `UPDATE training_operations SET status = 'failed', ended_at = ?, error_code = 'run_failed',
