@@ -185,6 +185,7 @@ func TestARTTrainingRunReplay(t *testing.T) {
 	}
 
 	prompt := []int{5, 6, 7, 8}
+	var lastPub runOp
 	for step := 1; step <= 3; step++ {
 		seq := (step - 1) * 3
 		matrices := []any{
@@ -257,6 +258,7 @@ func TestARTTrainingRunReplay(t *testing.T) {
 			t.Fatalf("admitted save_weights_for_sampler: %+v", pub)
 		}
 		pubDone := c.wait(pub)
+		lastPub = pub
 		var pubRes map[string]any
 		if err := json.Unmarshal(pubDone.ResultSummary, &pubRes); err != nil || pubDone.Status != "succeeded" {
 			t.Fatalf("save_weights_for_sampler: %+v %v", pubDone, err)
@@ -274,6 +276,25 @@ func TestARTTrainingRunReplay(t *testing.T) {
 		if prev := firstLogprob(c, inferenceName(m, step-1)); lp == prev {
 			t.Fatalf("step %d serves the weights of step %d (logprob %v)", step, step-1, lp)
 		}
+	}
+	// the last operation's result, its release, and a cancel that comes too late
+	var res map[string]any
+	c.must("GET", "/training/runs/"+run.RunID+"/operations/"+lastPub.OperationID+"/result", nil, &res)
+	if res["operation_id"] != lastPub.OperationID || res["kind"] != "save_weights_for_sampler" {
+		t.Fatalf("result: %v", res)
+	}
+	var rel map[string]any
+	c.must("POST", "/training/runs/"+run.RunID+"/operations/"+lastPub.OperationID+"/result:release", map[string]any{"request_id": "rel-1"}, &rel)
+	if rel["released"] != true || rel["request_id"] != "rel-1" || rel["operation_id"] != lastPub.OperationID {
+		t.Fatalf("release: %v", rel)
+	}
+	if st, raw := c.do("GET", "/training/runs/"+run.RunID+"/operations/"+lastPub.OperationID+"/result", nil); st != http.StatusGone {
+		t.Fatalf("released result: %d %s", st, raw)
+	}
+	var cancelled runOp
+	c.must("POST", "/training/runs/"+run.RunID+"/operations/"+lastPub.OperationID+":cancel", nil, &cancelled)
+	if cancelled.Status != "succeeded" {
+		t.Fatalf("cancel after the end: %+v", cancelled)
 	}
 	var got runView
 	c.must("GET", "/training/runs/"+run.RunID, nil, &got)

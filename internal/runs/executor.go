@@ -362,7 +362,7 @@ func (s *Service) resolveSourceAs(ctx context.Context, run store.TrainingRun, sr
 // version's folder is complete before its operation commits, and an
 // uncommitted one is redone the same).
 func (s *Service) saveVersion(runID string, v int, l *train.Learner) error {
-	work := s.cfg.Layout.RunWorkDir(runID, v)
+	work := s.cfg.Layout.RunWorkDir(runID, v, s.cfg.NodeID)
 	if err := s.cfg.Storage.EmptyDir(work); err != nil {
 		return err
 	}

@@ -51,10 +51,11 @@ func (l Layout) RunVersionDir(runID string, version int) string {
 	return filepath.Join(l.DataDir, "runs", runID, fmt.Sprintf("v%d", version))
 }
 
-// RunWorkDir is the temp folder a run's learner version is written into
-// before the rename.
-func (l Layout) RunWorkDir(runID string, version int) string {
-	return filepath.Join(l.DataDir, "runs", runID, fmt.Sprintf(".tmp-v%d", version))
+// RunWorkDir is the temp folder node writes a run's learner version into
+// before the rename (one per node: a node that lost the run's lease may
+// still be writing while its successor redoes the version).
+func (l Layout) RunWorkDir(runID string, version int, node string) string {
+	return filepath.Join(l.DataDir, "runs", runID, fmt.Sprintf(".tmp-v%d-%s", version, node))
 }
 
 // OpenDataDir opens the store of a data dir: it makes dataDir absolute,
