@@ -59,7 +59,11 @@ func rowsFor(loss string) (required, optional []string) {
 	return []string{"target_token_ids"}, []string{"policy_version"}
 }
 
-func decodeRow(param string, r *Row) (decodedRow, error) {
+// maxBatchValues bounds the values of a batch's rows once expanded
+// (spans make a small body a large row): 16 Mi values, 128 MiB.
+const maxBatchValues = 16 << 20
+
+func decodeRow(param string, r *Row, budget *int) (decodedRow, error) {
 	d := decodedRow{dtype: r.Dtype, shape: r.Shape}
 	switch r.Dtype {
 	case "int32", "int64", "float32":
@@ -82,10 +86,11 @@ func decodeRow(param string, r *Row) (decodedRow, error) {
 			return d, invalid(fmt.Sprintf("%s.shape[%d]", param, i), "row dimension %d exceeds the limit %d", s, maxMatrixTokens)
 		}
 		n *= s
-		if n > maxMatrixTokens*maxCandidates {
-			return d, invalid(param+".shape", "row exceeds the logical value limit")
+		if n > *budget {
+			return d, invalid(param+".shape", "the batch's rows exceed %d values", maxBatchValues)
 		}
 	}
+	*budget -= n
 	T, width := r.Shape[0], d.width()
 	switch r.Values.Encoding {
 	case "dense", "":
@@ -196,6 +201,7 @@ func buildBatch(b *Batch, ls *lossSpec, cfg *engine.Config) (*tokenBatch, error)
 		permitted[n] = true
 	}
 	tb := &tokenBatch{b: &engine.Batch{}}
+	budget := maxBatchValues
 	seen := map[string]bool{}
 	anyPolicy, nonePolicy := false, false
 	for mi := range b.Matrices {
@@ -231,7 +237,7 @@ func buildBatch(b *Batch, ls *lossSpec, cfg *engine.Config) (*tokenBatch, error)
 			if !permitted[r.Name] {
 				return nil, invalid(rp+".name", "row %q is not used by loss %q", r.Name, lossName)
 			}
-			d, err := decodeRow(rp, r)
+			d, err := decodeRow(rp, r, &budget)
 			if err != nil {
 				return nil, err
 			}

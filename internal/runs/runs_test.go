@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -630,5 +631,27 @@ func TestNodesShareRunsPostgres(t *testing.T) {
 				t.Fatalf("%s[%d]: %g across nodes, %g on one", n, i, got[n][i], x[i])
 			}
 		}
+	}
+}
+
+// A small body cannot make a huge batch: spans are expanded only within
+// the batch's value budget.
+func TestBatchValueBound(t *testing.T) {
+	h := newHarness(t)
+	base, err := h.reg.Get(tiny.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := map[string]any{"name": "loss_weights", "dtype": "float32", "shape": []int{1 << 20, 256},
+		"values": map[string]any{"encoding": "spans", "default": 1.0, "spans": []any{}}}
+	raw, _ := json.Marshal(fb("x", 0, []any{map[string]any{"matrix_id": "m", "rows": []any{big}}}, map[string]any{"name": "cross_entropy"}))
+	var req ForwardRequest
+	if err := json.Unmarshal(raw, &req); err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := req.Loss.check()
+	_, err = buildBatch(req.Batch, &ls, base.Config)
+	if err == nil || !strings.Contains(err.Error(), "batch.matrices[0].rows[0].shape") {
+		t.Fatalf("a 256 Mi-value row: %v", err)
 	}
 }
