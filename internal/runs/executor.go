@@ -346,11 +346,10 @@ func (s *Service) initialVersion(ctx context.Context, run store.TrainingRun, sp 
 	return s.saveVersion(run.ID, 0, l)
 }
 
-// resolveSourceAs resolves a checkpoint source with the rights of the
-// run's entity (the caller was checked at admission).
+// resolveSourceAs resolves a checkpoint source at execution (the caller's
+// rights to it were checked at admission).
 func (s *Service) resolveSourceAs(ctx context.Context, run store.TrainingRun, src *CheckpointSource, sp *Spec) (source, error) {
-	p := principalOf(run)
-	got, err := s.resolveSource(ctx, p, src, "source", sp)
+	got, err := s.resolveSource(ctx, nil, src, "source", sp)
 	if err != nil {
 		return got, fail("checkpoint_not_found", "%s", err.Error())
 	}

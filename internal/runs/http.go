@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
 	"flywheel/internal/store"
 )
@@ -24,11 +23,6 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.Handle("POST /v1/training/runs/{run}/operations/{op}", answer(s.operationVerb))
 	mux.Handle("GET /v1/training/runs/{run}/operations/{op}/result", answer(s.result))
 	mux.Handle("POST /v1/training/runs/{run}/operations/{op}/{verb}", answer(s.resultVerb))
-}
-
-// principalOf is a principal with the rights of a run's entity.
-func principalOf(run store.TrainingRun) *auth.Principal {
-	return &auth.Principal{PersonalEntity: run.Entity, Entities: []string{run.Entity}}
 }
 
 // body reads a request body, at most MaxBodyBytes (413 beyond).

@@ -421,7 +421,8 @@ type source struct {
 }
 
 // resolveSource finds the folder a checkpoint source names, checking the
-// caller may read it and that its adapter fits the spec:
+// caller p may read it (p nil: checked at admission already) and that its
+// adapter fits the spec:
 // service_checkpoint "<run_id>/v<N>" is learner version N of a run;
 // wandb_artifact "entity/project/name:vN" is step N of a registered model.
 func (s *Service) resolveSource(ctx context.Context, p *auth.Principal, src *CheckpointSource, param string, sp *Spec) (source, error) {
@@ -433,7 +434,7 @@ func (s *Service) resolveSource(ctx context.Context, p *auth.Principal, src *Che
 			return out, invalid(param+".checkpoint_id", "checkpoint_id must be <run_id>/v<N> (as results name them), got %q", src.CheckpointID)
 		}
 		run, err := s.cfg.Store.TrainingRunByID(ctx, runID)
-		if err != nil || !p.Member(run.Entity) || v > run.CommittedVersion {
+		if err != nil || (p != nil && !p.Member(run.Entity)) || v > run.CommittedVersion {
 			return out, &httpx.Error{Status: http.StatusNotFound, Param: param + ".checkpoint_id", Code: "not_found", Message: fmt.Sprintf("checkpoint %s not found", src.CheckpointID)}
 		}
 		out = source{Dir: s.cfg.Layout.RunVersionDir(runID, v), Version: v}
@@ -447,7 +448,7 @@ func (s *Service) resolveSource(ctx context.Context, p *auth.Principal, src *Che
 		var step int
 		fmt.Sscanf(src.Artifact[i+2:], "%d", &step)
 		nf := &httpx.Error{Status: http.StatusNotFound, Param: param + ".artifact", Code: "not_found", Message: fmt.Sprintf("checkpoint %s not found", src.Artifact)}
-		if !p.Member(parts[0]) {
+		if p != nil && !p.Member(parts[0]) {
 			return out, nf
 		}
 		m, err := s.cfg.Store.ModelByName(ctx, parts[0], parts[1], parts[2])
