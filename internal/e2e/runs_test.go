@@ -211,6 +211,7 @@ func TestARTTrainingRunReplay(t *testing.T) {
 			Packing     struct {
 				PackedSequences int `json:"packed_sequences"`
 				LogicalTokens   int `json:"logical_tokens"`
+				PhysicalTokens  int `json:"physical_tokens"`
 			} `json:"packing"`
 			Training struct {
 				Accepted int              `json:"accepted_trainable_tokens"`
@@ -227,7 +228,7 @@ func TestARTTrainingRunReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 		if fbRes.OperationID != fb.OperationID || fbRes.Kind != "forward_backward" || fbRes.Packing.PackedSequences != 2 ||
-			fbRes.Packing.LogicalTokens != 15 || fbRes.Training.Accepted != 7 || !fbRes.ProducedGradient ||
+			fbRes.Packing.LogicalTokens != 15 || fbRes.Packing.PhysicalTokens != 11 || fbRes.Training.Accepted != 7 || !fbRes.ProducedGradient ||
 			fbRes.Loss.ContractID != "cispo_v1" || fbRes.Loss.Reduction != "mean_active_token" ||
 			len(fbRes.Training.Policy) != 1 || fbRes.Training.Policy[0]["accepted_trainable_tokens"] != 7 {
 			t.Fatalf("forward_backward result: %s", fbDone.ResultSummary)

@@ -8,11 +8,14 @@ import (
 	"sort"
 
 	"flywheel/internal/engine"
+	"flywheel/internal/train"
 )
 
 // tokenBatch is a checked TokenMatrixBatch made into the engine's packed
-// batch: one segment per matrix, and one row per (position, candidate) of
-// target_token_ids, predicting target_token_ids[t][k] from tokens[0..t].
+// batch: the matrices' token sequences packed as a prefix tree (the job
+// trainer's packing, train.PackPrefixes: a group's shared prompt runs once),
+// and one row per (position, candidate) of target_token_ids, predicting
+// target_token_ids[t][k] from tokens[0..t].
 // Per row it holds what the loss reads.
 type tokenBatch struct {
 	b        *engine.Batch
@@ -200,7 +203,9 @@ func buildBatch(b *Batch, ls *lossSpec, cfg *engine.Config) (*tokenBatch, error)
 	for _, n := range append(append([]string(nil), required...), optional...) {
 		permitted[n] = true
 	}
-	tb := &tokenBatch{b: &engine.Batch{}}
+	tb := &tokenBatch{}
+	var seqs [][]int          // token ids per matrix
+	var rowPos, targets []int // per row: its position in its matrix, its target
 	budget := maxBatchValues
 	seen := map[string]bool{}
 	anyPolicy, nonePolicy := false, false
@@ -339,20 +344,19 @@ func buildBatch(b *Batch, ls *lossSpec, cfg *engine.Config) (*tokenBatch, error)
 		tb.active = append(tb.active, act)
 		tb.policy = append(tb.policy, pol)
 		tb.accepted += nact
-		off := len(tb.b.Tokens)
-		tb.b.Segs = append(tb.b.Segs, engine.Segment{Off: off, Len: T})
-		for t := 0; t < T; t++ {
-			tb.b.Tokens = append(tb.b.Tokens, int(tok.v[t]))
-			tb.b.Pos = append(tb.b.Pos, t)
+		ids := make([]int, T)
+		for t := range ids {
+			ids[t] = int(tok.v[t])
 		}
+		seqs = append(seqs, ids)
 		lw, hasW := rows["loss_weights"]
 		adv, hasA := rows["advantages"]
 		blp, hasB := rows["behavior_logprobs"]
 		for t := 0; t < T; t++ {
 			for k := 0; k < K; k++ {
 				i := t*K + k
-				tb.b.Rows = append(tb.b.Rows, off+t)
-				tb.b.Targets = append(tb.b.Targets, int(tg.v[i]))
+				rowPos = append(rowPos, t)
+				targets = append(targets, int(tg.v[i]))
 				tb.matrix = append(tb.matrix, mi)
 				w, a, bl := 1.0, 0.0, 0.0
 				if hasW {
@@ -367,6 +371,14 @@ func buildBatch(b *Batch, ls *lossSpec, cfg *engine.Config) (*tokenBatch, error)
 				tb.w, tb.a, tb.bl = append(tb.w, w), append(tb.a, a), append(tb.bl, bl)
 			}
 		}
+	}
+	// matrices sharing a prefix (a group's prompt) share its computation
+	pp := train.PackPrefixes(seqs)
+	tb.b = pp.Batch
+	tb.b.Rows = make([]int, len(rowPos))
+	tb.b.Targets = targets
+	for i, t := range rowPos {
+		tb.b.Rows[i] = pp.Row(tb.matrix[i], t)
 	}
 	if anyPolicy && nonePolicy {
 		return nil, invalid("batch.matrices", "policy_version must cover every accepted position or be omitted")

@@ -634,8 +634,8 @@ func forwardResult(op store.TrainingOperation, tb *tokenBatch, ls lossSpec, lp [
 	n := len(tb.lens)
 	res := map[string]any{"operation_id": op.ID, "kind": op.Kind, "metrics": map[string]float64{},
 		"packing": map[string]int{"packed_sequence_length": maxLen, "packed_sequences": n, "target_packed_sequences": n,
-			"logical_tokens": tb.tokens, "physical_tokens": tb.tokens, "packed_capacity_tokens": n * maxLen,
-			"padding_tokens": n*maxLen - tb.tokens},
+			"logical_tokens": tb.tokens, "physical_tokens": len(tb.b.Tokens), "packed_capacity_tokens": n * maxLen,
+			"padding_tokens": n*maxLen - len(tb.b.Tokens)},
 	}
 	if withLogprobs {
 		var out []map[string]any
