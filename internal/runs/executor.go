@@ -583,6 +583,9 @@ func (s *Service) publish(ctx context.Context, run store.TrainingRun, sp *Spec, 
 		if _, err := s.cfg.Store.CheckpointByStep(ctx, m.ID, v); err == nil {
 			return fail("checkpoint_step_exists", "model %s already has step %d", m.ID, v)
 		}
+		if busy, err := s.cfg.Store.ModelTraining(ctx, m.ID); err != nil || busy {
+			return fail("model_in_training", "a training job of model %s/%s/%s is running: publish when it has ended", m.Entity, m.Project, m.Name)
+		}
 		return nil
 	}
 	ck := &store.Checkpoint{ModelID: m.ID, Step: v}

@@ -43,6 +43,9 @@ import (
 type Store interface {
 	store.Runs
 	store.Models
+	// ModelTraining reports whether a training job of the model runs
+	// (a run does not publish into a model a job is about to publish to).
+	ModelTraining(ctx context.Context, modelID string) (bool, error)
 }
 
 // Config configures the service.
