@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"flywheel/internal/checkpoints"
@@ -42,9 +43,32 @@ func (s *Service) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	s.sweep()
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
 	go s.loop()
 	return nil
+}
+
+// sweep removes the work folders of learner versions that a crash left
+// (on a shared data dir only old ones: another node may be writing).
+func (s *Service) sweep() {
+	runs, err := s.cfg.Storage.List(s.cfg.Layout.RunsDir())
+	if err != nil {
+		return
+	}
+	for _, r := range runs {
+		if !r.IsDir() {
+			continue
+		}
+		dir := filepath.Join(s.cfg.Layout.RunsDir(), r.Name())
+		removed, err := store.Sweep(s.cfg.Storage, dir, s.cfg.Shared, func(name string) bool { return strings.HasPrefix(name, ".tmp-") })
+		for _, name := range removed {
+			s.cfg.Logger.Info("runs: removed a learner version interrupted by a restart", "run", r.Name(), "folder", name)
+		}
+		if err != nil {
+			s.cfg.Logger.Warn("runs: remove an interrupted learner version", "run", r.Name(), "err", err)
+		}
+	}
 }
 
 // Close stops the executor after the operation in progress.

@@ -380,6 +380,11 @@ func TestRestartResumesWithoutLossOrDoubling(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	leftover := h.layout.RunWorkDir(run.ID, 2, "dead")
+	if err := os.MkdirAll(leftover, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
 	// restart: a new process on the same store (one node: stale leases go)
 	s := h.service("restarted")
 	if err := s.Start(t.Context()); err != nil {
@@ -390,6 +395,9 @@ func TestRestartResumesWithoutLossOrDoubling(t *testing.T) {
 		if got := h.wait(op); got.Status != store.OpSucceeded {
 			t.Fatalf("%s after restart: %s %s", op.Kind, got.Status, got.ErrorMessage)
 		}
+	}
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Fatalf("the dead node's work folder was not swept: %v", err)
 	}
 	final, _ := st.TrainingRunByID(ctx, run.ID)
 	if final.CommittedVersion != 2 || final.ProjectedVersion != 2 {

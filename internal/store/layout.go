@@ -45,17 +45,20 @@ func (l Layout) FilePath(fileID string) string {
 	return filepath.Join(l.DataDir, "files", fileID)
 }
 
+// RunsDir holds a folder per training run.
+func (l Layout) RunsDir() string { return filepath.Join(l.DataDir, "runs") }
+
 // RunVersionDir is the folder of learner version N of a training run
 // (internal/runs): its adapter and optimizer state.
 func (l Layout) RunVersionDir(runID string, version int) string {
-	return filepath.Join(l.DataDir, "runs", runID, fmt.Sprintf("v%d", version))
+	return filepath.Join(l.RunsDir(), runID, fmt.Sprintf("v%d", version))
 }
 
 // RunWorkDir is the temp folder node writes a run's learner version into
 // before the rename (one per node: a node that lost the run's lease may
 // still be writing while its successor redoes the version).
 func (l Layout) RunWorkDir(runID string, version int, node string) string {
-	return filepath.Join(l.DataDir, "runs", runID, fmt.Sprintf(".tmp-v%d-%s", version, node))
+	return filepath.Join(l.RunsDir(), runID, fmt.Sprintf(".tmp-v%d-%s", version, node))
 }
 
 // OpenDataDir opens the store of a data dir: it makes dataDir absolute,
