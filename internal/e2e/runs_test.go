@@ -99,10 +99,35 @@ func denseRow(name, dtype string, shape []int, data []float64) map[string]any {
 	return map[string]any{"name": name, "dtype": dtype, "shape": shape, "values": map[string]any{"encoding": "dense", "data": data}}
 }
 
+// coefficientRow is ART's _coefficient_row: a float32 [T,1] row as spans
+// over its nonzero runs (default [0.0]), or dense when that is shorter.
+func coefficientRow(name string, values []float64) map[string]any {
+	var spans []any
+	for start := 0; start < len(values); {
+		end := start + 1
+		for end < len(values) && values[end] == values[start] {
+			end++
+		}
+		if values[start] != 0 {
+			spans = append(spans, map[string]any{"start": start, "end": end, "value": []float64{values[start]}})
+		}
+		start = end
+	}
+	if len(spans)*3+1 < len(values) {
+		if spans == nil {
+			spans = []any{}
+		}
+		return map[string]any{"name": name, "dtype": "float32", "shape": []int{len(values), 1},
+			"values": map[string]any{"encoding": "spans", "default": []float64{0}, "spans": spans}}
+	}
+	return denseRow(name, "float32", []int{len(values), 1}, values)
+}
+
 // rlMatrix is one trajectory lowered to a TokenMatrix as ART's
-// token_matrix_batch_from_art_rollouts does: targets shifted by one, the
-// completion's positions carrying the advantage and its sampled logprobs
-// (spans encoding for the piecewise-constant rows).
+// token_matrix_batch_from_art_rollouts does: targets shifted by one (0
+// after the last token), the completion's positions carrying the
+// normalized weight, the advantage and the sampled logprobs (coefficient
+// rows), and the policy version (spans over a default of -1).
 func rlMatrix(id string, tokens []int, prompt int, adv float64, blp []float64) map[string]any {
 	T := len(tokens)
 	tok := make([]float64, T)
@@ -113,16 +138,18 @@ func rlMatrix(id string, tokens []int, prompt int, adv float64, blp []float64) m
 			tgt[i] = float64(tokens[i+1])
 		}
 	}
-	b := make([]float64, T)
-	copy(b[prompt-1:], blp)
+	w, a, b := make([]float64, T), make([]float64, T), make([]float64, T)
+	for t := prompt - 1; t < T-1; t++ {
+		w[t], a[t], b[t] = 1, adv, blp[t-prompt+1]
+	}
 	return map[string]any{"kind": "matrix", "matrix_id": id, "packing_affinity_id": "prompt-0", "rows": []any{
 		denseRow("token_ids", "int64", []int{T}, tok),
 		denseRow("target_token_ids", "int64", []int{T, 1}, tgt),
-		map[string]any{"name": "advantages", "dtype": "float32", "shape": []int{T, 1}, "values": map[string]any{
-			"encoding": "spans", "default": 0.0, "spans": []any{map[string]any{"start": prompt - 1, "end": T - 1, "value": []float64{adv}}}}},
-		denseRow("behavior_logprobs", "float32", []int{T, 1}, b),
+		coefficientRow("loss_weights", w),
+		coefficientRow("advantages", a),
+		coefficientRow("behavior_logprobs", b),
 		map[string]any{"name": "policy_version", "dtype": "int64", "shape": []int{T}, "values": map[string]any{
-			"encoding": "spans", "default": 0, "spans": []any{}}},
+			"encoding": "spans", "default": -1, "spans": []any{map[string]any{"start": prompt - 1, "end": T - 1, "value": 0}}}},
 	}}
 }
 
@@ -343,8 +370,8 @@ func TestTrainingRunBadInput(t *testing.T) {
 		{"normalize_advantages", "/forward_backward", mutate(func(b map[string]any) { b["loss"].(map[string]any)["normalize_advantages"] = true }), 400, "loss.normalize_advantages"},
 		{"clip low above high", "/forward_backward", mutate(func(b map[string]any) { b["loss"].(map[string]any)["clip_low_threshold"] = 9.0 }), 400, "loss.clip_low_threshold"},
 		{"row shapes disagree", "/forward_backward", mutate(func(b map[string]any) {
-			rows(b)[3] = denseRow("behavior_logprobs", "float32", []int{4, 1}, []float64{0, 0, 0, 0})
-		}), 400, "batch.matrices[0].rows[3].shape"},
+			rows(b)[4] = denseRow("behavior_logprobs", "float32", []int{4, 1}, []float64{0, 0, 0, 0})
+		}), 400, "batch.matrices[0].rows[4].shape"},
 		{"dense data count", "/forward_backward", mutate(func(b map[string]any) {
 			rows(b)[0] = denseRow("token_ids", "int64", []int{5}, []float64{1, 2, 3})
 		}), 400, "batch.matrices[0].rows[0].values.data"},
@@ -353,7 +380,7 @@ func TestTrainingRunBadInput(t *testing.T) {
 		}), 400, "batch.matrices[0].rows[0].values"},
 		{"missing advantages", "/forward_backward", mutate(func(b map[string]any) {
 			r := rows(b)
-			b["batch"].(map[string]any)["matrices"].([]any)[0].(map[string]any)["rows"] = []any{r[0], r[1], r[3]}
+			b["batch"].(map[string]any)["matrices"].([]any)[0].(map[string]any)["rows"] = []any{r[0], r[1], r[2], r[4]}
 		}), 400, "batch.matrices[0].rows"},
 		{"span past the end", "/forward_backward", mutate(func(b map[string]any) {
 			rows(b)[2].(map[string]any)["values"].(map[string]any)["spans"] = []any{map[string]any{"start": 2, "end": 9, "value": []float64{1}}}
@@ -493,5 +520,70 @@ func TestTrainingRunSurvivesRestart(t *testing.T) {
 	}
 	if ch := c.complete(map[string]any{"model": inferenceName(m, 4), "max_tokens": 2, "messages": []any{userMsg("hi")}}); len(ch) != 1 {
 		t.Fatalf("completion: %v", ch)
+	}
+}
+
+// sftMatrix is one chat lowered as ART's token_matrix_batch_from_sft does:
+// targets are the labels shifted by one (0 where -100), loss_weights 1 on
+// the assistant's targets.
+func sftMatrix(id string, tokens []int, prompt int) map[string]any {
+	T := len(tokens)
+	tok, tgt, w := make([]float64, T), make([]float64, T), make([]float64, T)
+	for i, x := range tokens {
+		tok[i] = float64(x)
+		if i+1 < T && i+1 >= prompt {
+			tgt[i], w[i] = float64(tokens[i+1]), 1
+		}
+	}
+	return map[string]any{"kind": "matrix", "matrix_id": id, "packing_affinity_id": nil, "rows": []any{
+		denseRow("token_ids", "int64", []int{T}, tok),
+		denseRow("target_token_ids", "int64", []int{T, 1}, tgt),
+		coefficientRow("loss_weights", w),
+	}}
+}
+
+// The client's SFT (_train_sft): per batch of two trajectories a
+// cross_entropy forward_backward and an optim_step, then one publication
+// of the last learner version. The loss falls on the repeated data, and
+// the model's step is the last version.
+func TestARTTrainingRunSFTReplay(t *testing.T) {
+	url, key := server(t)
+	c := &artClient{t: t, base: url, key: key, poll: 10 * time.Millisecond}
+	m := c.register("runs-sft", "sft-agent", "flywheel/tiny")
+	run := c.resolveRun("resolve-sft", tinySpec())
+	chats := [][]int{{5, 6, 7, 30, 31, 32, 33}, {5, 6, 8, 40, 41, 42}}
+	ce := map[string]any{"name": "cross_entropy", "normalize_advantages": false}
+	var losses []float64
+	seq := 0
+	for batch := 0; batch < 4; batch++ {
+		var ms []any
+		for i, ch := range chats {
+			ms = append(ms, sftMatrix(fmt.Sprintf("sft-%d", i), ch, 3))
+		}
+		fb := c.wait(c.submit(run.RunID, "forward_backward", fbBody(fmt.Sprint("fb-sft-", batch), seq, ms, ce)))
+		var res struct {
+			Loss struct {
+				Value float64 `json:"value"`
+			} `json:"loss"`
+			Training struct {
+				Accepted int `json:"accepted_trainable_tokens"`
+			} `json:"training"`
+			ProducedGradient bool `json:"produced_gradient"`
+		}
+		if err := json.Unmarshal(fb.ResultSummary, &res); err != nil || fb.Status != "succeeded" || !res.ProducedGradient || res.Training.Accepted != 7 {
+			t.Fatalf("sft forward_backward: %+v %s", fb, fb.ResultSummary)
+		}
+		losses = append(losses, res.Loss.Value)
+		if o := c.wait(c.submit(run.RunID, "optim_step", optimBody(fmt.Sprint("optim-sft-", batch), seq+1, 2e-2))); o.Status != "succeeded" {
+			t.Fatalf("sft optim_step: %+v", o)
+		}
+		seq += 2
+	}
+	if !(losses[3] < losses[0]) {
+		t.Fatalf("the cross-entropy did not fall on repeated data: %v", losses)
+	}
+	pub := c.wait(c.submit(run.RunID, "save_weights_for_sampler", publishBody("publish-sft", seq, "step-4", m.Name)))
+	if pub.Status != "succeeded" || c.getStep(m) != 4 {
+		t.Fatalf("sft publication: %+v, step %d", pub, c.getStep(m))
 	}
 }
