@@ -574,9 +574,9 @@ func (s *Service) ensureVersion(ctx context.Context, run store.TrainingRun, sp *
 // lifecycle; the checkpoint row and the operation's success commit in one
 // transaction.
 func (s *Service) publish(ctx context.Context, run store.TrainingRun, sp *Spec, op store.TrainingOperation, req *SaveSamplerRequest, out *store.OperationOutcome) (any, error) {
-	m, err := s.modelFor(ctx, run, sp, req.Publication.ModelAlias)
+	m, err := s.cfg.Store.ModelByID(ctx, op.TargetModel)
 	if err != nil {
-		return nil, fail("model_not_found", "%s", err.Error())
+		return nil, fail("model_not_found", "model %q (%s) was deleted after the publication was admitted", req.Publication.ModelAlias, op.TargetModel)
 	}
 	v := op.ParentVersion
 	if err := s.ensureVersion(ctx, run, sp, v); err != nil {

@@ -276,7 +276,7 @@ func (s *Service) Submit(ctx context.Context, p *auth.Principal, runID, kind str
 	if err != nil {
 		return store.TrainingOperation{}, err
 	}
-	cmd, transition, cf, err := s.check(ctx, p, run, sp, kind, body)
+	cmd, transition, cf, target, err := s.check(ctx, p, sp, kind, body)
 	if err != nil {
 		return store.TrainingOperation{}, err
 	}
@@ -287,7 +287,7 @@ func (s *Service) Submit(ctx context.Context, p *auth.Principal, runID, kind str
 		s.nchecked.Add(-1)
 	}
 	op, err := s.cfg.Store.AdmitOperation(ctx, store.TrainingOperation{ID: id, RunID: run.ID, RequestID: cmd.RequestID,
-		Fingerprint: fingerprint(body), Sequence: *cmd.SequenceID, Kind: kind, Body: body}, transition)
+		Fingerprint: fingerprint(body), Sequence: *cmd.SequenceID, Kind: kind, Body: body, TargetModel: target}, transition)
 	if err != nil || op.ID != id {
 		s.unchecked(id) // refused, or a replay of an earlier operation
 	}
@@ -299,82 +299,82 @@ func (s *Service) Submit(ctx context.Context, p *auth.Principal, runID, kind str
 }
 
 // check validates a command's body; it returns its common part, whether
-// it is a learner transition (reserves a version) and, for a forward, the
-// checked batch.
-func (s *Service) check(ctx context.Context, p *auth.Principal, run store.TrainingRun, sp *Spec, kind string, body []byte) (command, bool, *checkedForward, error) {
+// it is a learner transition (reserves a version), for a forward the
+// checked batch, and for a publication the id of the model it goes to.
+func (s *Service) check(ctx context.Context, p *auth.Principal, sp *Spec, kind string, body []byte) (command, bool, *checkedForward, string, error) {
 	switch kind {
 	case KindForward, KindForwardBackward:
 		var req ForwardRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, nil, err
+			return command{}, false, nil, "", err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, false, nil, err
+			return req.command, false, nil, "", err
 		}
 		if req.RetainPackedInput {
-			return req.command, false, nil, invalid("retain_packed_input", "retain_packed_input is not supported: flywheel keeps no packed-input captures")
+			return req.command, false, nil, "", invalid("retain_packed_input", "retain_packed_input is not supported: flywheel keeps no packed-input captures")
 		}
 		tb, ls, err := s.checkForward(&req, sp)
 		if err != nil {
-			return req.command, false, nil, err
+			return req.command, false, nil, "", err
 		}
-		return req.command, false, &checkedForward{tb: tb, ls: ls, withLogprobs: req.ReturnTokenLogprobs == nil || *req.ReturnTokenLogprobs}, nil
+		return req.command, false, &checkedForward{tb: tb, ls: ls, withLogprobs: req.ReturnTokenLogprobs == nil || *req.ReturnTokenLogprobs}, "", nil
 	case KindOptimStep:
 		var req OptimStepRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, nil, err
+			return command{}, false, nil, "", err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, true, nil, err
+			return req.command, true, nil, "", err
 		}
 		_, err := req.Optimizer.stepConfig()
-		return req.command, true, nil, err
+		return req.command, true, nil, "", err
 	case KindSaveSampler:
 		var req SaveSamplerRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, nil, err
+			return command{}, false, nil, "", err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, false, nil, err
+			return req.command, false, nil, "", err
 		}
 		if err := checkIdentifier("checkpoint_name", req.CheckpointName); err != nil {
-			return req.command, false, nil, err
+			return req.command, false, nil, "", err
 		}
 		if req.Publication == nil {
-			return req.command, false, nil, missing("publication")
+			return req.command, false, nil, "", missing("publication")
 		}
 		if req.Publication.Target != "active" && req.Publication.Target != "saved_generation" {
-			return req.command, false, nil, invalid("publication.target", "publication.target must be active or saved_generation, got %q", req.Publication.Target)
+			return req.command, false, nil, "", invalid("publication.target", "publication.target must be active or saved_generation, got %q", req.Publication.Target)
 		}
 		if err := checkIdentifier("publication.model_alias", req.Publication.ModelAlias); err != nil {
-			return req.command, false, nil, err
+			return req.command, false, nil, "", err
 		}
-		_, err := s.modelFor(ctx, run, sp, req.Publication.ModelAlias)
-		return req.command, false, nil, err
+		m, err := s.modelFor(ctx, p.Entities, sp, req.Publication.ModelAlias)
+		return req.command, false, nil, m.ID, err
 	case KindSaveState:
 		var req SaveStateRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, nil, err
+			return command{}, false, nil, "", err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, false, nil, err
+			return req.command, false, nil, "", err
 		}
-		return req.command, false, nil, checkIdentifier("checkpoint_name", req.CheckpointName)
+		return req.command, false, nil, "", checkIdentifier("checkpoint_name", req.CheckpointName)
 	case KindLoadState:
 		var req LoadStateRequest
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return command{}, false, nil, err
+			return command{}, false, nil, "", err
 		}
 		if err := req.command.check(); err != nil {
-			return req.command, true, nil, err
+			return req.command, true, nil, "", err
 		}
 		if err := req.Source.check("source"); err != nil {
-			return req.command, true, nil, err
+			return req.command, true, nil, "", err
 		}
 		_, err := s.resolveSource(ctx, p, req.Source, "source", sp)
-		return req.command, true, nil, err
+		return req.command, true, nil, "", err
 	}
-	return command{}, false, nil, httpx.NotFound("unknown training-run command %q", kind)
+	return command{}, false, nil, "", httpx.NotFound("unknown training-run command %q", kind)
 }
 
 // checkForward checks a forward's loss and batch against the run's model.
@@ -391,11 +391,11 @@ func (s *Service) checkForward(req *ForwardRequest, sp *Spec) (*tokenBatch, loss
 	return tb, ls, err
 }
 
-// modelFor is the registered model a run publishes to: the model of the
-// run's entity named alias (the client sends its model's name) on the
-// run's base model.
-func (s *Service) modelFor(ctx context.Context, run store.TrainingRun, sp *Spec, alias string) (store.Model, error) {
-	ms, err := s.cfg.Store.ListModels(ctx, []string{run.Entity})
+// modelFor is the registered model a run publishes to: the model named
+// alias (the client sends its model's name) on the run's base model, in
+// one of the caller's entities.
+func (s *Service) modelFor(ctx context.Context, entities []string, sp *Spec, alias string) (store.Model, error) {
+	ms, err := s.cfg.Store.ListModels(ctx, entities)
 	if err != nil {
 		return store.Model{}, err
 	}
@@ -408,12 +408,12 @@ func (s *Service) modelFor(ctx context.Context, run store.TrainingRun, sp *Spec,
 	switch len(found) {
 	case 0:
 		return store.Model{}, &httpx.Error{Status: http.StatusBadRequest, Param: "publication.model_alias", Code: "model_not_found",
-			Message: fmt.Sprintf("entity %s has no model named %q on base model %s: register it first (POST /v1/preview/models)", run.Entity, alias, sp.BaseModel)}
+			Message: fmt.Sprintf("no model named %q on base model %s in your entities: register it first (POST /v1/preview/models)", alias, sp.BaseModel)}
 	case 1:
 		return found[0], nil
 	}
 	return store.Model{}, &httpx.Error{Status: http.StatusBadRequest, Param: "publication.model_alias", Code: "ambiguous_model",
-		Message: fmt.Sprintf("entity %s has %d models named %q (in several projects)", run.Entity, len(found), alias)}
+		Message: fmt.Sprintf("%d of your models are named %q (in several entities or projects)", len(found), alias)}
 }
 
 // source is a resolved checkpoint: a folder with the adapter (and maybe

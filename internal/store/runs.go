@@ -76,6 +76,9 @@ type TrainingOperation struct {
 	Result                            json.RawMessage // nil: none (or released)
 	ResultReleased                    bool
 	ErrorCode, ErrorMessage           string
+	// TargetModel is the model a publication goes to (resolved at
+	// admission, with the caller's rights).
+	TargetModel string
 }
 
 // OperationOutcome is how an executed operation ended (FinishOperation).
@@ -167,16 +170,16 @@ func scanRun(sc interface{ Scan(...any) error }) (TrainingRun, error) {
 }
 
 const opCols = `id, run_id, request_id, fingerprint, sequence_id, kind, status, parent_version, reserved_version, body,
-	admitted_at, started_at, ended_at, cancel_requested, event_cursor, result, result_released, error_code, error_message`
+	admitted_at, started_at, ended_at, cancel_requested, event_cursor, result, result_released, error_code, error_message, target_model`
 
 func scanOp(sc interface{ Scan(...any) error }) (TrainingOperation, error) {
 	var o TrainingOperation
 	var reserved sql.NullInt64
 	var body, admitted string
-	var started, ended, result, code, msg sql.NullString
+	var started, ended, result, code, msg, target sql.NullString
 	var cancel, released int
 	if err := sc.Scan(&o.ID, &o.RunID, &o.RequestID, &o.Fingerprint, &o.Sequence, &o.Kind, &o.Status, &o.ParentVersion,
-		&reserved, &body, &admitted, &started, &ended, &cancel, &o.EventCursor, &result, &released, &code, &msg); err != nil {
+		&reserved, &body, &admitted, &started, &ended, &cancel, &o.EventCursor, &result, &released, &code, &msg, &target); err != nil {
 		return o, err
 	}
 	if reserved.Valid {
@@ -192,7 +195,7 @@ func scanOp(sc interface{ Scan(...any) error }) (TrainingOperation, error) {
 		o.Result = json.RawMessage(result.String)
 	}
 	o.ResultReleased = released != 0
-	o.ErrorCode, o.ErrorMessage = code.String, msg.String
+	o.ErrorCode, o.ErrorMessage, o.TargetModel = code.String, msg.String, target.String
 	return o, nil
 }
 
@@ -314,9 +317,9 @@ func (s *sqlDB) AdmitOperation(ctx context.Context, op TrainingOperation, transi
 			projected = v
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO training_operations (id, run_id, request_id, fingerprint, sequence_id, kind,
-			status, parent_version, reserved_version, body, admitted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			status, parent_version, reserved_version, body, admitted_at, target_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			op.ID, op.RunID, op.RequestID, op.Fingerprint, op.Sequence, op.Kind, op.Status, op.ParentVersion, reserved,
-			string(op.Body), FormatTime(op.AdmittedAt)); err != nil {
+			string(op.Body), FormatTime(op.AdmittedAt), nullString(op.TargetModel)); err != nil {
 			return fmt.Errorf("insert operation: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, "UPDATE training_runs SET next_sequence_id = ?, projected_version = ? WHERE id = ?",

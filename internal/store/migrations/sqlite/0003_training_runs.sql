@@ -2,7 +2,8 @@
 -- adapter trained by sequenced operations; an operation's body is stored as
 -- sent (canonical JSON) with its fingerprint, so a replayed request_id is
 -- recognised. Learner versions: projected counts admitted transitions
--- (optim_step, load_state), committed the ones applied. The run's lease
+-- (optim_step, load_state), committed the ones applied. target_model is
+-- the model a save_weights_for_sampler publishes into, resolved at admission. The run's lease
 -- names the node executing its operations (lease_expires: ms since the
 -- epoch on the database's clock).
 CREATE TABLE training_runs (
@@ -45,6 +46,7 @@ CREATE TABLE training_operations (
     result_released  INTEGER NOT NULL DEFAULT 0,
     error_code       TEXT,
     error_message    TEXT,
+    target_model     TEXT,
     UNIQUE (run_id, request_id),
     UNIQUE (run_id, sequence_id)
 );
