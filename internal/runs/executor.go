@@ -343,7 +343,7 @@ func (s *Service) initialVersion(ctx context.Context, run store.TrainingRun, sp 
 		if err := json.Unmarshal(run.InitialState, &st); err != nil {
 			return err
 		}
-		src, err := s.resolveSourceAs(ctx, run, st.Source, sp)
+		src, err := s.resolveSourceAs(ctx, st.Source, sp)
 		if err != nil {
 			return err
 		}
@@ -372,7 +372,7 @@ func (s *Service) initialVersion(ctx context.Context, run store.TrainingRun, sp 
 
 // resolveSourceAs resolves a checkpoint source at execution (the caller's
 // rights to it were checked at admission).
-func (s *Service) resolveSourceAs(ctx context.Context, run store.TrainingRun, src *CheckpointSource, sp *Spec) (source, error) {
+func (s *Service) resolveSourceAs(ctx context.Context, src *CheckpointSource, sp *Spec) (source, error) {
 	got, err := s.resolveSource(ctx, nil, src, "source", sp)
 	if err != nil {
 		return got, fail("checkpoint_not_found", "%s", err.Error())
@@ -481,7 +481,7 @@ func (s *Service) apply(ctx context.Context, run store.TrainingRun, op store.Tra
 		if err := json.Unmarshal(op.Body, &req); err != nil {
 			return nil, err
 		}
-		src, err := s.resolveSourceAs(ctx, run, req.Source, sp)
+		src, err := s.resolveSourceAs(ctx, req.Source, sp)
 		if err != nil {
 			return nil, err
 		}
