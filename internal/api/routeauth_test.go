@@ -8,7 +8,7 @@ import "testing"
 func TestRouteAuth(t *testing.T) {
 	for path, want := range map[string]authMode{
 		"/v1/health": authNone, "/v1/system-check": authNone, "/health": authNone, "/server_info": authNone,
-		"/v1/chat/completions": authBearer, "/tokenize": authBearer, "/detokenize": authBearer,
+		"/v1/chat/completions": authBearer, "/tokenize": authBearer, "/v1/training/runs:resolve": authBearer, "/v1/training/runs/r/operations/o": authBearer, "/detokenize": authBearer,
 		"/call/read": authBasicBearer, "/calls/stream_query": authBasicBearer, "/cost/create": authBasicBearer,
 		"/obj/create": authBasicBearer, "/objs/query": authBasicBearer, "/file/create": authBasicBearer, "/file/content": authBasicBearer,
 	} {

@@ -24,6 +24,7 @@ import (
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/tiny"
 	"flywheel/internal/jobs"
+	"flywheel/internal/runs"
 	"flywheel/internal/serve"
 	"flywheel/internal/store"
 	"flywheel/internal/trace"
@@ -100,6 +101,7 @@ type App struct {
 	Chat        *serve.Server    // chat completions, /v1/models, /tokenize
 	Checkpoints *checkpoints.Manager
 	Queue       *jobs.Queue
+	Runs        *runs.Service // the training-run API and its executor
 
 	// BootstrapKeyFile is where New wrote the generated key of user admin;
 	// empty when no user was created or the key came from BootstrapKey.
@@ -208,13 +210,25 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	}
 	a.closers = append(a.closers, a.shutdownQueue)
 
+	rstore, ok := a.Store.(runs.Store)
+	if !ok {
+		return nil, errors.New("app: the store keeps no training runs")
+	}
+	a.Runs = runs.New(runs.Config{Store: rstore, Models: a.Models, ModelsDir: a.ModelsDir, Layout: layout,
+		Storage: a.Storage, Checkpoints: a.Checkpoints, NodeID: cfg.NodeID, Shared: a.Store.Shared(),
+		LeaseTTL: cfg.LeaseTimeout, Logger: cfg.Logger})
+	if err := a.Runs.Start(ctx); err != nil {
+		return nil, fmt.Errorf("training runs: %w", err)
+	}
+	a.closers = append(a.closers, a.Runs.Close)
+
 	acfg := api.Config{Checkpoints: a.Checkpoints, Storage: a.Storage, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
 		MaxBodyBytes: cfg.MaxBodyBytes, BodyReadTimeout: cfg.BodyReadTimeout, Version: cfg.Version, Logger: cfg.Logger,
 		Links: a.Calls}
 	if lr, ok := trainer.(defaultLRer); ok {
 		acfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use
 	}
-	a.handler = api.New(acfg, a.Store, a.Queue, a.Chat, a.Calls, api.RegistrarFunc(ui.Register))
+	a.handler = api.New(acfg, a.Store, a.Queue, a.Chat, a.Calls, a.Runs, api.RegistrarFunc(ui.Register))
 	if err := a.handler.Registry().Register(a.Chat); err != nil {
 		cfg.Logger.Warn("serve metrics not registered", "err", err)
 	}

@@ -14,6 +14,7 @@ import (
 //	<data-dir>/checkpoints/<model_id>/.tmp-*      work folders, renamed into place when complete
 //	<data-dir>/requests/<job_id>.json             a training job's request body as sent
 //	<data-dir>/files/<file_id>                    an uploaded file
+//	<data-dir>/runs/<run_id>/v<N>/                 learner version N of a training run (adapter + optimizer)
 type Layout struct {
 	DataDir string // absolute
 }
@@ -42,6 +43,22 @@ func (l Layout) RequestPath(jobID string) string {
 // FilePath is where an uploaded file's bytes are stored.
 func (l Layout) FilePath(fileID string) string {
 	return filepath.Join(l.DataDir, "files", fileID)
+}
+
+// RunsDir holds a folder per training run.
+func (l Layout) RunsDir() string { return filepath.Join(l.DataDir, "runs") }
+
+// RunVersionDir is the folder of learner version N of a training run
+// (internal/runs): its adapter and optimizer state.
+func (l Layout) RunVersionDir(runID string, version int) string {
+	return filepath.Join(l.RunsDir(), runID, fmt.Sprintf("v%d", version))
+}
+
+// RunWorkDir is the temp folder node writes a run's learner version into
+// before the rename (one per node: a node that lost the run's lease may
+// still be writing while its successor redoes the version).
+func (l Layout) RunWorkDir(runID string, version int, node string) string {
+	return filepath.Join(l.RunsDir(), runID, fmt.Sprintf(".tmp-v%d-%s", version, node))
 }
 
 // OpenDataDir opens the store of a data dir: it makes dataDir absolute,
@@ -80,7 +97,7 @@ const (
 // group and other permissions away from them when they exist with more.
 func (l Layout) prepare() error {
 	for _, d := range []string{l.DataDir, filepath.Join(l.DataDir, "checkpoints"),
-		filepath.Join(l.DataDir, "requests"), filepath.Join(l.DataDir, "files")} {
+		filepath.Join(l.DataDir, "requests"), filepath.Join(l.DataDir, "files"), filepath.Join(l.DataDir, "runs")} {
 		if err := os.MkdirAll(d, DirMode); err != nil {
 			return fmt.Errorf("create data dir: %w", err)
 		}

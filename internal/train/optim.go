@@ -51,13 +51,7 @@ func adapterParams(m *model) []param {
 // clipGradNorm scales the gradients to global norm ≤ maxNorm (as
 // torch.nn.utils.clip_grad_norm_) and returns the norm before clipping.
 func clipGradNorm(ps []param, maxNorm float64) float64 {
-	var ss float64
-	for _, p := range ps {
-		for _, g := range p.G {
-			ss += float64(g) * float64(g)
-		}
-	}
-	norm := math.Sqrt(ss)
+	norm := gradNorm(ps)
 	if coef := maxNorm / (norm + 1e-6); coef < 1 {
 		for _, p := range ps {
 			for i := range p.G {
@@ -66,6 +60,17 @@ func clipGradNorm(ps []param, maxNorm float64) float64 {
 		}
 	}
 	return norm
+}
+
+// gradNorm is the global L2 norm of the gradients.
+func gradNorm(ps []param) float64 {
+	var ss float64
+	for _, p := range ps {
+		for _, g := range p.G {
+			ss += float64(g) * float64(g)
+		}
+	}
+	return math.Sqrt(ss)
 }
 
 // update applies one AdamW step with learning rate lr.

@@ -3,6 +3,7 @@ package train
 import (
 	"sort"
 
+	"flywheel/internal/engine"
 	"flywheel/internal/rl"
 )
 
@@ -122,21 +123,24 @@ type stepBatch struct {
 	ntoken int
 }
 
-// buildBatch packs seqs into one model batch as a prefix tree: a run of
-// tokens that several sequences start with (the prompt of a group of
-// trajectories, the earlier turns of a conversation) is one segment that
-// their own segments continue, so its forward and backward run once; the
-// result equals training each sequence in full (engine.Batch). Rows are the
-// positions t−1 of every trainable token t of each sequence; each row
-// carries its sequence's advantage and weight and the token's recorded
-// logprob.
-func buildBatch(seqs []*sequence) *stepBatch {
-	sb := &stepBatch{b: &batch{}, seqs: seqs}
-	b := sb.b
-	root := &trieNode{}
+// Prefixes is token sequences packed into one model batch as a prefix
+// tree: a run of tokens that several sequences start with (the prompt of a
+// group of trajectories, the earlier turns of a conversation) is one
+// segment that their own segments continue, so its forward and backward
+// run once; the result equals running each sequence in full
+// (engine.Batch). The batch has no rows yet: the caller adds them with Row.
+type Prefixes struct {
+	Batch *engine.Batch
+	root  *trieNode
+	seqs  [][]int
+}
+
+// PackPrefixes packs seqs (each non-empty) into one batch.
+func PackPrefixes(seqs [][]int) *Prefixes {
+	pp := &Prefixes{Batch: &batch{}, root: &trieNode{}, seqs: seqs}
+	b := pp.Batch
 	for _, s := range seqs {
-		root.insert(s.Tokens)
-		sb.ntoken += len(s.Tokens)
+		pp.root.insert(s)
 	}
 	// segments in depth-first order, so a parent comes before its children
 	var lay func(n *trieNode, parent int)
@@ -152,13 +156,34 @@ func buildBatch(seqs []*sequence) *stepBatch {
 			lay(c, c.seg)
 		}
 	}
-	lay(root, -1)
+	lay(pp.root, -1)
+	return pp
+}
+
+// Row is the batch token (row index for Batch.Rows) of position p of
+// sequence i.
+func (pp *Prefixes) Row(i, p int) int { return pp.root.rowOf(pp.seqs[i], p) }
+
+// buildBatch packs seqs into one model batch (PackPrefixes). Rows are the
+// positions t−1 of every trainable token t of each sequence; each row
+// carries its sequence's advantage and weight and the token's recorded
+// logprob.
+func buildBatch(seqs []*sequence) *stepBatch {
+	toks := make([][]int, len(seqs))
+	sb := &stepBatch{seqs: seqs}
+	for i, s := range seqs {
+		toks[i] = s.Tokens
+		sb.ntoken += len(s.Tokens)
+	}
+	pp := PackPrefixes(toks)
+	sb.b = pp.Batch
+	b := sb.b
 	for si, s := range seqs {
 		for t := 1; t < len(s.Tokens); t++ {
 			if !s.Mask[t] {
 				continue
 			}
-			b.Rows = append(b.Rows, root.rowOf(s.Tokens, t-1))
+			b.Rows = append(b.Rows, pp.Row(si, t-1))
 			b.Targets = append(b.Targets, s.Tokens[t])
 			sb.toks = append(sb.toks, rl.Token{Old: s.OldLP[t], A: s.A, W: s.W, Seq: si})
 		}
