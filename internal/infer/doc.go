@@ -41,7 +41,10 @@
 // A choice samples with an engine.Sampler of its Request.Sampling entry
 // (temperature, top-p, top-k, min-p, seed). The logprob of each sampled
 // token is under the distribution it was sampled from (see engine.Sampler);
-// under a Constraint it is the masked distribution.
+// under a Constraint it is the masked distribution. Request.Penalties
+// (logit bias, repetition, frequency and presence penalties) change the
+// logits before the constraint and the sampler, so logprobs are those of
+// the penalised distribution.
 //
 // # Output processing
 //

@@ -59,6 +59,9 @@ type Request struct {
 	Stop      []string     // stop strings, not part of the output
 	StopIDs   map[int]bool // tokens that end a choice (included in Tokens, no text)
 	IgnoreEOS bool         // keep generating past end-of-sequence tokens
+	// Penalties apply to every choice's logits before its constraint and
+	// sampler (each choice counts its own generated tokens); nil: none.
+	Penalties *Penalties
 	// NewConstraint makes each choice's constraint; nil: unconstrained.
 	NewConstraint func() Constraint
 	// NewSampler makes each choice's sampler from its Sampling entry; nil:

@@ -235,10 +235,11 @@ type seqState struct {
 	seq     *engine.Seq // nil for a clone until its leader's prompt is prefilled
 	clones  []*seqState // choices waiting for this leader's prefill
 	sampler Sampler
-	cons    Constraint // nil: unconstrained
-	pending []int      // prompt tokens not yet fed
-	next    int        // token to feed at the next step when pending is empty
-	n       int        // tokens generated
+	cons    Constraint    // nil: unconstrained
+	pen     *penaltyState // nil: no penalties or bias
+	pending []int         // prompt tokens not yet fed
+	next    int           // token to feed at the next step when pending is empty
+	n       int           // tokens generated
 	text    textOutput
 	// results of this step's sampling
 	tok Token
@@ -335,6 +336,7 @@ func (s *Scheduler) admit() {
 			if g.req.NewConstraint != nil {
 				st.cons = g.req.NewConstraint()
 			}
+			st.pen = newPenaltyState(g.req.Penalties, g.req.Prompt)
 			if lead == nil {
 				lead = st
 				st.seq = s.m.NewSeq(g.req.Adapter)
@@ -470,6 +472,9 @@ func (s *Scheduler) step() {
 		i := ready[k]
 		st := batch[i]
 		lg := logits[i]
+		if st.pen != nil {
+			lg = st.pen.apply(lg)
+		}
 		if st.cons != nil {
 			lg = st.cons.Mask(lg)
 		}
@@ -489,6 +494,9 @@ func (s *Scheduler) afterSample(st *seqState) {
 	tok := st.tok.ID
 	st.n++
 	st.next = tok
+	if st.pen != nil {
+		st.pen.add(tok)
+	}
 	end := !r.IgnoreEOS && s.eos[tok]
 	if st.cons != nil && st.cons.Advance(tok) {
 		end = true

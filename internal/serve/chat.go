@@ -50,6 +50,7 @@ type chatPlan struct {
 	addGen        bool
 	continueFinal bool
 	ignoreEOS     bool
+	penalties     *infer.Penalties // nil: none
 }
 
 var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_.:-]{1,64}$`)
@@ -197,24 +198,11 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 			return nil, unsupported("response_format.type", "response_format type %q is not supported (only \"text\")", rf.Type)
 		}
 	}
-	if v := req.PresencePenalty; v != nil && *v != 0 {
-		return nil, unsupported("presence_penalty", "presence_penalty is not supported")
+	pen, err := parsePenalties(req.PresencePenalty, req.FrequencyPenalty, req.RepetitionPenalty, req.LogitBias)
+	if err != nil {
+		return nil, err
 	}
-	if v := req.FrequencyPenalty; v != nil && *v != 0 {
-		return nil, unsupported("frequency_penalty", "frequency_penalty is not supported")
-	}
-	if v := req.RepetitionPenalty; v != nil && *v != 1 {
-		return nil, unsupported("repetition_penalty", "repetition_penalty is not supported")
-	}
-	if !isNull(req.LogitBias) {
-		var lb map[string]float64
-		if err := json.Unmarshal(req.LogitBias, &lb); err != nil {
-			return nil, httpx.Invalid("logit_bias", "invalid_type", "logit_bias: expected an object of numbers")
-		}
-		if len(lb) > 0 {
-			return nil, unsupported("logit_bias", "logit_bias is not supported")
-		}
-	}
+	pl.penalties = pen
 	if !isNull(req.ChatTemplateKwargs) {
 		if t := bytes.TrimSpace(req.ChatTemplateKwargs); t[0] != '{' {
 			return nil, httpx.Invalid("chat_template_kwargs", "invalid_type", "chat_template_kwargs: expected an object")
@@ -374,6 +362,9 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 			return nil, httpx.Invalid("stop_token_ids", "invalid_value", "stop_token_ids: token id %d is out of range [0, %d)", id, lm.m.Config.VocabSize)
 		}
 	}
+	if err := checkLogitBias(pl.penalties, lm); err != nil {
+		return nil, err
+	}
 	if err := lm.checkPromptBytes("messages", "the messages, tools and chat_template_kwargs are", promptBytes(req.Messages, pl.toolsRaw, req.ChatTemplateKwargs)); err != nil {
 		return nil, err
 	}
@@ -406,6 +397,7 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 		Stop:       pl.stop,
 		StopIDs:    pl.stopIDs,
 		IgnoreEOS:  pl.ignoreEOS,
+		Penalties:  pl.penalties,
 		NewSampler: s.newSampler,
 		CacheScope: p.UserID, // a user's requests share cached prefixes; tenants never do
 	}

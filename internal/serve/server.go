@@ -33,8 +33,10 @@
 // = greedy), top_p, top_k, min_p and seed (choice i of n uses seed+i) select
 // engine.Sampler's settings, those a request leaves out taken from the
 // model's generation_config.json; stop, stop_token_ids, ignore_eos and
-// max_tokens pass through; a forced tool choice becomes an
-// infer.Constraint. The model's EOS tokens include the token its chat
+// max_tokens pass through; presence_penalty, frequency_penalty,
+// repetition_penalty and logit_bias become infer.Penalties (applied before
+// temperature, so logprobs are of the penalised logits); a forced tool
+// choice becomes an infer.Constraint. The model's EOS tokens include the token its chat
 // template ends assistant turns with. A full queue is 429 with retry-after;
 // a request whose prompt plus max_tokens exceeds the context length is a
 // 400. A client that goes away cancels its request.
