@@ -51,6 +51,7 @@ type chatPlan struct {
 	continueFinal bool
 	ignoreEOS     bool
 	penalties     *infer.Penalties // nil: none
+	format        *jnode           // response_format's grammar; nil: free text
 }
 
 var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_.:-]{1,64}$`)
@@ -68,6 +69,7 @@ func unsupported(param, format string, args ...any) error {
 // error that names it.
 func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) {
 	pl := &chatPlan{req: req, n: 1, addGen: true}
+	var err error
 	if strings.TrimSpace(req.Model) == "" {
 		return nil, httpx.Invalid("model", "missing_field", "model is required")
 	}
@@ -187,16 +189,8 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 		}
 		pl.includeUsage = req.StreamOptions.IncludeUsage
 	}
-	if !isNull(req.ResponseFormat) {
-		var rf struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(req.ResponseFormat, &rf); err != nil {
-			return nil, httpx.Invalid("response_format", "invalid_type", "response_format: expected an object")
-		}
-		if rf.Type != "text" {
-			return nil, unsupported("response_format.type", "response_format type %q is not supported (only \"text\")", rf.Type)
-		}
+	if pl.format, err = parseResponseFormat(req.ResponseFormat); err != nil {
+		return nil, err
 	}
 	pen, err := parsePenalties(req.PresencePenalty, req.FrequencyPenalty, req.RepetitionPenalty, req.LogitBias)
 	if err != nil {
@@ -400,6 +394,12 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 		Penalties:  pl.penalties,
 		NewSampler: s.newSampler,
 		CacheScope: p.UserID, // a user's requests share cached prefixes; tenants never do
+	}
+	if pl.format != nil && pl.forcedFunctions() == nil {
+		if maxTokens < pl.format.minCost {
+			return nil, httpx.Invalid("max_tokens", "invalid_value", "max_tokens %d is below the %d tokens the shortest output valid for response_format may need", maxTokens, pl.format.minCost)
+		}
+		ir.NewConstraint = newJSONConstraint(lm, pl.format, maxTokens)
 	}
 	if fns := pl.forcedFunctions(); fns != nil {
 		g, err := toolCallGrammar(fns, lm.format)

@@ -34,6 +34,8 @@ type lmodel struct {
 
 	gvOnce sync.Once
 	gv     *grammarVocab
+	jvOnce sync.Once
+	jv     *jsonVocab
 }
 
 // grammarVocab indexes the vocabulary by first byte for grammar masks.

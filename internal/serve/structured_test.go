@@ -1,0 +1,143 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// structuredSchema exercises the whole strict subset: required properties,
+// additionalProperties false, arrays, enums, anyOf, $ref/$defs (recursive),
+// string, number, integer, boolean and null.
+const structuredSchema = `{
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "description": "who"},
+    "age": {"type": "integer"},
+    "score": {"type": "number"},
+    "member": {"type": "boolean"},
+    "color": {"type": "string", "enum": ["red", "green", "blue \"b\""]},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "note": {"type": ["string", "null"]},
+    "pet": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/pet"}]}
+  },
+  "required": ["name", "age", "score", "member", "color", "tags", "note", "pet"],
+  "additionalProperties": false,
+  "$defs": {
+    "pet": {
+      "type": "object",
+      "properties": {
+        "kind": {"anyOf": [{"type": "string", "enum": ["cat", "dog"]}, {"type": "integer"}]},
+        "friends": {"type": "array", "items": {"$ref": "#/$defs/pet"}}
+      },
+      "required": ["kind", "friends"],
+      "additionalProperties": false
+    }
+  }
+}`
+
+func compileValidator(t *testing.T, schema string) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sch
+}
+
+// sampleStructured posts chat completions with response_format rf at
+// temperature 1.5 until total choices are collected, and returns their
+// contents and finish reasons.
+func sampleStructured(t *testing.T, env *testEnv, rf string, total, n, maxTokens int) (contents, finishes []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, total/n+1)
+	for k := 0; k*n < total; k++ {
+		wg.Add(1)
+		go func(k int) {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"model":"flywheel/tiny","messages":[{"role":"user","content":"Describe a person %d."}],"n":%d,"temperature":1.5,"seed":%d,"max_tokens":%d,"response_format":%s}`, k, n, k*1000, maxTokens, rf)
+			r := postJSON(t, env, "/v1/chat/completions", body)
+			if r.status != 200 {
+				errs <- fmt.Errorf("status %d: %s", r.status, r.body)
+				return
+			}
+			var resp ChatCompletion
+			if err := json.Unmarshal([]byte(r.body), &resp); err != nil {
+				errs <- err
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, ch := range resp.Choices {
+				contents = append(contents, *ch.Message.Content)
+				finishes = append(finishes, ch.FinishReason)
+			}
+		}(k)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return contents, finishes
+}
+
+// TestStructuredOutputsRandomWeights: 1,000 samples at temperature 1.5 from
+// flywheel/tiny (random weights) under a strict schema all parse and
+// validate against it (santhosh-tekuri/jsonschema, an independent
+// validator), whatever max_tokens leaves room for.
+func TestStructuredOutputsRandomWeights(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 samples")
+	}
+	env := newTestEnv(t, Options{MaxN: 100})
+	sch := compileValidator(t, structuredSchema)
+	rf := `{"type":"json_schema","json_schema":{"name":"person","strict":true,"schema":` + structuredSchema + `}}`
+	contents, finishes := sampleStructured(t, env, rf, 1000, 100, 160)
+	if len(contents) != 1000 {
+		t.Fatalf("%d samples", len(contents))
+	}
+	distinct := map[string]bool{}
+	stops := 0
+	for i, c := range contents {
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(c)))
+		if err != nil {
+			t.Fatalf("sample %d (%s) is not JSON: %v\n%s", i, finishes[i], err, c)
+		}
+		if err := sch.Validate(v); err != nil {
+			t.Fatalf("sample %d does not validate: %v\n%s", i, err, c)
+		}
+		distinct[c] = true
+		if finishes[i] == "stop" {
+			stops++
+		}
+	}
+	if len(distinct) < 900 {
+		t.Fatalf("only %d distinct samples of 1000", len(distinct))
+	}
+	t.Logf("1000 valid samples, %d distinct, %d ended by the end-of-turn token; e.g. %s", len(distinct), stops, contents[0])
+
+	// json_object: any JSON object.
+	contents, _ = sampleStructured(t, env, `{"type":"json_object"}`, 200, 100, 60)
+	for i, c := range contents {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(c), &m); err != nil {
+			t.Fatalf("json_object sample %d is not a JSON object: %v\n%s", i, err, c)
+		}
+	}
+}
