@@ -48,10 +48,10 @@ type jnode struct {
 	intOnly bool
 	open    byte
 	close   byte
-	item    *jnode   // list item
-	props   []jprop  // jProps
-	ref     *jnode   // jRef target
-	minCost int      // bytes of the shortest instance
+	item    *jnode    // list item
+	props   []jprop   // jProps
+	ref     *jnode    // jRef target
+	minCost int       // bytes of the shortest instance
 	anyOf   [3]*jnode // jAny: the object, array and scalar nodes it dispatches to
 }
 

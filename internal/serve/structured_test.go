@@ -141,3 +141,36 @@ func TestStructuredOutputsRandomWeights(t *testing.T) {
 		}
 	}
 }
+
+// TestStructuredSchemaErrors: a schema outside the subset is a 400 naming
+// the schema path of what is refused.
+func TestStructuredSchemaErrors(t *testing.T) {
+	env := newTestEnv(t, Options{})
+	cases := []struct{ rf, param string }{
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^a"}}}}}`, "response_format.json_schema.schema.properties.a.pattern"},
+		{`{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]}}}`, "response_format.json_schema.schema.additionalProperties"},
+		{`{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":false}}}`, "response_format.json_schema.schema.required"},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"array","items":{"oneOf":[{"type":"string"}]}}}}`, "response_format.json_schema.schema.items.oneOf"},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"$ref":"#/$defs/missing"}}}`, "response_format.json_schema.schema.$ref"},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}}}`, "response_format.json_schema.schema"},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"$defs":{"n":{"type":"object","properties":{"n":{"$ref":"#/$defs/n"}},"required":["n"]}},"$ref":"#/$defs/n"}}}`, "response_format.json_schema.schema"},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","enum":["a",1]}}}`, "response_format.json_schema.schema.enum[1]"},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"strin"}}}`, "response_format.json_schema.schema.type"},
+		{`{"type":"json_schema"}`, "response_format.json_schema"},
+		{`{"type":"yaml"}`, "response_format.type"},
+	}
+	for _, c := range cases {
+		r := postJSON(t, env, "/v1/chat/completions", `{"model":"flywheel/tiny","messages":[{"role":"user","content":"x"}],"max_tokens":50,"response_format":`+c.rf+`}`)
+		var e struct {
+			Error struct{ Message, Param, Code string } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(r.body), &e); err != nil || r.status != 400 || e.Error.Param != c.param {
+			t.Fatalf("%s: %d %s; want 400 with param %s", c.rf, r.status, r.body, c.param)
+		}
+	}
+	// max_tokens below the shortest valid output
+	r := postJSON(t, env, "/v1/chat/completions", `{"model":"flywheel/tiny","messages":[{"role":"user","content":"x"}],"max_tokens":5,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":`+structuredSchema+`}}}`)
+	if r.status != 400 || !strings.Contains(r.body, "max_tokens") {
+		t.Fatalf("short max_tokens: %d %s", r.status, r.body)
+	}
+}
