@@ -28,7 +28,7 @@ const (
 
 // realVocabModel is a small random model over a real tokenizer and chat
 // template, so tool calls go through a real vocabulary and real template.
-func realVocabModel(t *testing.T, id, tokFile string, tmpl *chattmpl.Template, eos []string) *engine.Model {
+func realVocabModel(t testing.TB, id, tokFile string, tmpl *chattmpl.Template, eos []string) *engine.Model {
 	tok, err := tokenizer.Load(tokFile)
 	if err != nil {
 		t.Fatal(err)
