@@ -65,7 +65,8 @@
 // A Request may carry a Constraint per choice (Request.NewConstraint): before
 // each sampling step it masks the logits of the tokens it forbids, and it
 // advances on the token sampled. The scheduler only calls that interface;
-// serve's forced tool-call grammar is one implementation.
+// serve's JSON grammar (structured outputs, forced tool calls) is one
+// implementation.
 //
 // # Prefix cache
 //

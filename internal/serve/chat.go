@@ -226,6 +226,12 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 		if !isNull(t.Function.Parameters) && bytes.TrimSpace(t.Function.Parameters)[0] != '{' {
 			return nil, httpx.Invalid(fmt.Sprintf("tools[%d].function.parameters", i), "invalid_type", "tools[%d].function.parameters: expected a JSON schema object", i)
 		}
+		if t.Function.Strict != nil && *t.Function.Strict {
+			// refused up front, forced or not, as OpenAI does
+			if _, err := compileSchema(t.Function.Parameters, true, fmt.Sprintf("tools[%d].function.parameters", i)); err != nil {
+				return nil, schemaHTTPError(err)
+			}
+		}
 		names[t.Function.Name] = true
 	}
 	pl.tools = req.Tools
@@ -271,24 +277,17 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 	return pl, nil
 }
 
-// forcedFunctions returns the functions a forced tool choice allows, nil
-// when the choice is not forced.
-func (pl *chatPlan) forcedFunctions() []ToolFunction {
-	switch pl.toolChoice {
-	case "required":
-		fns := make([]ToolFunction, len(pl.tools))
-		for i, t := range pl.tools {
-			fns[i] = t.Function
-		}
-		return fns
-	case "function":
-		for _, t := range pl.tools {
-			if t.Function.Name == pl.forcedName {
-				return []ToolFunction{t.Function}
-			}
+// forcedFunctions returns the functions a forced tool choice allows and
+// their indices among the tools, nil when the choice is not forced.
+func (pl *chatPlan) forcedFunctions() ([]ToolFunction, []int) {
+	var fns []ToolFunction
+	var index []int
+	for i, t := range pl.tools {
+		if pl.toolChoice == "required" || pl.toolChoice == "function" && t.Function.Name == pl.forcedName {
+			fns, index = append(fns, t.Function), append(index, i)
 		}
 	}
-	return nil
+	return fns, index
 }
 
 func (pl *chatPlan) parseTools() bool { return len(pl.tools) > 0 && pl.toolChoice != "none" }
@@ -395,18 +394,17 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 		NewSampler: s.newSampler,
 		CacheScope: p.UserID, // a user's requests share cached prefixes; tenants never do
 	}
-	if pl.format != nil && pl.forcedFunctions() == nil {
+	forced, _ := pl.forcedFunctions()
+	if pl.format != nil && forced == nil {
 		if maxTokens < pl.format.minCost {
 			return nil, httpx.Invalid("max_tokens", "invalid_value", "max_tokens %d is below the %d tokens the shortest output valid for response_format may need", maxTokens, pl.format.minCost)
 		}
 		ir.NewConstraint = newJSONConstraint(lm, pl.format, maxTokens)
 	}
-	if fns := pl.forcedFunctions(); fns != nil {
-		g, err := toolCallGrammar(fns, lm.format)
-		if err != nil {
-			return nil, httpx.Invalid("tools", "unsupported_value", "cannot force a call of these tools: %v", err)
+	if forced != nil {
+		if ir.NewConstraint, err = forcedToolConstraint(lm, pl, maxTokens); err != nil {
+			return nil, err
 		}
-		ir.NewConstraint = newToolConstraint(lm, g)
 	}
 	if target.AdapterDir != "" {
 		a, err := s.adapters.Get(target.BaseModel, target.AdapterDir, lm.m.Config)

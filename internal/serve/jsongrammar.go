@@ -107,6 +107,18 @@ const (
 	sHex         // in \uXXXX (u digits due)
 )
 
+// number sub-states
+const (
+	nStart = iota // nothing yet
+	nMinus        // after '-'
+	nZero         // after a leading 0
+	nInt          // in integer digits (i of them)
+	nDot          // after '.'
+	nFrac         // in fraction digits (i of them)
+)
+
+func isDigit(b byte) bool { return b >= '0' && b <= '9' }
+
 // list sub-states
 const (
 	lOpen  = iota // expect open
@@ -254,6 +266,11 @@ func (st *stepper) expand() bool {
 }
 
 func (st *stepper) emit(s *jstack) {
+	// finished sequences are popped at once, so a complete document is the
+	// empty stack
+	for s != nil && s.n.kind == jSeq && int(s.i) == len(s.n.items) {
+		s = s.parent
+	}
 	for _, o := range st.out {
 		if sameStack(o, s) {
 			return
@@ -490,6 +507,24 @@ func (js jstate) closed() bool {
 		}
 	}
 	return len(js) > 0
+}
+
+// pendingLiteral returns the literal the state requires next ("" when the
+// next bytes are not fixed).
+func (js jstate) pendingLiteral() string {
+	if len(js) != 1 || js[0] == nil {
+		return ""
+	}
+	s := js[0]
+	switch s.n.kind {
+	case jLit:
+		return s.n.lit[s.i:]
+	case jSeq:
+		if int(s.i) < len(s.n.items) && s.n.items[s.i].kind == jLit {
+			return s.n.items[s.i].lit
+		}
+	}
+	return ""
 }
 
 // stringBody reports whether the state is one stack inside a string body

@@ -18,6 +18,7 @@ func randomDoc(t *testing.T, root *jnode, rng *rand.Rand, budget int) string {
 	for b := byte(0x20); b < 0x7f; b++ {
 		alphabet = append(alphabet, b)
 	}
+	alphabet = append(alphabet, '\n')
 	alphabet = append(alphabet, "é"...)
 	var st stepper
 	for steps := 0; ; steps++ {

@@ -45,17 +45,29 @@ var schemaKeywords = map[string]bool{"type": true, "properties": true, "required
 	"enum": true, "const": true, "anyOf": true, "$ref": true, "$defs": true, "definitions": true}
 
 type schemaCompiler struct {
-	root   json.RawMessage
-	base   string // the root schema's path
-	strict bool
-	refs   map[string]*jnode
-	nodes  []*jnode
+	root    json.RawMessage
+	base    string // the root schema's path
+	strict  bool
+	lenient bool // ignore what the subset does not support (non-strict tool parameters)
+	refs    map[string]*jnode
+	nodes   []*jnode
 }
 
 // compileSchema compiles a JSON schema to its grammar; errors are
 // *schemaError with paths under path.
 func compileSchema(raw json.RawMessage, strict bool, path string) (*jnode, error) {
-	c := &schemaCompiler{root: raw, base: path, strict: strict, refs: map[string]*jnode{}}
+	return compileSchemaMode(raw, strict, false, path)
+}
+
+// compileSchemaMode is compileSchema, lenient or not: a lenient compile
+// (the parameters of a tool without strict) ignores keywords outside the
+// subset, takes oneOf as anyOf and anyOf beside other keywords alone, and
+// reads a missing or malformed schema as any value.
+func compileSchemaMode(raw json.RawMessage, strict, lenient bool, path string) (*jnode, error) {
+	if lenient && isNull(raw) {
+		return anyGrammar().value, nil
+	}
+	c := &schemaCompiler{root: raw, base: path, strict: strict, lenient: lenient, refs: map[string]*jnode{}}
 	n, err := c.compile(raw, path, 0)
 	if err != nil {
 		return nil, err
@@ -103,12 +115,23 @@ func (c *schemaCompiler) compile(raw json.RawMessage, path string, depth int) (*
 	}
 	keys, vals, err := orderedObject(raw)
 	if err != nil {
+		if c.lenient {
+			return anyGrammar().value, nil
+		}
 		return nil, &schemaError{path, "expected a schema object"}
 	}
 	kw := map[string]json.RawMessage{}
 	for i, k := range keys {
 		if schemaAnnotations[k] {
 			continue
+		}
+		if c.lenient {
+			if k == "oneOf" && kw["anyOf"] == nil {
+				k = "anyOf"
+			}
+			if !schemaKeywords[k] {
+				continue
+			}
 		}
 		if !schemaKeywords[k] {
 			return nil, &schemaError{path + "." + k, fmt.Sprintf("keyword %q is not supported by structured outputs (supported: type, properties, required, additionalProperties, items, enum, const, anyOf, $ref, $defs)", k)}
@@ -124,13 +147,13 @@ func (c *schemaCompiler) compile(raw json.RawMessage, path string, depth int) (*
 		return c.ref(ref, path+".$ref", depth)
 	}
 	if v, ok := kw["const"]; ok {
-		if len(kw) > 1 && !(len(kw) == 2 && kw["type"] != nil) {
+		if len(kw) > 1 && !(len(kw) == 2 && kw["type"] != nil) && !c.lenient {
 			return nil, &schemaError{path + ".const", "const cannot be combined with other keywords than type"}
 		}
 		return c.literal(v), nil
 	}
 	if v, ok := kw["anyOf"]; ok {
-		if len(kw) > 1 {
+		if len(kw) > 1 && !c.lenient {
 			return nil, &schemaError{path + ".anyOf", "anyOf cannot be combined with other keywords"}
 		}
 		var branches []json.RawMessage
@@ -159,6 +182,9 @@ func (c *schemaCompiler) compile(raw json.RawMessage, path string, depth int) (*
 			switch t {
 			case "string", "number", "integer", "boolean", "null", "object", "array":
 			default:
+				if c.lenient {
+					return anyGrammar().value, nil
+				}
 				return nil, &schemaError{path + ".type", fmt.Sprintf("unknown type %q", t)}
 			}
 		}
@@ -173,7 +199,7 @@ func (c *schemaCompiler) compile(raw json.RawMessage, path string, depth int) (*
 		}
 		alt := &jnode{kind: jAlt}
 		for i, e := range vals {
-			if types != nil && !typeAllows(types, e) {
+			if types != nil && !typeAllows(types, e) && !c.lenient {
 				return nil, &schemaError{fmt.Sprintf("%s.enum[%d]", path, i), "the value is not of the schema's type"}
 			}
 			alt.items = append(alt.items, c.literal(e))
@@ -187,7 +213,7 @@ func (c *schemaCompiler) compile(raw json.RawMessage, path string, depth int) (*
 		case kw["items"] != nil:
 			types = []string{"array"}
 		default:
-			if len(kw) > 0 {
+			if len(kw) > 0 && !c.lenient {
 				return nil, &schemaError{path, "the schema needs a type"}
 			}
 			return anyGrammar().value, nil
@@ -221,7 +247,7 @@ func (c *schemaCompiler) compile(raw json.RawMessage, path string, depth int) (*
 			continue
 		}
 		objKw := k == "properties" || k == "required" || k == "additionalProperties"
-		if objKw && !contains(types, "object") || k == "items" && !contains(types, "array") {
+		if (objKw && !contains(types, "object") || k == "items" && !contains(types, "array")) && !c.lenient {
 			return nil, &schemaError{path + "." + k, fmt.Sprintf("%s needs type %q", k, map[bool]string{true: "object", false: "array"}[objKw])}
 		}
 	}
@@ -279,18 +305,18 @@ func typeAllows(types []string, v json.RawMessage) bool {
 
 func (c *schemaCompiler) object(kw map[string]json.RawMessage, path string, depth int) (*jnode, error) {
 	keys, vals, err := orderedObject(kw["properties"])
-	if err != nil {
+	if err != nil && !c.lenient {
 		return nil, &schemaError{path + ".properties", "expected an object of schemas"}
 	}
 	var required []string
 	if r, ok := kw["required"]; ok {
-		if err := json.Unmarshal(r, &required); err != nil {
+		if err := json.Unmarshal(r, &required); err != nil && !c.lenient {
 			return nil, &schemaError{path + ".required", "expected an array of property names"}
 		}
 	}
 	req := map[string]bool{}
 	for i, r := range required {
-		if !contains(keys, r) {
+		if !contains(keys, r) && !c.lenient {
 			return nil, &schemaError{fmt.Sprintf("%s.required[%d]", path, i), fmt.Sprintf("%q is not among the properties", r)}
 		}
 		req[r] = true
@@ -307,7 +333,7 @@ func (c *schemaCompiler) object(kw map[string]json.RawMessage, path string, dept
 			}
 		}
 	}
-	if len(addl) > 0 && !closed && string(addl) != "true" && addl[0] != '{' {
+	if len(addl) > 0 && !closed && string(addl) != "true" && addl[0] != '{' && !c.lenient {
 		return nil, &schemaError{path + ".additionalProperties", "expected a boolean or a schema"}
 	}
 	if len(keys) == 0 {
@@ -486,4 +512,36 @@ func anyGrammar() jsonAny {
 		anyG = jsonAny{value: value, object: obj}
 	})
 	return anyG
+}
+
+// orderedObject returns the keys and values of a JSON object in document order.
+func orderedObject(raw json.RawMessage) ([]string, []json.RawMessage, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil {
+		return nil, nil, err
+	}
+	var keys []string
+	var vals []json.RawMessage
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, nil, err
+		}
+		k, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, k)
+		vals = append(vals, v)
+	}
+	return keys, vals, nil
 }

@@ -59,21 +59,30 @@
 // finish_reason is then "tool_calls".
 //
 // A forced tool choice ("required" or a named function) is structural, so
-// it works even on a model with random weights: generation runs under a
-// byte-level grammar of one call in the model's syntax (the <tool_call>
-// opener included), the function name one of the allowed ones, the
-// arguments following the function's JSON schema (properties in schema
-// order, the required ones when "required" is given; string, integer,
-// number, boolean, null, enum, const, arrays and nested objects; anything
-// else any JSON value). The grammar is an infer.Constraint: at each step
-// every token whose bytes would leave it is masked to -Inf before sampling;
-// tool-call markers that are added tokens (<tool_call>, </tool_call>) are
-// produced as those single tokens, as the template renders them; once the
-// call is complete only the end-of-turn token is allowed. The grammar is
-// bounded (strings up to 16 printable ASCII bytes, numbers up to 6 digits,
-// up to 3 array items or free object members, nesting depth 2), so a call
-// completes within a bounded number of tokens. Logprobs of constrained
-// steps are under the masked distribution.
+// it works even on a model with random weights: generation runs under the
+// JSON grammar of structured outputs (below) for one call in the model's
+// syntax (the <tool_call> opener included), the function name one of the
+// allowed ones, the arguments following the function's parameters schema
+// (strict: true: the structured-outputs subset, checked up front, forced or
+// not; otherwise keywords outside it are ignored). Tool-call markers that are
+// added tokens (<tool_call>, </tool_call>) are produced as those single
+// tokens, as the template renders it, and never inside the JSON; once the call
+// is complete only the end-of-turn token is allowed.
+//
+// # Structured outputs
+//
+// response_format json_object (any JSON object) and json_schema (the strict
+// subset of jsonschema.go; a schema outside it is a 400 naming the schema
+// path) run under a byte-level JSON grammar compiled from the schema
+// (jsongrammar.go), an infer.Constraint: at each step every token whose
+// bytes would leave the grammar is masked to -Inf, so the output is valid
+// for the schema under any sampling settings, even for untrained weights.
+// A token is also masked when the shortest valid completion after it would
+// no longer fit in the tokens max_tokens leaves, so the document is always
+// complete (max_tokens below the shortest valid output is a 400). Output
+// uses json.dumps spacing and the schema's property order. Logprobs of
+// constrained steps are those of the constrained distribution (the masked
+// logits renormalised), which is what the tokens were sampled from.
 //
 // # Streaming
 //

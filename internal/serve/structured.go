@@ -63,7 +63,7 @@ func (l *lmodel) jsonVocab() *jsonVocab {
 		v := &jsonVocab{bytes: make([][]byte, n)}
 		var ids, nonPlain []int32
 		for id := 0; id < n; id++ {
-			if l.eosSet[id] || l.tok.IsSpecial(id) {
+			if l.eosSet[id] || l.tok.IsSpecial(id) || l.keep[id] { // markers only where the grammar puts them
 				continue
 			}
 			b := l.tok.TokenBytes(id)
@@ -114,11 +114,7 @@ func (c *jsonConstraint) Advance(tok int) bool {
 	if c.lm.isEOS(tok) && c.state.complete() {
 		return true
 	}
-	var b []byte
-	if tok >= 0 && tok < len(c.v.bytes) {
-		b = c.v.bytes[tok]
-	}
-	c.state = c.state.feedBytes(b)
+	c.state = c.state.feedBytes(c.lm.tok.TokenBytes(tok))
 	return false
 }
 
@@ -141,13 +137,22 @@ func (c *jsonConstraint) Mask(lg []float32) []float32 {
 			any = true
 		}
 	}
-	budget := c.left - 1 // bytes (at worst tokens) left after this token
+	// Bytes (at worst tokens) left after this token; when even the
+	// shortest completion no longer fits (a max_tokens below it), tokens
+	// that shorten it are still allowed, so the output gets as far as it
+	// can.
+	budget := max(c.left-1, c.state.minCost()-1)
 	if c.state.complete() {
 		for _, id := range c.lm.endIDs {
 			allow(int32(id))
 		}
 	}
-	if len(c.state) > 0 && !c.state.closed() {
+	if id, ok := c.lm.markerFor(c.state.pendingLiteral()); ok {
+		// A tool-call marker (e.g. <tool_call>, an added token) is
+		// produced as its own token, as the template renders it, never
+		// spelled out in pieces.
+		allow(int32(id))
+	} else if len(c.state) > 0 && !c.state.closed() {
 		t := c.v.all
 		if c.state.stringBody() {
 			if c.state.minCost() <= budget {
@@ -221,13 +226,19 @@ func parseResponseFormat(raw json.RawMessage) (*jnode, error) {
 		strict := rf.JSONSchema.Strict != nil && *rf.JSONSchema.Strict
 		root, err := compileSchema(rf.JSONSchema.Schema, strict, "response_format.json_schema.schema")
 		if err != nil {
-			var se *schemaError
-			if errors.As(err, &se) {
-				return nil, httpx.Invalid(se.path, "unsupported_schema", "%s", se.Error())
-			}
-			return nil, err
+			return nil, schemaHTTPError(err)
 		}
 		return root, nil
 	}
 	return nil, unsupported("response_format.type", "response_format type %q is not supported (text, json_object, json_schema)", rf.Type)
+}
+
+// schemaHTTPError is the 400 of a schema the grammar cannot enforce, naming
+// the schema path.
+func schemaHTTPError(err error) error {
+	var se *schemaError
+	if errors.As(err, &se) {
+		return httpx.Invalid(se.path, "unsupported_schema", "%s", se.Error())
+	}
+	return err
 }

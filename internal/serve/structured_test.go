@@ -174,3 +174,45 @@ func TestStructuredSchemaErrors(t *testing.T) {
 		t.Fatalf("short max_tokens: %d %s", r.status, r.body)
 	}
 }
+
+// TestStrictToolCalls: a forced call of a function with strict: true is
+// generated under the strict schema (its arguments validate), and a strict
+// schema outside the subset is a 400 naming its path under tools[i].
+func TestStrictToolCalls(t *testing.T) {
+	env := newTestEnv(t, Options{MaxN: 16})
+	params := `{"type":"object","properties":{"city":{"type":"string"},"when":{"anyOf":[{"type":"null"},{"type":"string","enum":["today","tomorrow"]}]},"days":{"type":"array","items":{"type":"integer"}}},"required":["city","when","days"],"additionalProperties":false}`
+	sch := compileValidator(t, params)
+	body := `{"model":"flywheel/tiny","messages":[{"role":"user","content":"weather?"}],"n":16,"temperature":1.5,"seed":3,"max_tokens":120,
+	  "tools":[{"type":"function","function":{"name":"other","parameters":{"type":"object","properties":{"x":{"type":"string","format":"date"}}}}},{"type":"function","function":{"name":"get_weather","strict":true,"parameters":` + params + `}}],
+	  "tool_choice":{"type":"function","function":{"name":"get_weather"}}}`
+	r := postJSON(t, env, "/v1/chat/completions", body)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	var resp ChatCompletion
+	if err := json.Unmarshal([]byte(r.body), &resp); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range resp.Choices {
+		if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 {
+			t.Fatalf("choice %d: %+v", i, ch)
+		}
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(ch.Message.ToolCalls[0].Function.Arguments))
+		if err != nil {
+			t.Fatalf("choice %d: arguments are not JSON: %v", i, err)
+		}
+		if err := sch.Validate(v); err != nil {
+			t.Fatalf("choice %d: arguments do not validate: %v\n%s", i, err, ch.Message.ToolCalls[0].Function.Arguments)
+		}
+	}
+	// the non-strict tool's "format" is ignored, a strict one's is refused
+	bad := strings.Replace(body, `"strict":true,"parameters":{"type":"object","properties":{"city":{"type":"string"}`, `"strict":true,"parameters":{"type":"object","properties":{"city":{"type":"string","minLength":2}`, 1)
+	r = postJSON(t, env, "/v1/chat/completions", bad)
+	if r.status != 400 || !strings.Contains(r.body, `"param":"tools[1].function.parameters.properties.city.minLength"`) {
+		t.Fatalf("strict schema outside the subset: %d %s", r.status, r.body)
+	}
+	r = postJSON(t, env, "/v1/chat/completions", strings.Replace(body, `{"name":"get_weather"}}}`, `{"name":"other"}}}`, 1))
+	if r.status != 200 {
+		t.Fatalf("lenient tool: %d %s", r.status, r.body)
+	}
+}
