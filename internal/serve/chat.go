@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"flywheel/internal/auth"
-	"flywheel/internal/engine"
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
 	"flywheel/internal/rl"
@@ -28,30 +26,14 @@ const finishToolCalls = "tool_calls"
 
 // chatPlan is a validated chat completion request.
 type chatPlan struct {
+	samplePlan
 	req           *ChatRequest
-	n             int
-	maxTokens     int // 0: up to the context length
-	temperature   *float64
-	topP          *float64
-	topK          *int
-	minP          *float64
-	seed          *uint64
-	stop          []string
-	stopIDs       map[int]bool
-	logprobs      bool
-	topLogprobs   int
-	asIDs         bool
-	stream        bool
-	includeUsage  bool
 	tools         []Tool
 	toolsRaw      json.RawMessage
 	toolChoice    string // "none", "auto", "required", "function"
 	forcedName    string
 	addGen        bool
 	continueFinal bool
-	ignoreEOS     bool
-	penalties     *infer.Penalties // nil: none
-	format        *jnode           // response_format's grammar; nil: free text
 }
 
 var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_.:-]{1,64}$`)
@@ -68,8 +50,7 @@ func unsupported(param, format string, args ...any) error {
 // parseChat validates a request. Every value the server cannot honour is an
 // error that names it.
 func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) {
-	pl := &chatPlan{req: req, n: 1, addGen: true}
-	var err error
+	pl := &chatPlan{req: req, addGen: true}
 	if strings.TrimSpace(req.Model) == "" {
 		return nil, httpx.Invalid("model", "missing_field", "model is required")
 	}
@@ -93,78 +74,17 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 			return nil, err
 		}
 	}
-	if req.N != nil {
-		if *req.N < 1 || *req.N > opts.MaxN {
-			return nil, unsupported("n", "n must be between 1 and %d, got %d", opts.MaxN, *req.N)
-		}
-		pl.n = *req.N
-	}
-	mt := req.MaxTokens
-	param := "max_tokens"
 	if req.MaxCompletionTokens != nil {
-		mt, param = req.MaxCompletionTokens, "max_completion_tokens"
+		req.MaxTokens = req.MaxCompletionTokens
 	}
-	if mt != nil {
-		if *mt < 1 {
-			return nil, httpx.Invalid(param, "invalid_value", "%s must be at least 1, got %d", param, *mt)
-		}
-		pl.maxTokens = *mt
+	sp, err := parseSampling(&req.SamplingRequest, opts, "max_completion_tokens")
+	if err != nil {
+		return nil, err
 	}
-	if t := req.Temperature; t != nil {
-		if *t < 0 || *t > 2 || math.IsNaN(*t) {
-			return nil, httpx.Invalid("temperature", "invalid_value", "temperature must be between 0 and 2, got %v", *t)
-		}
-		pl.temperature = t
+	if req.MaxCompletionTokens == nil && req.MaxTokens != nil {
+		sp.maxTokensParam = "max_tokens"
 	}
-	if t := req.TopP; t != nil {
-		if !(*t > 0 && *t <= 1) {
-			return nil, httpx.Invalid("top_p", "invalid_value", "top_p must be in (0, 1], got %v", *t)
-		}
-		pl.topP = t
-	}
-	if t := req.TopK; t != nil {
-		if *t < -1 {
-			return nil, httpx.Invalid("top_k", "invalid_value", "top_k must be -1 (off), 0 (off) or positive, got %d", *t)
-		}
-		k := max(*t, 0)
-		pl.topK = &k
-	}
-	if t := req.MinP; t != nil {
-		if !(*t >= 0 && *t <= 1) {
-			return nil, httpx.Invalid("min_p", "invalid_value", "min_p must be in [0, 1], got %v", *t)
-		}
-		pl.minP = t
-	}
-	if req.Seed != nil {
-		v := uint64(*req.Seed)
-		pl.seed = &v
-	}
-	if !isNull(req.Stop) {
-		var one string
-		var many []string
-		if err := json.Unmarshal(req.Stop, &one); err == nil {
-			many = []string{one}
-		} else if err := json.Unmarshal(req.Stop, &many); err != nil {
-			return nil, httpx.Invalid("stop", "invalid_type", "stop: expected a string or an array of strings")
-		}
-		if len(many) > 16 {
-			return nil, unsupported("stop", "at most 16 stop strings are supported, got %d", len(many))
-		}
-		for _, s := range many {
-			if err := checkStop(s); err != nil {
-				return nil, err
-			}
-			if s != "" {
-				pl.stop = append(pl.stop, s)
-			}
-		}
-	}
-	if len(req.StopTokenIDs) > 0 {
-		pl.stopIDs = map[int]bool{}
-		for _, id := range req.StopTokenIDs {
-			pl.stopIDs[id] = true
-		}
-	}
+	pl.samplePlan = *sp
 	if req.Logprobs != nil {
 		pl.logprobs = *req.Logprobs
 	}
@@ -177,26 +97,6 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 		}
 		pl.topLogprobs = *req.TopLogprobs
 	}
-	if req.ReturnTokensAsTokenIDs != nil {
-		pl.asIDs = *req.ReturnTokensAsTokenIDs
-	}
-	if req.Stream != nil {
-		pl.stream = *req.Stream
-	}
-	if req.StreamOptions != nil {
-		if !pl.stream {
-			return nil, httpx.Invalid("stream_options", "invalid_value", "stream_options is only allowed when stream is true")
-		}
-		pl.includeUsage = req.StreamOptions.IncludeUsage
-	}
-	if pl.format, err = parseResponseFormat(req.ResponseFormat); err != nil {
-		return nil, err
-	}
-	pen, err := parsePenalties(req.PresencePenalty, req.FrequencyPenalty, req.RepetitionPenalty, req.LogitBias)
-	if err != nil {
-		return nil, err
-	}
-	pl.penalties = pen
 	if !isNull(req.ChatTemplateKwargs) {
 		if t := bytes.TrimSpace(req.ChatTemplateKwargs); t[0] != '{' {
 			return nil, httpx.Invalid("chat_template_kwargs", "invalid_type", "chat_template_kwargs: expected an object")
@@ -210,9 +110,6 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 		}
 	} else if req.AddGenerationPrompt != nil {
 		pl.addGen = *req.AddGenerationPrompt
-	}
-	if req.IgnoreEOS != nil {
-		pl.ignoreEOS = *req.IgnoreEOS
 	}
 	// tools
 	names := map[string]bool{}
@@ -274,6 +171,9 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 			return nil, httpx.Invalid("tool_choice", "invalid_value", "tool_choice %q requires tools", pl.toolChoice)
 		}
 	}
+	if forced, _ := pl.forcedFunctions(); forced != nil {
+		pl.format = nil // a forced tool call takes precedence over response_format
+	}
 	return pl, nil
 }
 
@@ -291,40 +191,6 @@ func (pl *chatPlan) forcedFunctions() ([]ToolFunction, []int) {
 }
 
 func (pl *chatPlan) parseTools() bool { return len(pl.tools) > 0 && pl.toolChoice != "none" }
-
-// sampling builds the per-choice sampling parameters, defaults from the
-// model's generation config.
-func (pl *chatPlan) sampling(lm *lmodel) []engine.SamplingParams {
-	g := lm.m.Gen
-	base := engine.SamplingParams{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, MinP: g.MinP}
-	if pl.temperature != nil {
-		base.Temperature = *pl.temperature
-	}
-	if pl.topP != nil {
-		base.TopP = *pl.topP
-	}
-	if pl.topK != nil {
-		base.TopK = *pl.topK
-	}
-	if pl.minP != nil {
-		base.MinP = *pl.minP
-	}
-	if pl.logprobs {
-		base.TopLogprobs = pl.topLogprobs
-	}
-	out := make([]engine.SamplingParams, pl.n)
-	seeds := make([]uint64, pl.n)
-	for i := range out {
-		out[i] = base
-		if pl.seed != nil {
-			seeds[i] = *pl.seed + uint64(i)
-		} else {
-			seeds[i] = rand.Uint64()
-		}
-		out[i].Seed = &seeds[i]
-	}
-	return out
-}
 
 // prepared is a request ready for the scheduler, and once submitted its
 // generation.
@@ -350,12 +216,7 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 	if err != nil {
 		return nil, err
 	}
-	for id := range pl.stopIDs {
-		if id < 0 || id >= lm.m.Config.VocabSize {
-			return nil, httpx.Invalid("stop_token_ids", "invalid_value", "stop_token_ids: token id %d is out of range [0, %d)", id, lm.m.Config.VocabSize)
-		}
-	}
-	if err := checkLogitBias(pl.penalties, lm); err != nil {
+	if err := pl.checkVocab(lm); err != nil {
 		return nil, err
 	}
 	if err := lm.checkPromptBytes("messages", "the messages, tools and chat_template_kwargs are", promptBytes(req.Messages, pl.toolsRaw, req.ChatTemplateKwargs)); err != nil {
@@ -370,49 +231,14 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 	if len(prompt) == 0 {
 		return nil, httpx.Invalid("messages", "invalid_value", "the rendered prompt is empty")
 	}
-	maxTokens := pl.maxTokens
-	if maxTokens == 0 {
-		maxTokens = lm.maxLen - len(prompt)
+	ir, err := s.inferRequest(ctx, p, &pl.samplePlan, target, lm, prompt, "messages", 0)
+	if err != nil {
+		return nil, err
 	}
-	if len(prompt)+maxTokens > lm.maxLen || maxTokens < 1 {
-		p := "messages"
-		if pl.maxTokens > 0 {
-			p = "max_tokens"
-		}
-		return nil, &httpx.Error{Status: http.StatusBadRequest, Param: p, Code: "context_length_exceeded",
-			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-				lm.maxLen, len(prompt)+max(maxTokens, 0), len(prompt), max(maxTokens, 0))}
-	}
-	ir := infer.Request{
-		Prompt:     prompt,
-		Sampling:   pl.sampling(lm),
-		MaxTokens:  maxTokens,
-		Stop:       pl.stop,
-		StopIDs:    pl.stopIDs,
-		IgnoreEOS:  pl.ignoreEOS,
-		Penalties:  pl.penalties,
-		NewSampler: s.newSampler,
-		CacheScope: p.UserID, // a user's requests share cached prefixes; tenants never do
-	}
-	forced, _ := pl.forcedFunctions()
-	if pl.format != nil && forced == nil {
-		if maxTokens < pl.format.minCost {
-			return nil, httpx.Invalid("max_tokens", "invalid_value", "max_tokens %d is below the %d tokens the shortest output valid for response_format may need", maxTokens, pl.format.minCost)
-		}
-		ir.NewConstraint = newJSONConstraint(lm, pl.format, maxTokens)
-	}
-	if forced != nil {
-		if ir.NewConstraint, err = forcedToolConstraint(lm, pl, maxTokens); err != nil {
+	if forced, _ := pl.forcedFunctions(); forced != nil {
+		if ir.NewConstraint, err = forcedToolConstraint(lm, pl, ir.MaxTokens); err != nil {
 			return nil, err
 		}
-	}
-	if target.AdapterDir != "" {
-		a, err := s.adapters.Get(target.BaseModel, target.AdapterDir, lm.m.Config)
-		if err != nil {
-			s.log.Error("serve: load adapter", "model", target.Name, "dir", target.AdapterDir, "err", err)
-			return nil, &httpx.Error{Status: http.StatusInternalServerError, Message: "the checkpoint of " + target.Name + " could not be loaded", Code: "adapter_load_failed"}
-		}
-		ir.Adapter = a
 	}
 	return &prepared{plan: pl, target: target, lm: lm, ctx: ctx, req: ir}, nil
 }
