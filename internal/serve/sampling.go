@@ -194,6 +194,7 @@ func (s *Server) inferRequest(ctx context.Context, p *auth.Principal, pl *sample
 	}
 	return ir, nil
 }
+
 // sampling builds the per-choice sampling parameters, defaults from the
 // model's generation config.
 func (pl *samplePlan) sampling(lm *lmodel) []engine.SamplingParams {
@@ -225,4 +226,3 @@ func (pl *samplePlan) sampling(lm *lmodel) []engine.SamplingParams {
 	}
 	return out
 }
-
