@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -174,6 +171,9 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 	if forced, _ := pl.forcedFunctions(); forced != nil {
 		pl.format = nil // a forced tool call takes precedence over response_format
 	}
+	if pl.promptLogprobs >= 0 && pl.stream {
+		return nil, unsupported("prompt_logprobs", "prompt_logprobs is not supported with stream on chat completions (it is on /v1/completions)")
+	}
 	return pl, nil
 }
 
@@ -201,6 +201,8 @@ type prepared struct {
 	ctx    context.Context // the request's; cancelling it ends the generation
 	req    infer.Request
 	gen    *infer.Generation
+	// promptLPs are the prompt's prompt_logprobs, when asked for.
+	promptLPs []PromptLogprob
 }
 
 func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRequest, body []byte) (*prepared, error) {
@@ -246,19 +248,9 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 // handleChat is POST /v1/chat/completions.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	started := time.Now()
-	p, err := principal(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		writeErr(w, httpx.AsError(err))
-		return
-	}
 	var req ChatRequest
-	if err := httpx.UnmarshalJSON(body, &req); err != nil {
-		writeErr(w, err)
+	p, body, ok := readRequest(w, r, &req)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -270,18 +262,17 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	pr.gen, err = pr.lm.sched.Submit(ctx, pr.req)
 	if err != nil {
-		if errors.Is(err, infer.ErrQueueFull) {
-			secs := int(math.Ceil(s.opts.RetryAfter.Seconds()))
-			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-			writeErr(w, &httpx.Error{Status: http.StatusTooManyRequests, Code: "queue_full",
-				Message: fmt.Sprintf("the server is at capacity (%d requests queued for %s); retry later", pr.lm.sched.Options().MaxQueue, pr.target.BaseModel)})
+		s.submitError(w, err, pr.lm, pr.target)
+		return
+	}
+	if k := pr.plan.promptLogprobs; k >= 0 {
+		if pr.promptLPs, err = s.promptLogprobs(ctx, pr.lm, pr.req.Adapter, pr.req.Prompt, k); err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("serve: prompt logprobs", "model", pr.target.Name, "err", err)
+				writeErr(w, &httpx.Error{Status: http.StatusInternalServerError, Message: "generation failed", Code: "generation_failed"})
+			}
 			return
 		}
-		if !errors.Is(err, infer.ErrClosed) {
-			s.log.Error("serve: submit", "model", pr.target.Name, "err", err)
-		}
-		writeErr(w, httpx.Errorf(http.StatusServiceUnavailable, "server is shutting down"))
-		return
 	}
 	id := randomID("chatcmpl-", 24)
 	created := started.Unix()
@@ -296,13 +287,25 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.buildResponse(pr, id, created)
+	s.answer(w, pr.target, resp, err, func(exception string) string {
+		if exception != "" {
+			return s.record(pr, p, started, body, nil, exception)
+		}
+		return s.record(pr, p, started, body, resp, "")
+	})
+}
+
+// answer writes a finished non-streamed response, recorded first (its call
+// id in the header x-call-id), or, when building it failed, a 500 recorded
+// as "generation failed".
+func (s *Server) answer(w http.ResponseWriter, target Target, resp any, err error, record func(exception string) string) {
 	if err != nil {
-		s.log.Error("serve: generation failed", "model", pr.target.Name, "err", err)
+		s.log.Error("serve: generation failed", "model", target.Name, "err", err)
 		writeErr(w, &httpx.Error{Status: http.StatusInternalServerError, Message: "generation failed", Code: "generation_failed"})
-		s.record(pr, p, started, body, nil, "generation failed")
+		record("generation failed")
 		return
 	}
-	if callID := s.record(pr, p, started, body, resp, ""); callID != "" {
+	if callID := record(""); callID != "" {
 		w.Header().Set("x-call-id", callID)
 	}
 	httpx.WriteJSON(w, http.StatusOK, resp)
@@ -340,6 +343,7 @@ func (s *Server) buildResponse(pr *prepared, id string, created int64) (*ChatCom
 	}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	resp.Usage = usage
+	resp.PromptLogprobs = pr.promptLPs
 	return resp, nil
 }
 
@@ -363,47 +367,64 @@ func (s *Server) logprobEntries(pr *prepared, toks []infer.Token) []TokenLogprob
 	return out
 }
 
-// record stores the call in the call store and returns its id ("" when not
-// recorded). Failures are logged, never returned.
+// record stores the chat completion in the call store and returns its id
+// ("" when not recorded). Failures are logged, never returned.
 func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body []byte, resp *ChatCompletion, exception string) string {
-	if s.recorder == nil {
-		return ""
-	}
-	project := p.PersonalEntity + "/inference"
-	if pr.target.Entity != "" {
-		project = pr.target.Entity + "/" + pr.target.Project
-	}
-	var output json.RawMessage = json.RawMessage("null")
 	u := Usage{PromptTokens: len(pr.req.Prompt)}
+	var output any
+	var fps []string
 	if resp != nil {
-		if b, err := json.Marshal(resp); err == nil {
-			output = b
-		}
+		output = resp
 		if resp.Usage != nil {
 			u = *resp.Usage
+		}
+		if pr.plan.logprobs {
+			fps = choiceFingerprints(resp)
 		}
 	} else {
 		u.CompletionTokens = pr.gen.TokenCount()
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	}
-	summary, _ := json.Marshal(map[string]any{"usage": map[string]any{pr.plan.req.Model: map[string]int{
+	return s.recordCall(pr.ctx, p, pr.target, pr.plan.req.Model, s.opts.OpName, started, body, output, u, fps, exception)
+}
+
+// recordCall stores a call (inputs = the request body, output = the
+// response, nil when there is none) in the target's project and returns its
+// id ("" when not recorded); fps are the choices' fingerprints to link
+// (rl.ChoiceFingerprint), nil for none. Failures are logged, never
+// returned.
+func (s *Server) recordCall(reqCtx context.Context, p *auth.Principal, target Target, model, op string, started time.Time, body []byte, resp any, u Usage, fps []string, exception string) string {
+	if s.recorder == nil {
+		return ""
+	}
+	project := p.PersonalEntity + "/inference"
+	if target.Entity != "" {
+		project = target.Entity + "/" + target.Project
+	}
+	var output json.RawMessage = json.RawMessage("null")
+	if resp != nil {
+		if b, err := json.Marshal(resp); err == nil {
+			output = b
+		}
+	}
+	summary, _ := json.Marshal(map[string]any{"usage": map[string]any{model: map[string]int{
 		"requests": 1, "prompt_tokens": u.PromptTokens, "completion_tokens": u.CompletionTokens, "total_tokens": u.TotalTokens,
 	}}})
 	inputs := json.RawMessage(body)
 	if !json.Valid(inputs) {
 		inputs = json.RawMessage("null")
 	}
-	inputs = boundRecord(inputs, s.opts.MaxRecordBytes, map[string]any{"model": pr.plan.req.Model})
+	inputs = boundRecord(inputs, s.opts.MaxRecordBytes, map[string]any{"model": model})
 	output = boundRecord(output, s.opts.MaxRecordBytes, map[string]any{"usage": u})
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), 5*time.Second)
 	defer cancel()
-	id, err := s.recorder.RecordCall(ctx, p, project, s.opts.OpName, started, time.Now(), inputs, output, summary, exception)
+	id, err := s.recorder.RecordCall(ctx, p, project, op, started, time.Now(), inputs, output, summary, exception)
 	if err != nil {
 		s.log.Warn("serve: record call failed", "project", project, "err", err)
 		return ""
 	}
-	if l, ok := s.recorder.(ChoiceLinker); ok && resp != nil && pr.plan.logprobs {
-		if err := l.LinkChoices(ctx, project, id, choiceFingerprints(resp)); err != nil {
+	if l, ok := s.recorder.(ChoiceLinker); ok && fps != nil {
+		if err := l.LinkChoices(ctx, project, id, fps); err != nil {
 			s.log.Warn("serve: link choices to their call failed", "project", project, "err", err)
 		}
 	}

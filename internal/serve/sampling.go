@@ -35,12 +35,13 @@ type samplePlan struct {
 	ignoreEOS      bool
 	penalties      *infer.Penalties // nil: none
 	format         *jnode           // response_format's grammar; nil: free text
+	promptLogprobs int              // vLLM's prompt_logprobs; -1: none
 }
 
 // parseSampling validates the shared fields. Every value the server cannot
 // honour is an error that names it. maxParam names max_tokens in errors.
 func parseSampling(req *SamplingRequest, opts *Options, maxParam string) (*samplePlan, error) {
-	pl := &samplePlan{n: 1, maxTokensParam: maxParam}
+	pl := &samplePlan{n: 1, maxTokensParam: maxParam, promptLogprobs: -1}
 	var err error
 	if err := checkSamplingLimits(req); err != nil {
 		return nil, err
@@ -132,6 +133,12 @@ func parseSampling(req *SamplingRequest, opts *Options, maxParam string) (*sampl
 	}
 	if req.IgnoreEOS != nil {
 		pl.ignoreEOS = *req.IgnoreEOS
+	}
+	if req.PromptLogprobs != nil {
+		if *req.PromptLogprobs < 0 || *req.PromptLogprobs > opts.MaxTopLogprobs {
+			return nil, unsupported("prompt_logprobs", "prompt_logprobs must be between 0 and %d, got %d", opts.MaxTopLogprobs, *req.PromptLogprobs)
+		}
+		pl.promptLogprobs = *req.PromptLogprobs
 	}
 	return pl, nil
 }

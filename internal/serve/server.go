@@ -1,7 +1,11 @@
 // Package serve is flywheel's OpenAI-compatible inference server: chat
-// completions (plain and streamed, with logprobs and tool calls) on base
-// models and trained LoRA checkpoints, GET /v1/models and /v1/models/{id},
-// and the vLLM-style /tokenize and /detokenize endpoints.
+// completions (plain and streamed, with logprobs, tool calls and structured
+// outputs) and completions (/v1/completions: text or token-id prompts,
+// echo, legacy logprobs) on base models and trained LoRA checkpoints, GET
+// /v1/models and /v1/models/{id}, and the vLLM-style /tokenize and
+// /detokenize endpoints. vLLM's prompt_logprobs (the model's logprobs of
+// the prompt tokens, temperature 1) are computed by a pass of their own
+// (engine.Model.LogitsAt) beside the scheduler.
 //
 // # Wiring
 //
@@ -275,6 +279,7 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
+	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/models/{model...}", s.handleModel)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)

@@ -30,6 +30,7 @@ type SamplingRequest struct {
 	ReturnTokensAsTokenIDs *bool    `json:"return_tokens_as_token_ids"`
 	IgnoreEOS              *bool    `json:"ignore_eos"`
 	RepetitionPenalty      *float64 `json:"repetition_penalty"`
+	PromptLogprobs         *int     `json:"prompt_logprobs"`
 }
 
 // ChatRequest is the body of POST /v1/chat/completions.
@@ -101,6 +102,8 @@ type ChatCompletion struct {
 	SystemFingerprint string   `json:"system_fingerprint"`
 	Choices           []Choice `json:"choices"`
 	Usage             *Usage   `json:"usage"`
+	// PromptLogprobs is vLLM's prompt_logprobs, when asked for.
+	PromptLogprobs []PromptLogprob `json:"prompt_logprobs,omitempty"`
 }
 
 // Choice is one of the n completions.
