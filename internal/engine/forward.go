@@ -210,7 +210,8 @@ func (m *Model) Logits(adapter *Adapter, tokens []int) ([]float32, error) {
 // LogitsAt appends tokens to s, as Forward does, and writes the logits at
 // every new position into out ([len(tokens)*VocabSize] row-major, row t
 // predicting the token after tokens[t]): prompt logprobs, computed a chunk
-// at a time on a sequence that keeps growing.
+// at a time on a sequence that keeps growing. The sequence's logits
+// (Seq.Logits) are the last row's afterwards, as after Forward.
 func (m *Model) LogitsAt(s *Seq, tokens []int, out []float32) error {
 	V := m.Config.VocabSize
 	if len(out) != len(tokens)*V {
@@ -223,6 +224,7 @@ func (m *Model) LogitsAt(s *Seq, tokens []int, out []float32) error {
 		t1 := min(len(tokens), t0+maxPassRows)
 		m.pass([]*Seq{s}, [][]int{tokens[t0:t1]}, out[t0*V:t1*V])
 	}
+	s.logits = append(s.logits[:0], out[len(out)-V:]...) // as Forward leaves them
 	return nil
 }
 

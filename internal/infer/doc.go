@@ -46,6 +46,14 @@
 // logits before the constraint and the sampler, so logprobs are those of
 // the penalised distribution.
 //
+// # Prompt logits
+//
+// A Request with PromptLogits gets the model's logits at every prompt
+// position (vLLM's prompt_logprobs): its prompt is prefilled in full, in
+// passes of its own of at most PromptLogitsChunk tokens
+// (engine.Model.LogitsAt), never from the prefix cache, and the blocks it
+// prefills go to the cache like any other prompt's.
+//
 // # Output processing
 //
 // Tokens are detokenised incrementally (tokenizer.StreamDecoder: bytes of a

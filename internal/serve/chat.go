@@ -201,8 +201,8 @@ type prepared struct {
 	ctx    context.Context // the request's; cancelling it ends the generation
 	req    infer.Request
 	gen    *infer.Generation
-	// promptLPs are the prompt's prompt_logprobs, when asked for.
-	promptLPs []PromptLogprob
+	// promptLPs collects the prompt's prompt_logprobs, when asked for.
+	promptLPs *promptLPs
 }
 
 func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRequest, body []byte) (*prepared, error) {
@@ -242,7 +242,12 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 			return nil, err
 		}
 	}
-	return &prepared{plan: pl, target: target, lm: lm, ctx: ctx, req: ir}, nil
+	pr := &prepared{plan: pl, target: target, lm: lm, ctx: ctx, req: ir}
+	if k := pl.promptLogprobs; k >= 0 {
+		pr.promptLPs = newPromptLPs(lm, prompt, k)
+		pr.req.PromptLogits = pr.promptLPs.add
+	}
+	return pr, nil
 }
 
 // handleChat is POST /v1/chat/completions.
@@ -264,15 +269,6 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.submitError(w, err, pr.lm, pr.target)
 		return
-	}
-	if k := pr.plan.promptLogprobs; k >= 0 {
-		if pr.promptLPs, err = s.promptLogprobs(ctx, pr.lm, pr.req.Adapter, pr.req.Prompt, k); err != nil {
-			if ctx.Err() == nil {
-				s.log.Error("serve: prompt logprobs", "model", pr.target.Name, "err", err)
-				writeErr(w, &httpx.Error{Status: http.StatusInternalServerError, Message: "generation failed", Code: "generation_failed"})
-			}
-			return
-		}
 	}
 	id := randomID("chatcmpl-", 24)
 	created := started.Unix()
@@ -343,7 +339,7 @@ func (s *Server) buildResponse(pr *prepared, id string, created int64) (*ChatCom
 	}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	resp.Usage = usage
-	resp.PromptLogprobs = pr.promptLPs
+	resp.PromptLogprobs = pr.promptLPs.get()
 	return resp, nil
 }
 

@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"flywheel/internal/auth"
-	"flywheel/internal/engine"
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
 	"flywheel/internal/rl"
@@ -186,7 +186,7 @@ type completionRun struct {
 	prompts [][]int
 	reqs    []infer.Request
 	gens    []*infer.Generation
-	plps    [][]PromptLogprob // per prompt, when prompt_logprobs or echo with logprobs
+	plps    []*promptLPs // per prompt, when prompt_logprobs or echo with logprobs
 }
 
 // promptLogprobsOut is prompt i's prompt_logprobs as the response shows
@@ -197,8 +197,9 @@ func (run *completionRun) promptLogprobsOut(i int) []PromptLogprob {
 		return nil
 	}
 	k := run.plan.promptLogprobs
-	out := make([]PromptLogprob, len(run.plps[i]))
-	for t, e := range run.plps[i] {
+	entries := run.plps[i].get()
+	out := make([]PromptLogprob, len(entries))
+	for t, e := range entries {
 		if e == nil {
 			continue
 		}
@@ -262,6 +263,11 @@ func (s *Server) prepareCompletion(ctx context.Context, p *auth.Principal, req *
 		if err != nil {
 			return nil, err
 		}
+		if pl.promptLogprobs >= 0 || pl.echo && pl.logprobs {
+			c := newPromptLPs(lm, prompt, max(pl.promptLogprobs, pl.topLogprobs))
+			ir.PromptLogits = c.add
+			run.plps = append(run.plps, c)
+		}
 		run.reqs = append(run.reqs, ir)
 	}
 	return run, nil
@@ -290,20 +296,6 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		run.gens = append(run.gens, g)
-	}
-	if run.plan.promptLogprobs >= 0 || run.plan.echo && run.plan.logprobs {
-		k := max(run.plan.promptLogprobs, run.plan.topLogprobs)
-		for i, prompt := range run.prompts {
-			plp, err := s.promptLogprobs(ctx, run.lm, run.reqs[i].Adapter, prompt, k)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.log.Error("serve: prompt logprobs", "model", run.target.Name, "err", err)
-					writeErr(w, &httpx.Error{Status: http.StatusInternalServerError, Message: "generation failed", Code: "generation_failed"})
-				}
-				return
-			}
-			run.plps = append(run.plps, plp)
-		}
 	}
 	id := randomID("cmpl-", 24)
 	created := started.Unix()
@@ -419,7 +411,7 @@ func (s *Server) appendPromptLegacy(run *completionRun, lp *CompletionLogprobs, 
 			lp.TopLogprobs = append(lp.TopLogprobs, nil)
 			continue
 		}
-		entry := run.plps[i][t]
+		entry := run.plps[i].get()[t]
 		top := map[string]float64{}
 		var own float64
 		for tid, e := range entry {
@@ -436,34 +428,37 @@ func (s *Server) appendPromptLegacy(run *completionRun, lp *CompletionLogprobs, 
 	}
 }
 
-// promptChunk is how many prompt positions promptLogprobs computes at once
-// (the logits of a chunk are chunk×vocabulary floats).
-const promptChunk = 64
+// promptLPs collects a prompt's prompt_logprobs as the scheduler prefills
+// it (infer.Request.PromptLogits).
+type promptLPs struct {
+	lm      *lmodel
+	prompt  []int
+	k       int
+	mu      sync.Mutex
+	entries []PromptLogprob
+}
 
-// promptLogprobs computes vLLM's prompt_logprobs of prompt: for each token
-// after the first, its logprob under the model given the tokens before it
-// (log_softmax of the logits, temperature 1, no penalties), its rank, and
-// the k most likely tokens there. The first entry is nil.
-func (s *Server) promptLogprobs(ctx context.Context, lm *lmodel, adapter *engine.Adapter, prompt []int, k int) ([]PromptLogprob, error) {
-	seq := lm.m.NewSeq(adapter)
-	defer seq.Release()
-	V := lm.m.Config.VocabSize
-	out := make([]PromptLogprob, len(prompt))
-	buf := make([]float32, promptChunk*V)
-	for t0 := 0; t0 < len(prompt)-1; t0 += promptChunk {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		t1 := min(len(prompt)-1, t0+promptChunk)
-		rows := buf[:(t1-t0)*V]
-		if err := lm.m.LogitsAt(seq, prompt[t0:t1], rows); err != nil {
-			return nil, err
-		}
-		for r := 0; r < t1-t0; r++ {
-			out[t0+r+1] = lm.promptEntry(rows[r*V:(r+1)*V], prompt[t0+r+1], k)
-		}
+func newPromptLPs(lm *lmodel, prompt []int, k int) *promptLPs {
+	return &promptLPs{lm: lm, prompt: prompt, k: k, entries: make([]PromptLogprob, len(prompt))}
+}
+
+// add is the infer.Request.PromptLogits callback.
+func (c *promptLPs) add(pos int, row []float32) {
+	e := c.lm.promptEntry(row, c.prompt[pos+1], c.k)
+	c.mu.Lock()
+	c.entries[pos+1] = e
+	c.mu.Unlock()
+}
+
+// get returns the entries collected so far (all of them once a token has
+// been sampled).
+func (c *promptLPs) get() []PromptLogprob {
+	if c == nil {
+		return nil
 	}
-	return out, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries
 }
 
 // promptEntry is the PromptLogprob of token id at a position with logits
@@ -548,28 +543,35 @@ func (s *Server) streamCompletion(w http.ResponseWriter, run *completionRun, p *
 	type state struct {
 		lp       *CompletionLogprobs // what was sent, for the offsets
 		text     int
+		started  bool
 		finished bool
 	}
 	states := make([][]state, len(run.gens))
 	for i, g := range run.gens {
 		states[i] = make([]state, g.N())
 		for j := range states[i] {
-			st := &states[i][j]
-			st.lp = &CompletionLogprobs{}
-			if pl.echo || pl.promptLogprobs >= 0 {
-				ch := CompletionChoice{Index: i*pl.n + j}
-				if pl.echo {
-					ch.Text = run.lm.tok.Decode(run.prompts[i], true)
-				}
-				if pl.logprobs && pl.echo {
-					s.appendPromptLegacy(run, st.lp, i)
-					ch.Logprobs = st.lp
-				}
-				ch.PromptLogprobs = run.promptLogprobsOut(i)
-				st.text = len(ch.Text)
-				sw.event(chunk(ch))
-			}
+			states[i][j].lp = &CompletionLogprobs{}
 		}
+	}
+	// The echoed prompt (and prompt_logprobs) go first, with the choice's
+	// first output: by then the prompt is prefilled.
+	head := func(i, j int) {
+		st := &states[i][j]
+		st.started = true
+		if !pl.echo && pl.promptLogprobs < 0 {
+			return
+		}
+		ch := CompletionChoice{Index: i*pl.n + j}
+		if pl.echo {
+			ch.Text = run.lm.tok.Decode(run.prompts[i], true)
+		}
+		if pl.logprobs && pl.echo {
+			s.appendPromptLegacy(run, st.lp, i)
+			ch.Logprobs = st.lp
+		}
+		ch.PromptLogprobs = run.promptLogprobsOut(i)
+		st.text = len(ch.Text)
+		sw.event(chunk(ch))
 	}
 	sw.flush()
 	ctx := run.ctx
@@ -594,6 +596,9 @@ func (s *Server) streamCompletion(w http.ResponseWriter, run *completionRun, p *
 					genErr = ev.Err
 					st.finished = true
 					continue
+				}
+				if !st.started && (len(ev.Tokens) > 0 || ev.Done) {
+					head(i, j)
 				}
 				if ev.Text != "" || len(ev.Tokens) > 0 {
 					ch := CompletionChoice{Index: i*pl.n + j, Text: ev.Text}

@@ -187,6 +187,36 @@ func TestCompletionsStream(t *testing.T) {
 	if len(resp.Choices) != 4 || usage != int64(total) {
 		t.Fatalf("%d choices, usage %d for %d tokens", len(resp.Choices), usage, total)
 	}
+
+	// echo and prompt_logprobs: the prompt comes first in the stream
+	params.Echo = openai.Bool(true)
+	stream = env.client.Completions.NewStreaming(ctx, params, option.WithJSONSet("prompt_logprobs", 1))
+	texts = map[int64]string{}
+	withPLP := 0
+	for stream.Next() {
+		c := stream.Current()
+		for _, ch := range c.Choices {
+			if texts[ch.Index] == "" && strings.Contains(c.RawJSON(), `"prompt_logprobs":[null,{`) {
+				withPLP++
+			}
+			texts[ch.Index] += ch.Text
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = env.client.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range resp.Choices {
+		if texts[ch.Index] != ch.Text || !strings.HasPrefix(ch.Text, "Once upon") && !strings.HasPrefix(ch.Text, "A flywheel") {
+			t.Fatalf("echo choice %d: streamed %q, plain %q", ch.Index, texts[ch.Index], ch.Text)
+		}
+	}
+	if withPLP != 4 {
+		t.Fatalf("%d choices began with prompt_logprobs", withPLP)
+	}
 }
 
 func TestCompletionsErrors(t *testing.T) {

@@ -4,8 +4,8 @@
 // echo, legacy logprobs) on base models and trained LoRA checkpoints, GET
 // /v1/models and /v1/models/{id}, and the vLLM-style /tokenize and
 // /detokenize endpoints. vLLM's prompt_logprobs (the model's logprobs of
-// the prompt tokens, temperature 1) are computed by a pass of their own
-// (engine.Model.LogitsAt) beside the scheduler.
+// the prompt tokens, temperature 1) come from the scheduler's prefill
+// (infer.Request.PromptLogits).
 //
 // # Wiring
 //
