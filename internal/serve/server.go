@@ -206,6 +206,9 @@ type Options struct {
 	// store for one completion; larger ones are recorded as a stub saying
 	// their size (default DefaultMaxRecordBytes).
 	MaxRecordBytes int
+	// MaxStoredResponses bounds the responses kept for
+	// previous_response_id (default DefaultMaxStoredResponses).
+	MaxStoredResponses int
 }
 
 func (o *Options) defaults() {
@@ -230,6 +233,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxRecordBytes <= 0 {
 		o.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if o.MaxStoredResponses <= 0 {
+		o.MaxStoredResponses = DefaultMaxStoredResponses
 	}
 	if o.OpName == "" {
 		o.OpName = "chat.completions"
@@ -258,6 +264,8 @@ type Server struct {
 	baseAt    time.Time
 	baseOrder []string
 
+	responses *responseStore // stored responses (previous_response_id)
+
 	// newSampler makes each choice's sampler (tests replace it).
 	newSampler func(engine.SamplingParams) infer.Sampler
 }
@@ -272,6 +280,7 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 		prefix:     infer.NewPrefixCache(int64(opts.PrefixCacheMB) << 20),
 		models:     map[string]*lmodel{},
 		newSampler: newEngineSampler,
+		responses:  &responseStore{max: opts.MaxStoredResponses},
 	}
 }
 
@@ -280,6 +289,7 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	mux.HandleFunc("POST /v1/responses", s.handleResponses)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/models/{model...}", s.handleModel)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
