@@ -8,6 +8,8 @@
 // strict), penalties and logit_bias, structured outputs (json_object,
 // json_schema through chat.completions.parse), legacy completions (text and
 // token-id prompts, echo, logprobs, streaming, vLLM's prompt_logprobs),
+// responses (the Agents SDK's request shape, tools across turns with
+// previous_response_id, streamed events),
 // files (upload, retrieve, list, content, delete) and errors, which must
 // arrive as the SDK's typed exceptions. Exits non-zero on any failure.
 
@@ -247,6 +249,36 @@ const checks = {
     }
     assert(text === whole.choices[0].text && usage?.completion_tokens === whole.usage.completion_tokens, `streamed ${JSON.stringify(text)} vs ${JSON.stringify(whole.choices[0].text)}`);
     await rejects(client.completions.create({ model: MODEL, prompt: "x", suffix: "y" }), BadRequestError, (e) => assert(e.param === "suffix", `param ${e.param}`), "suffix");
+  },
+
+  async responses() {
+    // The Agents SDK's shape: input items, function tools with strict, store.
+    const tool = { type: "function", name: "get_weather", description: "Weather", strict: true,
+      parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false } };
+    const r1 = await client.responses.create({
+      model: MODEL, instructions: "You are terse.", input: [{ role: "user", content: "Weather in Paris?" }],
+      tools: [tool], tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 60, store: true,
+      parallel_tool_calls: false, truncation: "disabled", include: [], text: { format: { type: "text" } },
+    });
+    const call = r1.output.find((o) => o.type === "function_call");
+    assert(r1.object === "response" && call?.name === "get_weather" && typeof JSON.parse(call.arguments).city === "string", JSON.stringify(r1));
+    const r2 = await client.responses.create({
+      model: MODEL, previous_response_id: r1.id, tools: [tool], max_output_tokens: 6,
+      input: [{ type: "function_call_output", call_id: call.call_id, output: "sunny" }],
+    });
+    assert(r2.previous_response_id === r1.id && typeof r2.output_text === "string" && r2.usage.input_tokens > r1.usage.input_tokens, JSON.stringify(r2));
+    // streamed events assemble the text
+    const stream = await client.responses.create({ model: MODEL, input: "Hello", max_output_tokens: 8, stream: true });
+    let text = "";
+    let done = null;
+    for await (const ev of stream) {
+      if (ev.type === "response.output_text.delta") text += ev.delta;
+      if (ev.type === "response.completed") done = ev.response;
+    }
+    const final = done?.output?.[0]?.content?.[0]?.text;
+    assert(done?.status && final === text, `streamed ${JSON.stringify(text)} vs ${JSON.stringify(final)}`);
+    await rejects(client.responses.create({ model: MODEL, input: "x", previous_response_id: "resp_nope" }), NotFoundError,
+      (e) => assert(e.param === "previous_response_id", `param ${e.param}`), "an unknown previous_response_id");
   },
 
   async files() {

@@ -1,7 +1,8 @@
 // Package serve is flywheel's OpenAI-compatible inference server: chat
 // completions (plain and streamed, with logprobs, tool calls and structured
-// outputs) and completions (/v1/completions: text or token-id prompts,
-// echo, legacy logprobs) on base models and trained LoRA checkpoints, GET
+// outputs), completions (/v1/completions: text or token-id prompts, echo,
+// legacy logprobs) and responses (/v1/responses, on the chat path, see
+// responses.go) on base models and trained LoRA checkpoints, GET
 // /v1/models and /v1/models/{id}, and the vLLM-style /tokenize and
 // /detokenize endpoints. vLLM's prompt_logprobs (the model's logprobs of
 // the prompt tokens, temperature 1) come from the scheduler's prefill
