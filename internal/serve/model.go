@@ -102,10 +102,6 @@ func (l *lmodel) markerFor(lit string) (int, bool) {
 	return 0, false
 }
 
-// skipToken reports whether a token's text is left out of the output:
-// special tokens other than tool-call markers (skip_special_tokens).
-func (l *lmodel) skipToken(id int) bool { return l.tok.IsSpecial(id) && !l.keep[id] }
-
 // chatInput is a conversation to render.
 type chatInput struct {
 	ctx                  context.Context // the request's: a client that leaves stops the render
