@@ -22,6 +22,7 @@ package serve
 // weights end with a complete document within max_tokens.
 
 import (
+	"sort"
 	"unicode/utf8"
 )
 
@@ -64,7 +65,7 @@ type jprop struct {
 
 const (
 	maxNumDigits   = 16   // integer and fraction digits of a number
-	maxMatchStacks = 64   // alternative stacks followed at once
+	maxMatchStacks = 16   // alternative stacks followed at once (the cheapest to complete are kept)
 	maxStackDepth  = 1024 // frames of one stack
 	maxExpansions  = 256  // frames pushed for one byte (left recursion guard)
 	infCost        = 1 << 30
@@ -276,7 +277,7 @@ func (st *stepper) emit(s *jstack) {
 			return
 		}
 	}
-	if len(st.out) < maxMatchStacks {
+	if len(st.out) < 4*maxMatchStacks {
 		st.out = append(st.out, s)
 	}
 }
@@ -472,7 +473,16 @@ func (js jstate) feedByte(st *stepper, b byte) jstate {
 		st.exp = 0
 		st.feed(s, b)
 	}
-	return append(jstate(nil), st.out...)
+	out := append(jstate(nil), st.out...)
+	if len(out) > maxMatchStacks {
+		// Too many alternatives alive: keep those with the shortest
+		// completions (the state's shortest completion is unchanged, so
+		// the document still ends within the tokens left); the others'
+		// continuations are no longer offered.
+		sort.SliceStable(out, func(i, j int) bool { return cost(out[i]) < cost(out[j]) })
+		out = out[:maxMatchStacks]
+	}
+	return out
 }
 
 // feedBytes feeds p; nil when some byte is not allowed.
@@ -527,11 +537,16 @@ func (js jstate) pendingLiteral() string {
 	return ""
 }
 
-// stringBody reports whether the state is one stack inside a string body
-// between characters: any complete UTF-8 text without '"', '\' or control
-// characters keeps it there, at the same cost.
+// stringBody reports whether every stack of the state is inside a string
+// body between characters: any complete UTF-8 text without '"', '\' or
+// control characters keeps them there, at the same cost.
 func (js jstate) stringBody() bool {
-	return len(js) == 1 && js[0] != nil && js[0].n.kind == jStr && js[0].st == sBody && js[0].u == 0
+	for _, s := range js {
+		if s == nil || s.n.kind != jStr || s.st != sBody || s.u != 0 {
+			return false
+		}
+	}
+	return len(js) > 0
 }
 
 // plainString reports whether p may stand inside a JSON string as is:

@@ -94,7 +94,16 @@ type jsonConstraint struct {
 	left   int // tokens the choice may still generate, this one included
 	masked []float32
 	st     stepper
+	work   int // stack steps left to this mask's trie walk
 }
+
+// maskWork bounds the grammar steps (a byte fed to one stack) of one mask:
+// a schema whose anyOf branches stay alive side by side multiplies the
+// walk by their number, and a mask runs in the batch's sampling step. Past
+// it the walk stops: the tokens found so far (the single-byte ones always
+// among them, so the document can still be completed) are the ones
+// allowed.
+const maskWork = 400_000
 
 var _ infer.Constraint = (*jsonConstraint)(nil)
 
@@ -162,6 +171,8 @@ func (c *jsonConstraint) Mask(lg []float32) []float32 {
 			}
 			t = c.v.nonPlain
 		}
+		c.work = maskWork
+		c.walkSingleBytes(t, budget, m, lg, &any)
 		c.walk(t, 0, c.state, budget, m, lg, &any)
 	}
 	if !any {
@@ -186,9 +197,34 @@ func (c *jsonConstraint) walk(t *vocabTrie, n int32, js jstate, budget int, m, l
 		}
 	}
 	for _, e := range node.edges {
+		if c.work <= 0 {
+			return
+		}
+		c.work -= len(js)
 		next := js.feedByte(&c.st, e.b)
 		if len(next) > 0 {
 			c.walk(t, e.to, next, budget, m, lg, any)
+		}
+	}
+}
+
+// walkSingleBytes allows the single-byte tokens that fit, before the walk
+// whose work is bounded: the next byte of the shortest completion is always
+// among them.
+func (c *jsonConstraint) walkSingleBytes(t *vocabTrie, budget int, m, lg []float32, any *bool) {
+	for _, e := range t.nodes[0].edges {
+		ends := t.nodes[e.to].ends
+		if len(ends) == 0 {
+			continue
+		}
+		next := c.state.feedByte(&c.st, e.b)
+		if len(next) > 0 && next.minCost() <= budget {
+			for _, id := range ends {
+				if int(id) < len(m) {
+					m[id] = lg[id]
+					*any = true
+				}
+			}
 		}
 	}
 }
