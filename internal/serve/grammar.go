@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 
 	"flywheel/internal/httpx"
@@ -40,11 +39,6 @@ func toolCallGrammar(fns []ToolFunction, index []int, format toolFormat) (*jnode
 	if format == fmtLlamaJSON {
 		argKey = "parameters"
 	}
-	order := make([]int, len(fns))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return fns[order[a]].Name < fns[order[b]].Name })
 	var nodes []*jnode
 	lit := func(s string) *jnode {
 		n := &jnode{kind: jLit, lit: s}
@@ -56,21 +50,23 @@ func toolCallGrammar(fns []ToolFunction, index []int, format toolFormat) (*jnode
 		nodes = append(nodes, n)
 		return n
 	}
-	calls := &jnode{kind: jAlt}
-	nodes = append(nodes, calls)
-	for _, k := range order {
-		fn := fns[k]
+	var names []string
+	var args []*jnode
+	for k, fn := range fns {
 		strict := fn.Strict != nil && *fn.Strict
-		args, err := compileSchemaMode(fn.Parameters, strict, !strict, fmt.Sprintf("tools[%d].function.parameters", index[k]))
+		a, err := compileSchemaMode(fn.Parameters, strict, !strict, fmt.Sprintf("tools[%d].function.parameters", index[k]))
 		if err != nil {
 			return nil, err
 		}
-		if args.kind == jAny || args.kind == jRef && args.ref.kind == jAny {
-			args = anyGrammar().object // arguments are always an object
+		if a.kind == jAny || a.kind == jRef && a.ref.kind == jAny {
+			a = anyGrammar().object // arguments are always an object
 		}
 		name, _ := json.Marshal(fn.Name)
-		calls.items = append(calls.items, seq(lit(string(name)+", "+strconv.Quote(argKey)+": "), args))
+		names = append(names, string(name)+", "+strconv.Quote(argKey)+": ")
+		args = append(args, a)
 	}
+	calls := newChoice(names, args)
+	nodes = append(nodes, calls)
 	root := seq(lit(`{"name": `), calls, lit("}"))
 	if format == fmtHermes {
 		root = seq(lit(hermesOpen+"\n"), root, lit("\n"+hermesClose))

@@ -29,21 +29,24 @@ import (
 type jkind uint8
 
 const (
-	jLit   jkind = iota // exact bytes
-	jSeq                // items in order
-	jAlt                // one of items
-	jStr                // JSON string
-	jNum                // JSON number (intOnly: integer)
-	jList               // open, items separated by ", ", close (arrays; objects of any keys)
-	jProps              // "{" declared properties, some optional, in order "}"
-	jAny                // any JSON value, dispatched on its first byte
-	jRef                // another node (a $ref, resolved after compilation)
+	jLit    jkind = iota // exact bytes
+	jSeq                 // items in order
+	jAlt                 // one of items
+	jStr                 // JSON string
+	jNum                 // JSON number (intOnly: integer)
+	jList                // open, items separated by ", ", close (arrays; objects of any keys)
+	jProps               // "{" declared properties, some optional, in order "}"
+	jAny                 // any JSON value, dispatched on its first byte
+	jRef                 // another node (a $ref, resolved after compilation)
+	jChoice              // one of sorted literals (lits), each followed by its own node (then[k], nil: none)
 )
 
 // jnode is a compiled grammar node.
 type jnode struct {
 	kind    jkind
 	lit     string
+	lits    []string // jChoice: sorted, distinct
+	then    []*jnode // jChoice: what follows lits[k]
 	items   []*jnode // seq items, alt branches
 	suffix  []int    // seq: minCost of items[i:]
 	intOnly bool
@@ -79,6 +82,7 @@ type jstack struct {
 	st     uint8 // sub-state
 	u      uint8 // string: UTF-8 continuation bytes or \u hex digits still due
 	first  bool  // props: no property written yet
+	lo, hi int32 // choice: the literals still matching, lits[lo:hi]
 	depth  int32
 	parent *jstack
 }
@@ -97,7 +101,7 @@ func push(s *jstack, n *jnode) *jstack {
 	if s != nil {
 		d = s.depth + 1
 	}
-	return &jstack{n: n, first: true, depth: d, parent: s}
+	return &jstack{n: n, first: true, hi: int32(len(n.lits)), depth: d, parent: s}
 }
 
 // string sub-states
@@ -185,6 +189,8 @@ func (st *stepper) feed(s *jstack, b byte) {
 			next = n.anyOf[2]
 		}
 		st.feed(push(s.parent, next), b)
+	case jChoice:
+		st.feedChoice(s, b)
 	case jStr:
 		st.feedStr(s, b)
 	case jNum:
@@ -285,12 +291,61 @@ func (st *stepper) emit(s *jstack) {
 // sameStack reports whether two stacks are the same state.
 func sameStack(a, b *jstack) bool {
 	for a != b {
-		if a == nil || b == nil || a.n != b.n || a.i != b.i || a.st != b.st || a.u != b.u || a.first != b.first {
+		if a == nil || b == nil || a.n != b.n || a.i != b.i || a.st != b.st || a.u != b.u || a.first != b.first || a.lo != b.lo || a.hi != b.hi {
 			return false
 		}
 		a, b = a.parent, b.parent
 	}
 	return true
+}
+
+// feedChoice narrows a choice to the literals with b at its offset; a
+// literal complete at the offset may also end here, b going to what follows
+// it.
+func (st *stepper) feedChoice(s *jstack, b byte) {
+	n := s.n
+	i := int(s.i)
+	lo, hi := int(s.lo), int(s.hi)
+	if lo < hi && len(n.lits[lo]) == i { // sorted: a complete literal comes first
+		if st.expand() {
+			next := s.parent
+			if n.then[lo] != nil {
+				next = push(s.parent, n.then[lo])
+			}
+			st.feed(next, b)
+		}
+		lo++
+	}
+	a := lo + sort.Search(hi-lo, func(k int) bool { return n.lits[lo+k][i] >= b })
+	z := a + sort.Search(hi-a, func(k int) bool { return n.lits[a+k][i] > b })
+	if a == z {
+		return
+	}
+	if z-a == 1 && len(n.lits[a]) == i+1 { // the one literal left is complete
+		if n.then[a] != nil {
+			st.emit(push(s.parent, n.then[a]))
+		} else {
+			st.emit(s.parent)
+		}
+		return
+	}
+	f := *s
+	f.i, f.lo, f.hi = int32(i+1), int32(a), int32(z)
+	st.emit(s.with(f))
+}
+
+// choiceCost is the shortest completion of a choice frame from offset i
+// among lits[lo:hi].
+func choiceCost(n *jnode, i, lo, hi int) int {
+	c := infCost
+	for k := lo; k < hi; k++ {
+		v := len(n.lits[k]) - i
+		if n.then[k] != nil {
+			v += n.then[k].minCost
+		}
+		c = min(c, v)
+	}
+	return c
 }
 
 func (st *stepper) feedStr(s *jstack, b byte) {
@@ -408,6 +463,8 @@ func frameCost(s *jstack) int {
 		return n.suffix[s.i]
 	case jAlt, jAny, jRef:
 		return n.minCost
+	case jChoice:
+		return choiceCost(n, int(s.i), int(s.lo), int(s.hi))
 	case jStr:
 		switch s.st {
 		case sOpen:
@@ -529,6 +586,10 @@ func (js jstate) pendingLiteral() string {
 	switch s.n.kind {
 	case jLit:
 		return s.n.lit[s.i:]
+	case jChoice:
+		if s.hi-s.lo == 1 {
+			return s.n.lits[s.lo][s.i:]
+		}
 	case jSeq:
 		if int(s.i) < len(s.n.items) && s.n.items[s.i].kind == jLit {
 			return s.n.items[s.i].lit

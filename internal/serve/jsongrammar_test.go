@@ -2,6 +2,7 @@ package serve
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -77,5 +78,54 @@ func TestJSONGrammarRandomDocs(t *testing.T) {
 		if err := json.Unmarshal([]byte(doc), &v); err != nil {
 			t.Fatalf("%q is not a JSON object: %v", doc, err)
 		}
+	}
+}
+
+// TestLargeChoices: an enum of 300 values sharing a prefix and a forced
+// call among 40 tools sharing one are literal choices, not alternatives
+// followed side by side, so every value and every tool stays reachable.
+func TestLargeChoices(t *testing.T) {
+	var vals []string
+	for i := 0; i < 300; i++ {
+		vals = append(vals, fmt.Sprintf(`"code_%03d"`, i))
+	}
+	root, err := compileSchema(json.RawMessage(`{"type":"string","enum":[`+strings.Join(vals, ",")+`]}`), true, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	seen := map[string]bool{}
+	for i := 0; i < 2000; i++ {
+		doc := randomDoc(t, root, rng, root.minCost+5)
+		var v string
+		if err := json.Unmarshal([]byte(doc), &v); err != nil || !strings.HasPrefix(v, "code_") || len(v) != 8 {
+			t.Fatalf("%q", doc)
+		}
+		seen[v] = true
+	}
+	if len(seen) < 250 {
+		t.Fatalf("%d of 300 enum values reached", len(seen))
+	}
+	var fns []ToolFunction
+	var index []int
+	for i := 0; i < 40; i++ {
+		fns = append(fns, ToolFunction{Name: fmt.Sprintf("get_item_%02d", i), Parameters: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)})
+		index = append(index, i)
+	}
+	g, err := toolCallGrammar(fns, index, fmtHermes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := map[string]bool{}
+	for i := 0; i < 400; i++ {
+		doc := randomDoc(t, g, rng, g.minCost+20)
+		_, calls := parseToolCalls(doc, fmtHermes)
+		if len(calls) != 1 {
+			t.Fatalf("%q", doc)
+		}
+		called[calls[0].Function.Name] = true
+	}
+	if len(called) < 35 {
+		t.Fatalf("%d of 40 tools called", len(called))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,14 +198,14 @@ func (c *schemaCompiler) compile(raw json.RawMessage, path string, depth int) (*
 		if len(vals) > maxEnumValues {
 			return nil, &schemaError{path + ".enum", fmt.Sprintf("at most %d values are supported", maxEnumValues)}
 		}
-		alt := &jnode{kind: jAlt}
+		lits := make([]string, len(vals))
 		for i, e := range vals {
 			if types != nil && !typeAllows(types, e) && !c.lenient {
 				return nil, &schemaError{fmt.Sprintf("%s.enum[%d]", path, i), "the value is not of the schema's type"}
 			}
-			alt.items = append(alt.items, c.literal(e))
+			lits[i] = c.literal(e).lit
 		}
-		return c.node(alt)
+		return c.node(newChoice(lits, nil))
 	}
 	if types == nil {
 		switch {
@@ -480,8 +481,33 @@ func nodeCost(n *jnode) int {
 		return min(infCost, 1+propsCost(n, 0, true))
 	case jRef:
 		return n.ref.minCost
+	case jChoice:
+		return choiceCost(n, 0, 0, len(n.lits))
 	}
 	return infCost
+}
+
+// newChoice is a jChoice of literals, each followed by then[k] (nil: no
+// node follows any); a literal given twice keeps its first follower.
+func newChoice(lits []string, then []*jnode) *jnode {
+	idx := make([]int, len(lits))
+	for k := range idx {
+		idx[k] = k
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return lits[idx[a]] < lits[idx[b]] })
+	n := &jnode{kind: jChoice}
+	for _, k := range idx {
+		if len(n.lits) > 0 && n.lits[len(n.lits)-1] == lits[k] {
+			continue
+		}
+		n.lits = append(n.lits, lits[k])
+		var t *jnode
+		if then != nil {
+			t = then[k]
+		}
+		n.then = append(n.then, t)
+	}
+	return n
 }
 
 // jsonAny is the grammar of any JSON value, and of any JSON object.
