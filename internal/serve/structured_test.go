@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
@@ -281,4 +282,80 @@ func TestAmbiguousSchemaBounded(t *testing.T) {
 		}
 	}
 	t.Logf("%d masks, mean %v", steps, total/time.Duration(steps))
+}
+
+// TestStructuredLogprobsConstrained: the logprob reported for each token of
+// a structured output is under the constrained distribution: the engine's
+// logits with the grammar's mask (replayed here on the same tokens),
+// divided by the temperature, renormalised over the allowed tokens. The
+// content also streams to the same document.
+func TestStructuredLogprobsConstrained(t *testing.T) {
+	env := newTestEnv(t, Options{})
+	m, err := env.reg.Get(tinyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm, err := env.srv.model(tinyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := `{"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer"},"c":{"type":"string","enum":["red","green"]}},"required":["name","n","c"],"additionalProperties":false}`
+	root, err := compileSchema([]byte(schema), true, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := `[{"role":"user","content":"A thing."}]`
+	const temp = 0.9
+	body := `{"model":"flywheel/tiny","messages":` + msgs + `,"max_tokens":40,"temperature":0.9,"seed":8,"logprobs":true,"return_tokens_as_token_ids":true,
+	  "response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":` + schema + `}}}`
+	r := postJSON(t, env, "/v1/chat/completions", body)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	var resp ChatCompletion
+	if err := json.Unmarshal([]byte(r.body), &resp); err != nil {
+		t.Fatal(err)
+	}
+	prompt := tokenizeMessages(t, env, msgs)
+	seq := append([]int(nil), prompt...)
+	for _, e := range resp.Choices[0].Logprobs.Content {
+		var id int
+		fmt.Sscanf(e.Token, "token_id:%d", &id)
+		seq = append(seq, id)
+	}
+	logits, err := m.Logits(nil, seq[:len(seq)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := m.Config.VocabSize
+	cons := newJSONConstraint(lm, root, 40)()
+	for j, e := range resp.Choices[0].Logprobs.Content {
+		pos := len(prompt) - 1 + j
+		masked := cons.Mask(logits[pos*V : (pos+1)*V])
+		id := seq[len(prompt)+j]
+		if want := logSoftmaxAt(masked, id, temp); math.Abs(want-e.Logprob) > 1e-4 {
+			t.Fatalf("token %d (%d): logprob %v, constrained distribution %v", j, id, e.Logprob, want)
+		}
+		cons.Advance(id)
+	}
+	// streamed, the content deltas assemble the same document
+	sr := postJSON(t, env, "/v1/chat/completions", strings.Replace(body, `"logprobs":true`, `"stream":true`, 1))
+	var streamed strings.Builder
+	for _, line := range strings.Split(sr.body, "\n") {
+		if !strings.HasPrefix(line, "data: {") {
+			continue
+		}
+		var c ChatCompletionChunk
+		if err := json.Unmarshal([]byte(line[6:]), &c); err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range c.Choices {
+			if ch.Delta.Content != nil {
+				streamed.WriteString(*ch.Delta.Content)
+			}
+		}
+	}
+	if streamed.String() != *resp.Choices[0].Message.Content {
+		t.Fatalf("streamed %q, plain %q", streamed.String(), *resp.Choices[0].Message.Content)
+	}
 }
