@@ -4,7 +4,12 @@
 // It starts `flywheel serve` on a free loopback port with a temporary data
 // dir, then exercises through the SDK: models (list, retrieve), plain
 // completions, n/seed/logprobs, streaming with usage (raw and through the
-// SDK's stream helper), tools (forced and required, plain and streamed),
+// SDK's stream helper), tools (forced and required, plain and streamed;
+// strict), penalties and logit_bias, structured outputs (json_object,
+// json_schema through chat.completions.parse), legacy completions (text and
+// token-id prompts, echo, logprobs, streaming, vLLM's prompt_logprobs),
+// responses (the Agents SDK's request shape, tools across turns with
+// previous_response_id, streamed events),
 // files (upload, retrieve, list, content, delete) and errors, which must
 // arrive as the SDK's typed exceptions. Exits non-zero on any failure.
 
@@ -168,6 +173,112 @@ const checks = {
       messages: [{ role: "user", content: "Weather in Paris?" }, c.message, { role: "tool", tool_call_id: call.id, content: "sunny" }],
     });
     assert(next.choices.length === 1, "tool result turn");
+  },
+
+  async penaltiesAndBias() {
+    // A +100 bias on one token makes greedy decoding pick it every time;
+    // the penalties are accepted and reflected in the logprobs (their
+    // numbers are checked against a float64 reference in Go's tests).
+    const r = await client.chat.completions.create({
+      model: MODEL, messages: msgs, max_tokens: 6, temperature: 0, logit_bias: { "65": 100 }, logprobs: true,
+      presence_penalty: 0.5, frequency_penalty: 0.1, repetition_penalty: 1.1, ignore_eos: true, return_tokens_as_token_ids: true,
+    });
+    const toks = r.choices[0].logprobs.content.map((t) => t.token);
+    assert(toks.length === 6 && toks.every((t) => t === "token_id:65"), JSON.stringify(toks));
+    await rejects(client.chat.completions.create({ model: MODEL, messages: msgs, frequency_penalty: 3 }), BadRequestError,
+      (e) => assert(e.param === "frequency_penalty", `param ${e.param}`), "frequency_penalty out of range");
+  },
+
+  async structuredOutputs() {
+    const schema = {
+      type: "object",
+      properties: {
+        name: { type: "string" },
+        age: { type: "integer" },
+        tags: { type: "array", items: { type: "string", enum: ["a", "b"] } },
+        pet: { anyOf: [{ type: "null" }, { $ref: "#/$defs/pet" }] },
+      },
+      required: ["name", "age", "tags", "pet"],
+      additionalProperties: false,
+      $defs: { pet: { type: "object", properties: { kind: { type: "string" } }, required: ["kind"], additionalProperties: false } },
+    };
+    const r = await client.chat.completions.parse({
+      model: MODEL, messages: [{ role: "user", content: "A person." }], max_tokens: 80, n: 4, temperature: 1.5, seed: 5,
+      response_format: { type: "json_schema", json_schema: { name: "person", strict: true, schema } },
+    });
+    for (const c of r.choices) {
+      const p = c.message.parsed;
+      assert(p && typeof p.name === "string" && Number.isInteger(p.age) && Array.isArray(p.tags) && p.tags.every((t) => t === "a" || t === "b"), JSON.stringify(c.message));
+      assert(p.pet === null || typeof p.pet.kind === "string", JSON.stringify(p));
+      assert(Object.keys(p).join() === "name,age,tags,pet", JSON.stringify(p));
+    }
+    const o = await client.chat.completions.create({ model: MODEL, messages: msgs, max_tokens: 40, temperature: 1.5, seed: 1, response_format: { type: "json_object" } });
+    const v = JSON.parse(o.choices[0].message.content);
+    assert(v && typeof v === "object" && !Array.isArray(v), o.choices[0].message.content);
+    await rejects(
+      client.chat.completions.create({ model: MODEL, messages: msgs, response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^a" } } } }),
+      BadRequestError, (e) => assert(e.param === "response_format.json_schema.schema.pattern", `param ${e.param}`), "a schema keyword outside the subset",
+    );
+    // a forced call of a strict tool follows its schema
+    const strictTool = { type: "function", function: { ...weather.function, strict: true, parameters: { ...weather.function.parameters, additionalProperties: false } } };
+    const t = await client.chat.completions.create({
+      model: MODEL, messages: [{ role: "user", content: "Weather?" }], max_tokens: 100, seed: 3, temperature: 1.5,
+      tools: [strictTool], tool_choice: { type: "function", function: { name: "get_weather" } },
+    });
+    const args = JSON.parse(t.choices[0].message.tool_calls[0].function.arguments);
+    assert(typeof args.city === "string" && Number.isInteger(args.days) && Object.keys(args).length === 2, JSON.stringify(args));
+  },
+
+  async completions() {
+    const r = await client.completions.create({ model: MODEL, prompt: "The flywheel", max_tokens: 6, temperature: 0, echo: true, logprobs: 2 });
+    const c = r.choices[0];
+    assert(r.object === "text_completion" && c.text.startsWith("The flywheel"), JSON.stringify(r));
+    const lp = c.logprobs;
+    assert(lp.tokens.length === lp.token_logprobs.length && lp.token_logprobs[0] === null && lp.text_offset[0] === 0, JSON.stringify(lp));
+    assert(r.usage.total_tokens === r.usage.prompt_tokens + r.usage.completion_tokens, JSON.stringify(r.usage));
+    const b = await client.completions.create({ model: MODEL, prompt: [[5, 6, 7], [8, 9]], max_tokens: 3, n: 2, seed: 1, prompt_logprobs: 1 });
+    assert(b.choices.length === 4 && b.choices.map((x) => x.index).join() === "0,1,2,3", JSON.stringify(b));
+    assert(b.choices[0].prompt_logprobs.length === 3 && b.choices[0].prompt_logprobs[0] === null && b.choices[0].prompt_logprobs[1]["6"], JSON.stringify(b.choices[0].prompt_logprobs));
+    const p = { model: MODEL, prompt: "Once", max_tokens: 8, seed: 2, temperature: 1 };
+    const whole = await client.completions.create(p);
+    let text = "";
+    let usage = null;
+    for await (const chunk of await client.completions.create({ ...p, stream: true, stream_options: { include_usage: true } })) {
+      for (const x of chunk.choices) text += x.text;
+      if (chunk.usage) usage = chunk.usage;
+    }
+    assert(text === whole.choices[0].text && usage?.completion_tokens === whole.usage.completion_tokens, `streamed ${JSON.stringify(text)} vs ${JSON.stringify(whole.choices[0].text)}`);
+    await rejects(client.completions.create({ model: MODEL, prompt: "x", suffix: "y" }), BadRequestError, (e) => assert(e.param === "suffix", `param ${e.param}`), "suffix");
+  },
+
+  async responses() {
+    // The Agents SDK's shape: input items, function tools with strict, store.
+    const tool = { type: "function", name: "get_weather", description: "Weather", strict: true,
+      parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false } };
+    const r1 = await client.responses.create({
+      model: MODEL, instructions: "You are terse.", input: [{ role: "user", content: "Weather in Paris?" }],
+      tools: [tool], tool_choice: { type: "function", name: "get_weather" }, max_output_tokens: 60, store: true,
+      parallel_tool_calls: false, truncation: "disabled", include: [], text: { format: { type: "text" } },
+    });
+    const call = r1.output.find((o) => o.type === "function_call");
+    assert(r1.object === "response" && call?.name === "get_weather" && typeof JSON.parse(call.arguments).city === "string", JSON.stringify(r1));
+    const r2 = await client.responses.create({
+      model: MODEL, previous_response_id: r1.id, tools: [tool], max_output_tokens: 6,
+      input: [{ type: "function_call_output", call_id: call.call_id, output: "sunny" }],
+    });
+    assert(r2.previous_response_id === r1.id && typeof r2.output_text === "string" && r2.usage.input_tokens > r1.usage.input_tokens, JSON.stringify(r2));
+    // streamed events assemble the text
+    const stream = await client.responses.create({ model: MODEL, input: "Hello", max_output_tokens: 8, stream: true });
+    let text = "";
+    let done = null;
+    for await (const ev of stream) {
+      if (ev.type === "response.output_text.delta") text += ev.delta;
+      if (ev.type === "response.completed") done = ev.response;
+    }
+    const final = done?.output?.[0]?.content?.[0]?.text;
+    assert(done?.status && final === text, `streamed ${JSON.stringify(text)} vs ${JSON.stringify(final)}`);
+    await rejects(client.responses.create({ model: MODEL, input: "x", previous_response_id: "resp_nope" }), NotFoundError,
+      (e) => assert(e.param === "previous_response_id", `param ${e.param}`), "an unknown previous_response_id");
   },
 
   async files() {

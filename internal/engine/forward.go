@@ -200,16 +200,32 @@ func (m *Model) Logits(adapter *Adapter, tokens []int) ([]float32, error) {
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("engine: Logits: no tokens")
 	}
-	if err := m.checkBatch([]*Seq{s}, [][]int{tokens}); err != nil {
+	out := make([]float32, len(tokens)*m.Config.VocabSize)
+	if err := m.LogitsAt(s, tokens, out); err != nil {
 		return nil, err
 	}
+	return out, nil
+}
+
+// LogitsAt appends tokens to s, as Forward does, and writes the logits at
+// every new position into out ([len(tokens)*VocabSize] row-major, row t
+// predicting the token after tokens[t]): prompt logprobs, computed a chunk
+// at a time on a sequence that keeps growing. The sequence's logits
+// (Seq.Logits) are the last row's afterwards, as after Forward.
+func (m *Model) LogitsAt(s *Seq, tokens []int, out []float32) error {
 	V := m.Config.VocabSize
-	out := make([]float32, len(tokens)*V)
+	if len(out) != len(tokens)*V {
+		return fmt.Errorf("engine: LogitsAt: out holds %d values, want %d", len(out), len(tokens)*V)
+	}
+	if err := m.checkBatch([]*Seq{s}, [][]int{tokens}); err != nil {
+		return err
+	}
 	for t0 := 0; t0 < len(tokens); t0 += maxPassRows {
 		t1 := min(len(tokens), t0+maxPassRows)
 		m.pass([]*Seq{s}, [][]int{tokens[t0:t1]}, out[t0*V:t1*V])
 	}
-	return out, nil
+	s.logits = append(s.logits[:0], out[len(out)-V:]...) // as Forward leaves them
+	return nil
 }
 
 func (m *Model) checkBatch(seqs []*Seq, tokens [][]int) error {

@@ -41,7 +41,18 @@
 // A choice samples with an engine.Sampler of its Request.Sampling entry
 // (temperature, top-p, top-k, min-p, seed). The logprob of each sampled
 // token is under the distribution it was sampled from (see engine.Sampler);
-// under a Constraint it is the masked distribution.
+// under a Constraint it is the masked distribution. Request.Penalties
+// (logit bias, repetition, frequency and presence penalties) change the
+// logits before the constraint and the sampler, so logprobs are those of
+// the penalised distribution.
+//
+// # Prompt logits
+//
+// A Request with PromptLogits gets the model's logits at every prompt
+// position (vLLM's prompt_logprobs): its prompt is prefilled in full, in
+// passes of its own of at most PromptLogitsChunk tokens
+// (engine.Model.LogitsAt), never from the prefix cache, and the blocks it
+// prefills go to the cache like any other prompt's.
 //
 // # Output processing
 //
@@ -62,7 +73,8 @@
 // A Request may carry a Constraint per choice (Request.NewConstraint): before
 // each sampling step it masks the logits of the tokens it forbids, and it
 // advances on the token sampled. The scheduler only calls that interface;
-// serve's forced tool-call grammar is one implementation.
+// serve's JSON grammar (structured outputs, forced tool calls) is one
+// implementation.
 //
 // # Prefix cache
 //

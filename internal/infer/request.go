@@ -59,6 +59,17 @@ type Request struct {
 	Stop      []string     // stop strings, not part of the output
 	StopIDs   map[int]bool // tokens that end a choice (included in Tokens, no text)
 	IgnoreEOS bool         // keep generating past end-of-sequence tokens
+	// Penalties apply to every choice's logits before its constraint and
+	// sampler (each choice counts its own generated tokens); nil: none.
+	Penalties *Penalties
+	// PromptLogits, when not nil, is called with the model's logits at each
+	// prompt position but the last, in order (row predicts Prompt[pos+1];
+	// temperature 1, no penalties), from the scheduler's goroutine; it must
+	// not keep row. Such a prompt is prefilled in full (the positions the
+	// prefix cache holds need their logits too) in passes of its own of at
+	// most PromptLogitsChunk tokens; its blocks still go to the prefix
+	// cache, so later requests reuse them.
+	PromptLogits func(pos int, row []float32)
 	// NewConstraint makes each choice's constraint; nil: unconstrained.
 	NewConstraint func() Constraint
 	// NewSampler makes each choice's sampler from its Sampling entry; nil:

@@ -103,6 +103,7 @@ type Scheduler struct {
 	stopped chan struct{}
 
 	active []*seqState // owned by the loop goroutine
+	rows   []float32   // PromptLogits passes' logits (loop goroutine)
 
 	steps      atomic.Int64
 	maxBatch   atomic.Int64
@@ -235,10 +236,11 @@ type seqState struct {
 	seq     *engine.Seq // nil for a clone until its leader's prompt is prefilled
 	clones  []*seqState // choices waiting for this leader's prefill
 	sampler Sampler
-	cons    Constraint // nil: unconstrained
-	pending []int      // prompt tokens not yet fed
-	next    int        // token to feed at the next step when pending is empty
-	n       int        // tokens generated
+	cons    Constraint    // nil: unconstrained
+	pen     *penaltyState // nil: no penalties or bias
+	pending []int         // prompt tokens not yet fed
+	next    int           // token to feed at the next step when pending is empty
+	n       int           // tokens generated
 	text    textOutput
 	// results of this step's sampling
 	tok Token
@@ -335,6 +337,7 @@ func (s *Scheduler) admit() {
 			if g.req.NewConstraint != nil {
 				st.cons = g.req.NewConstraint()
 			}
+			st.pen = newPenaltyState(g.req.Penalties, g.req.Prompt)
 			if lead == nil {
 				lead = st
 				st.seq = s.m.NewSeq(g.req.Adapter)
@@ -392,7 +395,7 @@ func (s *Scheduler) dropCancelled() {
 func (s *Scheduler) step() {
 	if s.opts.PrefixCache != nil {
 		for _, st := range s.active {
-			if len(st.pending) > 0 {
+			if len(st.pending) > 0 && st.gen.req.PromptLogits == nil {
 				s.reusePrefix(st)
 			}
 		}
@@ -401,6 +404,8 @@ func (s *Scheduler) step() {
 	var seqs []*engine.Seq
 	var toks [][]int
 	var batch []*seqState
+	var full []*seqState // prompt chunks whose every position's logits are wanted
+	var fullToks [][]int
 	for _, st := range s.active {
 		st.prefills = false
 		if len(st.pending) == 0 {
@@ -413,18 +418,26 @@ func (s *Scheduler) step() {
 			continue
 		}
 		n := min(len(st.pending), budget)
+		if st.gen.req.PromptLogits != nil {
+			n = min(n, PromptLogitsChunk)
+		}
 		if s.opts.PrefixCache != nil { // without a cache no later request can take part of a prompt
 			n = st.cutAtLastBlock(n)
 		}
 		budget -= n
 		s.promptToks.Add(int64(n))
-		seqs = append(seqs, st.seq)
-		toks = append(toks, st.pending[:n])
+		chunk := st.pending[:n]
 		st.pending = st.pending[n:]
 		st.prefills = true
+		if st.gen.req.PromptLogits != nil {
+			full, fullToks = append(full, st), append(fullToks, chunk)
+			continue
+		}
+		seqs = append(seqs, st.seq)
+		toks = append(toks, chunk)
 		batch = append(batch, st)
 	}
-	if len(batch) == 0 {
+	if len(batch) == 0 && len(full) == 0 {
 		return
 	}
 	s.steps.Add(1)
@@ -433,7 +446,19 @@ func (s *Scheduler) step() {
 	}
 	t0 := time.Now()
 	defer func() { s.computeNs.Add(int64(time.Since(t0))) }()
-	logits, err := s.m.Forward(seqs, toks)
+	nb := len(batch) // in the batched pass; then the full-logits chunks
+	for k, st := range full {
+		if err := s.promptPass(st, fullToks[k]); err != nil {
+			s.finish(st, "", fmt.Errorf("infer: forward pass of %s: %w", s.m.ID, err))
+			continue
+		}
+		batch = append(batch, st)
+	}
+	var logits [][]float32
+	var err error
+	if nb > 0 {
+		logits, err = s.m.Forward(seqs, toks)
+	}
 	s.forwardNs.Add(int64(time.Since(t0)))
 	if err != nil {
 		err = fmt.Errorf("infer: forward pass of %s: %w", s.m.ID, err)
@@ -442,6 +467,9 @@ func (s *Scheduler) step() {
 		}
 		s.removeDone()
 		return
+	}
+	for _, st := range batch[len(logits):] {
+		logits = append(logits, st.seq.Logits())
 	}
 	if s.opts.PrefixCache != nil {
 		for _, st := range batch {
@@ -470,6 +498,9 @@ func (s *Scheduler) step() {
 		i := ready[k]
 		st := batch[i]
 		lg := logits[i]
+		if st.pen != nil {
+			lg = st.pen.apply(lg)
+		}
 		if st.cons != nil {
 			lg = st.cons.Mask(lg)
 		}
@@ -482,6 +513,32 @@ func (s *Scheduler) step() {
 	s.removeDone()
 }
 
+// PromptLogitsChunk is the most prompt tokens a request with
+// Request.PromptLogits prefills in one pass (its logits are that many rows
+// of the vocabulary).
+const PromptLogitsChunk = 64
+
+// promptPass prefills toks, a chunk of st's prompt, in a pass of its own
+// that keeps every position's logits, and hands them to PromptLogits.
+func (s *Scheduler) promptPass(st *seqState, toks []int) error {
+	V := s.m.Config.VocabSize
+	if cap(s.rows) < len(toks)*V {
+		s.rows = make([]float32, PromptLogitsChunk*V)
+	}
+	rows := s.rows[:len(toks)*V]
+	pos := st.seq.Len()
+	if err := s.m.LogitsAt(st.seq, toks, rows); err != nil {
+		return err
+	}
+	p := st.gen.req.Prompt
+	for r := range toks {
+		if pos+r+1 < len(p) {
+			st.gen.req.PromptLogits(pos+r, rows[r*V:(r+1)*V])
+		}
+	}
+	return nil
+}
+
 // afterSample records the sampled token, decodes its text, applies the stop
 // conditions and ends the choice when one holds.
 func (s *Scheduler) afterSample(st *seqState) {
@@ -489,6 +546,9 @@ func (s *Scheduler) afterSample(st *seqState) {
 	tok := st.tok.ID
 	st.n++
 	st.next = tok
+	if st.pen != nil {
+		st.pen.add(tok)
+	}
 	end := !r.IgnoreEOS && s.eos[tok]
 	if st.cons != nil && st.cons.Advance(tok) {
 		end = true

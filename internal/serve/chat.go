@@ -4,19 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"math/rand/v2"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
 	"flywheel/internal/auth"
-	"flywheel/internal/engine"
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
 	"flywheel/internal/rl"
@@ -28,28 +23,14 @@ const finishToolCalls = "tool_calls"
 
 // chatPlan is a validated chat completion request.
 type chatPlan struct {
+	samplePlan
 	req           *ChatRequest
-	n             int
-	maxTokens     int // 0: up to the context length
-	temperature   *float64
-	topP          *float64
-	topK          *int
-	minP          *float64
-	seed          *uint64
-	stop          []string
-	stopIDs       map[int]bool
-	logprobs      bool
-	topLogprobs   int
-	asIDs         bool
-	stream        bool
-	includeUsage  bool
 	tools         []Tool
 	toolsRaw      json.RawMessage
 	toolChoice    string // "none", "auto", "required", "function"
 	forcedName    string
 	addGen        bool
 	continueFinal bool
-	ignoreEOS     bool
 }
 
 var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_.:-]{1,64}$`)
@@ -66,7 +47,7 @@ func unsupported(param, format string, args ...any) error {
 // parseChat validates a request. Every value the server cannot honour is an
 // error that names it.
 func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) {
-	pl := &chatPlan{req: req, n: 1, addGen: true}
+	pl := &chatPlan{req: req, addGen: true}
 	if strings.TrimSpace(req.Model) == "" {
 		return nil, httpx.Invalid("model", "missing_field", "model is required")
 	}
@@ -90,78 +71,17 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 			return nil, err
 		}
 	}
-	if req.N != nil {
-		if *req.N < 1 || *req.N > opts.MaxN {
-			return nil, unsupported("n", "n must be between 1 and %d, got %d", opts.MaxN, *req.N)
-		}
-		pl.n = *req.N
-	}
-	mt := req.MaxTokens
-	param := "max_tokens"
 	if req.MaxCompletionTokens != nil {
-		mt, param = req.MaxCompletionTokens, "max_completion_tokens"
+		req.MaxTokens = req.MaxCompletionTokens
 	}
-	if mt != nil {
-		if *mt < 1 {
-			return nil, httpx.Invalid(param, "invalid_value", "%s must be at least 1, got %d", param, *mt)
-		}
-		pl.maxTokens = *mt
+	sp, err := parseSampling(&req.SamplingRequest, opts, "max_completion_tokens")
+	if err != nil {
+		return nil, err
 	}
-	if t := req.Temperature; t != nil {
-		if *t < 0 || *t > 2 || math.IsNaN(*t) {
-			return nil, httpx.Invalid("temperature", "invalid_value", "temperature must be between 0 and 2, got %v", *t)
-		}
-		pl.temperature = t
+	if req.MaxCompletionTokens == nil && req.MaxTokens != nil {
+		sp.maxTokensParam = "max_tokens"
 	}
-	if t := req.TopP; t != nil {
-		if !(*t > 0 && *t <= 1) {
-			return nil, httpx.Invalid("top_p", "invalid_value", "top_p must be in (0, 1], got %v", *t)
-		}
-		pl.topP = t
-	}
-	if t := req.TopK; t != nil {
-		if *t < -1 {
-			return nil, httpx.Invalid("top_k", "invalid_value", "top_k must be -1 (off), 0 (off) or positive, got %d", *t)
-		}
-		k := max(*t, 0)
-		pl.topK = &k
-	}
-	if t := req.MinP; t != nil {
-		if !(*t >= 0 && *t <= 1) {
-			return nil, httpx.Invalid("min_p", "invalid_value", "min_p must be in [0, 1], got %v", *t)
-		}
-		pl.minP = t
-	}
-	if req.Seed != nil {
-		v := uint64(*req.Seed)
-		pl.seed = &v
-	}
-	if !isNull(req.Stop) {
-		var one string
-		var many []string
-		if err := json.Unmarshal(req.Stop, &one); err == nil {
-			many = []string{one}
-		} else if err := json.Unmarshal(req.Stop, &many); err != nil {
-			return nil, httpx.Invalid("stop", "invalid_type", "stop: expected a string or an array of strings")
-		}
-		if len(many) > 16 {
-			return nil, unsupported("stop", "at most 16 stop strings are supported, got %d", len(many))
-		}
-		for _, s := range many {
-			if err := checkStop(s); err != nil {
-				return nil, err
-			}
-			if s != "" {
-				pl.stop = append(pl.stop, s)
-			}
-		}
-	}
-	if len(req.StopTokenIDs) > 0 {
-		pl.stopIDs = map[int]bool{}
-		for _, id := range req.StopTokenIDs {
-			pl.stopIDs[id] = true
-		}
-	}
+	pl.samplePlan = *sp
 	if req.Logprobs != nil {
 		pl.logprobs = *req.Logprobs
 	}
@@ -173,47 +93,6 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 			return nil, httpx.Invalid("top_logprobs", "invalid_value", "top_logprobs requires logprobs to be true")
 		}
 		pl.topLogprobs = *req.TopLogprobs
-	}
-	if req.ReturnTokensAsTokenIDs != nil {
-		pl.asIDs = *req.ReturnTokensAsTokenIDs
-	}
-	if req.Stream != nil {
-		pl.stream = *req.Stream
-	}
-	if req.StreamOptions != nil {
-		if !pl.stream {
-			return nil, httpx.Invalid("stream_options", "invalid_value", "stream_options is only allowed when stream is true")
-		}
-		pl.includeUsage = req.StreamOptions.IncludeUsage
-	}
-	if !isNull(req.ResponseFormat) {
-		var rf struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(req.ResponseFormat, &rf); err != nil {
-			return nil, httpx.Invalid("response_format", "invalid_type", "response_format: expected an object")
-		}
-		if rf.Type != "text" {
-			return nil, unsupported("response_format.type", "response_format type %q is not supported (only \"text\")", rf.Type)
-		}
-	}
-	if v := req.PresencePenalty; v != nil && *v != 0 {
-		return nil, unsupported("presence_penalty", "presence_penalty is not supported")
-	}
-	if v := req.FrequencyPenalty; v != nil && *v != 0 {
-		return nil, unsupported("frequency_penalty", "frequency_penalty is not supported")
-	}
-	if v := req.RepetitionPenalty; v != nil && *v != 1 {
-		return nil, unsupported("repetition_penalty", "repetition_penalty is not supported")
-	}
-	if !isNull(req.LogitBias) {
-		var lb map[string]float64
-		if err := json.Unmarshal(req.LogitBias, &lb); err != nil {
-			return nil, httpx.Invalid("logit_bias", "invalid_type", "logit_bias: expected an object of numbers")
-		}
-		if len(lb) > 0 {
-			return nil, unsupported("logit_bias", "logit_bias is not supported")
-		}
 	}
 	if !isNull(req.ChatTemplateKwargs) {
 		if t := bytes.TrimSpace(req.ChatTemplateKwargs); t[0] != '{' {
@@ -229,9 +108,6 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 	} else if req.AddGenerationPrompt != nil {
 		pl.addGen = *req.AddGenerationPrompt
 	}
-	if req.IgnoreEOS != nil {
-		pl.ignoreEOS = *req.IgnoreEOS
-	}
 	// tools
 	names := map[string]bool{}
 	for i, t := range req.Tools {
@@ -243,6 +119,12 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 		}
 		if !isNull(t.Function.Parameters) && bytes.TrimSpace(t.Function.Parameters)[0] != '{' {
 			return nil, httpx.Invalid(fmt.Sprintf("tools[%d].function.parameters", i), "invalid_type", "tools[%d].function.parameters: expected a JSON schema object", i)
+		}
+		if t.Function.Strict != nil && *t.Function.Strict {
+			// refused up front, forced or not, as OpenAI does
+			if _, err := compileSchema(t.Function.Parameters, true, fmt.Sprintf("tools[%d].function.parameters", i)); err != nil {
+				return nil, schemaHTTPError(err)
+			}
 		}
 		names[t.Function.Name] = true
 	}
@@ -286,64 +168,29 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 			return nil, httpx.Invalid("tool_choice", "invalid_value", "tool_choice %q requires tools", pl.toolChoice)
 		}
 	}
+	if forced, _ := pl.forcedFunctions(); forced != nil {
+		pl.format = nil // a forced tool call takes precedence over response_format
+	}
+	if pl.promptLogprobs >= 0 && pl.stream {
+		return nil, unsupported("prompt_logprobs", "prompt_logprobs is not supported with stream on chat completions (it is on /v1/completions)")
+	}
 	return pl, nil
 }
 
-// forcedFunctions returns the functions a forced tool choice allows, nil
-// when the choice is not forced.
-func (pl *chatPlan) forcedFunctions() []ToolFunction {
-	switch pl.toolChoice {
-	case "required":
-		fns := make([]ToolFunction, len(pl.tools))
-		for i, t := range pl.tools {
-			fns[i] = t.Function
-		}
-		return fns
-	case "function":
-		for _, t := range pl.tools {
-			if t.Function.Name == pl.forcedName {
-				return []ToolFunction{t.Function}
-			}
+// forcedFunctions returns the functions a forced tool choice allows and
+// their indices among the tools, nil when the choice is not forced.
+func (pl *chatPlan) forcedFunctions() ([]ToolFunction, []int) {
+	var fns []ToolFunction
+	var index []int
+	for i, t := range pl.tools {
+		if pl.toolChoice == "required" || pl.toolChoice == "function" && t.Function.Name == pl.forcedName {
+			fns, index = append(fns, t.Function), append(index, i)
 		}
 	}
-	return nil
+	return fns, index
 }
 
 func (pl *chatPlan) parseTools() bool { return len(pl.tools) > 0 && pl.toolChoice != "none" }
-
-// sampling builds the per-choice sampling parameters, defaults from the
-// model's generation config.
-func (pl *chatPlan) sampling(lm *lmodel) []engine.SamplingParams {
-	g := lm.m.Gen
-	base := engine.SamplingParams{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, MinP: g.MinP}
-	if pl.temperature != nil {
-		base.Temperature = *pl.temperature
-	}
-	if pl.topP != nil {
-		base.TopP = *pl.topP
-	}
-	if pl.topK != nil {
-		base.TopK = *pl.topK
-	}
-	if pl.minP != nil {
-		base.MinP = *pl.minP
-	}
-	if pl.logprobs {
-		base.TopLogprobs = pl.topLogprobs
-	}
-	out := make([]engine.SamplingParams, pl.n)
-	seeds := make([]uint64, pl.n)
-	for i := range out {
-		out[i] = base
-		if pl.seed != nil {
-			seeds[i] = *pl.seed + uint64(i)
-		} else {
-			seeds[i] = rand.Uint64()
-		}
-		out[i].Seed = &seeds[i]
-	}
-	return out
-}
 
 // prepared is a request ready for the scheduler, and once submitted its
 // generation.
@@ -354,6 +201,8 @@ type prepared struct {
 	ctx    context.Context // the request's; cancelling it ends the generation
 	req    infer.Request
 	gen    *infer.Generation
+	// promptLPs collects the prompt's prompt_logprobs, when asked for.
+	promptLPs *promptLPs
 }
 
 func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRequest, body []byte) (*prepared, error) {
@@ -369,10 +218,8 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 	if err != nil {
 		return nil, err
 	}
-	for id := range pl.stopIDs {
-		if id < 0 || id >= lm.m.Config.VocabSize {
-			return nil, httpx.Invalid("stop_token_ids", "invalid_value", "stop_token_ids: token id %d is out of range [0, %d)", id, lm.m.Config.VocabSize)
-		}
+	if err := pl.checkVocab(lm); err != nil {
+		return nil, err
 	}
 	if err := lm.checkPromptBytes("messages", "the messages, tools and chat_template_kwargs are", promptBytes(req.Messages, pl.toolsRaw, req.ChatTemplateKwargs)); err != nil {
 		return nil, err
@@ -386,63 +233,29 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 	if len(prompt) == 0 {
 		return nil, httpx.Invalid("messages", "invalid_value", "the rendered prompt is empty")
 	}
-	maxTokens := pl.maxTokens
-	if maxTokens == 0 {
-		maxTokens = lm.maxLen - len(prompt)
+	ir, err := s.inferRequest(ctx, p, &pl.samplePlan, target, lm, prompt, "messages", 0)
+	if err != nil {
+		return nil, err
 	}
-	if len(prompt)+maxTokens > lm.maxLen || maxTokens < 1 {
-		p := "messages"
-		if pl.maxTokens > 0 {
-			p = "max_tokens"
+	if forced, _ := pl.forcedFunctions(); forced != nil {
+		if ir.NewConstraint, err = forcedToolConstraint(lm, pl, ir.MaxTokens); err != nil {
+			return nil, err
 		}
-		return nil, &httpx.Error{Status: http.StatusBadRequest, Param: p, Code: "context_length_exceeded",
-			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-				lm.maxLen, len(prompt)+max(maxTokens, 0), len(prompt), max(maxTokens, 0))}
 	}
-	ir := infer.Request{
-		Prompt:     prompt,
-		Sampling:   pl.sampling(lm),
-		MaxTokens:  maxTokens,
-		Stop:       pl.stop,
-		StopIDs:    pl.stopIDs,
-		IgnoreEOS:  pl.ignoreEOS,
-		NewSampler: s.newSampler,
-		CacheScope: p.UserID, // a user's requests share cached prefixes; tenants never do
+	pr := &prepared{plan: pl, target: target, lm: lm, ctx: ctx, req: ir}
+	if k := pl.promptLogprobs; k >= 0 {
+		pr.promptLPs = newPromptLPs(lm, prompt, k)
+		pr.req.PromptLogits = pr.promptLPs.add
 	}
-	if fns := pl.forcedFunctions(); fns != nil {
-		g, err := toolCallGrammar(fns, lm.format)
-		if err != nil {
-			return nil, httpx.Invalid("tools", "unsupported_value", "cannot force a call of these tools: %v", err)
-		}
-		ir.NewConstraint = newToolConstraint(lm, g)
-	}
-	if target.AdapterDir != "" {
-		a, err := s.adapters.Get(target.BaseModel, target.AdapterDir, lm.m.Config)
-		if err != nil {
-			s.log.Error("serve: load adapter", "model", target.Name, "dir", target.AdapterDir, "err", err)
-			return nil, &httpx.Error{Status: http.StatusInternalServerError, Message: "the checkpoint of " + target.Name + " could not be loaded", Code: "adapter_load_failed"}
-		}
-		ir.Adapter = a
-	}
-	return &prepared{plan: pl, target: target, lm: lm, ctx: ctx, req: ir}, nil
+	return pr, nil
 }
 
 // handleChat is POST /v1/chat/completions.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	started := time.Now()
-	p, err := principal(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		writeErr(w, httpx.AsError(err))
-		return
-	}
 	var req ChatRequest
-	if err := httpx.UnmarshalJSON(body, &req); err != nil {
-		writeErr(w, err)
+	p, body, ok := readRequest(w, r, &req)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
@@ -454,17 +267,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	pr.gen, err = pr.lm.sched.Submit(ctx, pr.req)
 	if err != nil {
-		if errors.Is(err, infer.ErrQueueFull) {
-			secs := int(math.Ceil(s.opts.RetryAfter.Seconds()))
-			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-			writeErr(w, &httpx.Error{Status: http.StatusTooManyRequests, Code: "queue_full",
-				Message: fmt.Sprintf("the server is at capacity (%d requests queued for %s); retry later", pr.lm.sched.Options().MaxQueue, pr.target.BaseModel)})
-			return
-		}
-		if !errors.Is(err, infer.ErrClosed) {
-			s.log.Error("serve: submit", "model", pr.target.Name, "err", err)
-		}
-		writeErr(w, httpx.Errorf(http.StatusServiceUnavailable, "server is shutting down"))
+		s.submitError(w, err, pr.lm, pr.target)
 		return
 	}
 	id := randomID("chatcmpl-", 24)
@@ -480,13 +283,25 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.buildResponse(pr, id, created)
+	s.answer(w, pr.target, resp, err, func(exception string) string {
+		if exception != "" {
+			return s.record(pr, p, started, body, nil, exception)
+		}
+		return s.record(pr, p, started, body, resp, "")
+	})
+}
+
+// answer writes a finished non-streamed response, recorded first (its call
+// id in the header x-call-id), or, when building it failed, a 500 recorded
+// as "generation failed".
+func (s *Server) answer(w http.ResponseWriter, target Target, resp any, err error, record func(exception string) string) {
 	if err != nil {
-		s.log.Error("serve: generation failed", "model", pr.target.Name, "err", err)
+		s.log.Error("serve: generation failed", "model", target.Name, "err", err)
 		writeErr(w, &httpx.Error{Status: http.StatusInternalServerError, Message: "generation failed", Code: "generation_failed"})
-		s.record(pr, p, started, body, nil, "generation failed")
+		record("generation failed")
 		return
 	}
-	if callID := s.record(pr, p, started, body, resp, ""); callID != "" {
+	if callID := record(""); callID != "" {
 		w.Header().Set("x-call-id", callID)
 	}
 	httpx.WriteJSON(w, http.StatusOK, resp)
@@ -524,6 +339,7 @@ func (s *Server) buildResponse(pr *prepared, id string, created int64) (*ChatCom
 	}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	resp.Usage = usage
+	resp.PromptLogprobs = pr.promptLPs.get()
 	return resp, nil
 }
 
@@ -547,47 +363,64 @@ func (s *Server) logprobEntries(pr *prepared, toks []infer.Token) []TokenLogprob
 	return out
 }
 
-// record stores the call in the call store and returns its id ("" when not
-// recorded). Failures are logged, never returned.
+// record stores the chat completion in the call store and returns its id
+// ("" when not recorded). Failures are logged, never returned.
 func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body []byte, resp *ChatCompletion, exception string) string {
-	if s.recorder == nil {
-		return ""
-	}
-	project := p.PersonalEntity + "/inference"
-	if pr.target.Entity != "" {
-		project = pr.target.Entity + "/" + pr.target.Project
-	}
-	var output json.RawMessage = json.RawMessage("null")
 	u := Usage{PromptTokens: len(pr.req.Prompt)}
+	var output any
+	var fps []string
 	if resp != nil {
-		if b, err := json.Marshal(resp); err == nil {
-			output = b
-		}
+		output = resp
 		if resp.Usage != nil {
 			u = *resp.Usage
+		}
+		if pr.plan.logprobs {
+			fps = choiceFingerprints(resp)
 		}
 	} else {
 		u.CompletionTokens = pr.gen.TokenCount()
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	}
-	summary, _ := json.Marshal(map[string]any{"usage": map[string]any{pr.plan.req.Model: map[string]int{
+	return s.recordCall(pr.ctx, p, pr.target, pr.plan.req.Model, s.opts.OpName, started, body, output, u, fps, exception)
+}
+
+// recordCall stores a call (inputs = the request body, output = the
+// response, nil when there is none) in the target's project and returns its
+// id ("" when not recorded); fps are the choices' fingerprints to link
+// (rl.ChoiceFingerprint), nil for none. Failures are logged, never
+// returned.
+func (s *Server) recordCall(reqCtx context.Context, p *auth.Principal, target Target, model, op string, started time.Time, body []byte, resp any, u Usage, fps []string, exception string) string {
+	if s.recorder == nil {
+		return ""
+	}
+	project := p.PersonalEntity + "/inference"
+	if target.Entity != "" {
+		project = target.Entity + "/" + target.Project
+	}
+	var output json.RawMessage = json.RawMessage("null")
+	if resp != nil {
+		if b, err := json.Marshal(resp); err == nil {
+			output = b
+		}
+	}
+	summary, _ := json.Marshal(map[string]any{"usage": map[string]any{model: map[string]int{
 		"requests": 1, "prompt_tokens": u.PromptTokens, "completion_tokens": u.CompletionTokens, "total_tokens": u.TotalTokens,
 	}}})
 	inputs := json.RawMessage(body)
 	if !json.Valid(inputs) {
 		inputs = json.RawMessage("null")
 	}
-	inputs = boundRecord(inputs, s.opts.MaxRecordBytes, map[string]any{"model": pr.plan.req.Model})
+	inputs = boundRecord(inputs, s.opts.MaxRecordBytes, map[string]any{"model": model})
 	output = boundRecord(output, s.opts.MaxRecordBytes, map[string]any{"usage": u})
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(pr.ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), 5*time.Second)
 	defer cancel()
-	id, err := s.recorder.RecordCall(ctx, p, project, s.opts.OpName, started, time.Now(), inputs, output, summary, exception)
+	id, err := s.recorder.RecordCall(ctx, p, project, op, started, time.Now(), inputs, output, summary, exception)
 	if err != nil {
 		s.log.Warn("serve: record call failed", "project", project, "err", err)
 		return ""
 	}
-	if l, ok := s.recorder.(ChoiceLinker); ok && resp != nil && pr.plan.logprobs {
-		if err := l.LinkChoices(ctx, project, id, choiceFingerprints(resp)); err != nil {
+	if l, ok := s.recorder.(ChoiceLinker); ok && fps != nil {
+		if err := l.LinkChoices(ctx, project, id, fps); err != nil {
 			s.log.Warn("serve: link choices to their call failed", "project", project, "err", err)
 		}
 	}

@@ -411,10 +411,15 @@ func TestErrorStatuses(t *testing.T) {
 		{"unknown model", func(p *openai.ChatCompletionNewParams) { p.Model = "nope/unknown" }, nil, 404, "does not exist"},
 		{"n over limit", func(p *openai.ChatCompletionNewParams) { p.N = openai.Int(9) }, nil, 400, "n must be between 1 and 8"},
 		{"json_schema", func(p *openai.ChatCompletionNewParams) {
-			p.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "x"}}}
-		}, nil, 400, "json_schema"},
+			p.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "x",
+				Schema: map[string]any{"type": "object", "properties": map[string]any{"age": map[string]any{"type": "integer", "minimum": 0}}}}}}
+		}, nil, 400, "response_format.json_schema.schema.properties.age.minimum"},
 		{"context length", func(p *openai.ChatCompletionNewParams) { p.MaxTokens = openai.Int(5000) }, nil, 400, "maximum context length is 2048"},
-		{"penalty", func(p *openai.ChatCompletionNewParams) { p.PresencePenalty = openai.Float(0.5) }, nil, 400, "presence_penalty"},
+		{"penalty range", func(p *openai.ChatCompletionNewParams) { p.PresencePenalty = openai.Float(2.5) }, nil, 400, "presence_penalty must be between -2 and 2"},
+		{"logit_bias range", func(p *openai.ChatCompletionNewParams) { p.LogitBias = map[string]int64{"5": 101} }, nil, 400, "between -100 and 100"},
+		{"logit_bias id", func(p *openai.ChatCompletionNewParams) { p.LogitBias = map[string]int64{"99999999": 1} }, nil, 400, "out of range"},
+		{"logit_bias key", func(p *openai.ChatCompletionNewParams) { p.LogitBias = map[string]int64{"abc": 1} }, nil, 400, "not a token id"},
+		{"repetition_penalty", nil, []option.RequestOption{option.WithJSONSet("repetition_penalty", 0)}, 400, "repetition_penalty must be"},
 		{"bad temperature", func(p *openai.ChatCompletionNewParams) { p.Temperature = openai.Float(3) }, nil, 400, "temperature"},
 		{"other entity", func(p *openai.ChatCompletionNewParams) { p.Model = "bob/proj/m" }, nil, 404, "not found"},
 		{"missing step", func(p *openai.ChatCompletionNewParams) { p.Model = "alice/proj/m:step9" }, nil, 404, "step 9"},

@@ -39,8 +39,8 @@ func tooLong(param, format string, args ...any) error {
 	return httpx.Invalid(param, "field_too_long", format, args...)
 }
 
-// checkFieldLimits bounds the fields of req that are not prompt text.
-func checkFieldLimits(req *ChatRequest) error {
+// checkSamplingLimits bounds the shared fields of a request.
+func checkSamplingLimits(req *SamplingRequest) error {
 	if len(req.Model) > MaxModelBytes {
 		return tooLong("model", "model is %d bytes; at most %d are allowed", len(req.Model), MaxModelBytes)
 	}
@@ -77,6 +77,12 @@ func checkFieldLimits(req *ChatRequest) error {
 	if len(req.StopTokenIDs) > MaxStopTokenIDs {
 		return tooLong("stop_token_ids", "stop_token_ids has %d entries; at most %d are allowed", len(req.StopTokenIDs), MaxStopTokenIDs)
 	}
+	return nil
+}
+
+// checkFieldLimits bounds the chat fields of req that are not prompt text
+// (parseSampling bounds the shared ones).
+func checkFieldLimits(req *ChatRequest) error {
 	if len(req.Tools) > MaxTools {
 		return tooLong("tools", "tools has %d entries; at most %d are allowed", len(req.Tools), MaxTools)
 	}

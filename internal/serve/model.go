@@ -32,20 +32,9 @@ type lmodel struct {
 	limits        chattmpl.Limits // of each template render
 	bytesPerToken int             // prompt bytes per context token (the cheap bound)
 
-	gvOnce sync.Once
-	gv     *grammarVocab
+	jvOnce sync.Once
+	jv     *jsonVocab
 }
-
-// grammarVocab indexes the vocabulary by first byte for grammar masks.
-type grammarVocab struct {
-	byFirst [256][]int32
-	bytes   [][]byte
-	plain   []uint16 // length of the token's leading run of bytes allowed in a grammar string
-	ids     []int32  // every token the grammar may use
-}
-
-// isStringByte reports whether b may appear unescaped in a grammar string.
-func isStringByte(b byte) bool { return b >= 0x20 && b < 0x7f && b != '\\' && b != '"' }
 
 func newLModel(m *engine.Model, opts *Options, prefix *infer.PrefixCache) (*lmodel, error) {
 	if m.Tokenizer == nil {
@@ -111,40 +100,6 @@ func (l *lmodel) markerFor(lit string) (int, bool) {
 		}
 	}
 	return 0, false
-}
-
-// skipToken reports whether a token's text is left out of the output:
-// special tokens other than tool-call markers (skip_special_tokens).
-func (l *lmodel) skipToken(id int) bool { return l.tok.IsSpecial(id) && !l.keep[id] }
-
-func (l *lmodel) grammarVocab() *grammarVocab {
-	l.gvOnce.Do(func() {
-		g := &grammarVocab{}
-		n := min(l.tok.VocabSize(), l.m.Config.VocabSize)
-		g.bytes = make([][]byte, n)
-		for id := 0; id < n; id++ {
-			if l.eosSet[id] || l.skipToken(id) {
-				continue
-			}
-			b := l.tok.TokenBytes(id)
-			if len(b) == 0 {
-				continue
-			}
-			g.bytes[id] = b
-			g.byFirst[b[0]] = append(g.byFirst[b[0]], int32(id))
-			g.ids = append(g.ids, int32(id))
-		}
-		g.plain = make([]uint16, n)
-		for id, b := range g.bytes {
-			k := 0
-			for k < len(b) && k < 65535 && isStringByte(b[k]) {
-				k++
-			}
-			g.plain[id] = uint16(k)
-		}
-		l.gv = g
-	})
-	return l.gv
 }
 
 // chatInput is a conversation to render.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/chattmpl"
@@ -28,7 +29,7 @@ const (
 
 // realVocabModel is a small random model over a real tokenizer and chat
 // template, so tool calls go through a real vocabulary and real template.
-func realVocabModel(t *testing.T, id, tokFile string, tmpl *chattmpl.Template, eos []string) *engine.Model {
+func realVocabModel(t testing.TB, id, tokFile string, tmpl *chattmpl.Template, eos []string) *engine.Model {
 	tok, err := tokenizer.Load(tokFile)
 	if err != nil {
 		t.Fatal(err)
@@ -121,5 +122,32 @@ func TestForcedToolCallsRealVocabularies(t *testing.T) {
 			text.WriteString(e.Token)
 		}
 		t.Logf("%s: %d tokens in %v: %q", c.model, len(lps), time.Since(start).Round(time.Millisecond), text.String())
+
+		// Structured outputs over the real vocabulary: every sample at
+		// temperature 1.5 validates against the strict schema.
+		sch := compileValidator(t, structuredSchema)
+		body := `{"model":"` + c.model + `","messages":[{"role":"user","content":"A person?"}],"n":4,"temperature":1.5,"seed":4,"max_tokens":120,
+		  "response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":` + structuredSchema + `}}}`
+		req, _ := http.NewRequest("POST", hs.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		hr, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sresp ChatCompletion
+		err = json.NewDecoder(hr.Body).Decode(&sresp)
+		hr.Body.Close()
+		if err != nil || hr.StatusCode != 200 || len(sresp.Choices) != 4 {
+			t.Fatalf("%s: structured: %d %v", c.model, hr.StatusCode, err)
+		}
+		for i, ch := range sresp.Choices {
+			v, err := jsonschema.UnmarshalJSON(strings.NewReader(*ch.Message.Content))
+			if err == nil {
+				err = sch.Validate(v)
+			}
+			if err != nil {
+				t.Fatalf("%s: structured sample %d: %v\n%s", c.model, i, err, *ch.Message.Content)
+			}
+		}
 	}
 }

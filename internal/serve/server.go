@@ -1,7 +1,12 @@
 // Package serve is flywheel's OpenAI-compatible inference server: chat
-// completions (plain and streamed, with logprobs and tool calls) on base
-// models and trained LoRA checkpoints, GET /v1/models and /v1/models/{id},
-// and the vLLM-style /tokenize and /detokenize endpoints.
+// completions (plain and streamed, with logprobs, tool calls and structured
+// outputs), completions (/v1/completions: text or token-id prompts, echo,
+// legacy logprobs) and responses (/v1/responses, on the chat path, see
+// responses.go) on base models and trained LoRA checkpoints, GET
+// /v1/models and /v1/models/{id}, and the vLLM-style /tokenize and
+// /detokenize endpoints. vLLM's prompt_logprobs (the model's logprobs of
+// the prompt tokens, temperature 1) come from the scheduler's prefill
+// (infer.Request.PromptLogits).
 //
 // # Wiring
 //
@@ -33,8 +38,10 @@
 // = greedy), top_p, top_k, min_p and seed (choice i of n uses seed+i) select
 // engine.Sampler's settings, those a request leaves out taken from the
 // model's generation_config.json; stop, stop_token_ids, ignore_eos and
-// max_tokens pass through; a forced tool choice becomes an
-// infer.Constraint. The model's EOS tokens include the token its chat
+// max_tokens pass through; presence_penalty, frequency_penalty,
+// repetition_penalty and logit_bias become infer.Penalties (applied before
+// temperature, so logprobs are of the penalised logits); a forced tool
+// choice becomes an infer.Constraint. The model's EOS tokens include the token its chat
 // template ends assistant turns with. A full queue is 429 with retry-after;
 // a request whose prompt plus max_tokens exceeds the context length is a
 // 400. A client that goes away cancels its request.
@@ -57,21 +64,30 @@
 // finish_reason is then "tool_calls".
 //
 // A forced tool choice ("required" or a named function) is structural, so
-// it works even on a model with random weights: generation runs under a
-// byte-level grammar of one call in the model's syntax (the <tool_call>
-// opener included), the function name one of the allowed ones, the
-// arguments following the function's JSON schema (properties in schema
-// order, the required ones when "required" is given; string, integer,
-// number, boolean, null, enum, const, arrays and nested objects; anything
-// else any JSON value). The grammar is an infer.Constraint: at each step
-// every token whose bytes would leave it is masked to -Inf before sampling;
-// tool-call markers that are added tokens (<tool_call>, </tool_call>) are
-// produced as those single tokens, as the template renders them; once the
-// call is complete only the end-of-turn token is allowed. The grammar is
-// bounded (strings up to 16 printable ASCII bytes, numbers up to 6 digits,
-// up to 3 array items or free object members, nesting depth 2), so a call
-// completes within a bounded number of tokens. Logprobs of constrained
-// steps are under the masked distribution.
+// it works even on a model with random weights: generation runs under the
+// JSON grammar of structured outputs (below) for one call in the model's
+// syntax (the <tool_call> opener included), the function name one of the
+// allowed ones, the arguments following the function's parameters schema
+// (strict: true: the structured-outputs subset, checked up front, forced or
+// not; otherwise keywords outside it are ignored). Tool-call markers that are
+// added tokens (<tool_call>, </tool_call>) are produced as those single
+// tokens, as the template renders it, and never inside the JSON; once the call
+// is complete only the end-of-turn token is allowed.
+//
+// # Structured outputs
+//
+// response_format json_object (any JSON object) and json_schema (the strict
+// subset of jsonschema.go; a schema outside it is a 400 naming the schema
+// path) run under a byte-level JSON grammar compiled from the schema
+// (jsongrammar.go), an infer.Constraint: at each step every token whose
+// bytes would leave the grammar is masked to -Inf, so the output is valid
+// for the schema under any sampling settings, even for untrained weights.
+// A token is also masked when the shortest valid completion after it would
+// no longer fit in the tokens max_tokens leaves, so the document is always
+// complete (max_tokens below the shortest valid output is a 400). Output
+// uses json.dumps spacing and the schema's property order. Logprobs of
+// constrained steps are those of the constrained distribution (the masked
+// logits renormalised), which is what the tokens were sampled from.
 //
 // # Streaming
 //
@@ -191,6 +207,9 @@ type Options struct {
 	// store for one completion; larger ones are recorded as a stub saying
 	// their size (default DefaultMaxRecordBytes).
 	MaxRecordBytes int
+	// MaxStoredResponses bounds the responses kept for
+	// previous_response_id (default DefaultMaxStoredResponses).
+	MaxStoredResponses int
 }
 
 func (o *Options) defaults() {
@@ -215,6 +234,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxRecordBytes <= 0 {
 		o.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if o.MaxStoredResponses <= 0 {
+		o.MaxStoredResponses = DefaultMaxStoredResponses
 	}
 	if o.OpName == "" {
 		o.OpName = "chat.completions"
@@ -243,6 +265,8 @@ type Server struct {
 	baseAt    time.Time
 	baseOrder []string
 
+	responses *responseStore // stored responses (previous_response_id)
+
 	// newSampler makes each choice's sampler (tests replace it).
 	newSampler func(engine.SamplingParams) infer.Sampler
 }
@@ -257,6 +281,7 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 		prefix:     infer.NewPrefixCache(int64(opts.PrefixCacheMB) << 20),
 		models:     map[string]*lmodel{},
 		newSampler: newEngineSampler,
+		responses:  &responseStore{max: opts.MaxStoredResponses},
 	}
 }
 
@@ -264,6 +289,8 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
+	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
+	mux.HandleFunc("POST /v1/responses", s.handleResponses)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/models/{model...}", s.handleModel)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
 	"flywheel/internal/auth"
+	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
 )
 
@@ -47,6 +49,40 @@ func (s *sseWriter) flush() {
 	}
 }
 
+// startSSE sends the headers of an event stream (the call id follows as
+// the trailer x-call-id when calls are recorded).
+func (s *Server) startSSE(w http.ResponseWriter) *sseWriter {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	if s.recorder != nil {
+		h.Set("Trailer", "x-call-id")
+	}
+	w.WriteHeader(http.StatusOK)
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// readRequest reads the caller and the JSON body of a POST into v; false
+// when it has answered an error.
+func readRequest(w http.ResponseWriter, r *http.Request, v any) (*auth.Principal, []byte, bool) {
+	p, err := principal(r)
+	if err != nil {
+		writeErr(w, err)
+		return nil, nil, false
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeErr(w, httpx.AsError(err))
+		return nil, nil, false
+	}
+	if err := httpx.UnmarshalJSON(body, v); err != nil {
+		writeErr(w, err)
+		return nil, nil, false
+	}
+	return p, body, true
+}
+
 // choiceStream tracks what has been sent of one choice.
 type choiceStream struct {
 	tools    *toolStreamer
@@ -61,15 +97,7 @@ type choiceStream struct {
 // The call id, known only once the call is recorded at the end, is sent as
 // the HTTP trailer x-call-id.
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared, p *auth.Principal, id string, created int64, started time.Time, body []byte) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	if s.recorder != nil {
-		h.Set("Trailer", "x-call-id")
-	}
-	w.WriteHeader(http.StatusOK)
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w)}
+	sw := s.startSSE(w)
 	model, fp := pr.plan.req.Model, pr.target.fingerprint()
 	chunk := func(choices []ChunkChoice) *ChatCompletionChunk {
 		return &ChatCompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, SystemFingerprint: fp, Choices: choices}

@@ -4,43 +4,50 @@ import (
 	"encoding/json"
 )
 
-// ChatRequest is the body of POST /v1/chat/completions: OpenAI's fields plus
-// the vLLM extensions flywheel supports. Fields that are accepted only to be
-// rejected when set (penalties, logit_bias, response_format) are kept raw.
+// SamplingRequest holds the fields chat completions and (text)
+// completions share: OpenAI's and the vLLM extensions flywheel supports.
+type SamplingRequest struct {
+	Model            string          `json:"model"`
+	MaxTokens        *int            `json:"max_tokens"`
+	Temperature      *float64        `json:"temperature"`
+	TopP             *float64        `json:"top_p"`
+	N                *int            `json:"n"`
+	Stop             json.RawMessage `json:"stop"`
+	Seed             *int64          `json:"seed"`
+	Stream           *bool           `json:"stream"`
+	StreamOptions    *StreamOptions  `json:"stream_options"`
+	User             json.RawMessage `json:"user"`     // ignored (bounded)
+	Metadata         json.RawMessage `json:"metadata"` // ignored (bounded)
+	ResponseFormat   json.RawMessage `json:"response_format"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	LogitBias        json.RawMessage `json:"logit_bias"`
+
+	// vLLM extensions.
+	TopK                   *int     `json:"top_k"`
+	MinP                   *float64 `json:"min_p"`
+	StopTokenIDs           []int    `json:"stop_token_ids"`
+	ReturnTokensAsTokenIDs *bool    `json:"return_tokens_as_token_ids"`
+	IgnoreEOS              *bool    `json:"ignore_eos"`
+	RepetitionPenalty      *float64 `json:"repetition_penalty"`
+	PromptLogprobs         *int     `json:"prompt_logprobs"`
+}
+
+// ChatRequest is the body of POST /v1/chat/completions.
 type ChatRequest struct {
-	Model               string          `json:"model"`
+	SamplingRequest
 	Messages            []ChatMessage   `json:"messages"`
-	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	N                   *int            `json:"n"`
-	Stop                json.RawMessage `json:"stop"`
-	Seed                *int64          `json:"seed"`
 	Logprobs            *bool           `json:"logprobs"`
 	TopLogprobs         *int            `json:"top_logprobs"`
 	Tools               []Tool          `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
-	Stream              *bool           `json:"stream"`
-	StreamOptions       *StreamOptions  `json:"stream_options"`
-	User                json.RawMessage `json:"user"`     // ignored (bounded)
-	Metadata            json.RawMessage `json:"metadata"` // ignored (bounded)
-	ResponseFormat      json.RawMessage `json:"response_format"`
-	PresencePenalty     *float64        `json:"presence_penalty"`
-	FrequencyPenalty    *float64        `json:"frequency_penalty"`
-	LogitBias           json.RawMessage `json:"logit_bias"`
 
 	// vLLM extensions.
-	TopK                   *int            `json:"top_k"`
-	MinP                   *float64        `json:"min_p"`
-	StopTokenIDs           []int           `json:"stop_token_ids"`
-	ReturnTokensAsTokenIDs *bool           `json:"return_tokens_as_token_ids"`
-	ChatTemplateKwargs     json.RawMessage `json:"chat_template_kwargs"`
-	AddGenerationPrompt    *bool           `json:"add_generation_prompt"`
-	ContinueFinalMessage   *bool           `json:"continue_final_message"`
-	IgnoreEOS              *bool           `json:"ignore_eos"`
-	RepetitionPenalty      *float64        `json:"repetition_penalty"`
+	ChatTemplateKwargs   json.RawMessage `json:"chat_template_kwargs"`
+	AddGenerationPrompt  *bool           `json:"add_generation_prompt"`
+	ContinueFinalMessage *bool           `json:"continue_final_message"`
 }
 
 // StreamOptions is OpenAI's stream_options.
@@ -95,6 +102,8 @@ type ChatCompletion struct {
 	SystemFingerprint string   `json:"system_fingerprint"`
 	Choices           []Choice `json:"choices"`
 	Usage             *Usage   `json:"usage"`
+	// PromptLogprobs is vLLM's prompt_logprobs, when asked for.
+	PromptLogprobs []PromptLogprob `json:"prompt_logprobs,omitempty"`
 }
 
 // Choice is one of the n completions.

@@ -16,20 +16,18 @@ import (
 	"flywheel/internal/store"
 )
 
-func accepts(root *gnode, s string) (complete bool, ok bool) {
-	m := newMachine(root)
-	for i := 0; i < len(s); i++ {
-		if !m.feed(s[i]) {
-			return false, false
-		}
+func accepts(root *jnode, s string) (complete bool, ok bool) {
+	js := jstate{push(nil, root)}.feedBytes([]byte(s))
+	if js == nil {
+		return false, false
 	}
-	return m.canStop(), true
+	return js.complete(), true
 }
 
 func TestGrammarSchema(t *testing.T) {
 	fns := []ToolFunction{{Name: "get_weather", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"},"unit":{"enum":["c","f"]},"tags":{"type":"array","items":{"type":"string"}},"x":{"type":"number"}},"required":["city","days","unit","tags","x"]}`)},
 		{Name: "get_time", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}}
-	g, err := toolCallGrammar(fns, fmtHermes)
+	g, err := toolCallGrammar(fns, []int{0, 1}, fmtHermes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +53,7 @@ func TestGrammarSchema(t *testing.T) {
 		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\", \"days\": 1.5",
 		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\", \"days\": 01",
 		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\", \"days\": 1, \"unit\": \"x\"",
-		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"" + strings.Repeat("a", maxGrammarString+1),
+		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\tb",
 		"<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>x",
 	}
 	for _, s := range bad {
@@ -66,30 +64,8 @@ func TestGrammarSchema(t *testing.T) {
 	// Random walks always end in a complete, parseable call within a bound.
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 300; trial++ {
-		m := newMachine(g)
-		var out []byte
-		for steps := 0; !m.done(); steps++ {
-			if steps > 2000 {
-				t.Fatalf("random walk did not finish: %q", out)
-			}
-			var opts []byte
-			for b := 0x20; b < 0x7f; b++ {
-				tr := m
-				if tr.feed(byte(b)) {
-					opts = append(opts, byte(b))
-				}
-			}
-			if tr := m; tr.feed('\n') {
-				opts = append(opts, '\n')
-			}
-			if len(opts) == 0 {
-				t.Fatalf("stuck after %q", out)
-			}
-			b := opts[rng.IntN(len(opts))]
-			m.feed(b)
-			out = append(out, b)
-		}
-		_, calls := parseToolCalls(string(out), fmtHermes)
+		out := randomDoc(t, g, rng, g.minCost+rng.IntN(150))
+		_, calls := parseToolCalls(out, fmtHermes)
 		if len(calls) != 1 {
 			t.Fatalf("random walk produced an unparseable call: %q", out)
 		}
@@ -99,7 +75,7 @@ func TestGrammarSchema(t *testing.T) {
 		}
 	}
 	// Llama JSON form.
-	gl, _ := toolCallGrammar(fns[:1], fmtLlamaJSON)
+	gl, _ := toolCallGrammar(fns[:1], []int{0}, fmtLlamaJSON)
 	if c, ok := accepts(gl, `{"name": "get_weather", "parameters": {"city": "a", "days": 1, "unit": "f", "tags": ["x"], "x": 0.25}}`); !ok || !c {
 		t.Fatal("llama form rejected")
 	}
