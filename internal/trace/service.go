@@ -195,6 +195,11 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /feedback/batch/create", s.handle(s.handleFeedbackBatchCreate))
 	mux.HandleFunc("POST /feedback/query", s.handle(s.handleFeedbackQuery))
 	mux.HandleFunc("POST /feedback/purge", s.handle(s.handleFeedbackPurge))
+	mux.HandleFunc("POST /graphql", s.handle(s.handleGraphQL))
+	// Weave's Python SDK (0.52+) writes calls here.
+	mux.HandleFunc("POST /v2/{entity}/{project}/calls/complete", s.handle(s.handleCallsComplete))
+	mux.HandleFunc("POST /v2/{entity}/{project}/call/start", s.handle(s.handleStart))
+	mux.HandleFunc("POST /v2/{entity}/{project}/call/end", s.handle(s.handleEnd))
 	mux.HandleFunc("POST /file/create", s.handleFileCreate)
 	mux.HandleFunc("POST /file/content", s.handle(s.handleFileContent))
 	// The Weave SDKs probe these before logging; they need no key.
