@@ -43,7 +43,7 @@ trap 'rm -rf "$work"' EXIT
 go build -o "$work/flywheel" ./cmd/flywheel
 mkdir -p "$work/tmp"
 run() { (cd "$work" && env -u WANDB_API_KEY -u WANDB_BASE_URL -u WF_TRACE_SERVER_URL -u OPENAI_API_KEY \
-    -u OPENAI_BASE_URL PYTHONUNBUFFERED=1 TMPDIR="$work/tmp" timeout 240 "$venv/bin/python" "$@" "$work/flywheel"); }
+    -u OPENAI_BASE_URL PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 TMPDIR="$work/tmp" timeout 240 "$venv/bin/python" "$@" "$work/flywheel"); }
 
 echo "-- Weave Python SDK on SQLite"
 run "$OLDPWD/clients/weave-python/check.py"

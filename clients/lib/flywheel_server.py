@@ -104,6 +104,23 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def watchdog(server: Server, seconds: float):
+    """A started timer that fails the check (exit 1, server stopped) when it
+    is still running after seconds: a hung SDK call fails CI instead of
+    stalling it. Cancel it when done."""
+    import threading
+
+    def fire() -> None:
+        print(f"FAIL the check did not finish in {seconds:.0f} s", flush=True)
+        server.stop()
+        os._exit(1)
+
+    t = threading.Timer(seconds, fire)
+    t.daemon = True
+    t.start()
+    return t
+
+
 class Checks:
     """Counts checks; a failed one is printed with its detail and fails the run."""
 

@@ -21,12 +21,11 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from flywheel_server import Checks, Server  # noqa: E402
+from flywheel_server import Checks, Server, watchdog  # noqa: E402
 
 MODEL = "flywheel/tiny"
 MSGS = [{"role": "user", "content": "Say something."}]
@@ -187,10 +186,7 @@ def main(binary: str) -> int:
 
     server = Server(binary)
     c = Checks()
-    watchdog = threading.Timer(150, lambda: (print("FAIL the check did not finish in 150 s", flush=True),
-                                             server.stop(), os._exit(1)))
-    watchdog.daemon = True
-    watchdog.start()
+    timer = watchdog(server, 150)
     try:
         client = openai.OpenAI(api_key=server.admin_key, base_url=f"{server.base}/v1", max_retries=0, timeout=60)
         for name, fn in make_checks(openai, client, server.base, server.admin_key).items():
@@ -204,7 +200,7 @@ def main(binary: str) -> int:
             except Exception as e:  # noqa: BLE001 - every failure is reported
                 c.check(name, False, "".join(traceback.format_exception(e))[-3000:])
     finally:
-        watchdog.cancel()
+        timer.cancel()
         if c.failed:
             print("--- the server's log\n" + server.tail(), flush=True)
         server.stop()

@@ -24,10 +24,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from flywheel_server import Checks, Server  # noqa: E402
+from flywheel_server import Checks, Server, watchdog  # noqa: E402
 
 PROJECT = "admin/weave-py"
 
@@ -36,10 +35,7 @@ def main(binary: str) -> int:
     server = Server(binary)
     c = Checks()
     # A hung SDK call fails the check instead of stalling CI.
-    watchdog = threading.Timer(150, lambda: (print("FAIL the check did not finish in 150 s", flush=True),
-                                             server.stop(), os._exit(1)))
-    watchdog.daemon = True
-    watchdog.start()
+    timer = watchdog(server, 150)
     try:
         run(server, c)
     except Exception as e:  # the SDK raised: a failure, with the server's log
@@ -47,7 +43,7 @@ def main(binary: str) -> int:
         traceback.print_exc()
         c.check("the SDK ran without raising", False, repr(e))
     finally:
-        watchdog.cancel()
+        timer.cancel()
         if c.failed:
             print("--- the server's log (warnings and errors)\n" + server.tail(), flush=True)
         server.stop()

@@ -361,27 +361,9 @@ func (s *Service) handleFeedbackQuery(w http.ResponseWriter, r *http.Request, p 
 }
 
 func (s *Service) handleFeedbackPurge(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
-	var req struct {
-		ProjectID string          `json:"project_id"`
-		Query     json.RawMessage `json:"query"`
-	}
-	if err := decodeAt(body, &req, ""); err != nil {
-		return err
-	}
-	entity, name, err := authorize(p, req.ProjectID, "project_id")
+	entity, name, ids, err := decodePurge(p, body)
 	if err != nil {
 		return err
-	}
-	if len(req.Query) == 0 || string(req.Query) == "null" {
-		return httpx.Invalid("query", "missing_field", `required: a query by ids, e.g. {"$expr": {"$eq": [{"$getField": "id"}, {"$literal": "<id>"}]}}`)
-	}
-	ids, err := purgeIDs(req.Query)
-	if err != nil {
-		return err
-	}
-	if len(ids) > MaxDeleteIDs {
-		return &httpx.Error{Status: http.StatusRequestEntityTooLarge, Param: "query", Code: "too_many_ids",
-			Message: fmt.Sprintf("query: at most %d ids per purge, got %d", MaxDeleteIDs, len(ids))}
 	}
 	ctx := r.Context()
 	proj, found, err := s.lookupProject(ctx, s.db, entity, name)

@@ -447,22 +447,35 @@ func priceJSON(p *Price) map[string]any {
 	}
 }
 
-func (s *Service) handleCostPurge(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+// decodePurge reads a purge request {project_id, query} (/cost/purge,
+// /feedback/purge): the authorized project and the ids the query names
+// (at most MaxDeleteIDs, else 413).
+func decodePurge(p *auth.Principal, body []byte) (entity, name string, ids []string, err error) {
 	var req struct {
 		ProjectID string          `json:"project_id"`
 		Query     json.RawMessage `json:"query"`
 	}
 	if err := decodeAt(body, &req, ""); err != nil {
-		return err
+		return "", "", nil, err
 	}
-	entity, name, err := authorize(p, req.ProjectID, "project_id")
-	if err != nil {
-		return err
+	if entity, name, err = authorize(p, req.ProjectID, "project_id"); err != nil {
+		return "", "", nil, err
 	}
 	if jsonKindOf(req.Query) != 'o' {
-		return httpx.Invalid("query", "missing_field", `required: a query by ids, e.g. {"$expr": {"$eq": [{"$getField": "id"}, {"$literal": "<id>"}]}}`)
+		return "", "", nil, httpx.Invalid("query", "missing_field", `required: a query by ids, e.g. {"$expr": {"$eq": [{"$getField": "id"}, {"$literal": "<id>"}]}}`)
 	}
-	ids, err := purgeIDs(req.Query)
+	if ids, err = purgeIDs(req.Query); err != nil {
+		return "", "", nil, err
+	}
+	if len(ids) > MaxDeleteIDs {
+		return "", "", nil, &httpx.Error{Status: http.StatusRequestEntityTooLarge, Param: "query", Code: "too_many_ids",
+			Message: fmt.Sprintf("query: at most %d ids per purge, got %d", MaxDeleteIDs, len(ids))}
+	}
+	return entity, name, ids, nil
+}
+
+func (s *Service) handleCostPurge(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	entity, name, ids, err := decodePurge(p, body)
 	if err != nil {
 		return err
 	}

@@ -426,9 +426,8 @@ func (s *Service) handleTableUpdate(w http.ResponseWriter, r *http.Request, p *a
 
 func (s *Service) handleTableQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
 	var req struct {
-		ProjectID string  `json:"project_id"`
-		Digest    *string `json:"digest"`
-		Filter    *struct {
+		tableReq
+		Filter *struct {
 			RowDigests []string `json:"row_digests"`
 		} `json:"filter"`
 		Limit  *int64      `json:"limit"`
@@ -438,12 +437,9 @@ func (s *Service) handleTableQuery(w http.ResponseWriter, r *http.Request, p *au
 	if err := decodeAt(body, &req, ""); err != nil {
 		return err
 	}
-	entity, name, err := authorize(p, req.ProjectID, "project_id")
+	entity, name, err := req.check(p)
 	if err != nil {
 		return err
-	}
-	if req.Digest == nil || *req.Digest == "" {
-		return httpx.Invalid("digest", "missing_field", "required: the table's digest")
 	}
 	if len(req.SortBy) > 0 {
 		return httpx.Invalid("sort_by", "unsupported", "sorting a table by its rows' fields is not served by flywheel: rows come in table order (leave sort_by out)")
@@ -519,20 +515,31 @@ func (s *Service) handleTableQuery(w http.ResponseWriter, r *http.Request, p *au
 	return nil
 }
 
-func (s *Service) handleTableQueryStats(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
-	var req struct {
-		ProjectID string  `json:"project_id"`
-		Digest    *string `json:"digest"`
+// tableReq is what every table read names: the project and the table's digest.
+type tableReq struct {
+	ProjectID string  `json:"project_id"`
+	Digest    *string `json:"digest"`
+}
+
+// check authorizes the project and requires the digest.
+func (t *tableReq) check(p *auth.Principal) (entity, name string, err error) {
+	if entity, name, err = authorize(p, t.ProjectID, "project_id"); err != nil {
+		return "", "", err
 	}
+	if t.Digest == nil || *t.Digest == "" {
+		return "", "", httpx.Invalid("digest", "missing_field", "required: the table's digest")
+	}
+	return entity, name, nil
+}
+
+func (s *Service) handleTableQueryStats(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	var req tableReq
 	if err := decodeAt(body, &req, ""); err != nil {
 		return err
 	}
-	entity, name, err := authorize(p, req.ProjectID, "project_id")
+	entity, name, err := req.check(p)
 	if err != nil {
 		return err
-	}
-	if req.Digest == nil || *req.Digest == "" {
-		return httpx.Invalid("digest", "missing_field", "required: the table's digest")
 	}
 	stats, err := s.tableStats(r.Context(), entity, name, []string{*req.Digest})
 	if err != nil {
