@@ -11,7 +11,8 @@ weave.init("entity/project") (which asks /graphql whether the project
 exists), nested @weave.op calls with token usage and a project price
 (client.add_cost), weave.publish of an object and of a weave.Dataset,
 weave.Evaluation(...).evaluate(model) with two scorers, an EvaluationLogger,
-reactions and notes on a call, a call's deletion; and reads everything back
+reactions and notes on a call, a call's deletion, spans sent by OpenTelemetry's
+OTLP exporter to /otel/v1/traces; and reads everything back
 through the SDK (get_calls, ref.get(), call.feedback) and the raw routes
 (/call/read with costs and sizes, /table/query, /refs/read_batch,
 /feedback/query, /calls/query_stats). Digests are checked against Weave's own
@@ -205,6 +206,28 @@ def run(server: Server, c: Checks) -> None:
     client.delete_object_version(cfg_ref)
     st, _ = server.post("/obj/read", {"project_id": PROJECT, "object_id": "ci-config", "digest": cfg_ref.digest})
     c.check("delete_object_version: the object reads 404", st == 404, st)
+
+    # --- OTLP export: OpenTelemetry's own exporter (a dependency of weave) sends spans, stored as calls
+    import base64
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    auth = base64.b64encode(f"api:{server.admin_key}".encode()).decode()
+    provider = TracerProvider(resource=Resource.create({"service.name": "weave-python-check"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
+        endpoint=server.base + "/otel/v1/traces", headers={"Authorization": f"Basic {auth}", "project_id": PROJECT})))
+    tracer = provider.get_tracer("check")
+    with tracer.start_as_current_span("agent", attributes={"model": "gpt-4", "turns": 2}) as outer:
+        with tracer.start_as_current_span("tool"):
+            pass
+    provider.shutdown()
+    trace_hex = format(outer.get_span_context().trace_id, "032x")
+    st, spans = server.post("/calls/query", {"project_id": PROJECT, "filter": {"trace_ids": [trace_hex]}})
+    got = sorted((x["op_name"], x["parent_id"] is None, x["attributes"].get("model"),
+                  x["attributes"].get("otel.resource", {}).get("service.name")) for x in (spans or {}).get("calls", []))
+    c.check("/otel/v1/traces: OTLP spans stored as calls", st == 200 and got == [
+        ("agent", True, "gpt-4", "weave-python-check"), ("tool", False, None, "weave-python-check")], got)
 
 
 if __name__ == "__main__":

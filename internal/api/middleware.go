@@ -37,7 +37,7 @@ type authMode int
 const (
 	authNone        authMode = iota
 	authBearer               // /v1/*, /tokenize, /detokenize
-	authBasicBearer          // the call store: /call/*, /calls/*, /cost/*, /obj/*, /objs/*, /file/*, /table/*, /feedback/*, /refs/*, /graphql
+	authBasicBearer          // the call store: /call/*, /calls/*, /cost/*, /obj/*, /objs/*, /file/*, /table/*, /feedback/*, /refs/*, /graphql, /otel/v1/traces
 )
 
 // routeAuth returns the authentication of a path.
@@ -57,7 +57,7 @@ func isCallStorePath(path string) bool {
 	return strings.HasPrefix(path, "/call/") || strings.HasPrefix(path, "/calls/") || strings.HasPrefix(path, "/cost/") ||
 		strings.HasPrefix(path, "/obj/") || strings.HasPrefix(path, "/objs/") || strings.HasPrefix(path, "/file/") ||
 		strings.HasPrefix(path, "/table/") || strings.HasPrefix(path, "/feedback/") || strings.HasPrefix(path, "/refs/") ||
-		path == "/graphql" || isCallStoreV2(path)
+		path == "/graphql" || path == "/otel/v1/traces" || isCallStoreV2(path)
 }
 
 // isCallStoreV2 reports whether path is one of the call store's

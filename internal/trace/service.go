@@ -196,6 +196,7 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /feedback/query", s.handle(s.handleFeedbackQuery))
 	mux.HandleFunc("POST /feedback/purge", s.handle(s.handleFeedbackPurge))
 	mux.HandleFunc("POST /graphql", s.handle(s.handleGraphQL))
+	mux.HandleFunc("POST /otel/v1/traces", s.handle(s.handleOtelExport))
 	// Weave's Python SDK (0.52+) writes calls here.
 	mux.HandleFunc("POST /v2/{entity}/{project}/calls/complete", s.handle(s.handleCallsComplete))
 	mux.HandleFunc("POST /v2/{entity}/{project}/call/start", s.handle(s.handleStart))
