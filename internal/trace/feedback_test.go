@@ -206,6 +206,14 @@ func TestCallsQueryStats(t *testing.T) {
 		}
 		_ = other
 		e.fail("bob", "/calls/query_stats", map[string]any{"project_id": proj}, 403)
+		// Weave's query expressions are not served: a 400, not an answer ignoring them
+		q := map[string]any{"$expr": map[string]any{"$eq": []any{map[string]any{"$getField": "op_name"}, map[string]any{"$literal": "x"}}}}
+		for _, route := range []string{"/calls/query_stats", "/calls/query", "/calls/stream_query"} {
+			if r := e.fail("alice", route, map[string]any{"project_id": proj, "query": q}, 400); !strings.Contains(r, "query") {
+				t.Errorf("%s: reason %q", route, r)
+			}
+		}
+		e.ok("alice", "/calls/query_stats", map[string]any{"project_id": proj, "query": nil})
 		if m := e.ok("alice", "/calls/query_stats", map[string]any{"project_id": "team/none"}); m["count"] != 0.0 {
 			t.Fatalf("unknown project: %v", m)
 		}

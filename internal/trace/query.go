@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -42,6 +43,17 @@ type queryReq struct {
 	IncludeCosts            *bool        `json:"include_costs"`
 	IncludeStorageSize      *bool        `json:"include_storage_size"`
 	IncludeTotalStorageSize *bool        `json:"include_total_storage_size"`
+	// Query is Weave's expression language over calls, which flywheel does
+	// not serve: a query is a 400 rather than an answer that ignores it.
+	Query json.RawMessage `json:"query"`
+}
+
+// refuseCallsQuery is the 400 for a /calls/* request with a query expression.
+func refuseCallsQuery(q json.RawMessage) error {
+	if len(q) == 0 || string(q) == "null" {
+		return nil
+	}
+	return httpx.Invalid("query", "unsupported", "query expressions over calls are not served by flywheel; use filter (call_ids, trace_ids, parent_ids, op_names, ...)")
 }
 
 // sortColumns maps the sortable fields to SQL expressions over trace_calls c.
@@ -85,6 +97,9 @@ func limitOffset(limit, offset *int64) (int64, int64, error) {
 
 // buildQuery turns a query request into SQL over trace_calls c, in d's form.
 func buildQuery(d *dialect, req *queryReq, proj int64, inc includes) (string, []any, error) {
+	if err := refuseCallsQuery(req.Query); err != nil {
+		return "", nil, err
+	}
 	var sb strings.Builder
 	sb.WriteString("SELECT ")
 	sb.WriteString(callColumns)
@@ -331,10 +346,11 @@ func (s *Service) streamCalls(ctx context.Context, w http.ResponseWriter, q stri
 // traces; null without the flag).
 func (s *Service) handleQueryStats(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
 	var req struct {
-		ProjectID               string       `json:"project_id"`
-		Filter                  *callsFilter `json:"filter"`
-		Limit                   *int64       `json:"limit"`
-		IncludeTotalStorageSize *bool        `json:"include_total_storage_size"`
+		ProjectID               string          `json:"project_id"`
+		Filter                  *callsFilter    `json:"filter"`
+		Limit                   *int64          `json:"limit"`
+		IncludeTotalStorageSize *bool           `json:"include_total_storage_size"`
+		Query                   json.RawMessage `json:"query"`
 	}
 	if err := decodeAt(body, &req, ""); err != nil {
 		return err
@@ -349,7 +365,7 @@ func (s *Service) handleQueryStats(w http.ResponseWriter, r *http.Request, p *au
 		return err
 	}
 	withTotal := isTrue(req.IncludeTotalStorageSize)
-	q, args, err := buildQuery(s.d, &queryReq{ProjectID: req.ProjectID, Filter: req.Filter, Limit: req.Limit}, proj, includes{Total: withTotal})
+	q, args, err := buildQuery(s.d, &queryReq{ProjectID: req.ProjectID, Filter: req.Filter, Limit: req.Limit, Query: req.Query}, proj, includes{Total: withTotal})
 	if err != nil {
 		return err
 	}
