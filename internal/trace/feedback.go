@@ -254,7 +254,7 @@ func (s *Service) handleFeedbackQuery(w http.ResponseWriter, r *http.Request, p 
 	}
 	entity, name := req.entity, req.name
 	fields := feedbackOrder
-	if req.Fields != nil {
+	if len(req.Fields) > 0 { // none named: all of them
 		fields = nil
 		for i, f := range req.Fields {
 			if _, ok := feedbackFields[f]; !ok && f != "project_id" && f != "payload" {

@@ -60,6 +60,9 @@ func TestFeedback(t *testing.T) {
 			r[0].(map[string]any)["feedback_type"] != "wandb.note.1" {
 			t.Fatalf("fields/sort/page: %v", q)
 		}
+		if q := e.ok("alice", "/feedback/query", map[string]any{"project_id": proj, "fields": []string{}, "limit": 1}); len(q["result"].([]any)[0].(map[string]any)) != len(feedbackKeys) {
+			t.Fatalf("empty fields: %v", q)
+		}
 		// bad input names the field
 		for _, c := range []struct {
 			body map[string]any
