@@ -258,7 +258,10 @@ func decodeOtel(b []byte) ([]otelSpan, error) {
 				}
 				obj = append(obj, `"otel.resource": `...)
 				obj = append(append(obj, resource...), '}')
-				sp.attrs = obj
+				// the stored form every JSON column has (checked, not assumed)
+				if sp.attrs, err = Canonicalize(obj); err != nil {
+					return errOtel
+				}
 				spans = append(spans, sp)
 				return nil
 			}); err != nil {
