@@ -98,3 +98,23 @@ func TestOtelExport(t *testing.T) {
 		}
 	})
 }
+
+// FuzzDecodeOtel: any bytes decode to spans or an error, never a panic or
+// a hang (the body is hostile input).
+func FuzzDecodeOtel(f *testing.F) {
+	span := pbMsg(1, bytes.Repeat([]byte{1}, 16), 2, []byte{1, 2, 3, 4, 5, 6, 7, 8}, 5, "x", 7, fixed64(1),
+		9, kv("a", pbMsg(5, pbMsg(1, pbMsg(6, pbMsg(1, kv("b", pbMsg(4, 1.5))))))))
+	f.Add(pbMsg(1, pbMsg(1, pbMsg(1, kv("service.name", pbMsg(1, "svc"))), 2, pbMsg(2, span))))
+	f.Add([]byte{0x0a, 0xff})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		spans, err := decodeOtel(b)
+		if err == nil {
+			for _, sp := range spans {
+				if _, err := Canonicalize(sp.attrs); err != nil {
+					t.Fatalf("attributes %q: %v", sp.attrs, err)
+				}
+			}
+		}
+	})
+}
