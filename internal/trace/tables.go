@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -441,8 +443,9 @@ func (s *Service) handleTableQuery(w http.ResponseWriter, r *http.Request, p *au
 	if err != nil {
 		return err
 	}
-	if len(req.SortBy) > 0 {
-		return httpx.Invalid("sort_by", "unsupported", "sorting a table by its rows' fields is not served by flywheel: rows come in table order (leave sort_by out)")
+	sorts, err := parseTableSorts(s.d, req.SortBy)
+	if err != nil {
+		return err
 	}
 	lim, off, err := limitOffset(req.Limit, req.Offset)
 	if err != nil {
@@ -467,6 +470,9 @@ func (s *Service) handleTableQuery(w http.ResponseWriter, r *http.Request, p *au
 	const cols = `SELECT m.idx, m.row_digest, r.val FROM trace_table_members m
 		JOIN trace_table_rows r ON r.project = m.project AND r.digest = m.row_digest
 		WHERE m.project = ? AND m.table_digest = ?`
+	if len(sorts) > 0 {
+		return s.sortedTablePage(w, r, proj, *req.Digest, cols, rowFilter, sorts, lim, off)
+	}
 	var rows *sql.Rows
 	if rowFilter == nil {
 		// idx counts 0..n-1, so the offset is a key range: a page costs its
@@ -492,17 +498,7 @@ func (s *Service) handleTableQuery(w http.ResponseWriter, r *http.Request, p *au
 		if err := rows.Scan(&idx, &d, &val); err != nil {
 			return fmt.Errorf("%w: %v", errHeadersSent, err)
 		}
-		line = line[:0]
-		if n > 0 {
-			line = append(line, ", "...)
-		}
-		line = append(line, `{"digest": `...)
-		line = appendPyString(line, d)
-		line = append(line, `, "val": `...)
-		line = append(line, val...)
-		line = append(line, `, "original_index": `...)
-		line = strconv.AppendInt(line, idx, 10)
-		line = append(line, '}')
+		line = appendTableRow(line[:0], n, idx, d, val)
 		if _, err := bw.Write(line); err != nil {
 			return nil // client went away
 		}
@@ -629,6 +625,177 @@ func (s *Service) handleTableQueryStatsBatch(w http.ResponseWriter, r *http.Requ
 			b = append(b, "null"...)
 		}
 		b = append(b, '}')
+	}
+	writeRaw(w, http.StatusOK, "application/json", append(b, "]}\n"...))
+	return nil
+}
+
+// appendTableRow writes one row of a /table/query answer (the n-th).
+func appendTableRow(b []byte, n int, idx int64, digest string, val []byte) []byte {
+	if n > 0 {
+		b = append(b, ", "...)
+	}
+	b = append(b, `{"digest": `...)
+	b = appendPyString(b, digest)
+	b = append(b, `, "val": `...)
+	b = append(b, val...)
+	b = append(b, `, "original_index": `...)
+	b = strconv.AppendInt(b, idx, 10)
+	return append(b, '}')
+}
+
+// ---- sorting a table by its rows' fields ----
+//
+// A sort is done in Go, over the table's rows read in table order, so both
+// databases answer the same order: values compare by kind first (missing or
+// null, then false/true, numbers, strings, then arrays and objects by their
+// stored JSON text), numbers numerically, strings byte by byte; ties keep
+// table order. Only tables of at most maxSortBytes of stored rows are
+// sorted (a 400 naming sort_by above it): the rows are held in memory.
+
+const maxSortBytes = 64 << 20
+
+type tableSort struct {
+	path []string
+	desc bool
+}
+
+// parseTableSorts validates sort_by: fields are dot-separated keys into the
+// row's value (a leading "val." is the value itself).
+func parseTableSorts(d *dialect, sortBy []sortField) ([]tableSort, error) {
+	var out []tableSort
+	for i, sf := range sortBy {
+		path := fmt.Sprintf("sort_by[%d]", i)
+		field := strings.TrimPrefix(sf.Field, "val.")
+		parts := strings.Split(field, ".")
+		if field == "" || len(parts) > 16 || slices.Contains(parts, "") {
+			return nil, httpx.Invalid(path+".field", "invalid_value", "expected dot-separated keys of the rows, got %q", sf.Field)
+		}
+		dir, err := d.direction(sf.Direction, path+".direction")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tableSort{path: parts, desc: strings.HasPrefix(dir, "DESC")})
+	}
+	return out, nil
+}
+
+// sortKey is a row's value at a sort path, ready to compare.
+type sortKey struct {
+	kind int // 0 missing/null, 1 bool, 2 number, 3 string, 4 array or object
+	num  float64
+	str  string // string value, or the JSON text of kind 4
+}
+
+func sortKeyOf(val []byte, path []string) sortKey {
+	cur := val
+	for _, k := range path {
+		ms, ok := splitObject(cur)
+		if !ok {
+			return sortKey{}
+		}
+		var next []byte
+		for _, m := range ms {
+			if m.Key == k {
+				next = m.Value
+			}
+		}
+		if next == nil {
+			return sortKey{}
+		}
+		cur = next
+	}
+	switch jsonKindOf(cur) {
+	case 'b':
+		return sortKey{kind: 1, num: map[bool]float64{false: 0, true: 1}[string(cur) == "true"]}
+	case 'n':
+		f, _ := strconv.ParseFloat(string(cur), 64)
+		return sortKey{kind: 2, num: f}
+	case 's':
+		var v string
+		_ = json.Unmarshal(cur, &v)
+		return sortKey{kind: 3, str: v}
+	case 'a', 'o':
+		return sortKey{kind: 4, str: string(cur)}
+	}
+	return sortKey{}
+}
+
+func compareKeys(a, b sortKey) int {
+	if a.kind != b.kind {
+		return a.kind - b.kind
+	}
+	switch a.kind {
+	case 1, 2:
+		return cmp.Compare(a.num, b.num)
+	case 3, 4:
+		return strings.Compare(a.str, b.str)
+	}
+	return 0
+}
+
+func (s *Service) sortedTablePage(w http.ResponseWriter, r *http.Request, proj int64, digest, cols string, rowFilter []string,
+	sorts []tableSort, lim, off int64) error {
+	ctx := r.Context()
+	var size int64
+	err := s.db.QueryRowContext(ctx, s.d.sql(`SELECT size_bytes FROM trace_tables WHERE project = ? AND digest = ?`), proj, digest).Scan(&size)
+	if errors.Is(err, sql.ErrNoRows) {
+		writeRaw(w, http.StatusOK, "application/json", []byte("{\"rows\": []}\n"))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if size > maxSortBytes {
+		return httpx.Invalid("sort_by", "too_large", "a table is sorted only up to %d bytes of rows; this one has %d (page it in table order instead)", maxSortBytes, size)
+	}
+	var rows *sql.Rows
+	if rowFilter == nil {
+		rows, err = s.db.QueryContext(ctx, s.d.sql(cols+` ORDER BY m.idx`), proj, digest)
+	} else {
+		rows, err = s.db.QueryContext(ctx, s.d.dyn(cols+` AND `+s.d.inList("m.row_digest", "?")+` ORDER BY m.idx`), proj, digest, s.d.listArg(rowFilter))
+	}
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	type row struct {
+		idx    int64
+		digest string
+		val    []byte
+		keys   []sortKey
+	}
+	var all []row
+	for rows.Next() {
+		var x row
+		if err := rows.Scan(&x.idx, &x.digest, &x.val); err != nil {
+			return err
+		}
+		x.keys = make([]sortKey, len(sorts))
+		for i, so := range sorts {
+			x.keys[i] = sortKeyOf(x.val, so.path)
+		}
+		all = append(all, x)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	slices.SortStableFunc(all, func(a, b row) int {
+		for i, so := range sorts {
+			if c := compareKeys(a.keys[i], b.keys[i]); c != 0 {
+				if so.desc {
+					return -c
+				}
+				return c
+			}
+		}
+		return 0
+	})
+	start := min(off, int64(len(all)))
+	end := start + min(lim, int64(len(all))-start)
+	b := []byte(`{"rows": [`)
+	for n, x := range all[start:end] {
+		b = appendTableRow(b, n, x.idx, x.digest, x.val)
 	}
 	writeRaw(w, http.StatusOK, "application/json", append(b, "]}\n"...))
 	return nil
