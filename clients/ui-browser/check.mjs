@@ -294,6 +294,41 @@ try {
   assert((await page.textContent("#call-inputs pre")).includes("<img src=x onerror=alert(1)>") && !(await page.$("main img")), "inputs rendered as HTML");
   await shot(page, "call-tree");
 
+  // An evaluation as Weave's Python SDK writes it: a dataset (a table and an
+  // object), an Evaluation.evaluate call whose output is the summary, and a
+  // predict_and_score child per example, the example passed as a ref to the row.
+  const table = await api("POST", "/table/create", { table: { project_id: "admin/evals", rows: [{ q: "2+2", a: 4 }, { q: "3*3", a: 9 }] } });
+  const ds = await api("POST", "/obj/create", { obj: { project_id: "admin/evals", object_id: "arith",
+    val: { _type: "Dataset", _class_name: "Dataset", _bases: ["Object", "BaseModel"], rows: `weave:///admin/evals/table/${table.digest}` } } });
+  const op = (name) => `weave:///admin/evals/op/${name}:0123456789abcdef`;
+  const t0e = new Date().toISOString();
+  const ev = await api("POST", "/call/start", { start: { project_id: "admin/evals", op_name: op("Evaluation.evaluate"), started_at: t0e,
+    attributes: {}, inputs: { self: "weave:///admin/evals/object/ev:x", model: "weave:///admin/evals/object/calc:x" } } });
+  for (const [i, rd] of table.row_digests.entries()) {
+    const k = await api("POST", "/call/start", { start: { project_id: "admin/evals", op_name: op("Evaluation.predict_and_score"),
+      trace_id: ev.trace_id, parent_id: ev.id, started_at: new Date().toISOString(), attributes: {},
+      inputs: { example: `weave:///admin/evals/object/arith:${ds.digest}/attr/rows/id/${rd}` } } });
+    await api("POST", "/call/end", { end: { project_id: "admin/evals", id: k.id, ended_at: new Date().toISOString(),
+      output: { output: [5, 10][i], scores: { exact: { correct: false }, distance: 1 }, model_latency: 0.001 }, summary: {} } });
+  }
+  await api("POST", "/call/end", { end: { project_id: "admin/evals", id: ev.id, ended_at: new Date().toISOString(),
+    output: { exact: { correct: { true_count: 0, true_fraction: 0 } }, distance: { mean: 1 } }, summary: {} } });
+  await page.goto(`${base}/ui/#/calls?project=admin/evals`);
+  await page.waitForSelector("#calls-evals");
+  await page.click("#calls-evals");
+  await page.waitForSelector(`#calls tbody tr[data-id='${ev.id}']`);
+  assert((await page.$$eval("#calls tbody tr", (r) => r.length)) === 1, "evaluations filter: not just the evaluation");
+  await page.click(`#calls tbody tr[data-id='${ev.id}'] a`);
+  await page.waitForSelector("#eval-rows tbody tr");
+  const heads = await page.$$eval("#eval-rows th", (h) => h.map((x) => x.textContent));
+  assert(JSON.stringify(heads) === JSON.stringify(["#", "Example", "Output", "exact", "distance"]), `evaluation columns ${heads}`);
+  const cells = await page.$$eval("#eval-rows tbody tr", (rs) => rs.map((r) => [...r.querySelectorAll("td")].map((d) => d.textContent)));
+  assert(cells.length === 2 && cells[0][1] === '{"q":"2+2","a":4}' && cells[0][2] === "5" && cells[0][3] === '{"correct":false}' && cells[1][4] === "1",
+    `evaluation rows ${JSON.stringify(cells)}`);
+  const summaryRows = await page.$$eval("#eval-summary tbody tr", (rs) => rs.map((r) => r.textContent));
+  assert(summaryRows.length === 2 && summaryRows[1].includes('{"mean":1}'), `evaluation summary ${summaryRows}`);
+  await shot(page, "evaluation");
+
   // Calls list with filters.
   await page.goto(`${base}/ui/#/calls?project=admin/demo`);
   await page.waitForSelector("#calls tbody tr");

@@ -9,8 +9,10 @@
 // op calling a child op, with token usage), and reads them back through
 // /call/read and /calls/stream_query (raw HTTP and the SDK's own getCalls),
 // the op object through /obj/read and the SDK's client.get, and the op's
-// code through /file/content. Another user's key must get 403. Any mismatch
-// exits non-zero.
+// code through /file/content; then saves a weave.Dataset (its table read back
+// through /table/query and client.get), runs a weave.Evaluation with two
+// scorers and an EvaluationLogger, and finds their calls. Another user's key
+// must get 403. Any mismatch exits non-zero.
 
 import { spawn, execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -84,11 +86,11 @@ for (const sig of ['SIGINT', 'SIGTERM']) {
 }
 // A watchdog: a hung SDK call fails the check instead of stalling CI.
 const watchdog = setTimeout(() => {
-  console.log('FAIL the check did not finish in 90 s');
+  console.log('FAIL the check did not finish in 120 s');
   console.log(`${passed} passed, ${failed + 1} failed`);
   cleanup();
   process.exit(1);
-}, 90_000);
+}, 120_000);
 watchdog.unref();
 
 async function main() {
@@ -215,6 +217,55 @@ async function main() {
   }
   const noKey = await fetch(`${base}/obj/read`, { method: 'POST', body: '{}' });
   check('/obj/read without a key: 401', noKey.status === 401, noKey.status);
+
+  // --- datasets, evaluations, EvaluationLogger
+  const rows = [{ q: '2+2', a: 4 }, { q: '3*3', a: 9 }, { q: '10-7', a: 3, tag: 'é' }];
+  const dataset = new weave.Dataset({ id: 'arith', rows: rows.map(r => ({ ...r })) }); // the SDK marks the rows it is given
+  const dsRef = await dataset.save();
+  await client.waitForBatchProcessing();
+  const dsObj = (await postJSON('/obj/read', { project_id: project, object_id: dsRef.objectId, digest: dsRef.digest })).obj;
+  const rowsRef = dsObj.val?.rows;
+  const rowDigests = rows.map(r => weaveDigest(pyDumps(r, true)));
+  const tableDigest = createHash('sha256').update(rowDigests.join('')).digest('hex');
+  check('Dataset.save: a Dataset object whose rows are a table ref', dsObj.kind === 'object' && rowsRef === `weave:///${project}/table/${tableDigest}`, dsObj.val);
+  const tq = await postJSON('/table/query', { project_id: project, digest: tableDigest });
+  check('/table/query: the rows, their digests as Weave computes them', deepEqual(tq.rows.map(r => [r.digest, r.val, r.original_index]),
+    rows.map((r, i) => [rowDigests[i], r, i])), tq);
+  const back = await client.get(dsRef);
+  const backRows = [];
+  for await (const r of back.rows) backRows.push(Object.fromEntries(Object.entries(r).filter(([k]) => !k.startsWith('__'))));
+  check("the SDK's client.get reads the dataset's rows back", deepEqual(backRows, rows), backRows);
+
+  const calc = weave.op(async function calc({ datasetRow }) { return eval(datasetRow.q) + 1; });
+  const exact = weave.op(function exact({ modelOutput, datasetRow }) { return { correct: modelOutput === datasetRow.a }; });
+  const distance = weave.op(function distance({ modelOutput, datasetRow }) { return Math.abs(modelOutput - datasetRow.a); });
+  const evaluation = new weave.Evaluation({ id: 'arith-eval', dataset, scorers: [exact, distance] });
+  const summary = await evaluation.evaluate({ model: calc });
+  await client.waitForBatchProcessing();
+  check('Evaluation.evaluate: both scorers summarised', summary?.exact?.correct?.true_count === 0 && summary?.distance?.mean === 1, summary);
+  const evalCalls = (await post('/calls/stream_query', { project_id: project, filter: { op_names: [`weave:///${project}/op/Evaluation.evaluate:*`] } }))
+    .text.split('\n').filter(l => l.trim()).map(l => JSON.parse(l));
+  check('the evaluation call, its output the summary', evalCalls.length === 1 && deepEqual(evalCalls[0].output, summary), evalCalls.map(c => c.output));
+  const perRow = (await post('/calls/stream_query', { project_id: project, filter: { parent_ids: [evalCalls[0]?.id] } }))
+    .text.split('\n').filter(l => l.trim()).map(l => JSON.parse(l)).filter(c => /predict_?and_?score/i.test(c.op_name));
+  check('one predict_and_score call per row, with both scores', perRow.length === 3 && perRow.every(c => c.parent_id === evalCalls[0].id) &&
+    perRow.every(c => c.output?.scores?.distance === 1 && c.output?.scores?.exact?.correct === false), perRow.map(c => c.output));
+
+  const logger = new weave.EvaluationLogger({ name: 'logged-eval', dataset: 'arith-rows', model: { name: 'calc-v2' } });
+  for (const r of rows) {
+    const pred = logger.logPrediction({ q: r.q }, r.a);
+    pred.logScore('exact', true);
+    pred.finish();
+  }
+  await logger.logSummary();
+  await client.waitForBatchProcessing();
+  const logged = (await post('/calls/stream_query', { project_id: project, filter: { op_names: [`weave:///${project}/op/Evaluation.evaluate:*`] } }))
+    .text.split('\n').filter(l => l.trim()).map(l => JSON.parse(l));
+  const loggedRoot = logged.find(c => c.id !== evalCalls[0]?.id);
+  check('EvaluationLogger: a second evaluation call with the score summarised', logged.length === 2 && loggedRoot &&
+    JSON.stringify(loggedRoot.output ?? {}).includes('exact'), logged.map(c => c.output));
+  const lr = await post('/table/query', { project_id: project, digest: tableDigest }, bobKey);
+  check('/table/query as another user: 403', lr.status === 403, lr);
 }
 
 try {

@@ -37,7 +37,7 @@ type authMode int
 const (
 	authNone        authMode = iota
 	authBearer               // /v1/*, /tokenize, /detokenize
-	authBasicBearer          // /call/*, /calls/*, /cost/*, /obj/*, /objs/*, /file/*
+	authBasicBearer          // the call store: /call/*, /calls/*, /cost/*, /obj/*, /objs/*, /file/*, /table/*, /feedback/*, /refs/*, /graphql, /otel/v1/traces
 )
 
 // routeAuth returns the authentication of a path.
@@ -55,7 +55,16 @@ func routeAuth(path string) authMode {
 
 func isCallStorePath(path string) bool {
 	return strings.HasPrefix(path, "/call/") || strings.HasPrefix(path, "/calls/") || strings.HasPrefix(path, "/cost/") ||
-		strings.HasPrefix(path, "/obj/") || strings.HasPrefix(path, "/objs/") || strings.HasPrefix(path, "/file/")
+		strings.HasPrefix(path, "/obj/") || strings.HasPrefix(path, "/objs/") || strings.HasPrefix(path, "/file/") ||
+		strings.HasPrefix(path, "/table/") || strings.HasPrefix(path, "/feedback/") || strings.HasPrefix(path, "/refs/") ||
+		path == "/graphql" || path == "/otel/v1/traces" || isCallStoreV2(path)
+}
+
+// isCallStoreV2 reports whether path is one of the call store's
+// /v2/{entity}/{project}/... write routes (Weave's Python SDK).
+func isCallStoreV2(path string) bool {
+	return strings.HasPrefix(path, "/v2/") && (strings.HasSuffix(path, "/calls/complete") ||
+		strings.HasSuffix(path, "/call/start") || strings.HasSuffix(path, "/call/end"))
 }
 
 // writeError writes err in the envelope of the request's route group:

@@ -3,6 +3,7 @@ package trace
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -271,4 +272,58 @@ func benchCallStore(b *testing.B, dt testDialect) {
 		b.ReportMetric(float64(rows)/el.Seconds(), "rows/s")
 		b.ReportMetric(float64(rows)/(cpuTime()-c0).Seconds(), "rows/CPU-s")
 	})
+}
+
+// BenchmarkTableQuery pages through a table of FLYWHEEL_BENCH_TABLE_ROWS rows
+// (default 100,000; a Weave dataset of ~200-byte rows) with /table/query,
+// 100 rows a page at random offsets, one request at a time over HTTP, on
+// SQLite (the service's settings) and on PostgreSQL (skipped without
+// FLYWHEEL_TEST_POSTGRES). It reports the page latency's p50/p99 and the
+// table's creation time (one /table/create of all rows).
+//
+//	go test -run '^$' -bench BenchmarkTableQuery -benchtime 2000x ./internal/trace
+func BenchmarkTableQuery(b *testing.B) {
+	n := 100_000
+	if v, err := strconv.Atoi(os.Getenv("FLYWHEEL_BENCH_TABLE_ROWS")); err == nil && v > 0 {
+		n = v
+	}
+	for _, dt := range testDialects {
+		b.Run(dt.name, func(b *testing.B) {
+			e := newEnvDB(b, dt.openService(b), Options{})
+			var body bytes.Buffer
+			body.WriteString(`{"table": {"project_id": "` + benchProject + `", "rows": [`)
+			for i := 0; i < n; i++ {
+				if i > 0 {
+					body.WriteString(", ")
+				}
+				fmt.Fprintf(&body, `{"input": {"question": "What is %d plus %d?", "context": "arithmetic, row %d of the benchmark set"}, "expected": %d, "id": %d}`, i, i+1, i, 2*i+1, i)
+			}
+			body.WriteString("]}}")
+			t0 := time.Now()
+			out := benchPost(b, e.srv.URL+"/table/create", body.Bytes())
+			created := time.Since(t0)
+			var res struct{ Digest string }
+			if err := json.Unmarshal(out, &res); err != nil || res.Digest == "" {
+				b.Fatalf("table/create: %s", out)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				off := rng.IntN(n - 100)
+				q := fmt.Sprintf(`{"project_id": %q, "digest": %q, "limit": 100, "offset": %d}`, benchProject, res.Digest, off)
+				t := time.Now()
+				page := benchPost(b, e.srv.URL+"/table/query", []byte(q))
+				lat = append(lat, time.Since(t))
+				if !bytes.Contains(page, []byte(`"original_index": `+strconv.Itoa(off+99)+"}")) {
+					b.Fatalf("page at %d: %.200s", off, page)
+				}
+			}
+			b.StopTimer()
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			b.ReportMetric(float64(percentile(lat, 0.50).Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+			b.ReportMetric(created.Seconds(), "create-s")
+		})
+	}
 }

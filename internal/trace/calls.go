@@ -893,3 +893,77 @@ func (s *Service) RecordCall(ctx context.Context, p *auth.Principal, projectID, 
 	}
 	return id, nil
 }
+
+// handleCallsComplete serves POST /v2/{entity}/{project}/calls/complete, the
+// write path of Weave's Python SDK since 0.52 (use_calls_complete): {"batch":
+// [call]} where each call carries its start's and its end's fields together.
+// Each is stored as a start and an end in one batch (one transaction); its
+// project_id must be the path's project.
+func (s *Service) handleCallsComplete(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	pathProject := r.PathValue("entity") + "/" + r.PathValue("project")
+	d := newDec(body)
+	if err := d.begin(); err != nil {
+		return err
+	}
+	var ops []*writeOp
+	seen := false
+	err := d.object("", func(k string) error {
+		if k != "batch" {
+			return d.skip()
+		}
+		seen = true
+		return d.array("batch", func(i int) error {
+			prefix := "batch[" + strconv.Itoa(i) + "]"
+			d.ws()
+			if d.peek() != '{' {
+				if err := d.checkValue(); err != nil {
+					return err
+				}
+				return d.typeErr(prefix, "an object")
+			}
+			st := d.c.pos
+			if err := d.skip(); err != nil {
+				return err
+			}
+			item := d.c.in[st:d.c.pos]
+			sreq, err := newDec(item).decodeStartReq(prefix, false)
+			if err != nil {
+				return err
+			}
+			if sreq.ProjectID != pathProject {
+				return httpx.Invalid(prefix+".project_id", "invalid_value", "the call's project %q is not the path's %q", sreq.ProjectID, pathProject)
+			}
+			if sreq.ID == nil {
+				return httpx.Invalid(prefix+".id", "missing_field", "required: the call's id")
+			}
+			start, err := s.parseStart(p, sreq, prefix)
+			if err != nil {
+				return err
+			}
+			ereq, err := newDec(item).decodeEndReq(prefix, false)
+			if err != nil {
+				return err
+			}
+			end, err := s.parseEnd(p, ereq, prefix)
+			if err != nil {
+				return err
+			}
+			ops = append(ops, start, end)
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.finish(); err != nil {
+		return err
+	}
+	if !seen {
+		return httpx.Invalid("batch", "missing_field", "required: an array of completed calls")
+	}
+	if err := s.apply(r.Context(), ops); err != nil {
+		return err
+	}
+	writeRaw(w, http.StatusOK, "application/json", []byte("{}\n"))
+	return nil
+}

@@ -244,7 +244,8 @@ func (s *Service) handleObjCreate(w http.ResponseWriter, r *http.Request, p *aut
 }
 
 // createObject stores a version of object_id unless one with the same
-// digest exists (creating the same value again changes nothing).
+// digest exists (creating the same value again changes nothing, except
+// that a deleted version is restored, with its version index).
 func (s *Service) createObject(ctx context.Context, entity, name, objectID, digest string, val []byte, kind string,
 	base, leaf *string, userID string) error {
 	return s.projectTx(ctx, entity, name, func(tx *sql.Tx, proj int64) error {
@@ -261,7 +262,8 @@ func (s *Service) createObject(ctx context.Context, entity, name, objectID, dige
 				base_object_class, leaf_object_class, val, size_bytes, created_by, created_at)
 			SELECT ?1, ?2, ?3, COALESCE(MAX(version_index) + 1, 0), ?4, ?5, ?6, ?7, ?8, ?9, ?10
 			FROM trace_objects WHERE project = ?1 AND object_id = ?2
-			ON CONFLICT (project, object_id, digest) DO NOTHING`),
+			ON CONFLICT (project, object_id, digest) DO UPDATE SET deleted_at = NULL
+			WHERE trace_objects.deleted_at IS NOT NULL`),
 			proj, objectID, digest, kind, nullStr(base), nullStr(leaf), bytesStr(val), len(val), userID, s.now().UnixMicro())
 		return err
 	})

@@ -340,22 +340,37 @@ type sortField struct {
 	Direction string `json:"direction"`
 }
 
-func (s *Service) handleCostQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
-	var req struct {
-		ProjectID string          `json:"project_id"`
-		Fields    []string        `json:"fields"`
-		Query     json.RawMessage `json:"query"`
-		SortBy    []sortField     `json:"sort_by"`
-		Limit     *int64          `json:"limit"`
-		Offset    *int64          `json:"offset"`
-	}
+// fieldsQuery is the request of the routes that query one table by its
+// fields (/cost/query, /feedback/query), decoded and authorized.
+type fieldsQuery struct {
+	ProjectID string          `json:"project_id"`
+	Fields    []string        `json:"fields"`
+	Query     json.RawMessage `json:"query"`
+	SortBy    []sortField     `json:"sort_by"`
+	Limit     *int64          `json:"limit"`
+	Offset    *int64          `json:"offset"`
+
+	entity, name string
+}
+
+func decodeFieldsQuery(p *auth.Principal, body []byte) (*fieldsQuery, error) {
+	var req fieldsQuery
 	if err := decodeAt(body, &req, ""); err != nil {
-		return err
+		return nil, err
 	}
-	entity, name, err := authorize(p, req.ProjectID, "project_id")
+	var err error
+	if req.entity, req.name, err = authorize(p, req.ProjectID, "project_id"); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+func (s *Service) handleCostQuery(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	req, err := decodeFieldsQuery(p, body)
 	if err != nil {
 		return err
 	}
+	entity, name := req.entity, req.name
 	for i, f := range req.Fields {
 		if _, ok := priceFields[f]; !ok {
 			return httpx.Invalid(fmt.Sprintf("fields[%d]", i), "invalid_value", "unknown field %q", f)
@@ -364,7 +379,7 @@ func (s *Service) handleCostQuery(w http.ResponseWriter, r *http.Request, p *aut
 	where := `pricing_level = 'project' AND pricing_level_id = ?`
 	args := []any{entity + "/" + name}
 	if k := jsonKindOf(req.Query); k != 0 && k != 'z' {
-		cond, cargs, err := priceQuerySQL(req.Query, "query")
+		cond, cargs, err := querySQL(req.Query, "query", priceFields)
 		if err != nil {
 			return err
 		}
@@ -432,22 +447,35 @@ func priceJSON(p *Price) map[string]any {
 	}
 }
 
-func (s *Service) handleCostPurge(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+// decodePurge reads a purge request {project_id, query} (/cost/purge,
+// /feedback/purge): the authorized project and the ids the query names
+// (at most MaxDeleteIDs, else 413).
+func decodePurge(p *auth.Principal, body []byte) (entity, name string, ids []string, err error) {
 	var req struct {
 		ProjectID string          `json:"project_id"`
 		Query     json.RawMessage `json:"query"`
 	}
 	if err := decodeAt(body, &req, ""); err != nil {
-		return err
+		return "", "", nil, err
 	}
-	entity, name, err := authorize(p, req.ProjectID, "project_id")
-	if err != nil {
-		return err
+	if entity, name, err = authorize(p, req.ProjectID, "project_id"); err != nil {
+		return "", "", nil, err
 	}
 	if jsonKindOf(req.Query) != 'o' {
-		return httpx.Invalid("query", "missing_field", `required: a query by ids, e.g. {"$expr": {"$eq": [{"$getField": "id"}, {"$literal": "<id>"}]}}`)
+		return "", "", nil, httpx.Invalid("query", "missing_field", `required: a query by ids, e.g. {"$expr": {"$eq": [{"$getField": "id"}, {"$literal": "<id>"}]}}`)
 	}
-	ids, err := purgeIDs(req.Query)
+	if ids, err = purgeIDs(req.Query); err != nil {
+		return "", "", nil, err
+	}
+	if len(ids) > MaxDeleteIDs {
+		return "", "", nil, &httpx.Error{Status: http.StatusRequestEntityTooLarge, Param: "query", Code: "too_many_ids",
+			Message: fmt.Sprintf("query: at most %d ids per purge, got %d", MaxDeleteIDs, len(ids))}
+	}
+	return entity, name, ids, nil
+}
+
+func (s *Service) handleCostPurge(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	entity, name, ids, err := decodePurge(p, body)
 	if err != nil {
 		return err
 	}
@@ -469,7 +497,10 @@ func (s *Service) handleCostPurge(w http.ResponseWriter, r *http.Request, p *aut
 // {"$and": [E...]}, {"$or": [E...]}, {"$not": [E]}, {"$eq"|"$gt"|"$gte"|"$lt"|"$lte": [A, B]},
 // {"$in": [A, [B...]]}, A/B being {"$getField": "<price field>"} or {"$literal": value}.
 
-func priceQuerySQL(raw json.RawMessage, path string) (string, []any, error) {
+// querySQL compiles a {"$expr": E} query over the fields of one table
+// (name -> kind: 't' text, 'n' number, 'd' time as Unix microseconds; the
+// SQL column has the field's name) into a condition and its arguments.
+func querySQL(raw json.RawMessage, path string, fields map[string]byte) (string, []any, error) {
 	var q struct {
 		Expr json.RawMessage `json:"$expr"`
 	}
@@ -479,10 +510,10 @@ func priceQuerySQL(raw json.RawMessage, path string) (string, []any, error) {
 	if jsonKindOf(q.Expr) != 'o' {
 		return "", nil, httpx.Invalid(path+".$expr", "missing_field", "required: an expression object")
 	}
-	return exprSQL(q.Expr, path+".$expr")
+	return exprSQL(q.Expr, path+".$expr", fields)
 }
 
-func exprSQL(raw json.RawMessage, path string) (string, []any, error) {
+func exprSQL(raw json.RawMessage, path string, fields map[string]byte) (string, []any, error) {
 	ms, ok := splitObject(raw)
 	if !ok || len(ms) != 1 {
 		return "", nil, httpx.Invalid(path, "invalid_value", "expected an object with one operator")
@@ -501,7 +532,7 @@ func exprSQL(raw json.RawMessage, path string) (string, []any, error) {
 		var parts []string
 		var args []any
 		for i, e := range list {
-			sq, a, err := exprSQL(e, fmt.Sprintf("%s[%d]", path, i))
+			sq, a, err := exprSQL(e, fmt.Sprintf("%s[%d]", path, i), fields)
 			if err != nil {
 				return "", nil, err
 			}
@@ -519,11 +550,11 @@ func exprSQL(raw json.RawMessage, path string) (string, []any, error) {
 		if len(list) != 2 {
 			return "", nil, httpx.Invalid(path, "invalid_value", "expected two operands")
 		}
-		a, err := parseOperand(list[0], path+"[0]")
+		a, err := parseOperand(list[0], path+"[0]", fields)
 		if err != nil {
 			return "", nil, err
 		}
-		b, err := parseOperand(list[1], path+"[1]")
+		b, err := parseOperand(list[1], path+"[1]", fields)
 		if err != nil {
 			return "", nil, err
 		}
@@ -545,7 +576,7 @@ func exprSQL(raw json.RawMessage, path string) (string, []any, error) {
 		if len(list) != 2 {
 			return "", nil, httpx.Invalid(path, "invalid_value", "expected two operands")
 		}
-		a, err := parseOperand(list[0], path+"[0]")
+		a, err := parseOperand(list[0], path+"[0]", fields)
 		if err != nil {
 			return "", nil, err
 		}
@@ -563,7 +594,7 @@ func exprSQL(raw json.RawMessage, path string) (string, []any, error) {
 		var ph []string
 		for i, it := range items {
 			ipath := fmt.Sprintf("%s[1][%d]", path, i)
-			b, err := parseOperand(it, ipath)
+			b, err := parseOperand(it, ipath, fields)
 			if err != nil {
 				return "", nil, err
 			}
@@ -586,11 +617,11 @@ func exprSQL(raw json.RawMessage, path string) (string, []any, error) {
 // string, a number or null).
 type operand struct {
 	field string
-	kind  byte // the field's kind (priceFields)
+	kind  byte // the field's kind (see querySQL)
 	lit   any  // string, float64 or nil
 }
 
-func parseOperand(raw json.RawMessage, path string) (*operand, error) {
+func parseOperand(raw json.RawMessage, path string, fields map[string]byte) (*operand, error) {
 	ms, ok := splitObject(raw)
 	if !ok || len(ms) != 1 {
 		return nil, httpx.Invalid(path, "invalid_value", `expected {"$getField": name} or {"$literal": value}`)
@@ -601,7 +632,7 @@ func parseOperand(raw json.RawMessage, path string) (*operand, error) {
 		if err := json.Unmarshal(ms[0].Value, &f); err != nil {
 			return nil, httpx.Invalid(path, "invalid_type", "expected a field name")
 		}
-		kind, ok := priceFields[f]
+		kind, ok := fields[f]
 		if !ok {
 			return nil, httpx.Invalid(path, "invalid_value", "unknown field %q", f)
 		}

@@ -3,9 +3,12 @@ package trace
 import (
 	"bufio"
 	"context"
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +43,17 @@ type queryReq struct {
 	IncludeCosts            *bool        `json:"include_costs"`
 	IncludeStorageSize      *bool        `json:"include_storage_size"`
 	IncludeTotalStorageSize *bool        `json:"include_total_storage_size"`
+	// Query is Weave's expression language over calls, which flywheel does
+	// not serve: a query is a 400 rather than an answer that ignores it.
+	Query json.RawMessage `json:"query"`
+}
+
+// refuseCallsQuery is the 400 for a /calls/* request with a query expression.
+func refuseCallsQuery(q json.RawMessage) error {
+	if len(q) == 0 || string(q) == "null" {
+		return nil
+	}
+	return httpx.Invalid("query", "unsupported", "query expressions over calls are not served by flywheel; use filter (call_ids, trace_ids, parent_ids, op_names, ...)")
 }
 
 // sortColumns maps the sortable fields to SQL expressions over trace_calls c.
@@ -83,6 +97,9 @@ func limitOffset(limit, offset *int64) (int64, int64, error) {
 
 // buildQuery turns a query request into SQL over trace_calls c, in d's form.
 func buildQuery(d *dialect, req *queryReq, proj int64, inc includes) (string, []any, error) {
+	if err := refuseCallsQuery(req.Query); err != nil {
+		return "", nil, err
+	}
 	var sb strings.Builder
 	sb.WriteString("SELECT ")
 	sb.WriteString(callColumns)
@@ -320,5 +337,57 @@ func (s *Service) streamCalls(ctx context.Context, w http.ResponseWriter, q stri
 		bw.WriteString("]}\n")
 	}
 	_ = bw.Flush()
+	return nil
+}
+
+// handleQueryStats serves /calls/query_stats: {count} of the calls a
+// /calls/query with the same filter and limit answers, and with
+// include_total_storage_size their total_storage_size_bytes summed (roots'
+// traces; null without the flag).
+func (s *Service) handleQueryStats(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error {
+	var req struct {
+		ProjectID               string          `json:"project_id"`
+		Filter                  *callsFilter    `json:"filter"`
+		Limit                   *int64          `json:"limit"`
+		IncludeTotalStorageSize *bool           `json:"include_total_storage_size"`
+		Query                   json.RawMessage `json:"query"`
+	}
+	if err := decodeAt(body, &req, ""); err != nil {
+		return err
+	}
+	entity, name, err := authorize(p, req.ProjectID, "project_id")
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	proj, found, err := s.lookupProject(ctx, s.db, entity, name)
+	if err != nil {
+		return err
+	}
+	withTotal := isTrue(req.IncludeTotalStorageSize)
+	q, args, err := buildQuery(s.d, &queryReq{ProjectID: req.ProjectID, Filter: req.Filter, Limit: req.Limit, Query: req.Query}, proj, includes{Total: withTotal})
+	if err != nil {
+		return err
+	}
+	var count int64
+	var total sql.NullInt64
+	if found {
+		agg := `SELECT COUNT(*), NULL FROM (` + q + `) sub`
+		if withTotal {
+			// the root's total (NULL for non-roots) is the query's last column
+			agg = `SELECT COUNT(*), CAST(SUM(sub.total_size) AS BIGINT) FROM (` + strings.Replace(q, totalExpr, totalExpr+" AS total_size", 1) + `) sub`
+		}
+		if err := s.db.QueryRowContext(ctx, agg, args...).Scan(&count, &total); err != nil {
+			return err
+		}
+	}
+	b := append([]byte(`{"count": `), strconv.AppendInt(nil, count, 10)...)
+	b = append(b, `, "total_storage_size_bytes": `...)
+	if withTotal {
+		b = strconv.AppendInt(b, total.Int64, 10)
+	} else {
+		b = append(b, "null"...)
+	}
+	writeRaw(w, http.StatusOK, "application/json", append(b, "}\n"...))
 	return nil
 }

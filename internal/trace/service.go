@@ -56,6 +56,15 @@ type Options struct {
 	// MaxFileBytes caps a file on /file/create (413 above it). Default
 	// DefaultMaxFileBytes (32 MiB).
 	MaxFileBytes int64
+	// MaxTableRows caps a table's rows (413 above it). Default
+	// DefaultMaxTableRows (1,000,000).
+	MaxTableRows int
+	// MaxRowBytes caps a table row (its stored JSON text; 413 above it).
+	// Default DefaultMaxRowBytes (1 MiB).
+	MaxRowBytes int
+	// MaxFeedbackBytes caps a feedback payload (its stored JSON text; 413
+	// above it). Default DefaultMaxFeedbackBytes (1 MiB).
+	MaxFeedbackBytes int
 	// Logger receives server-side errors. Default slog.Default().
 	Logger *slog.Logger
 	// Now returns the current time (tests). Default time.Now.
@@ -173,6 +182,25 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /obj/create", s.handle(s.handleObjCreate))
 	mux.HandleFunc("POST /obj/read", s.handle(s.handleObjRead))
 	mux.HandleFunc("POST /objs/query", s.handle(s.handleObjsQuery))
+	mux.HandleFunc("POST /calls/query_stats", s.handle(s.handleQueryStats))
+	mux.HandleFunc("POST /obj/delete", s.handle(s.handleObjDelete))
+	mux.HandleFunc("POST /refs/read_batch", s.handle(s.handleRefsReadBatch))
+	mux.HandleFunc("POST /table/create", s.handle(s.handleTableCreate))
+	mux.HandleFunc("POST /table/create_from_digests", s.handle(s.handleTableCreateFromDigests))
+	mux.HandleFunc("POST /table/update", s.handle(s.handleTableUpdate))
+	mux.HandleFunc("POST /table/query", s.handle(s.handleTableQuery))
+	mux.HandleFunc("POST /table/query_stats", s.handle(s.handleTableQueryStats))
+	mux.HandleFunc("POST /table/query_stats_batch", s.handle(s.handleTableQueryStatsBatch))
+	mux.HandleFunc("POST /feedback/create", s.handle(s.handleFeedbackCreate))
+	mux.HandleFunc("POST /feedback/batch/create", s.handle(s.handleFeedbackBatchCreate))
+	mux.HandleFunc("POST /feedback/query", s.handle(s.handleFeedbackQuery))
+	mux.HandleFunc("POST /feedback/purge", s.handle(s.handleFeedbackPurge))
+	mux.HandleFunc("POST /graphql", s.handle(s.handleGraphQL))
+	mux.HandleFunc("POST /otel/v1/traces", s.handle(s.handleOtelExport))
+	// Weave's Python SDK (0.52+) writes calls here.
+	mux.HandleFunc("POST /v2/{entity}/{project}/calls/complete", s.handle(s.handleCallsComplete))
+	mux.HandleFunc("POST /v2/{entity}/{project}/call/start", s.handle(s.handleStart))
+	mux.HandleFunc("POST /v2/{entity}/{project}/call/end", s.handle(s.handleEnd))
 	mux.HandleFunc("POST /file/create", s.handleFileCreate)
 	mux.HandleFunc("POST /file/content", s.handle(s.handleFileContent))
 	// The Weave SDKs probe these before logging; they need no key.

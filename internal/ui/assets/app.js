@@ -603,13 +603,15 @@ async function pageCalls(q) {
     },
   }, el('label', {}, 'Project', f.project), el('datalist', { id: 'projects' }, projects.map((p) => el('option', { value: p }))),
   el('label', {}, 'Op', f.op), el('label', {}, 'Status', f.status), el('label', {}, 'Started after (UTC)', f.after),
-  el('label', {}, 'Started before (UTC)', f.before), el('button', { class: 'primary', type: 'submit' }, 'Filter'));
+  el('label', {}, 'Started before (UTC)', f.before), el('button', { class: 'primary', type: 'submit' }, 'Filter'),
+  el('a', { id: 'calls-evals', href: '#/calls?' + new URLSearchParams({ project, evals: '1' }).toString() }, 'Evaluations'));
   if (!project) {
     show(el('h1', {}, 'Calls'), form, el('p', { class: 'muted' }, 'No call-store project yet.'));
     return;
   }
   const filter = {};
   if (q.get('op')) filter.op_names = [q.get('op')];
+  if (q.get('evals')) filter.op_names = [`weave:///${project}/op/Evaluation.evaluate:*`];
   if (q.get('status')) filter.statuses = [q.get('status')];
   if (q.get('after')) filter.started_after = new Date(q.get('after') + 'Z').toISOString();
   if (q.get('before')) filter.started_before = new Date(q.get('before') + 'Z').toISOString();
@@ -679,6 +681,64 @@ function plusMicro(ts) {
   return new Date(Number(us / 1000n)).toISOString().replace('Z', String(us % 1000n).padStart(3, '0') + 'Z');
 }
 
+// ---------- evaluations (Weave's Evaluation.evaluate and EvaluationLogger) ----------
+
+const EVAL_ROWS = 500;
+
+// isEvaluation: the root call of a Weave evaluation (Python, TypeScript and
+// EvaluationLogger all name the op Evaluation.evaluate).
+function isEvaluation(c) {
+  return (c.summary?.platform?.trace_name || c.op_name) === 'Evaluation.evaluate';
+}
+
+// compact renders a value on one line (objects as JSON), for table cells.
+function compact(v) {
+  if (v === null || v === undefined) return '—';
+  if (typeof v === 'number') return fmt(v);
+  if (typeof v === 'string') return v.length > 200 ? v.slice(0, 200) + '…' : v;
+  const s = JSON.stringify(v);
+  return s.length > 200 ? s.slice(0, 200) + '…' : s;
+}
+
+// evaluationSection shows an evaluation: its summary (the evaluate call's
+// output) and one row per example (its predict_and_score children: the
+// example, the model's output, each scorer's result). Examples the SDK
+// passed as refs into the dataset's table are read with /refs/read_batch.
+async function evaluationSection(project, c, href) {
+  const kids = await api('POST', '/calls/query', { project_id: project, filter: { parent_ids: [c.id] }, limit: EVAL_ROWS + 50 });
+  const rows = kids.calls.filter((k) => /predict_?and_?score/i.test(k.summary?.platform?.trace_name || k.op_name)).slice(0, EVAL_ROWS);
+  const refs = [...new Set(rows.map((r) => r.inputs?.example).filter((e) => typeof e === 'string' && e.startsWith('weave:///')))];
+  const resolved = new Map();
+  if (refs.length) {
+    try {
+      const res = await api('POST', '/refs/read_batch', { refs });
+      refs.forEach((r, i) => resolved.set(r, res.vals[i]));
+    } catch (e) { if (e.status === 401) throw e; }
+  }
+  const example = (r) => {
+    const e = r.inputs?.example ?? r.inputs;
+    return typeof e === 'string' && resolved.has(e) ? resolved.get(e) : e;
+  };
+  // Python writes {output, scores}, TypeScript {model_output, scores}
+  const output = (r) => (r.output && 'model_output' in r.output ? r.output.model_output : r.output?.output);
+  const scorers = [...new Set(rows.flatMap((r) => Object.keys(r.output?.scores || {})))];
+  const summary = c.output && typeof c.output === 'object' ? Object.entries(c.output) : [];
+  return el('section', { id: 'evaluation' },
+    el('h2', {}, 'Evaluation summary'),
+    summary.length
+      ? el('table', { id: 'eval-summary' }, el('thead', {}, el('tr', {}, el('th', {}, 'Scorer'), el('th', {}, 'Result'))),
+        el('tbody', {}, summary.map(([k, v]) => el('tr', {}, el('td', {}, k), el('td', {}, compact(v))))))
+      : el('p', { class: 'muted' }, c.ended_at ? 'No summary.' : 'Running.'),
+    el('h2', {}, `Examples (${rows.length}${rows.length === EVAL_ROWS ? '+' : ''})`),
+    rows.length
+      ? el('table', { id: 'eval-rows' },
+        el('thead', {}, el('tr', {}, ['#', 'Example', 'Output', ...scorers].map((h) => el('th', {}, h)))),
+        el('tbody', {}, rows.map((r, i) => el('tr', { dataset: { id: r.id } },
+          el('td', {}, el('a', { href: href(r.id) }, String(i + 1))), el('td', {}, compact(example(r))), el('td', {}, compact(output(r))),
+          ...scorers.map((s) => el('td', {}, compact(r.output?.scores?.[s])))))))
+      : el('p', { class: 'muted' }, 'No examples yet.'));
+}
+
 async function pageCall(project, id) {
   const show = view();
   const read = await api('POST', '/call/read', { project_id: project, id, include_costs: true, include_storage_size: true, include_total_storage_size: true });
@@ -696,6 +756,7 @@ async function pageCall(project, id) {
     el('p', {}, 'Trace ', c.trace_id, c.parent_id ? ['  · parent ', el('a', { href: href(c.parent_id), id: 'parent-call' }, c.parent_id)] : '  · root call'),
     el('h2', {}, `Children (${kids.calls.length}${kids.calls.length === 100 ? '+' : ''})`),
     kids.calls.length ? el('ul', { id: 'children' }, kids.calls.map((k) => el('li', {}, el('a', { href: href(k.id) }, k.op_name), ` ${when(k.started_at)}`))) : el('p', { class: 'muted' }, 'none'),
+    isEvaluation(c) ? await evaluationSection(project, c, href) : null,
     el('h2', {}, 'Trace tree'), traceTree(trace.calls.slice(0, TREE), id, href),
     trace.calls.length > TREE ? el('p', { class: 'muted' }, `The first ${TREE} calls of the trace, by start time.`) : null,
     el('h2', {}, 'Costs'),
