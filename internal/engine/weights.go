@@ -8,15 +8,22 @@ import (
 	"flywheel/internal/safetensors"
 )
 
-// Mat is a weight matrix as the passes read it: float32 values (F32), or
-// the 16-bit values of a BF16/F16 checkpoint as stored (Half, of type
+// Mat is a weight matrix as the passes read it: float32 values (F32); the
+// 16-bit values of a BF16/F16 checkpoint as stored (Half, of type
 // HalfType), which the kernels widen to float32 as they multiply, so a
-// half-precision model is held and streamed at half the bytes. Exactly one
-// of F32 and Half is set (both nil: absent).
+// half-precision model is held and streamed at half the bytes; or the
+// blocks of a GGUF block-quantized tensor as stored (Quant, of type
+// QuantType: whole blocks, row after row, in ggml's layout), which the
+// kernels dequantise as they multiply. Exactly one of F32, Half and Quant
+// is set (all nil: absent). A quantized Mat's rows each hold whole blocks
+// (cols % BlockElems == 0), so slicing at row boundaries (fused q/k/v,
+// gate/up) is slicing bytes.
 type Mat struct {
-	F32      []float32
-	Half     []uint16
-	HalfType kernels.HalfType
+	F32       []float32
+	Half      []uint16
+	HalfType  kernels.HalfType
+	Quant     []byte
+	QuantType kernels.QuantType
 }
 
 // F32Mat wraps float32 values.
@@ -24,26 +31,39 @@ func F32Mat(v []float32) Mat { return Mat{F32: v} }
 
 // Len is the number of values.
 func (m Mat) Len() int {
-	if m.Half != nil {
+	switch {
+	case m.Quant != nil:
+		return len(m.Quant) / m.QuantType.BlockBytes() * m.QuantType.BlockElems()
+	case m.Half != nil:
 		return len(m.Half)
 	}
 	return len(m.F32)
 }
 
-// Float32 returns the values as float32: F32 itself, or Half widened into a
-// new slice (exact).
+// Float32 returns the values as float32: F32 itself, or Half widened
+// (exact) or Quant dequantised (exactly as ggml does) into a new slice.
 func (m Mat) Float32() []float32 {
-	if m.Half == nil {
-		return m.F32
+	switch {
+	case m.Quant != nil:
+		out := make([]float32, m.Len())
+		kernels.DequantRow(m.QuantType, out, m.Quant)
+		return out
+	case m.Half != nil:
+		out := make([]float32, len(m.Half))
+		kernels.HalfToFloat32(m.HalfType, out, m.Half)
+		return out
 	}
-	out := make([]float32, len(m.Half))
-	kernels.HalfToFloat32(m.HalfType, out, m.Half)
-	return out
+	return m.F32
 }
 
-// slice is the values [i, j).
+// slice is the values [i, j) (for a quantized Mat, i and j are multiples
+// of the block size).
 func (m Mat) slice(i, j int) Mat {
-	if m.Half != nil {
+	switch {
+	case m.Quant != nil:
+		bi, bj := m.byteOff(i), m.byteOff(j)
+		return Mat{Quant: m.Quant[bi:bj:bj], QuantType: m.QuantType}
+	case m.Half != nil:
 		return Mat{Half: m.Half[i:j:j], HalfType: m.HalfType}
 	}
 	return Mat{F32: m.F32[i:j:j]}
@@ -67,15 +87,28 @@ func (m Mat) parts(lens ...int) []Mat {
 
 // same reports whether a and b are the same buffer (tied embeddings).
 func (m Mat) same(b Mat) bool {
-	if m.Half != nil || b.Half != nil {
-		return len(m.Half) > 0 && len(b.Half) > 0 && &m.Half[0] == &b.Half[0]
+	if m.kind() != b.kind() || m.Len() == 0 || b.Len() == 0 {
+		return false
 	}
-	return len(m.F32) > 0 && len(b.F32) > 0 && &m.F32[0] == &b.F32[0]
+	return m.addr() == b.addr()
+}
+
+// kind is 0 for float32, 1 for half precision, 2 for quantized values.
+func (m Mat) kind() int {
+	switch {
+	case m.Quant != nil:
+		return 2
+	case m.Half != nil:
+		return 1
+	}
+	return 0
 }
 
 // addr is the address of the first value (0 when empty), for partsOf.
 func (m Mat) addr() uintptr {
 	switch {
+	case len(m.Quant) > 0:
+		return uintptr(unsafe.Pointer(&m.Quant[0]))
 	case len(m.Half) > 0:
 		return uintptr(unsafe.Pointer(&m.Half[0]))
 	case len(m.F32) > 0:
@@ -84,16 +117,20 @@ func (m Mat) addr() uintptr {
 	return 0
 }
 
-// elemSize is the bytes per value.
-func (m Mat) elemSize() int {
-	if m.Half != nil {
-		return 2
+// byteOff is the offset in bytes of value i (for a quantized Mat, i is a
+// multiple of the block size).
+func (m Mat) byteOff(i int) int {
+	switch {
+	case m.Quant != nil:
+		return i / m.QuantType.BlockElems() * m.QuantType.BlockBytes()
+	case m.Half != nil:
+		return 2 * i
 	}
-	return 4
+	return 4 * i
 }
 
 // Bytes is the memory the values take.
-func (m Mat) Bytes() int64 { return int64(m.Len()) * int64(m.elemSize()) }
+func (m Mat) Bytes() int64 { return int64(m.byteOff(m.Len())) }
 
 // toHalf rounds float32 values to t (round to nearest even).
 func toHalf(t kernels.HalfType, v []float32) []uint16 {
@@ -113,12 +150,34 @@ func toHalf(t kernels.HalfType, v []float32) []uint16 {
 // biases stay float32); the fused q/k/v and gate/up layout and tied
 // embeddings are kept. For tests and benchmarks.
 func (w *Weights) ToHalf(t kernels.HalfType) *Weights {
-	cv := func(m Mat) Mat {
+	return w.mapMats(func(m Mat) Mat {
 		if m.Half != nil && m.HalfType == t {
 			return m
 		}
 		return Mat{Half: toHalf(t, m.Float32()), HalfType: t}
-	}
+	})
+}
+
+// ToQuant returns a copy of w whose matrices are quantized to t with
+// kernels.QuantizeRow, as a GGUF file of that type would load (norms and
+// biases stay float32; fused layouts and tied embeddings kept). Every
+// matrix's rows must hold whole blocks of t (its columns a multiple of
+// t.BlockElems()). For tests and benchmarks.
+func (w *Weights) ToQuant(t kernels.QuantType) *Weights {
+	return w.mapMats(func(m Mat) Mat {
+		if m.Quant != nil && m.QuantType == t {
+			return m
+		}
+		v := m.Float32()
+		q := make([]byte, t.RowBytes(len(v)))
+		kernels.QuantizeRow(t, q, v)
+		return Mat{Quant: q, QuantType: t}
+	})
+}
+
+// mapMats returns a copy of w with every matrix replaced by cv of it,
+// keeping the fused q/k/v and gate/up layout and tied embeddings.
+func (w *Weights) mapMats(cv func(Mat) Mat) *Weights {
 	out := &Weights{Embed: cv(w.Embed), Norm: w.Norm, Layers: make([]Layer, len(w.Layers))}
 	if w.LMHead.same(w.Embed) {
 		out.LMHead = out.Embed
@@ -160,8 +219,8 @@ type fusedLayer struct{ qkv, gu Mat }
 func partsOf(buf Mat, parts ...Mat) bool {
 	off := 0
 	for _, p := range parts {
-		if p.Len() == 0 || off+p.Len() > buf.Len() || (p.Half == nil) != (buf.Half == nil) ||
-			p.addr() != buf.addr()+uintptr(off*buf.elemSize()) {
+		if p.Len() == 0 || off+p.Len() > buf.Len() || p.kind() != buf.kind() || p.QuantType != buf.QuantType ||
+			p.addr() != buf.addr()+uintptr(buf.byteOff(off)) {
 			return false
 		}
 		off += p.Len()

@@ -1,0 +1,132 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var allQuant = []QuantType{Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K}
+
+func readF32(t *testing.T, path string) []float32 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+// TestDequantGGUF compares DequantRow bit for bit with the gguf Python
+// package's dequantize on the blocks testdata/quant/gen.py wrote.
+func TestDequantGGUF(t *testing.T) {
+	for _, qt := range allQuant {
+		dir := filepath.Join("testdata", "quant")
+		q, err := os.ReadFile(filepath.Join(dir, qt.String()+".q"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := readF32(t, filepath.Join(dir, qt.String()+".f32"))
+		if len(q) != qt.RowBytes(len(want)) {
+			t.Fatalf("%v: %d bytes for %d values", qt, len(q), len(want))
+		}
+		got := make([]float32, len(want))
+		DequantRow(qt, got, q)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%v: value %d = %g, gguf %g", qt, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestQuantizeGGUF checks that QuantizeRow writes the same bytes as the
+// gguf package's quantize (ggml's reference rounding) for Q8_0/Q4_0/Q4_1.
+func TestQuantizeGGUF(t *testing.T) {
+	for _, qt := range []QuantType{Q8_0, Q4_0, Q4_1} {
+		dir := filepath.Join("testdata", "quant")
+		src := readF32(t, filepath.Join(dir, qt.String()+".src.f32"))
+		want, err := os.ReadFile(filepath.Join(dir, qt.String()+".q"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, qt.RowBytes(len(src)))
+		QuantizeRow(qt, got, src)
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%v: byte %d (block %d) = %#x, gguf %#x", qt, i, i/qt.BlockBytes(), got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestQuantRoundTrip quantizes random rows and checks each dequantised
+// value is within the format's step of the original.
+func TestQuantRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, qt := range allQuant {
+		n := 4 * 256
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		q := make([]byte, qt.RowBytes(n))
+		QuantizeRow(qt, q, x)
+		y := make([]float32, n)
+		DequantRow(qt, y, q)
+		var amax float64
+		for _, v := range x {
+			amax = max(amax, math.Abs(float64(v)))
+		}
+		// relative step: 4 bits ~ 1/15 of the range, 5 bits 1/31, 6 bits 1/63, 8 bits 1/127.
+		tol := map[QuantType]float64{Q8_0: 1.0 / 127, Q4_0: 1.0 / 7, Q4_1: 2.0 / 15, Q4_K: 2.0 / 15, Q5_K: 2.0 / 31, Q6_K: 1.0 / 31}[qt] * amax
+		var worst float64
+		for i := range x {
+			worst = max(worst, math.Abs(float64(x[i]-y[i])))
+		}
+		if worst > tol {
+			t.Errorf("%v: worst round-trip error %g > %g", qt, worst, tol)
+		}
+	}
+}
+
+func TestQuantTypeInfo(t *testing.T) {
+	want := map[uint32]struct {
+		t            QuantType
+		name         string
+		elems, bytes int
+	}{
+		8: {Q8_0, "Q8_0", 32, 34}, 2: {Q4_0, "Q4_0", 32, 18}, 3: {Q4_1, "Q4_1", 32, 20},
+		12: {Q4_K, "Q4_K", 256, 144}, 13: {Q5_K, "Q5_K", 256, 176}, 14: {Q6_K, "Q6_K", 256, 210},
+	}
+	for g, w := range want {
+		qt, ok := QuantTypeFromGGML(g)
+		if !ok || qt != w.t || qt.String() != w.name || qt.BlockElems() != w.elems || qt.BlockBytes() != w.bytes {
+			t.Errorf("ggml %d: %v %v %q %d %d", g, qt, ok, qt.String(), qt.BlockElems(), qt.BlockBytes())
+		}
+	}
+	for _, g := range []uint32{0, 1, 30, 6, 7, 99, math.MaxUint32} {
+		if qt, ok := QuantTypeFromGGML(g); ok {
+			t.Errorf("ggml %d: got %v", g, qt)
+		}
+	}
+	if QNone.BlockElems() != 0 || QuantType(200).BlockBytes() != 0 {
+		t.Error("invalid types have block sizes")
+	}
+}
+
+func TestDequantRowPanicsOnBadLength(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic")
+		}
+	}()
+	DequantRow(Q4_1, make([]float32, 32), make([]byte, 19))
+}
