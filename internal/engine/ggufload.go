@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -70,6 +71,11 @@ func (m *meta) float(key string, def float64) float64 {
 	if !ok || math.IsNaN(x) || math.IsInf(x, 0) {
 		m.fail("metadata %s: want a finite number, have a %v", key, v.Type)
 		return def
+	}
+	if v.Type == gguf.TypeFloat32 {
+		// The shortest decimal that reads back as this float32 (1e-06, not
+		// 9.99999997e-07): the value config.json would have said.
+		x, _ = strconv.ParseFloat(strconv.FormatFloat(x, 'g', -1, 32), 64)
 	}
 	return x
 }
@@ -461,8 +467,19 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 	}
 	for l := range w.Layers {
 		L := &w.Layers[l]
-		L.QKV = fuseMats(&L.Wq, &L.Wk, &L.Wv)
-		L.GateUp = fuseMats(&L.Wgate, &L.Wup)
+		p := "blk." + itoa(l) + "."
+		// Fused parts are copies: their file pages leave the resident set.
+		if L.QKV = fuseMats(&L.Wq, &L.Wk, &L.Wv); L.QKV.Len() > 0 {
+			f.DropPages(ts[p+"attn_v.weight"])
+			if !permuted {
+				f.DropPages(ts[p+"attn_q.weight"])
+				f.DropPages(ts[p+"attn_k.weight"])
+			}
+		}
+		if L.GateUp = fuseMats(&L.Wgate, &L.Wup); L.GateUp.Len() > 0 {
+			f.DropPages(ts[p+"ffn_gate.weight"])
+			f.DropPages(ts[p+"ffn_up.weight"])
+		}
 	}
 	if cfg.TieWordEmbeddings {
 		w.LMHead = w.Embed
