@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"flywheel/internal/basemodels"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -87,7 +88,7 @@ type rawConfig struct {
 // ReadConfig reads and validates dir/config.json, or the metadata of dir
 // when it names a GGUF file.
 func ReadConfig(dir string) (*Config, error) {
-	if IsGGUF(dir) {
+	if basemodels.IsGGUF(dir) {
 		return readGGUFConfig(dir)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "config.json"))

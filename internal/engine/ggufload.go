@@ -5,7 +5,6 @@ import (
 	"math"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"flywheel/internal/engine/chattmpl"
@@ -26,9 +25,6 @@ import (
 // same. Matrices are used in place from the mapping in their stored type
 // (F32, F16, BF16, or quantized blocks that the kernels dequantise as they
 // multiply); norms and biases are float32.
-
-// IsGGUF reports whether path names a GGUF file (by its extension).
-func IsGGUF(path string) bool { return strings.EqualFold(filepath.Ext(path), ".gguf") }
 
 // ggufArchs maps GGUF's general.architecture to the engine's architectures.
 var ggufArchs = map[string]string{"llama": ArchLlama, "mistral": ArchMistral, "qwen2": ArchQwen2, "qwen3": ArchQwen3}

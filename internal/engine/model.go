@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"flywheel/internal/basemodels"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -52,7 +53,7 @@ func NewModel(id string, cfg *Config, w *Weights, tok *tokenizer.Tokenizer, tmpl
 // Registry.Get sets it to the id under the models dir. A path to a .gguf
 // file loads that file instead (LoadGGUF).
 func Load(dir string) (*Model, error) {
-	if IsGGUF(dir) {
+	if basemodels.IsGGUF(dir) {
 		return LoadGGUF(dir)
 	}
 	cfg, err := ReadConfig(dir)

@@ -94,10 +94,10 @@ func FromBPELists(l BPELists) (*Tokenizer, error) {
 		}
 	}
 	file := map[string]any{
-		"model":        map[string]any{"type": "BPE", "vocab": vocab, "merges": l.Merges},
-		"added_tokens": added,
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": l.Merges},
+		"added_tokens":  added,
 		"pre_tokenizer": json.RawMessage(pre),
-		"decoder":      json.RawMessage(`{"type":"ByteLevel"}`),
+		"decoder":       json.RawMessage(`{"type":"ByteLevel"}`),
 	}
 	if l.AddBOS || l.AddEOS {
 		var single []any
