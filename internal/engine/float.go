@@ -44,27 +44,39 @@ func gemmOn[T Float](be kernels.Backend, transA, transB bool, m, n, k int, alpha
 
 // wmat is a frozen weight matrix laid out for a pass in T: f, or (float32
 // passes only) the 16-bit values h of type ht as the checkpoint stores
-// them, which the kernels widen to float32 as they multiply.
+// them, which the kernels widen to float32 as they multiply, or the
+// quantized blocks q of type qt, which the kernels dequantise as they
+// multiply.
 type wmat[T Float] struct {
 	f  []T
 	h  []uint16
 	ht kernels.HalfType
+	q  []byte
+	qt kernels.QuantType
 }
 
-// toWmat lays out m for T: float32 values aliased, half precision kept for
-// float32 and widened (exactly) for float64.
+// toWmat lays out m for T: float32 values aliased, half precision and
+// quantized blocks kept for float32 and widened (exactly) for float64.
 func toWmat[T Float](m Mat) wmat[T] {
-	if m.Half != nil && sizeof[T]() == 4 {
+	switch {
+	case sizeof[T]() != 4:
+	case m.Quant != nil:
+		return wmat[T]{q: m.Quant, qt: m.QuantType}
+	case m.Half != nil:
 		return wmat[T]{h: m.Half, ht: m.HalfType}
 	}
 	return wmat[T]{f: convert[T](m.Float32())}
 }
 
-func (w wmat[T]) empty() bool { return w.f == nil && w.h == nil }
+func (w wmat[T]) empty() bool { return w.f == nil && w.h == nil && w.q == nil }
 
-// slice is the values [i, j).
+// slice is the values [i, j) (block boundaries when quantized).
 func (w wmat[T]) slice(i, j int) wmat[T] {
-	if w.h != nil {
+	switch {
+	case w.q != nil:
+		e, b := w.qt.BlockElems(), w.qt.BlockBytes()
+		return wmat[T]{q: w.q[i/e*b : j/e*b : j/e*b], qt: w.qt}
+	case w.h != nil:
 		return wmat[T]{h: w.h[i:j:j], ht: w.ht}
 	}
 	return wmat[T]{f: w.f[i:j:j]}
@@ -72,10 +84,14 @@ func (w wmat[T]) slice(i, j int) wmat[T] {
 
 // mulNT is c [m,n] = a [m,k] (row stride lda) · Wᵀ + beta·c (row stride
 // ldc) for a weight W [n,k] (a linear layer's forward). Half-precision
-// weights go to kernels.HalfGemmNT; float32 weights with few rows (decode)
+// weights go to kernels.HalfGemmNT, quantized ones to kernels.QuantGemmNT; float32 weights with few rows (decode)
 // to the streaming kernels.GemvNT unless the naive reference backend is
 // forced; the rest to the backend.
 func mulNT[T Float](m, n, k int, a []T, lda int, w wmat[T], beta T, c []T, ldc int) {
+	if w.q != nil {
+		kernels.QuantGemmNT(w.qt, m, n, k, any(a).([]float32), lda, w.q, float32(beta), any(c).([]float32), ldc)
+		return
+	}
 	if w.h != nil {
 		kernels.HalfGemmNT(w.ht, m, n, k, any(a).([]float32), lda, w.h, k, float32(beta), any(c).([]float32), ldc)
 		return
@@ -92,6 +108,10 @@ func mulNT[T Float](m, n, k int, a []T, lda int, w wmat[T], beta T, c []T, ldc i
 // mulNN is c [m,n] = a [m,k] (row stride lda) · W + beta·c (row stride ldc)
 // for a weight W [k,n] (a linear layer's input gradient).
 func mulNN[T Float](m, n, k int, a []T, lda int, w wmat[T], beta T, c []T, ldc int) {
+	if w.q != nil {
+		kernels.QuantGemmNN(w.qt, m, n, k, any(a).([]float32), lda, w.q, float32(beta), any(c).([]float32), ldc)
+		return
+	}
 	if w.h != nil {
 		kernels.HalfGemmNN(w.ht, m, n, k, any(a).([]float32), lda, w.h, n, float32(beta), any(c).([]float32), ldc)
 		return

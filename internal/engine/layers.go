@@ -24,6 +24,10 @@ import (
 // embedForward: x[t,:] = E[tok[t],:]. E [V,H], x [N,H].
 func embedForward[T Float](E wmat[T], H int, toks []int, x []T) {
 	for t, id := range toks {
+		if E.q != nil {
+			kernels.DequantEmbedRow(E.qt, any(x[t*H:(t+1)*H]).([]float32), E.q, id)
+			continue
+		}
 		if E.h != nil {
 			kernels.HalfToFloat32(E.ht, any(x[t*H:(t+1)*H]).([]float32), E.h[id*H:(id+1)*H])
 			continue

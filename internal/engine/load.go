@@ -385,6 +385,23 @@ func checkArch(cfg *Config) error {
 	return fmt.Errorf("engine: unsupported architecture %q (supported: %s, %s, %s, %s)", cfg.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
 }
 
+// quantRows checks that a quantized matrix's rows of cols values are whole
+// blocks and its bytes whole blocks (nil for float matrices).
+func quantRows(name string, m Mat, cols int) error {
+	if m.Quant == nil {
+		return nil
+	}
+	t := m.QuantType
+	if t.BlockElems() == 0 {
+		return fmt.Errorf("engine: weights: %s: unknown quantization type %v", name, t)
+	}
+	if cols%t.BlockElems() != 0 || len(m.Quant)%t.BlockBytes() != 0 {
+		return fmt.Errorf("engine: weights: %s: %v needs rows of whole %d-value blocks, rows have %d values (%d bytes)",
+			name, t, t.BlockElems(), cols, len(m.Quant))
+	}
+	return nil
+}
+
 type wcheck struct {
 	n         string
 	got, want int
@@ -402,6 +419,12 @@ func (w *Weights) Check(cfg *Config) error {
 	}
 	if w.LMHead.Len() != V*H {
 		return bad("lm_head", w.LMHead.Len(), V*H)
+	}
+	if err := quantRows("embed_tokens", w.Embed, H); err != nil {
+		return err
+	}
+	if err := quantRows("lm_head", w.LMHead, H); err != nil {
+		return err
 	}
 	if len(w.Norm) != H {
 		return bad("norm", len(w.Norm), H)
@@ -429,6 +452,16 @@ func (w *Weights) Check(cfg *Config) error {
 		for _, c := range checks {
 			if c.got != c.want {
 				return bad(p+c.n, c.got, c.want)
+			}
+		}
+		for _, m := range []struct {
+			n    string
+			m    Mat
+			cols int
+		}{{"q_proj", L.Wq, H}, {"k_proj", L.Wk, H}, {"v_proj", L.Wv, H}, {"o_proj", L.Wo, Q},
+			{"gate_proj", L.Wgate, H}, {"up_proj", L.Wup, H}, {"down_proj", L.Wdown, I}} {
+			if err := quantRows(p+m.n, m.m, m.cols); err != nil {
+				return err
 			}
 		}
 	}

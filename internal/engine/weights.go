@@ -33,6 +33,9 @@ func F32Mat(v []float32) Mat { return Mat{F32: v} }
 func (m Mat) Len() int {
 	switch {
 	case m.Quant != nil:
+		if m.QuantType.BlockBytes() == 0 {
+			return 0 // not a quantized type: Weights.Check refuses it
+		}
 		return len(m.Quant) / m.QuantType.BlockBytes() * m.QuantType.BlockElems()
 	case m.Half != nil:
 		return len(m.Half)
@@ -122,6 +125,9 @@ func (m Mat) addr() uintptr {
 func (m Mat) byteOff(i int) int {
 	switch {
 	case m.Quant != nil:
+		if m.QuantType.BlockElems() == 0 {
+			return 0
+		}
 		return i / m.QuantType.BlockElems() * m.QuantType.BlockBytes()
 	case m.Half != nil:
 		return 2 * i

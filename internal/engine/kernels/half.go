@@ -138,8 +138,15 @@ func HalfGemmNT(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 		halfGemvNT(t, m, n, k, a, lda, w, ldw, beta, c, ldc)
 		return
 	}
+	blocksNT(m, n, k, a, lda, halfWiden(t, w, ldw, k), beta, c, ldc)
+}
+
+// blocksNT is C = A·Wᵀ + beta·C with the n rows of W [n,k] widened to
+// float32 by widen in blocks (widenBlocks), each multiplied with
+// kernels.Default()'s Sgemm.
+func blocksNT(m, n, k int, a []float32, lda int, widen func(dst []float32, r0, r1 int), beta float32, c []float32, ldc int) {
 	be := Default()
-	widenBlocks(t, n, k, w, ldw, func(j0, j1 int, blk []float32) {
+	widenBlocks(n, k, widen, func(j0, j1 int, blk []float32) {
 		be.Sgemm(false, true, m, j1-j0, k, 1, a, lda, blk, k, beta, c[j0:], ldc)
 	})
 }
@@ -157,8 +164,15 @@ func HalfGemmNN(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 		scaleC(m, n, beta, c, ldc)
 		return
 	}
+	blocksNN(m, n, k, a, lda, halfWiden(t, w, ldw, n), beta, c, ldc)
+}
+
+// blocksNN is C = A·W + beta·C with the k rows of W [k,n] widened to
+// float32 by widen in blocks (widenBlocks), each multiplied with
+// kernels.Default()'s Sgemm.
+func blocksNN(m, n, k int, a []float32, lda int, widen func(dst []float32, r0, r1 int), beta float32, c []float32, ldc int) {
 	be := Default()
-	widenBlocks(t, k, n, w, ldw, func(p0, p1 int, blk []float32) {
+	widenBlocks(k, n, widen, func(p0, p1 int, blk []float32) {
 		b := beta
 		if p0 > 0 {
 			b = 1
@@ -167,30 +181,33 @@ func HalfGemmNN(t HalfType, m, n, k int, a []float32, lda int, w []uint16, ldw i
 	})
 }
 
-// widenBlocks widens the rows rows of cols half values of w (row stride
-// ldw) block by block (about halfBlockElems values, a multiple of 16 rows)
-// into one reused float32 buffer and calls f with each block's rows
-// [r0, r1) (row stride cols), in order.
-func widenBlocks(t HalfType, rows, cols int, w []uint16, ldw int, f func(r0, r1 int, blk []float32)) {
+// widenBlocks widens the rows rows of cols values of a weight matrix
+// block by block (about halfBlockElems values, a multiple of 16 rows) into
+// one reused float32 buffer, widen(dst, r0, r1) writing rows [r0, r1) into
+// dst (row stride cols), and calls f with each block's rows [r0, r1), in
+// order.
+func widenBlocks(rows, cols int, widen func(dst []float32, r0, r1 int), f func(r0, r1 int, blk []float32)) {
 	rb := max(16, halfBlockElems/cols) &^ 15
 	wf := getBuf(min(rb, rows) * cols)
 	defer putBuf(wf)
 	for r0 := 0; r0 < rows; r0 += rb {
 		r1 := min(r0+rb, rows)
 		blk := wf.s[:(r1-r0)*cols]
-		widenRows(t, blk, cols, w[r0*ldw:], ldw, r1-r0)
+		widen(blk, r0, r1)
 		f(r0, r1, blk)
 	}
 }
 
-// widenRows widens rows rows of cols values (row stride ldw) into dst
-// (row stride cols), in parallel.
-func widenRows(t HalfType, dst []float32, cols int, w []uint16, ldw, rows int) {
-	par.Range(rows, cols, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			HalfToFloat32(t, dst[r*cols:(r+1)*cols], w[r*ldw:])
-		}
-	})
+// halfWiden is the widen function of widenBlocks for half values w (row
+// stride ldw) of rows of cols values: in parallel over the rows.
+func halfWiden(t HalfType, w []uint16, ldw, cols int) func(dst []float32, r0, r1 int) {
+	return func(dst []float32, r0, r1 int) {
+		par.Range(r1-r0, cols, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				HalfToFloat32(t, dst[r*cols:(r+1)*cols], w[(r0+r)*ldw:])
+			}
+		})
+	}
 }
 
 // halfGemvNT is HalfGemmNT for few rows of A (see streamNT).

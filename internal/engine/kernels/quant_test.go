@@ -130,3 +130,82 @@ func TestDequantRowPanicsOnBadLength(t *testing.T) {
 	}()
 	DequantRow(Q4_1, make([]float32, 32), make([]byte, 19))
 }
+
+// randQuant returns rows rows of cols random values quantized as t and
+// their dequantised values.
+func randQuant(r *rand.Rand, t QuantType, rows, cols int) ([]byte, []float32) {
+	x := make([]float32, rows*cols)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	q := make([]byte, t.RowBytes(len(x)))
+	QuantizeRow(t, q, x)
+	DequantRow(t, x, q)
+	return q, x
+}
+
+// TestQuantGemm checks QuantGemmNT (streamed decode rows and blocked
+// prefill) and QuantGemmNN against a float64 product with the dequantised
+// weights, for every format and kernel variant, odd row counts (tails of
+// the 4-row groups), strided A and C, and beta 0, -0.5 (1 in the blocked case).
+func TestQuantGemm(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	forSIMD(t, func(t *testing.T) {
+		for _, qt := range allQuant {
+			for _, m := range []int{1, 2, 5, 16, 17} {
+				for _, n := range []int{1, 3, 4, 9, 70} {
+					for _, k := range []int{256, 768} {
+						for _, beta := range []float32{0, -0.5} {
+							checkQuantGemm(t, r, qt, false, m, n, k, (m+n)%3, beta)
+							if k == 256 && n <= 9 {
+								checkQuantGemm(t, r, qt, true, m, k, n*qt.BlockElems(), (m+n)%3, beta)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+	// more weight rows than one dequantised block holds
+	checkQuantGemm(t, r, Q4_1, false, 20, halfBlockElems/64+37, 64, 1, 0)
+	checkQuantGemm(t, r, Q8_0, true, 20, 64, halfBlockElems/64+37*32, 1, 1)
+}
+
+func checkQuantGemm(t *testing.T, r *rand.Rand, qt QuantType, nn bool, m, n, k, pad int, beta float32) {
+	t.Helper()
+	wr, wc := n, k // NT: W [n,k]; NN: W [k,n]
+	if nn {
+		wr, wc = k, n
+	}
+	lda, ldc := k+pad, n+pad
+	a := randSlice(r, m*lda)
+	c := randSlice(r, m*ldc)
+	w, wf := randQuant(r, qt, wr, wc)
+	want := make([]float64, len(c))
+	for i := range m {
+		for j := range n {
+			var s float64
+			for p := range k {
+				wv := wf[j*k+p]
+				if nn {
+					wv = wf[p*n+j]
+				}
+				s += float64(a[i*lda+p]) * float64(wv)
+			}
+			want[i*ldc+j] = s + float64(beta)*float64(c[i*ldc+j])
+		}
+	}
+	if nn {
+		QuantGemmNN(qt, m, n, k, a, lda, w, beta, c, ldc)
+	} else {
+		QuantGemmNT(qt, m, n, k, a, lda, w, beta, c, ldc)
+	}
+	for i := range m {
+		for j := range n {
+			o := i*ldc + j
+			if d := math.Abs(float64(c[o]) - want[o]); d > 1e-4*math.Sqrt(float64(k))*(1+math.Abs(want[o])) {
+				t.Fatalf("%v nn=%v m=%d n=%d k=%d beta=%g: c[%d,%d] = %g, want %g", qt, nn, m, n, k, beta, i, j, c[o], want[o])
+			}
+		}
+	}
+}
