@@ -7,7 +7,6 @@ models dir, checks that /v1/models lists MODEL_ID, and asks it, greedily over
 /v1/chat/completions, "What is the capital of France?": the answer must name Paris.
 Standard library only.
 """
-import base64
 import json
 import os
 import socket
@@ -48,7 +47,7 @@ def main():
                 sys.exit("flywheel serve did not become ready in 60 s")
             time.sleep(0.1)
         key = open(os.path.join(data, "admin-api-key")).read().strip()
-        auth = "Basic " + base64.b64encode(f"api:{key}".encode()).decode()
+        auth = "Bearer " + key
 
         def call(route, body=None):
             req = urllib.request.Request(base + route, headers={"Authorization": auth, "Content-Type": "application/json"},
