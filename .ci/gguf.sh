@@ -9,6 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "-- fuzz the GGUF reader: hostile files are refused, never a crash, hang or unbounded allocation"
+go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=20s ./internal/engine/gguf
+
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci"
 mkdir -p "$cache/wheels"
 python="${PYTHON:-python3}"
