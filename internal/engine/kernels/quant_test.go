@@ -25,8 +25,13 @@ func readF32(t *testing.T, path string) []float32 {
 }
 
 // TestDequantGGUF compares DequantRow bit for bit with the gguf Python
-// package's dequantize on the blocks testdata/quant/gen.py wrote.
+// package's dequantize on the blocks testdata/quant/gen.py wrote, with
+// the AVX-512 row kernels and in Go.
 func TestDequantGGUF(t *testing.T) {
+	forSIMD(t, testDequantGGUF)
+}
+
+func testDequantGGUF(t *testing.T) {
 	for _, qt := range allQuant {
 		dir := filepath.Join("testdata", "quant")
 		q, err := os.ReadFile(filepath.Join(dir, qt.String()+".q"))
