@@ -10,10 +10,16 @@ KV cache (type_k = type_v = GGML_TYPE_F32): llama.cpp's default F16 cache alone
 moves this model's log-probabilities by up to ~0.17.
 """
 import json
+import os
 import sys
 
-import numpy as np
-from llama_cpp import Llama
+# llama.cpp's OpenMP threads spin while waiting by default, which collapses its
+# speed (and this script's time) on a busy machine; passive waiting changes no
+# number it computes.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numpy as np  # noqa: E402
+from llama_cpp import Llama  # noqa: E402
 
 CHAT = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 PROMPTS = [
