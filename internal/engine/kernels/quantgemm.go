@@ -112,8 +112,8 @@ func quantWiden(t QuantType, w []byte, cols int) func(dst []float32, r0, r1 int)
 
 // quantStreamNT is QuantGemmNT for few rows of A: the weight rows are
 // streamed once in tasks of a multiple of 4 rows (streamSplit, as
-// streamNT), each task's rows dotted with every row of A by the format's
-// AVX-512 kernel (quantDots) or, without one, dequantised into a buffer
+// streamNT), each chunk of 64 of a task's rows dotted with every row of A
+// by the format's AVX-512 kernel (quantDots) or, without one, dequantised into a buffer
 // and dotted with dot4Impl.
 func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, beta float32, c []float32, ldc int) {
 	_ = a[(m-1)*lda+k-1]
@@ -140,24 +140,25 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 		}
 		j := j0
 		if kern != nil {
+			// Chunks of 64 weight rows (~40 KiB), each dotted with every
+			// row of A while it is in cache.
 			g := (j1 - j0) &^ 3
+			pl := kern.prepLen * k / t.BlockElems()
 			var tmp [64]float32
-			for i := range m {
-				var p []float32
-				if prep != nil {
-					pl := kern.prepLen * k / t.BlockElems()
-					p = prep.s[i*pl : (i+1)*pl]
-				}
-				x := a[i*lda : i*lda+k]
-				if beta == 0 {
-					kern.dots(k/t.BlockElems(), x, p, w[j0*rb:(j0+g)*rb], rb, c[i*ldc+j0:i*ldc+j0+g])
-					continue
-				}
-				for r0 := j0; r0 < j0+g; r0 += len(tmp) {
-					r1 := min(r0+len(tmp), j0+g)
-					d := tmp[:r1-r0]
-					kern.dots(k/t.BlockElems(), x, p, w[r0*rb:r1*rb], rb, d)
+			for r0 := j0; r0 < j0+g; r0 += len(tmp) {
+				r1 := min(r0+len(tmp), j0+g)
+				for i := range m {
+					var p []float32
+					if prep != nil {
+						p = prep.s[i*pl : (i+1)*pl]
+					}
 					cr := c[i*ldc+r0 : i*ldc+r1]
+					if beta == 0 {
+						kern.dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr)
+						continue
+					}
+					d := tmp[:r1-r0]
+					kern.dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d)
 					for r, v := range d {
 						cr[r] = v + beta*cr[r]
 					}
