@@ -1,14 +1,23 @@
-// Package basemodels is the one place that knows which folders of the models
-// dir are base models: every folder holding a config.json (a Hugging Face
-// model folder), named by its slash-separated path relative to the models
-// dir, e.g. "flywheel/tiny" or "Qwen/Qwen2.5-0.5B-Instruct". The engine's
-// registry (which loads them), the HTTP layer (which checks a new model's
-// base) and the health check all go through it, so they agree on the rules.
+// Package basemodels is the one place that knows which paths of the models
+// dir are base models, named by their slash-separated path relative to the
+// models dir:
 //
-// The rules: hidden folders (a name starting with '.') are never models and
-// never searched, which also hides the temporary folders of atomic writes;
-// folders below a model folder are not searched; ids have at most MaxDepth
-// elements.
+//   - every folder holding a config.json (a Hugging Face model folder),
+//     e.g. "flywheel/tiny" or "Qwen/Qwen2.5-0.5B-Instruct";
+//   - every GGUF file (a name ending in ".gguf"), e.g.
+//     "SmolLM2-135M-Instruct.Q4_1.gguf";
+//   - every folder without a config.json holding exactly one GGUF file,
+//     e.g. "smollm2" for smollm2/SmolLM2-135M-Instruct.Q4_1.gguf (the
+//     file's own id names it too, but only the folder is listed).
+//
+// The engine's registry (which loads them), the HTTP layer (which checks a
+// new model's base) and the health check all go through it, so they agree
+// on the rules.
+//
+// The rules: hidden entries (a name starting with '.') are never models and
+// never searched, which also hides the temporary files and folders of
+// atomic writes; folders below a model folder are not searched; ids have at
+// most MaxDepth elements.
 package basemodels
 
 import (
@@ -49,19 +58,24 @@ func ValidID(id string) bool {
 	return true
 }
 
-// Dir returns the folder of base model id under modelsDir, or an error
-// wrapping ErrNotFound when id is not a valid id of a folder holding a
-// config.json file.
+// Dir returns the path of base model id under modelsDir: its folder (a
+// Hugging Face model) or its GGUF file (for a folder holding one, that
+// file). It returns an error wrapping ErrNotFound when id is not a valid id
+// of a base model.
 func Dir(modelsDir, id string) (string, error) {
 	if !ValidID(id) {
 		return "", fmt.Errorf("base model %q: %w", id, ErrNotFound)
 	}
-	dir := filepath.Join(modelsDir, filepath.FromSlash(id))
-	if !isModel(dir) {
+	p := filepath.Join(modelsDir, filepath.FromSlash(id))
+	path, ok := modelPath(p)
+	if !ok {
 		return "", fmt.Errorf("base model %q in %s: %w", id, modelsDir, ErrNotFound)
 	}
-	return dir, nil
+	return path, nil
 }
+
+// IsGGUF reports whether name is a GGUF file's name (by its extension).
+func IsGGUF(name string) bool { return strings.EqualFold(filepath.Ext(name), ".gguf") }
 
 // List returns the ids of the base models under modelsDir, sorted. A
 // missing modelsDir lists nothing.
@@ -74,17 +88,27 @@ func List(modelsDir string) ([]string, error) {
 			}
 			return err
 		}
-		if !d.IsDir() || p == modelsDir {
+		if p == modelsDir {
 			return nil
 		}
 		if strings.HasPrefix(d.Name(), ".") {
-			return fs.SkipDir
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
 		}
 		rel, err := filepath.Rel(modelsDir, p)
 		if err != nil {
 			return err
 		}
-		if isModel(p) {
+		if !d.IsDir() {
+			// A GGUF file, unless its folder is itself listed as its model.
+			if _, ok := modelPath(p); ok && !folderIsModel(filepath.Dir(p), modelsDir) {
+				ids = append(ids, filepath.ToSlash(rel))
+			}
+			return nil
+		}
+		if _, ok := modelPath(p); ok {
 			ids = append(ids, filepath.ToSlash(rel))
 			return fs.SkipDir
 		}
@@ -100,8 +124,45 @@ func List(modelsDir string) ([]string, error) {
 	return ids, nil
 }
 
-// isModel reports whether dir holds a config.json file.
-func isModel(dir string) bool {
-	st, err := os.Stat(filepath.Join(dir, "config.json"))
-	return err == nil && !st.IsDir()
+// folderIsModel reports whether dir (below modelsDir) is a model folder.
+func folderIsModel(dir, modelsDir string) bool {
+	if dir == modelsDir {
+		return false
+	}
+	_, ok := modelPath(dir)
+	return ok
+}
+
+// modelPath reports whether p is a base model and returns the path to load:
+// p itself for a folder holding a config.json or for a GGUF file, the one
+// GGUF file inside for a folder holding exactly one (and no config.json).
+func modelPath(p string) (string, bool) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return "", false
+	}
+	if !st.IsDir() {
+		return p, st.Mode().IsRegular() && IsGGUF(p)
+	}
+	if cst, err := os.Stat(filepath.Join(p, "config.json")); err == nil && !cst.IsDir() {
+		return p, true
+	}
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return "", false
+	}
+	found := ""
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") || !IsGGUF(e.Name()) {
+			continue
+		}
+		if st, err := os.Stat(filepath.Join(p, e.Name())); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		if found != "" {
+			return "", false // several: each is its own model
+		}
+		found = filepath.Join(p, e.Name())
+	}
+	return found, found != ""
 }

@@ -39,3 +39,41 @@ func TestListAndDir(t *testing.T) {
 		t.Errorf("missing dir: %v %v", got, err)
 	}
 }
+
+func TestGGUFModels(t *testing.T) {
+	dir := t.TempDir()
+	files := []string{
+		"SmolLM2-135M-Instruct.Q4_1.gguf", // a file at the top: its own model
+		"smollm2/model.Q8_0.gguf",         // a folder holding exactly one: the folder is the model
+		"two/a.gguf", "two/b.GGUF",        // several: each file is a model
+		"hf/config.json", "hf/extra.gguf", // a Hugging Face folder: the .gguf inside is not searched
+		".hidden.gguf", "x/.tmp-1.gguf", // hidden: never
+		"notes/readme.txt",
+	}
+	for _, f := range files {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755)
+		os.WriteFile(filepath.Join(dir, f), []byte("GGUF"), 0o644)
+	}
+	os.MkdirAll(filepath.Join(dir, "dir.gguf"), 0o755) // a folder named .gguf is no file
+	got, err := basemodels.List(dir)
+	want := "SmolLM2-135M-Instruct.Q4_1.gguf,hf,smollm2,two/a.gguf,two/b.GGUF"
+	if err != nil || strings.Join(got, ",") != want {
+		t.Errorf("List = %v %v, want %s", got, err, want)
+	}
+	for id, path := range map[string]string{
+		"SmolLM2-135M-Instruct.Q4_1.gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
+		"smollm2":                         "smollm2/model.Q8_0.gguf",
+		"smollm2/model.Q8_0.gguf":         "smollm2/model.Q8_0.gguf",
+		"two/a.gguf":                      "two/a.gguf",
+		"hf":                              "hf",
+	} {
+		if p, err := basemodels.Dir(dir, id); err != nil || p != filepath.Join(dir, path) {
+			t.Errorf("Dir(%q) = %q %v, want %s", id, p, err, path)
+		}
+	}
+	for _, bad := range []string{"two", ".hidden.gguf", "x/.tmp-1.gguf", "x", "notes/readme.txt", "dir.gguf", "notes"} {
+		if _, err := basemodels.Dir(dir, bad); !errors.Is(err, basemodels.ErrNotFound) {
+			t.Errorf("Dir(%q) = %v, want ErrNotFound", bad, err)
+		}
+	}
+}

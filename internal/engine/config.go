@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"flywheel/internal/basemodels"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -84,8 +85,12 @@ type rawConfig struct {
 	FinalLogitSoftcapping *float64        `json:"final_logit_softcapping"`
 }
 
-// ReadConfig reads and validates dir/config.json.
+// ReadConfig reads and validates dir/config.json, or the metadata of dir
+// when it names a GGUF file.
 func ReadConfig(dir string) (*Config, error) {
+	if basemodels.IsGGUF(dir) {
+		return readGGUFConfig(dir)
+	}
 	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, fmt.Errorf("engine: read config: %w", err)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"flywheel/internal/basemodels"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,8 +50,12 @@ func NewModel(id string, cfg *Config, w *Weights, tok *tokenizer.Tokenizer, tmpl
 // weights, tokenizer.json, the chat template of tokenizer_config.json (a
 // folder without one loads, with Template nil and TemplateErr set) and
 // generation_config.json (optional). The ID is the folder's base name;
-// Registry.Get sets it to the id under the models dir.
+// Registry.Get sets it to the id under the models dir. A path to a .gguf
+// file loads that file instead (LoadGGUF).
 func Load(dir string) (*Model, error) {
+	if basemodels.IsGGUF(dir) {
+		return LoadGGUF(dir)
+	}
 	cfg, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -79,11 +84,7 @@ func Load(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if tmpl != nil && tmpl.EOSToken() != "" {
-		if id, ok := tok.TokenToID(tmpl.EOSToken()); ok && !containsInt(gen.EOSTokenIDs, id) {
-			gen.EOSTokenIDs = append(gen.EOSTokenIDs, id)
-		}
-	}
+	addTemplateEOS(&gen, tmpl, tok)
 	m.Gen = gen
 	return m, nil
 }

@@ -189,6 +189,21 @@ type headerEntry struct {
 // guarded against the file being truncated or written while mapped (see
 // guard_linux.go).
 func Open(path string) (*File, error) {
+	return openWith(path, parse)
+}
+
+// Map memory-maps path read-only, guarded like Open, without parsing it: for
+// the other weight containers (GGUF, package gguf) that use the same mapping
+// and guard. Bytes returns the mapped bytes; the File has no tensors.
+func Map(path string) (*File, error) {
+	return openWith(path, func(path string, _ []byte) (*File, error) { return &File{Path: path}, nil })
+}
+
+// Bytes returns the whole mapped file (nil for a parsed-from-memory file or
+// after Close); read-only: never write into it.
+func (f *File) Bytes() []byte { return f.mapped }
+
+func openWith(path string, parse func(string, []byte) (*File, error)) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
@@ -206,6 +221,9 @@ func Open(path string) (*File, error) {
 	size := st.Size()
 	if size < 8 {
 		return nil, fmt.Errorf("safetensors: %s: file too short (%d bytes)", path, size)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("safetensors: %s: not a regular file", path)
 	}
 	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {

@@ -274,6 +274,40 @@ func (r *rng) float64() float64 {
 }
 
 func writeWeights(dir string, s Spec, vocab int) error {
+	ts := weightTensors(s, vocab)
+	meta := map[string]string{"format": "pt"}
+	if s.Shards <= 1 {
+		if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, meta); err != nil {
+			return fmt.Errorf("tiny: %w", err)
+		}
+		return nil
+	}
+	weightMap := map[string]string{}
+	total := 0
+	for k := 0; k < s.Shards; k++ {
+		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", k+1, s.Shards)
+		var part []safetensors.WriteTensor
+		for i, t := range ts {
+			if i%s.Shards == k {
+				part = append(part, t)
+				weightMap[t.Name] = name
+				total += len(t.Data) * map[string]int{"F32": 4, "F16": 2, "BF16": 2}[s.DType]
+			}
+		}
+		if err := safetensors.WriteFile(filepath.Join(dir, name), part, meta); err != nil {
+			return fmt.Errorf("tiny: %w", err)
+		}
+	}
+	idxJSON, err := json.MarshalIndent(map[string]any{"metadata": map[string]int{"total_size": total}, "weight_map": weightMap}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("tiny: %w", err)
+	}
+	return writeAtomic(filepath.Join(dir, "model.safetensors.index.json"), append(idxJSON, '\n'))
+}
+
+// weightTensors is the tiny model's weights: seeded uniform values of the
+// spec's shapes, in Hugging Face names and layout, stored as s.DType.
+func weightTensors(s Spec, vocab int) []safetensors.WriteTensor {
 	H, I, D := s.Hidden, s.Intermediate, s.HeadDim
 	Q, KV := s.Heads*D, s.KVHeads*D
 	var ts []safetensors.WriteTensor
@@ -330,34 +364,7 @@ func writeWeights(dir string, s Spec, vocab int) error {
 	if s.Untied {
 		gen("lm_head.weight", 0, 0.2, vocab, H)
 	}
-	meta := map[string]string{"format": "pt"}
-	if s.Shards <= 1 {
-		if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, meta); err != nil {
-			return fmt.Errorf("tiny: %w", err)
-		}
-		return nil
-	}
-	weightMap := map[string]string{}
-	total := 0
-	for k := 0; k < s.Shards; k++ {
-		name := fmt.Sprintf("model-%05d-of-%05d.safetensors", k+1, s.Shards)
-		var part []safetensors.WriteTensor
-		for i, t := range ts {
-			if i%s.Shards == k {
-				part = append(part, t)
-				weightMap[t.Name] = name
-				total += len(t.Data) * map[string]int{"F32": 4, "F16": 2, "BF16": 2}[s.DType]
-			}
-		}
-		if err := safetensors.WriteFile(filepath.Join(dir, name), part, meta); err != nil {
-			return fmt.Errorf("tiny: %w", err)
-		}
-	}
-	idxJSON, err := json.MarshalIndent(map[string]any{"metadata": map[string]int{"total_size": total}, "weight_map": weightMap}, "", "  ")
-	if err != nil {
-		return fmt.Errorf("tiny: %w", err)
-	}
-	return writeAtomic(filepath.Join(dir, "model.safetensors.index.json"), append(idxJSON, '\n'))
+	return ts
 }
 
 func jsonString(s string) string {

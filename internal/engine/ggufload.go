@@ -1,0 +1,610 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"strconv"
+	"unsafe"
+
+	"flywheel/internal/engine/chattmpl"
+	"flywheel/internal/engine/gguf"
+	"flywheel/internal/engine/tokenizer"
+	"flywheel/internal/safetensors"
+)
+
+// GGUF base models.
+//
+// A .gguf file carries in one file what a Hugging Face folder spreads over
+// config.json, tokenizer.json, tokenizer_config.json and the safetensors
+// weights: hyper-parameters under "<arch>.*" keys, the tokenizer under
+// "tokenizer.ggml.*", the chat template under "tokenizer.chat_template",
+// and the tensors under llama.cpp's names ("blk.N.attn_q.weight"). This
+// file maps them onto the same Config, Weights, tokenizer and template as
+// Load does, so everything downstream (serving, training, adapters) is the
+// same. Matrices are used in place from the mapping in their stored type
+// (F32, F16, BF16, or quantized blocks that the kernels dequantise as they
+// multiply); norms and biases are float32.
+
+// ggufArchs maps GGUF's general.architecture to the engine's architectures.
+var ggufArchs = map[string]string{"llama": ArchLlama, "mistral": ArchMistral, "qwen2": ArchQwen2, "qwen3": ArchQwen3}
+
+// meta reads typed metadata values, remembering the first error.
+type meta struct {
+	f   *gguf.File
+	err error
+}
+
+func (m *meta) fail(format string, a ...any) {
+	if m.err == nil {
+		m.err = fmt.Errorf(format, a...)
+	}
+}
+
+// int returns a non-negative integer value (def when absent and !required).
+func (m *meta) int(key string, def int, required bool) int {
+	v, ok := m.f.Get(key)
+	if !ok {
+		if required {
+			m.fail("metadata %s is missing", key)
+		}
+		return def
+	}
+	u, ok := v.Uint()
+	if !ok || u > math.MaxInt32 {
+		m.fail("metadata %s: want a non-negative integer below 2^31, have a %v", key, v.Type)
+		return def
+	}
+	return int(u)
+}
+
+func (m *meta) float(key string, def float64) float64 {
+	v, ok := m.f.Get(key)
+	if !ok {
+		return def
+	}
+	x, ok := v.Float()
+	if !ok || math.IsNaN(x) || math.IsInf(x, 0) {
+		m.fail("metadata %s: want a finite number, have a %v", key, v.Type)
+		return def
+	}
+	if v.Type == gguf.TypeFloat32 {
+		// The shortest decimal that reads back as this float32 (1e-06, not
+		// 9.99999997e-07): the value config.json would have said.
+		x, _ = strconv.ParseFloat(strconv.FormatFloat(x, 'g', -1, 32), 64)
+	}
+	return x
+}
+
+func (m *meta) str(key string) string {
+	v, ok := m.f.Get(key)
+	if !ok {
+		return ""
+	}
+	s, ok := v.Str()
+	if !ok {
+		m.fail("metadata %s: want a string, have a %v", key, v.Type)
+	}
+	return s
+}
+
+func (m *meta) bool(key string, def bool) bool {
+	v, ok := m.f.Get(key)
+	if !ok {
+		return def
+	}
+	b, ok := v.Bool()
+	if !ok {
+		m.fail("metadata %s: want a bool, have a %v", key, v.Type)
+	}
+	return b
+}
+
+// ggufConfig reads the model's hyper-parameters from f's metadata and
+// tensor list, with the rules ParseConfig applies to config.json.
+func ggufConfig(f *gguf.File) (*Config, error) {
+	m := &meta{f: f}
+	name := m.str("general.architecture")
+	if m.err != nil {
+		return nil, m.err
+	}
+	arch, ok := ggufArchs[name]
+	if !ok {
+		if name == "" {
+			return nil, fmt.Errorf("metadata general.architecture is missing")
+		}
+		return nil, fmt.Errorf("unsupported architecture %q (supported: llama, mistral, qwen2, qwen3)", name)
+	}
+	p := name + "."
+	c := &Config{
+		Architecture:          arch,
+		ModelType:             name,
+		HiddenSize:            m.int(p+"embedding_length", 0, true),
+		IntermediateSize:      m.int(p+"feed_forward_length", 0, true),
+		NumLayers:             m.int(p+"block_count", 0, true),
+		NumHeads:              m.int(p+"attention.head_count", 0, true),
+		MaxPositionEmbeddings: m.int(p+"context_length", 2048, false),
+		RMSNormEps:            m.float(p+"attention.layer_norm_rms_epsilon", 1e-6),
+		RopeTheta:             m.float(p+"rope.freq_base", 10000),
+		BOSTokenID:            -1,
+		SlidingWindow:         m.int(p+"attention.sliding_window", 0, false),
+		QKNorm:                arch == ArchQwen3,
+	}
+	c.NumKVHeads = m.int(p+"attention.head_count_kv", c.NumHeads, false)
+	if m.err != nil {
+		return nil, m.err
+	}
+	if n := m.int(p+"expert_count", 0, false); n > 0 {
+		return nil, fmt.Errorf("unsupported mixture of experts (%sexpert_count %d)", p, n)
+	}
+	switch {
+	case c.HiddenSize <= 0 || c.NumHeads <= 0 || c.NumLayers <= 0 || c.IntermediateSize <= 0:
+		return nil, fmt.Errorf("%sembedding_length, feed_forward_length, block_count and attention.head_count must be positive", p)
+	case c.NumKVHeads <= 0 || c.NumHeads%c.NumKVHeads != 0:
+		return nil, fmt.Errorf("%sattention.head_count %d is not a multiple of attention.head_count_kv %d", p, c.NumHeads, c.NumKVHeads)
+	case c.NumLayers > 1<<12 || c.NumHeads > 1<<12:
+		return nil, fmt.Errorf("%sblock_count %d or attention.head_count %d is implausibly large", p, c.NumLayers, c.NumHeads)
+	}
+	c.HeadDim = m.int(p+"attention.key_length", 0, false)
+	if c.HeadDim == 0 {
+		if c.HiddenSize%c.NumHeads != 0 {
+			return nil, fmt.Errorf("%sembedding_length %d is not a multiple of attention.head_count %d", p, c.HiddenSize, c.NumHeads)
+		}
+		c.HeadDim = c.HiddenSize / c.NumHeads
+	}
+	if vl := m.int(p+"attention.value_length", c.HeadDim, false); vl != c.HeadDim {
+		return nil, fmt.Errorf("unsupported %sattention.value_length %d different from key_length %d", p, vl, c.HeadDim)
+	}
+	if c.HeadDim%2 != 0 {
+		return nil, fmt.Errorf("head dimension %d must be even for RoPE", c.HeadDim)
+	}
+	if rd := m.int(p+"rope.dimension_count", c.HeadDim, false); rd != c.HeadDim {
+		return nil, fmt.Errorf("unsupported %srope.dimension_count %d (only the whole head, %d)", p, rd, c.HeadDim)
+	}
+	switch st := m.str(p + "rope.scaling.type"); st {
+	case "", "none":
+	case "linear":
+		fac := m.float(p+"rope.scaling.factor", 0)
+		if !(fac > 0) {
+			return nil, fmt.Errorf("%srope.scaling.type linear needs a positive rope.scaling.factor", p)
+		}
+		if fac != 1 {
+			c.RopeScaling = &RopeScaling{RopeType: "linear", Factor: fac}
+		}
+	default:
+		return nil, fmt.Errorf("unsupported %srope.scaling.type %q (supported: none, linear)", p, st)
+	}
+	if f.Tensor("rope_freqs.weight") != nil {
+		return nil, fmt.Errorf("unsupported tensor rope_freqs.weight (per-frequency RoPE factors, as Llama 3.1 files carry)")
+	}
+	if arch != ArchMistral && c.SlidingWindow > 0 {
+		return nil, fmt.Errorf("unsupported %sattention.sliding_window for %s", p, name)
+	}
+	if m.err != nil {
+		return nil, m.err
+	}
+	emb := f.Tensor("token_embd.weight")
+	if emb == nil {
+		return nil, fmt.Errorf("missing tensor token_embd.weight")
+	}
+	if len(emb.Dims) != 2 || emb.Dims[0] != uint64(c.HiddenSize) || emb.Dims[1] > math.MaxInt32 {
+		return nil, fmt.Errorf("tensor token_embd.weight has dimensions %v, want [%d, vocabulary]", emb.Dims, c.HiddenSize)
+	}
+	c.VocabSize = int(emb.Dims[1])
+	if n := m.int(p+"vocab_size", c.VocabSize, false); n != c.VocabSize {
+		return nil, fmt.Errorf("%svocab_size %d differs from token_embd.weight's %d rows", p, n, c.VocabSize)
+	}
+	c.TieWordEmbeddings = f.Tensor("output.weight") == nil
+	switch arch {
+	case ArchQwen2:
+		c.AttentionBias = true
+	case ArchLlama, ArchQwen3:
+		c.AttentionBias = f.Tensor("blk.0.attn_q.bias") != nil
+		c.OutputBias = f.Tensor("blk.0.attn_output.bias") != nil
+	}
+	if m.int(p+"context_length", 1, false) == 0 {
+		c.MaxPositionEmbeddings = 2048
+	}
+	c.BOSTokenID = -1
+	if _, ok := f.Get("tokenizer.ggml.bos_token_id"); ok {
+		c.BOSTokenID = m.int("tokenizer.ggml.bos_token_id", -1, false)
+	}
+	for _, k := range []string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"} {
+		if _, ok := f.Get(k); ok {
+			if id := m.int(k, 0, false); !containsInt(c.EOSTokenIDs, id) {
+				c.EOSTokenIDs = append(c.EOSTokenIDs, id)
+			}
+		}
+	}
+	for _, id := range append([]int{c.BOSTokenID}, c.EOSTokenIDs...) {
+		if id >= c.VocabSize {
+			return nil, fmt.Errorf("special token id %d outside the vocabulary of %d", id, c.VocabSize)
+		}
+	}
+	return c, m.err
+}
+
+// readGGUFConfig reads the Config of a GGUF file.
+func readGGUFConfig(path string) (*Config, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	defer f.Close()
+	cfg, err := ggufConfig(f)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ggufTokenizer builds the tokenizer from tokenizer.ggml.* (byte-level BPE:
+// tokenizer.ggml.model "gpt2").
+func ggufTokenizer(f *gguf.File) (*tokenizer.Tokenizer, error) {
+	m := &meta{f: f}
+	if model := m.str("tokenizer.ggml.model"); model != "gpt2" {
+		if m.err != nil {
+			return nil, m.err
+		}
+		return nil, fmt.Errorf("unsupported tokenizer.ggml.model %q (only gpt2: byte-level BPE)", model)
+	}
+	strs := func(key string) ([]string, error) {
+		v, ok := f.Get(key)
+		if !ok {
+			return nil, fmt.Errorf("metadata %s is missing", key)
+		}
+		a, ok := v.Array()
+		if !ok {
+			return nil, fmt.Errorf("metadata %s: want an array of strings, have a %v", key, v.Type)
+		}
+		s, ok := a.Strings()
+		if !ok {
+			return nil, fmt.Errorf("metadata %s: want an array of strings, have one of %v", key, a.Elem)
+		}
+		return s, nil
+	}
+	l := tokenizer.BPELists{BOS: -1, EOS: -1}
+	var err error
+	if l.Tokens, err = strs("tokenizer.ggml.tokens"); err != nil {
+		return nil, err
+	}
+	if l.Merges, err = strs("tokenizer.ggml.merges"); err != nil {
+		return nil, err
+	}
+	if v, ok := f.Get("tokenizer.ggml.token_type"); ok {
+		a, ok := v.Array()
+		var kinds []int64
+		if ok {
+			kinds, ok = a.Ints()
+		}
+		if !ok || len(kinds) != len(l.Tokens) {
+			return nil, fmt.Errorf("metadata tokenizer.ggml.token_type: want %d integers, one per token", len(l.Tokens))
+		}
+		l.Kinds = make([]int, len(kinds))
+		for i, k := range kinds {
+			l.Kinds[i] = int(k)
+		}
+	}
+	l.Pre = m.str("tokenizer.ggml.pre")
+	if _, ok := f.Get("tokenizer.ggml.bos_token_id"); ok {
+		l.BOS = m.int("tokenizer.ggml.bos_token_id", -1, false)
+	}
+	if _, ok := f.Get("tokenizer.ggml.eos_token_id"); ok {
+		l.EOS = m.int("tokenizer.ggml.eos_token_id", -1, false)
+	}
+	l.AddBOS = m.bool("tokenizer.ggml.add_bos_token", false)
+	l.AddEOS = m.bool("tokenizer.ggml.add_eos_token", false)
+	if m.err != nil {
+		return nil, m.err
+	}
+	return tokenizer.FromBPELists(l)
+}
+
+// ggufTemplate parses tokenizer.chat_template, with the bos/eos tokens the
+// template may name; nil and the reason when there is none.
+func ggufTemplate(f *gguf.File, tok *tokenizer.Tokenizer, cfg *Config) (*chattmpl.Template, error) {
+	m := &meta{f: f}
+	src := m.str("tokenizer.chat_template")
+	if m.err != nil {
+		return nil, m.err
+	}
+	if src == "" {
+		return nil, fmt.Errorf("no tokenizer.chat_template")
+	}
+	var bos, eos string
+	if cfg.BOSTokenID >= 0 {
+		bos = tok.IDToToken(cfg.BOSTokenID)
+	}
+	if id := m.int("tokenizer.ggml.eos_token_id", -1, false); id >= 0 {
+		eos = tok.IDToToken(id)
+	}
+	return chattmpl.Parse(src, bos, eos)
+}
+
+// LoadGGUF loads a GGUF file as a base model (see the comment at the top
+// of this file). The ID is the file's base name; Registry.Get sets it to
+// the id under the models dir. A file without a chat template loads with
+// Template nil and TemplateErr set.
+func LoadGGUF(path string) (*Model, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	fail := func(what string, err error) (*Model, error) {
+		f.Close()
+		if what != "" {
+			return nil, fmt.Errorf("engine: %s: %s: %w", path, what, err)
+		}
+		return nil, fmt.Errorf("engine: %s: %w", path, err)
+	}
+	cfg, err := ggufConfig(f)
+	if err != nil {
+		return fail("", err)
+	}
+	tok, err := ggufTokenizer(f)
+	if err != nil {
+		return fail("tokenizer", err)
+	}
+	if tok.VocabSize() > cfg.VocabSize {
+		return fail("", fmt.Errorf("tokenizer has %d tokens, token_embd.weight only %d rows", tok.VocabSize(), cfg.VocabSize))
+	}
+	w, err := ggufWeights(f, cfg)
+	if err != nil {
+		return fail("", err)
+	}
+	tmpl, terr := ggufTemplate(f, tok, cfg)
+	m := NewModel(filepath.Base(path), cfg, w, tok, tmpl)
+	m.Dir = path
+	if tmpl == nil {
+		m.TemplateErr = fmt.Errorf("engine: %s: chat template: %w", path, terr)
+	}
+	m.Gen = DefaultGenerationConfig(cfg)
+	addTemplateEOS(&m.Gen, tmpl, tok)
+	// The mapping stays for the model's life: its tensors are used in place.
+	return m, nil
+}
+
+// ggufJob is one tensor to load: its GGUF name, expected ggml dimensions,
+// and where it goes (f32 for norms and biases, mat for matrices).
+type ggufJob struct {
+	name    string
+	dims    []int // ggml order: row length first
+	f32     *[]float32
+	mat     *Mat
+	permute int // > 0: undo llama.cpp's q/k row permutation, with this many heads
+}
+
+// ggufWeights loads f's tensors for cfg.
+func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
+	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
+	Q, KV, D := cfg.QDim(), cfg.KVDim(), cfg.HeadDim
+	// llama.cpp's converter reorders the rows of each head of q and k (and
+	// the values of their biases) for the llama architecture (Hugging Face's rotate-half RoPE pairs (i,
+	// i+D/2); ggml's pairs (2i, 2i+1)); qwen2/qwen3 files are not permuted.
+	permuted := cfg.ModelType == "llama" || cfg.ModelType == "mistral"
+	w := &Weights{Layers: make([]Layer, cfg.NumLayers)}
+	var jobs []ggufJob
+	add := func(name string, dst *[]float32, n int) {
+		jobs = append(jobs, ggufJob{name: name, dims: []int{n}, f32: dst})
+	}
+	addBias := func(name string, dst *[]float32, n, permute int) { // q/k biases are permuted like their rows
+		jobs = append(jobs, ggufJob{name: name, dims: []int{n}, f32: dst, permute: permute})
+	}
+	addMat := func(name string, dst *Mat, rows, cols, permute int) {
+		jobs = append(jobs, ggufJob{name: name, dims: []int{cols, rows}, mat: dst, permute: permute})
+	}
+	addMat("token_embd.weight", &w.Embed, V, H, 0)
+	qh, kh := 0, 0
+	if permuted {
+		qh, kh = cfg.NumHeads, cfg.NumKVHeads
+	}
+	for l := range w.Layers {
+		L := &w.Layers[l]
+		p := "blk." + itoa(l) + "."
+		add(p+"attn_norm.weight", &L.AttnNorm, H)
+		addMat(p+"attn_q.weight", &L.Wq, Q, H, qh)
+		addMat(p+"attn_k.weight", &L.Wk, KV, H, kh)
+		addMat(p+"attn_v.weight", &L.Wv, KV, H, 0)
+		addMat(p+"attn_output.weight", &L.Wo, H, Q, 0)
+		if cfg.AttentionBias {
+			addBias(p+"attn_q.bias", &L.Bq, Q, qh)
+			addBias(p+"attn_k.bias", &L.Bk, KV, kh)
+			add(p+"attn_v.bias", &L.Bv, KV)
+		}
+		if cfg.OutputBias {
+			add(p+"attn_output.bias", &L.Bo, H)
+		}
+		if cfg.QKNorm {
+			add(p+"attn_q_norm.weight", &L.QNorm, D)
+			add(p+"attn_k_norm.weight", &L.KNorm, D)
+		}
+		add(p+"ffn_norm.weight", &L.MLPNorm, H)
+		addMat(p+"ffn_gate.weight", &L.Wgate, I, H, 0)
+		addMat(p+"ffn_up.weight", &L.Wup, I, H, 0)
+		addMat(p+"ffn_down.weight", &L.Wdown, H, I, 0)
+	}
+	add("output_norm.weight", &w.Norm, H)
+	if !cfg.TieWordEmbeddings {
+		addMat("output.weight", &w.LMHead, V, H, 0)
+	}
+	ts := make(map[string]*gguf.Tensor, len(jobs))
+	for _, j := range jobs {
+		t := f.Tensor(j.name)
+		if t == nil {
+			return nil, fmt.Errorf("missing tensor %s", j.name)
+		}
+		if !ggufDimsEqual(t.Dims, j.dims) {
+			return nil, fmt.Errorf("tensor %s has dimensions %v, want %v", j.name, t.Dims, j.dims)
+		}
+		if j.f32 != nil && t.Type != gguf.F32 && t.Type != gguf.F16 && t.Type != gguf.BF16 {
+			return nil, fmt.Errorf("tensor %s: unsupported type %s for a norm or bias (want F32, F16 or BF16)", j.name, t.Type)
+		}
+		if j.mat != nil {
+			if _, err := ggufMatType(t); err != nil {
+				return nil, err
+			}
+		}
+		ts[j.name] = t
+	}
+	for _, j := range jobs {
+		t := ts[j.name]
+		var err error
+		switch {
+		case j.f32 != nil:
+			st := ggufFloat32(t)
+			if j.permute > 0 {
+				buf := make([]byte, len(t.Data))
+				permuteRows(buf, t.Data, j.permute, len(t.Data)/j.dims[0])
+				st.Data = buf
+			}
+			*j.f32, err = st.Float32()
+		case j.permute > 0:
+			buf := make([]byte, len(t.Data))
+			permuteRows(buf, t.Data, j.permute, len(t.Data)/j.dims[1])
+			f.DropPages(t)
+			*j.mat, err = ggufMatOf(t, buf)
+		default:
+			*j.mat, err = ggufMatOf(t, t.Data)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", j.name, err)
+		}
+	}
+	for l := range w.Layers {
+		L := &w.Layers[l]
+		p := "blk." + itoa(l) + "."
+		// Fused parts are copies: their file pages leave the resident set.
+		if L.QKV = fuseMats(&L.Wq, &L.Wk, &L.Wv); L.QKV.Len() > 0 {
+			f.DropPages(ts[p+"attn_v.weight"])
+			if !permuted {
+				f.DropPages(ts[p+"attn_q.weight"])
+				f.DropPages(ts[p+"attn_k.weight"])
+			}
+		}
+		if L.GateUp = fuseMats(&L.Wgate, &L.Wup); L.GateUp.Len() > 0 {
+			f.DropPages(ts[p+"ffn_gate.weight"])
+			f.DropPages(ts[p+"ffn_up.weight"])
+		}
+	}
+	if cfg.TieWordEmbeddings {
+		w.LMHead = w.Embed
+	}
+	return w, nil
+}
+
+func ggufDimsEqual(a []uint64, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != uint64(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// ggufFloat32 views a plain-typed tensor as a safetensors tensor, whose
+// conversions (in place for aligned F32) the loader reuses.
+func ggufFloat32(t *gguf.Tensor) *safetensors.Tensor {
+	dt := map[gguf.GGMLType]string{gguf.F32: "F32", gguf.F16: "F16", gguf.BF16: "BF16"}[t.Type]
+	return &safetensors.Tensor{Name: t.Name, DType: dt, Shape: []int{int(t.NumElements())}, Data: t.Data}
+}
+
+// ggufMatOf makes the Mat of tensor t's type over data (t's bytes, or a
+// permuted copy of them).
+func ggufMatOf(t *gguf.Tensor, data []byte) (Mat, error) {
+	st := *ggufFloat32(t)
+	st.Data = data
+	switch t.Type {
+	case gguf.F32:
+		v, err := st.Float32()
+		return Mat{F32: v}, err
+	case gguf.F16, gguf.BF16:
+		h, err := st.Uint16()
+		return Mat{Half: h, HalfType: halfType(st.DType)}, err
+	}
+	return quantMat(t, data)
+}
+
+// ggufMatType checks that the engine computes with t's type.
+func ggufMatType(t *gguf.Tensor) (gguf.GGMLType, error) {
+	switch t.Type {
+	case gguf.F32, gguf.F16, gguf.BF16:
+		return t.Type, nil
+	}
+	if err := checkQuant(t); err != nil {
+		return 0, err
+	}
+	return t.Type, nil
+}
+
+// permuteRows writes src's rows into dst undoing llama.cpp's permutation
+// of q/k (convert_hf_to_gguf.py, LlamaModel.permute): within each of the
+// heads' D rows, the file's row 2j+i is Hugging Face's row i*D/2+j. Rows
+// are moved whole, so this holds for any row type, quantized included.
+func permuteRows(dst, src []byte, heads, rowBytes int) {
+	rows := len(src) / rowBytes
+	D := rows / heads
+	for h := 0; h < heads; h++ {
+		for i := 0; i < 2; i++ {
+			for j := 0; j < D/2; j++ {
+				to := (h*D + i*D/2 + j) * rowBytes
+				from := (h*D + 2*j + i) * rowBytes
+				copy(dst[to:to+rowBytes], src[from:from+rowBytes])
+			}
+		}
+	}
+}
+
+// fuseMats copies matrices of one type back to back into one buffer and
+// points them at their parts (the layout the forward pass multiplies as
+// one matrix); it returns the buffer, or an empty Mat (no fusion) when the
+// types differ, as in files that quantize v more finely than q and k.
+func fuseMats(ms ...*Mat) Mat {
+	var buf Mat
+	lens := make([]int, len(ms))
+	n := 0
+	for i, m := range ms {
+		if !sameType(*m, *ms[0]) {
+			return Mat{}
+		}
+		lens[i] = m.Len()
+		n += m.Len()
+	}
+	buf = newLike(*ms[0], n)
+	for i, p := range buf.parts(lens...) {
+		copyMat(p, *ms[i])
+		*ms[i] = p
+	}
+	return buf
+}
+
+// byteView is the bytes of a Mat's values (for row copies).
+func byteView(m Mat) []byte {
+	switch {
+	case m.Half != nil:
+		if len(m.Half) == 0 {
+			return nil
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(&m.Half[0])), 2*len(m.Half))
+	case m.F32 != nil:
+		if len(m.F32) == 0 {
+			return nil
+		}
+		return unsafe.Slice((*byte)(unsafe.Pointer(&m.F32[0])), 4*len(m.F32))
+	}
+	return quantBytes(m)
+}
+
+func copyMat(dst, src Mat) { copy(byteView(dst), byteView(src)) }
+
+// addTemplateEOS adds the chat template's eos token to the ids that end
+// generation (a chat turn ends with it even when the config names another).
+func addTemplateEOS(g *GenerationConfig, tmpl *chattmpl.Template, tok *tokenizer.Tokenizer) {
+	if tmpl != nil && tmpl.EOSToken() != "" {
+		if id, ok := tok.TokenToID(tmpl.EOSToken()); ok && !containsInt(g.EOSTokenIDs, id) {
+			g.EOSTokenIDs = append(g.EOSTokenIDs, id)
+		}
+	}
+}

@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"fmt"
+
+	"flywheel/internal/engine/gguf"
+	"flywheel/internal/engine/kernels"
+)
+
+// checkQuant checks that the kernels compute with t's block-quantized type.
+func checkQuant(t *gguf.Tensor) error {
+	if _, ok := kernels.QuantTypeFromGGML(uint32(t.Type)); !ok {
+		return fmt.Errorf("tensor %s: unsupported type %s (supported: F32, F16, BF16, %s)", t.Name, t.Type, quantTypeNames())
+	}
+	return nil
+}
+
+func quantTypeNames() string {
+	s := ""
+	for _, q := range []kernels.QuantType{kernels.Q8_0, kernels.Q4_0, kernels.Q4_1, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K} {
+		if s != "" {
+			s += ", "
+		}
+		s += q.String()
+	}
+	return s
+}
+
+// quantMat is the quantized Mat of t's type over data (used in place).
+func quantMat(t *gguf.Tensor, data []byte) (Mat, error) {
+	qt, ok := kernels.QuantTypeFromGGML(uint32(t.Type))
+	if !ok {
+		return Mat{}, checkQuant(t)
+	}
+	return Mat{Quant: data, QuantType: qt}, nil
+}
+
+// quantBytes is a quantized Mat's bytes (nil for others).
+func quantBytes(m Mat) []byte { return m.Quant }
+
+// sameType reports whether a and b hold values of one type.
+func sameType(a, b Mat) bool {
+	return a.kind() == b.kind() && a.HalfType == b.HalfType && a.QuantType == b.QuantType
+}
+
+// newLike allocates a Mat of n values of m's type.
+func newLike(m Mat, n int) Mat {
+	switch m.kind() {
+	case 2:
+		return Mat{Quant: make([]byte, m.QuantType.RowBytes(n)), QuantType: m.QuantType}
+	case 1:
+		return Mat{Half: make([]uint16, n), HalfType: m.HalfType}
+	}
+	return Mat{F32: make([]float32, n)}
+}
