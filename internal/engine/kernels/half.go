@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
@@ -369,6 +370,16 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 	}
 	split := newStreamSplit(n, k*w.elemSize())
 	tasks := split.tasks()
+	// The one-row kernels' access order (order.go), timed while calibrating.
+	rows, timed := false, false
+	if kz > 0 && m%4 != 0 {
+		rows, timed = pickOrder(n * k * w.elemSize())
+	}
+	var start time.Time
+	if timed {
+		start = time.Now()
+		defer func() { recordOrder(rows, n*k*w.elemSize(), time.Since(start)) }()
+	}
 	par.Tasks(tasks, serial || m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
 		j0, j1 := split.task(ti)
 		var wide *buf // widened group of half weights (m > 1 without AVX-512)
@@ -407,10 +418,16 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 				for ; i < m; i++ {
 					var d [4]float32
 					switch {
+					case w.h == nil && rows:
+						dot1F32R(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
 					case w.h == nil:
 						dot1F32Z(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
+					case w.t == BF16 && rows:
+						dot1BF16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
 					case w.t == BF16:
 						dot1BF16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
+					case rows:
+						dot1F16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
 					default:
 						dot1F16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
 					}

@@ -21,3 +21,6 @@ func dot1BF16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32) { panic("
 func dot1F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)  { panic("kernels: no asm") }
 func dot1F32Z(n int, x *float32, w *float32, ldw int, out *[4]float32) { panic("kernels: no asm") }
 func evenOddZ(blocks int, dst, x *float32)                             { panic("kernels: no asm") }
+func dot1BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32) { panic("kernels: no asm") }
+func dot1F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)  { panic("kernels: no asm") }
+func dot1F32R(n int, x *float32, w *float32, ldw int, out *[4]float32) { panic("kernels: no asm") }
