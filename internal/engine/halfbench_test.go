@@ -148,11 +148,13 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 // bandwidth probe between rounds, the decode kernels' two access orders
 // (kernels.SetRowOrder: four weight rows in lockstep, or one row at a time)
 // on the SmolLM2-135M shape: batch-1 decode with float32, BF16 and F16
-// weights and 8-sequence decode with float32 and BF16. Each round runs
+// weights and with Q4_1 and Q8_0 (BenchmarkQuantDecode135M's models), and
+// 8-sequence decode with float32 and BF16. Each round runs
 // both orders, alternating which goes first. It reports tok/s per order,
 // the row order's speed-up and batch 1's fraction of the bandwidth limit.
 func BenchmarkDecodeOrder135M(b *testing.B) {
 	f32, bf := model135M(b), model135MBF16(b)
+	q41, q80 := models135MQuant(b)
 	f16 := NewModel("bench/smollm2-135m-random-f16", f32.Config, f32.Weights.ToHalf(kernels.F16), nil, nil)
 	type shape struct {
 		name string
@@ -163,6 +165,8 @@ func BenchmarkDecodeOrder135M(b *testing.B) {
 		{"f32", f32, prefilled(b, f32, 1)},
 		{"bf16", bf, prefilled(b, bf, 1)},
 		{"f16", f16, prefilled(b, f16, 1)},
+		{"q4_1", q41, prefilled(b, q41, 1)},
+		{"q8_0", q80, prefilled(b, q80, 1)},
 		{"f32-b8", f32, prefilled(b, f32, 8)},
 		{"bf16-b8", bf, prefilled(b, bf, 8)},
 	}

@@ -3,7 +3,6 @@ package kernels
 import (
 	"fmt"
 	"math"
-	"time"
 
 	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
@@ -373,12 +372,10 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 	// The one-row kernels' access order (order.go), timed while calibrating.
 	rows, timed := false, false
 	if kz > 0 && m%4 != 0 {
-		rows, timed = pickOrder(n * k * w.elemSize())
+		rows, timed = halfOrder.pick(m, n*k*w.elemSize())
 	}
-	var start time.Time
 	if timed {
-		start = time.Now()
-		defer func() { recordOrder(rows, n*k*w.elemSize(), time.Since(start)) }()
+		defer halfOrder.time(rows, n*k*w.elemSize())()
 	}
 	par.Tasks(tasks, serial || m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
 		j0, j1 := split.task(ti)
