@@ -149,8 +149,9 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 // (kernels.SetRowOrder: four weight rows in lockstep, or one row at a time)
 // on the SmolLM2-135M shape: batch-1 decode with float32, BF16 and F16
 // weights and with Q4_1 and Q8_0 (BenchmarkQuantDecode135M's models), and
-// 8-sequence decode with float32 and BF16. Each round runs
-// both orders, alternating which goes first. It reports tok/s per order,
+// 8-sequence decode with float32 and BF16, whose 4x4 kernels keep the
+// lockstep order either way (their row/lock ratio shows the noise). Each
+// round runs both orders, alternating which goes first. It reports tok/s per order,
 // the row order's speed-up and batch 1's fraction of the bandwidth limit.
 func BenchmarkDecodeOrder135M(b *testing.B) {
 	f32, bf := model135M(b), model135MBF16(b)
