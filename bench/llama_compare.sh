@@ -27,6 +27,10 @@
 #   cmake -B build -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF
 #   cmake --build build --target llama-bench llama-batched-bench
 # OUT (created if missing) keeps the model files and test binaries.
+# llama.cpp's OpenMP threads spin between steps by default, which on a
+# machine shared with other tenants collapses its decode (1-5 tok/s at load
+# 10); the script runs it with OMP_WAIT_POLICY=passive unless the variable
+# is set (OMP_WAIT_POLICY=active for a quiet machine), and prints which.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci
@@ -54,8 +58,9 @@ for k in q8_0 f16 f32; do
 done
 go test -c -o "$OUT/engine.test" ./internal/engine
 go test -c -o "$OUT/kernels.test" ./internal/engine/kernels
-CPU=$(lscpu | sed -n 's/^Model name: *//p')
-echo "cpu: $CPU, $(nproc) CPUs, $THREADS threads; load $(cut -d' ' -f1-3 /proc/loadavg)"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+CPU="$(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p'), $(grep -q -w avx512f /proc/cpuinfo && echo AVX-512 || echo no AVX-512), L3 $(lscpu | sed -n 's/^L3 cache: *//p'))"
+echo "cpu: $CPU, $(nproc) CPUs, $THREADS threads; load $(cut -d' ' -f1-3 /proc/loadavg); llama.cpp OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
 probe() {
 	GOMAXPROCS=$THREADS "$OUT/kernels.test" -test.run '^$' -test.bench 'ReadBandwidth$' -test.benchtime 4x |
 		awk '/^Benchmark/ {for (i = 2; i <= NF; i++) if ($i == "GB/s") print "probe " $(i-1) " GB/s"}'
