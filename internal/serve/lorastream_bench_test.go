@@ -8,19 +8,28 @@ import (
 	"time"
 
 	"flywheel/internal/engine"
+	"flywheel/internal/engine/tokenizer"
 )
 
 // BenchmarkLoRAStreamVsEngine is issue 24's HTTP figure: in one run,
 // alternating so both see the same machine, one stream over
 // /v1/chat/completions (temperature 1, logprobs on, 64 tokens) from a
 // trained checkpoint (a rank-16 adapter on every module of the
-// SmolLM2-135M shape, float32, saved and served as a checkpoint is) and the
+// SmolLM2-135M shape, float32, over GPT-2's real vocabulary, saved and
+// served as a checkpoint is) and the
 // engine's own decode of the same model and adapter (Forward of one token
 // at a time, as the engine benchmarks measure). It reports both decode
 // tok/s (the stream's tokens after its first, over the time from first to
 // last) and their ratio.
 func BenchmarkLoRAStreamVsEngine(b *testing.B) {
-	m := smolLM2Shape(b)
+	shape := smolLM2Shape(b)
+	// A real vocabulary (GPT-2's 50257 tokens cover the shape's 49152), so
+	// the stream detokenises real token bytes.
+	tok, err := tokenizer.Load(filepath.Join(tokTestdata, "gpt2.tokenizer.json.gz"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := engine.NewModel("bench/smollm2-135m-gpt2-vocab", shape.Config, shape.Weights, tok, shape.Template)
 	reg := testRegistry(b)
 	reg.Put(m)
 	env := newTestEnvWith(b, reg, Options{})
