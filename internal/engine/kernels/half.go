@@ -59,15 +59,22 @@ func HalfToFloat32(t HalfType, dst []float32, src []uint16) {
 
 // hdot4 returns the dots of x with the four half-precision rows
 // w[r*ldw : r*ldw+len(x)], r = 0..3.
-func hdot4(t HalfType, x []float32, w []uint16, ldw int) [4]float32 {
+// rows selects the AVX2 kernels' access order (order.go): the same result.
+func hdot4(t HalfType, x []float32, w []uint16, ldw int, rows bool) [4]float32 {
 	n := len(x)
 	_ = w[3*ldw+n-1]
 	var out [4]float32
 	i := 0
 	switch {
+	case haveAVX2 && n >= 8 && t == BF16 && rows:
+		i = n &^ 7
+		hdot4BF16R(i, &x[0], &w[0], ldw, &out)
 	case haveAVX2 && n >= 8 && t == BF16:
 		i = n &^ 7
 		hdot4BF16Y(i, &x[0], &w[0], ldw, &out)
+	case haveF16C && n >= 8 && t == F16 && rows:
+		i = n &^ 7
+		hdot4F16R(i, &x[0], &w[0], ldw, &out)
 	case haveF16C && n >= 8 && t == F16:
 		i = n &^ 7
 		hdot4F16Y(i, &x[0], &w[0], ldw, &out)
@@ -371,7 +378,7 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 	tasks := split.tasks()
 	// The one-row kernels' access order (order.go), timed while calibrating.
 	rows, timed := false, false
-	if kz > 0 && m%4 != 0 {
+	if kz == 0 && haveAVX2 || m%4 != 0 {
 		rows, timed = halfOrder.pick(m, n*k*w.elemSize())
 	}
 	if timed {
@@ -436,7 +443,7 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 			switch {
 			case w.h == nil:
 				for ; i < m; i++ {
-					store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld))
+					store4(c, i*ldc+j, beta, dot4Ordered(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld, rows))
 				}
 			case wide != nil:
 				f := wide.s[:4*k]
@@ -447,7 +454,7 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 					store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f, k))
 				}
 			default:
-				store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld))
+				store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld, rows))
 			}
 		}
 		for ; j < j1; j++ { // rows left over: plain dots

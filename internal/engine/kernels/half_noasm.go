@@ -24,3 +24,6 @@ func evenOddZ(blocks int, dst, x *float32)                             { panic("
 func dot1BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32) { panic("kernels: no asm") }
 func dot1F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)  { panic("kernels: no asm") }
 func dot1F32R(n int, x *float32, w *float32, ldw int, out *[4]float32) { panic("kernels: no asm") }
+func hdot4BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32) { panic("kernels: no asm") }
+func hdot4F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)  { panic("kernels: no asm") }
+func dot4R(n int, x, w *float32, ldw int, out *[4]float32)              { panic("kernels: no asm") }

@@ -246,13 +246,15 @@ func TestGemvNTSerial(t *testing.T) {
 
 // TestRowOrderBitIdentical checks that the row-at-a-time decode kernels
 // return exactly the lockstep kernels' results (same sums, same order), for
-// fp32, BF16 and F16 weights, batches 1..9 and odd sizes and strides.
+// fp32, BF16 and F16 weights, batches 1..9 and odd sizes and strides, on
+// the AVX-512 and the AVX2 kernels.
 func TestRowOrderBitIdentical(t *testing.T) {
-	if !haveAVX512 {
-		t.Skip("no AVX-512")
-	}
 	defer SetRowOrder(SetRowOrder(true))
 	r := rand.New(rand.NewPCG(5, 6))
+	forSIMD(t, func(t *testing.T) { testRowOrderBitIdentical(t, r) })
+}
+
+func testRowOrderBitIdentical(t *testing.T, r *rand.Rand) {
 	for _, ty := range []string{"f32", "bf16", "f16"} {
 		for _, m := range []int{1, 2, 4, 5, 9} {
 			for _, sz := range [][2]int{{20, 64}, {37, 96}, {64, 200}, {13, 33}} {
