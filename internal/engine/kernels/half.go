@@ -360,7 +360,9 @@ func (s streamSplit) task(ti int) (j0, j1 int) {
 // one-row twin, which sums in the same order, so a row's results do not
 // depend on the batch; else each row of A goes through the AVX2 or Go dot
 // of four weight rows (half weights widened once per group when m > 1,
-// which sums as the one-row half kernel does).
+// which sums as the one-row half kernel does). The one-row kernels (and
+// the AVX2 ones) read the four weight rows in lockstep or one at a time,
+// as calibrated for this machine (order.go); the results are the same.
 func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int, serial bool) {
 	_ = a[(m-1)*lda+k-1]
 	_ = c[(m-1)*ldc+n-1]
