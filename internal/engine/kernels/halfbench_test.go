@@ -70,3 +70,93 @@ func BenchmarkGemvStream(b *testing.B) {
 	b.ReportMetric(streamed(len(wh), 2)/tBF16/bw, "bf16-of-bw")
 	b.ReportMetric(streamed(len(wh), 2)/tF16/bw, "f16-of-bw")
 }
+
+// BenchmarkStreamOrder compares the two access orders of the one-row
+// decode kernels (SetRowOrder) on 128 MiB of weights ([3072, 576]
+// matrices, as BenchmarkGemvStream) in float32, BF16 and F16, on the
+// AVX-512 kernels and (AVX-512 turned off) the AVX2 ones, interleaved
+// round by round with the read-bandwidth probe, and reports each order's
+// weight GB/s and the row order's speed-up: the order.go choice measured
+// outside a model, on both instruction sets of this machine.
+func BenchmarkStreamOrder(b *testing.B) {
+	const bytes = 128 << 20
+	const n, k = 3072, 576
+	probe := make([]float32, 2*bytes/4)
+	for i := range probe {
+		probe[i] = 1
+	}
+	wf := make([]float32, bytes/4)
+	wh := make([]uint16, bytes/2)
+	for i := range wf {
+		wf[i] = float32(i%13) * 0.01
+	}
+	for i := range wh {
+		wh[i] = safetensors.F32ToBF16(float32(i%13) * 0.01)
+	}
+	x := make([]float32, k)
+	for i := range x {
+		x[i] = 1
+	}
+	c := make([]float32, n)
+	defer SetRowOrder(SetRowOrder(true))
+	h5 := haveAVX512
+	defer func() { haveAVX512 = h5 }()
+	type kind struct {
+		name  string
+		avx   bool // AVX-512 kernels
+		run   func()
+		bytes float64
+	}
+	var kinds []kind
+	for _, avx := range []bool{true, false} {
+		if avx && !h5 || !haveAVX2 {
+			continue
+		}
+		isa := "avx2"
+		if avx {
+			isa = "avx512"
+		}
+		kinds = append(kinds,
+			kind{isa + "-f32", avx, func() {
+				for o := 0; o+n*k <= len(wf); o += n * k {
+					GemvNT(1, n, k, x, k, wf[o:], k, 0, c, n)
+				}
+			}, float64(len(wf) / (n * k) * n * k * 4)},
+			kind{isa + "-bf16", avx, func() {
+				for o := 0; o+n*k <= len(wh); o += n * k {
+					HalfGemmNT(BF16, 1, n, k, x, k, wh[o:], k, 0, c, n)
+				}
+			}, float64(len(wh) / (n * k) * n * k * 2)},
+			kind{isa + "-f16", avx, func() {
+				for o := 0; o+n*k <= len(wh); o += n * k {
+					HalfGemmNT(F16, 1, n, k, x, k, wh[o:], k, 0, c, n)
+				}
+			}, float64(len(wh) / (n * k) * n * k * 2)})
+	}
+	secs := make([][2]float64, len(kinds))
+	var tProbe float64
+	b.ResetTimer()
+	for it := range b.N {
+		s := time.Now()
+		SumParallel(probe)
+		tProbe += time.Since(s).Seconds()
+		for i, kd := range kinds {
+			haveAVX512 = kd.avx
+			for o := range 2 {
+				order := (o + it) % 2
+				SetRowOrder(order == 1)
+				s := time.Now()
+				kd.run()
+				secs[i][order] += time.Since(s).Seconds()
+			}
+		}
+	}
+	haveAVX512 = h5
+	b.ReportMetric(float64(len(probe)*4)*float64(b.N)/tProbe/1e9, "readGB/s")
+	for i, kd := range kinds {
+		lock, row := kd.bytes*float64(b.N)/secs[i][0], kd.bytes*float64(b.N)/secs[i][1]
+		b.ReportMetric(lock/1e9, kd.name+"-lock-GB/s")
+		b.ReportMetric(row/1e9, kd.name+"-row-GB/s")
+		b.ReportMetric(row/lock, kd.name+"-row/lock")
+	}
+}

@@ -152,12 +152,21 @@ func axpyImpl(alpha float32, x, y []float32) {
 }
 
 // dot4Impl returns the dots of x with the four rows w[r*ldw : r*ldw+len(x)].
-func dot4Impl(x, w []float32, ldw int) [4]float32 {
+func dot4Impl(x, w []float32, ldw int) [4]float32 { return dot4Ordered(x, w, ldw, false) }
+
+// dot4Ordered is dot4Impl reading the four rows one at a time (the AVX2
+// kernel dot4R) when rows: the same result, another access order
+// (order.go).
+func dot4Ordered(x, w []float32, ldw int, rows bool) [4]float32 {
 	n := len(x)
 	_ = w[3*ldw+n-1]
 	var out [4]float32
 	i := 0
-	if haveAVX2 && n >= 8 {
+	switch {
+	case haveAVX2 && n >= 8 && rows:
+		i = n &^ 7
+		dot4R(i, &x[0], &w[0], ldw, &out)
+	case haveAVX2 && n >= 8:
 		i = n &^ 7
 		dot4(i, &x[0], &w[0], ldw, &out)
 	}

@@ -27,6 +27,24 @@ func qdotQ6KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 func qdotQ80Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
 //go:noescape
+func qdotQ41R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ40R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ4KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ5KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ6KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ80R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
 func dequantQ41Z(nb int, dst *float32, src *byte, tab *float32)
 
 //go:noescape
@@ -114,12 +132,12 @@ func asmDots(f asmQdot, elems, prepLen int) func(nb int, x, prep []float32, w []
 }
 
 var (
-	q41Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ41Z, 32, 16)}
-	q40Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ40Z, 32, 16)}
-	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z, 32, 0)}
-	q4KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8)}
-	q5KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KZ, qk, 8)}
-	q6KKernel = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KZ, qk, 16)}
+	q41Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ41Z, 32, 16), rowDots: asmDots(qdotQ41R, 32, 16)}
+	q40Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ40Z, 32, 16), rowDots: asmDots(qdotQ40R, 32, 16)}
+	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z, 32, 0), rowDots: asmDots(qdotQ80R, 32, 0)}
+	q4KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8), rowDots: asmDots(qdotQ4KR, qk, 8)}
+	q5KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KZ, qk, 8), rowDots: asmDots(qdotQ5KR, qk, 8)}
+	q6KKernel = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KZ, qk, 16), rowDots: asmDots(qdotQ6KR, qk, 16)}
 )
 
 // quantKernel is t's AVX-512 decode kernel, nil when there is none for t

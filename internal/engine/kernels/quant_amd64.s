@@ -198,6 +198,46 @@ done: \
 	VZEROUPPER \
 	RET
 
+// Row-order twin of QRUN: in each group of four rows, all nb blocks of
+// the first row (STEP1 with its accumulators), then the second, and so on,
+// x and the prep restarting per row: the same sums in the same order as
+// QRUN (each accumulator takes the same FMAs in sequence, RED4 reduces each
+// row on its own), but one stream of weight bytes instead of four.
+#define QRESET \
+	MOVQ nb+0(FP), CX \
+	MOVQ R14, SI \
+	MOVQ xs+16(FP), DI
+
+#define QRUNR(grp, l0, l1, l2, l3, done, STEP1, m0, m1, m2, m3) \
+grp: \
+	TESTQ R12, R12 \
+	JZ    done \
+	QGROUP \
+l0: \
+	STEP1(R8, Z0, m0) \
+	DECQ CX \
+	JNZ  l0 \
+	QRESET \
+l1: \
+	STEP1(R9, Z1, m1) \
+	DECQ CX \
+	JNZ  l1 \
+	QRESET \
+l2: \
+	STEP1(R10, Z2, m2) \
+	DECQ CX \
+	JNZ  l2 \
+	QRESET \
+l3: \
+	STEP1(R11, Z3, m3) \
+	DECQ CX \
+	JNZ  l3 \
+	QSTORE \
+	JMP  grp \
+done: \
+	VZEROUPPER \
+	RET
+
 // One Q4_1 row: block at r (d, m, 16 bytes of nibbles: low nibbles are
 // values 0..15, high ones 16..31); x halves in Z20/Z21, their pair sums in
 // Z22; acc += d·(q·x), accm += m·(x pair sums).
@@ -540,3 +580,67 @@ dq6k:
 dq6kdone:
 	VZEROUPPER
 	RET
+
+// Row-order kernels (QRUNR): the same arguments and results as their *Z
+// twins. One block of one row, x (and prep) advanced:
+#define NIBSTEP1(ROW, r, acc, accm) \
+	VMOVUPS (SI), Z20 \
+	VMOVUPS 64(SI), Z21 \
+	VMOVUPS (DI), Z22 \
+	ROW(r, acc, accm) \
+	ADDQ $128, SI \
+	ADDQ $64, DI
+
+#define Q41STEP1(r, acc, accm) NIBSTEP1(Q41ROW, r, acc, accm)
+#define Q40STEP1(r, acc, accm) NIBSTEP1(Q40ROW, r, acc, accm)
+
+#define Q80STEP1(r, acc, unused) \
+	VMOVUPS (SI), Z20 \
+	VMOVUPS 64(SI), Z21 \
+	Q80ROW(r, acc) \
+	ADDQ $128, SI
+
+#define KSTEP1(ROW, prepBytes, r, acc, accmy) \
+	ROW(r, acc, accmy) \
+	ADDQ $1024, SI \
+	ADDQ $prepBytes, DI
+
+#define Q4KSTEP1(r, acc, accmy) KSTEP1(Q4KROW, 32, r, acc, accmy)
+#define Q5KSTEP1(r, acc, accmy) KSTEP1(Q5KROW, 32, r, acc, accmy)
+#define Q6KSTEP1(r, acc, accmy) KSTEP1(Q6KROW, 64, r, acc, accmy)
+
+// func qdotQ41R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+TEXT ·qdotQ41R(SB), NOSPLIT, $0-64
+	QSETUP
+	QRUNR(q41rg, q41r0, q41r1, q41r2, q41r3, q41rdone, Q41STEP1, Z4, Z5, Z6, Z7)
+
+// func qdotQ40R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+TEXT ·qdotQ40R(SB), NOSPLIT, $0-64
+	QSETUP
+	MOVL $0xc1000000, AX // -8.0
+	VPBROADCASTD AX, Z30
+	QRUNR(q40rg, q40r0, q40r1, q40r2, q40r3, q40rdone, Q40STEP1, Z4, Z5, Z6, Z7)
+
+// func qdotQ80R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+TEXT ·qdotQ80R(SB), NOSPLIT, $0-64
+	QSETUP
+	QRUNR(q80rg, q80r0, q80r1, q80r2, q80r3, q80rdone, Q80STEP1, Z4, Z5, Z6, Z7)
+
+// func qdotQ4KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+TEXT ·qdotQ4KR(SB), NOSPLIT, $64-64
+	K45SETUP
+	QRUNR(q4krg, q4kr0, q4kr1, q4kr2, q4kr3, q4krdone, Q4KSTEP1, Y4, Y5, Y6, Y7)
+
+// func qdotQ5KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+TEXT ·qdotQ5KR(SB), NOSPLIT, $64-64
+	K45SETUP
+	MOVL $16, AX
+	VPBROADCASTD AX, Z30
+	QRUNR(q5krg, q5kr0, q5kr1, q5kr2, q5kr3, q5krdone, Q5KSTEP1, Y4, Y5, Y6, Y7)
+
+// func qdotQ6KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
+	QSETUP
+	MOVL $0x30, AX
+	VPBROADCASTD AX, Z25
+	QRUNR(q6krg, q6kr0, q6kr1, q6kr2, q6kr3, q6krdone, Q6KSTEP1, Y4, Y5, Y6, Y7)

@@ -131,6 +131,17 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	}
 	split := newStreamSplit(n, rb)
 	tasks := split.tasks()
+	var dots func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
+	if kern != nil {
+		rows, timed := quantOrder.pick(m, n*rb)
+		dots = kern.dots
+		if rows {
+			dots = kern.rowDots
+		}
+		if timed {
+			defer quantOrder.time(rows, n*rb)()
+		}
+	}
 	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
 		j0, j1 := split.task(ti)
 		var f *buf // dequantised group of weight rows (no kernel for t)
@@ -154,11 +165,11 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 					}
 					cr := c[i*ldc+r0 : i*ldc+r1]
 					if beta == 0 {
-						kern.dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr)
+						dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr)
 						continue
 					}
 					d := tmp[:r1-r0]
-					kern.dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d)
+					dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d)
 					for r, v := range d {
 						cr[r] = v + beta*cr[r]
 					}
@@ -202,6 +213,9 @@ type quantDots struct {
 	prepLen int
 	prep    func(dst, x []float32)
 	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
+	// rowDots is dots reading the weight rows one at a time instead of
+	// four in lockstep: the same results (order.go picks one).
+	rowDots func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
 }
 
 // DequantEmbedRow writes row id of a quantized [rows, len(dst)] matrix w
