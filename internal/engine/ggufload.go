@@ -378,14 +378,17 @@ type ggufJob struct {
 func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
 	Q, KV, D := cfg.QDim(), cfg.KVDim(), cfg.HeadDim
-	// llama.cpp's converter reorders the rows of each head of q and k for
-	// the llama architecture (Hugging Face's rotate-half RoPE pairs (i,
+	// llama.cpp's converter reorders the rows of each head of q and k (and
+	// the values of their biases) for the llama architecture (Hugging Face's rotate-half RoPE pairs (i,
 	// i+D/2); ggml's pairs (2i, 2i+1)); qwen2/qwen3 files are not permuted.
 	permuted := cfg.ModelType == "llama" || cfg.ModelType == "mistral"
 	w := &Weights{Layers: make([]Layer, cfg.NumLayers)}
 	var jobs []ggufJob
 	add := func(name string, dst *[]float32, n int) {
 		jobs = append(jobs, ggufJob{name: name, dims: []int{n}, f32: dst})
+	}
+	addBias := func(name string, dst *[]float32, n, permute int) { // q/k biases are permuted like their rows
+		jobs = append(jobs, ggufJob{name: name, dims: []int{n}, f32: dst, permute: permute})
 	}
 	addMat := func(name string, dst *Mat, rows, cols, permute int) {
 		jobs = append(jobs, ggufJob{name: name, dims: []int{cols, rows}, mat: dst, permute: permute})
@@ -404,8 +407,8 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 		addMat(p+"attn_v.weight", &L.Wv, KV, H, 0)
 		addMat(p+"attn_output.weight", &L.Wo, H, Q, 0)
 		if cfg.AttentionBias {
-			add(p+"attn_q.bias", &L.Bq, Q)
-			add(p+"attn_k.bias", &L.Bk, KV)
+			addBias(p+"attn_q.bias", &L.Bq, Q, qh)
+			addBias(p+"attn_k.bias", &L.Bk, KV, kh)
 			add(p+"attn_v.bias", &L.Bv, KV)
 		}
 		if cfg.OutputBias {
@@ -448,7 +451,13 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 		var err error
 		switch {
 		case j.f32 != nil:
-			*j.f32, err = ggufFloat32(t).Float32()
+			st := ggufFloat32(t)
+			if j.permute > 0 {
+				buf := make([]byte, len(t.Data))
+				permuteRows(buf, t.Data, j.permute, len(t.Data)/j.dims[0])
+				st.Data = buf
+			}
+			*j.f32, err = st.Float32()
 		case j.permute > 0:
 			buf := make([]byte, len(t.Data))
 			permuteRows(buf, t.Data, j.permute, len(t.Data)/j.dims[1])

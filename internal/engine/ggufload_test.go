@@ -240,3 +240,37 @@ func TestGGUFRefused(t *testing.T) {
 		})
 	}
 }
+
+// FuzzLoadGGUF: whatever the bytes of a GGUF file (seeded with tiny models
+// in F32 and Q8_0), loading it as a model returns a model or an error,
+// never a panic.
+func FuzzLoadGGUF(f *testing.F) {
+	small := tiny.Spec{Arch: ArchLlama, Hidden: 32, Intermediate: 64, Heads: 2, KVHeads: 1, Layers: 1, Merges: 20, MaxPos: 64}
+	for _, typ := range []gguf.GGMLType{gguf.F32, gguf.Q8_0} {
+		b, err := os.ReadFile(writeGGUF(f, small, typ))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, err := gguf.Parse(data)
+		if err != nil {
+			return
+		}
+		cfg, err := ggufConfig(g)
+		if err != nil {
+			return
+		}
+		tok, err := ggufTokenizer(g)
+		if err != nil || tok.VocabSize() > cfg.VocabSize {
+			return
+		}
+		w, err := ggufWeights(g, cfg)
+		if err != nil {
+			return
+		}
+		tmpl, _ := ggufTemplate(g, tok, cfg)
+		NewModel("fuzz", cfg, w, tok, tmpl)
+	})
+}

@@ -97,28 +97,7 @@ func TestQuantizedModelMatchesDequantised(t *testing.T) {
 				if qm.net.layers[0].wqkv.q == nil || qm.net.embed.q == nil {
 					t.Fatal("quantized matrices not kept quantized")
 				}
-				toks := randTokens(24, cfg.VocabSize, 9)
-				got, err := qm.Logits(nil, toks)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := fm.Logits(nil, toks)
-				if err != nil {
-					t.Fatal(err)
-				}
-				closeTo(t, "prefill logits", got, want, 1e-5)
-				qs, fs := qm.NewSeq(nil), fm.NewSeq(nil)
-				for p, tok := range toks[:6] {
-					g, err := qm.Forward([]*Seq{qs}, [][]int{{tok}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					w, err := fm.Forward([]*Seq{fs}, [][]int{{tok}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					closeTo(t, fmt.Sprintf("decode logits at %d", p), g[0], w[0], 1e-5)
-				}
+				sameLogits(t, qm, fm, nil, randTokens(24, cfg.VocabSize, 9), 6)
 			})
 		}
 	}
@@ -183,4 +162,43 @@ func TestQuantizedLoRATrainingMatchesDequantised(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sameLogits checks that models a and b (with adapter ad) give the same
+// logits to 1e-5 for a prefill of toks and for decoding its first steps
+// tokens one at a time.
+func sameLogits(t *testing.T, a, b *Model, ad *Adapter, toks []int, steps int) {
+	t.Helper()
+	got, err := a.Logits(ad, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := b.Logits(ad, toks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "prefill logits", got, want, 1e-5)
+	as, bs := a.NewSeq(ad), b.NewSeq(ad)
+	for p, tok := range toks[:steps] {
+		g, err := a.Forward([]*Seq{as}, [][]int{{tok}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := b.Forward([]*Seq{bs}, [][]int{{tok}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeTo(t, fmt.Sprintf("decode logits at %d", p), g[0], w[0], 1e-5)
+	}
+}
+
+// TestQuantizedBaseWithAdapter: decoding and prefilling through a LoRA
+// adapter (as sampling a checkpoint does) on a quantized base gives the
+// logits of the same adapter on the dequantised float32 base.
+func TestQuantizedBaseWithAdapter(t *testing.T) {
+	cfg := quantCfg(false)
+	qw := RandomWeights(cfg, 8).ToQuant(kernels.Q4_1)
+	qm := NewModel("q", cfg, qw, nil, nil)
+	fm := NewModel("f", cfg, dequantised(qw), nil, nil)
+	sameLogits(t, qm, fm, randAdapter(t, cfg, 4, 3), randTokens(20, cfg.VocabSize, 4), 4)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"flywheel/internal/engine"
+	"flywheel/internal/engine/gguf"
 	"flywheel/internal/engine/tiny"
 )
 
@@ -17,6 +18,11 @@ func newEnvSpec(t testing.TB, id string, spec tiny.Spec) *env {
 	if err := tiny.Write(filepath.Join(models, filepath.FromSlash(id)), spec); err != nil {
 		t.Fatal(err)
 	}
+	return newEnvIn(t, models, id)
+}
+
+// newEnvIn is newEnv over base model id of the models dir models.
+func newEnvIn(t testing.TB, models, id string) *env {
 	reg := engine.NewRegistry(models)
 	base, err := reg.Get(id)
 	if err != nil {
@@ -203,12 +209,17 @@ func TestFirstStepLossWithoutLogprobs(t *testing.T) {
 // teacherForce returns the logprob of each of toks after prompt under the
 // current checkpoint, through the serving forward (KV cache).
 func teacherForce(t *testing.T, e *env, prompt, toks []int) []float64 {
-	seq := e.base.NewSeq(e.adapter())
+	return teacherForceOn(t, e.base, e.adapter(), prompt, toks)
+}
+
+// teacherForceOn is teacherForce on model m with adapter ad.
+func teacherForceOn(t *testing.T, m *engine.Model, ad *engine.Adapter, prompt, toks []int) []float64 {
+	seq := m.NewSeq(ad)
 	defer seq.Release()
 	in := prompt
 	out := make([]float64, len(toks))
 	for i, id := range toks {
-		logits, err := e.base.Forward([]*engine.Seq{seq}, [][]int{in})
+		logits, err := m.Forward([]*engine.Seq{seq}, [][]int{in})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,4 +235,69 @@ func teacherForce(t *testing.T, e *env, prompt, toks []int) []float64 {
 		in = []int{id}
 	}
 	return out
+}
+
+// TestFirstStepLossOnQuantizedGGUF: on a GGUF base with quantized weights
+// (flywheel/tiny as a Q4_1 file; LoRA over the frozen quantized base), the
+// first step's loss of an RL job posted without logprobs is rl.md's with
+// ratio 1 over the policy's logprobs computed on the dequantised weights: a
+// float32 model holding each matrix dequantised (as ggml does) and the same
+// adapter.
+func TestFirstStepLossOnQuantizedGGUF(t *testing.T) {
+	models := t.TempDir()
+	const id = "tiny.Q4_1.gguf"
+	spec := tiny.Spec{Arch: engine.ArchLlama, Untied: true, Merges: 300, Layers: 2, Hidden: 64, Intermediate: 128}
+	if err := tiny.WriteGGUF(filepath.Join(models, id), spec, gguf.Q4_1); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvIn(t, models, id)
+	if e.base.Weights.Layers[0].Wq.Quant == nil || e.base.Weights.LMHead.Quant == nil {
+		t.Fatal("the GGUF base's matrices are not kept quantized")
+	}
+	deq := dequantised(e.base)
+	rng := rand.New(rand.NewPCG(11, 12))
+	prompt, msgs := promptIDs(t, e, "Tell me a story.")
+	choices, texts := sample(t, e.base, e.adapter(), prompt, 4, 12, rng)
+	rewards := []float64{1, 0, 0.5, 0.25}
+	var trajs []map[string]any
+	var newLP [][]float64
+	for i, ch := range choices {
+		ch["logprobs"] = nil
+		ch["finish_reason"] = "length"
+		trajs = append(trajs, map[string]any{"messages_and_choices": []any{msgs[0], ch}, "reward": rewards[i]})
+		newLP = append(newLP, teacherForceOn(t, deq, e.adapter(), prompt, e.base.Tokenizer.Encode(texts[i], false)))
+	}
+	req := map[string]any{"model_id": "m", "trajectory_groups": []any{map[string]any{"trajectories": trajs}}}
+	_, evs, err := e.run("rl", req, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loss float64
+	for _, ev := range evs {
+		if ev.Type == "gradient_step" {
+			loss = ev.Data["loss"].(float64)
+			break
+		}
+	}
+	want := rlFirstLoss(rewards, newLP)
+	t.Logf("first-step loss %.9g, rl.md with ratio 1 on the dequantised weights: %.9g", loss, want)
+	if loss == 0 || math.Abs(loss-want) > 1e-5*math.Max(1, math.Abs(want)) {
+		t.Fatalf("first-step loss %.9g, want %.9g", loss, want)
+	}
+}
+
+// dequantised is m with every matrix dequantised into float32 (separate,
+// unfused matrices; tied embeddings stay tied).
+func dequantised(m *engine.Model) *engine.Model {
+	w := *m.Weights
+	f := func(x engine.Mat) engine.Mat { return engine.F32Mat(x.Float32()) }
+	w.Embed, w.LMHead = f(m.Weights.Embed), f(m.Weights.LMHead)
+	w.Layers = make([]engine.Layer, len(m.Weights.Layers))
+	for l, L := range m.Weights.Layers {
+		L.QKV, L.GateUp = engine.Mat{}, engine.Mat{}
+		L.Wq, L.Wk, L.Wv, L.Wo = f(L.Wq), f(L.Wk), f(L.Wv), f(L.Wo)
+		L.Wgate, L.Wup, L.Wdown = f(L.Wgate), f(L.Wup), f(L.Wdown)
+		w.Layers[l] = L
+	}
+	return engine.NewModel("dequantised", m.Config, &w, m.Tokenizer, m.Template)
 }

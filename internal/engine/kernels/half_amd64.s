@@ -65,16 +65,6 @@
 	VXORPS Y6, Y6, Y6 \
 	VXORPS Y7, Y7, Y7
 
-#define ZEROZ \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-	VPXORD Z2, Z2, Z2 \
-	VPXORD Z3, Z3, Z3 \
-	VPXORD Z4, Z4, Z4 \
-	VPXORD Z5, Z5, Z5 \
-	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7
-
 // One 16-element step of the AVX2 dot over 4 rows (x in Y8, Y9).
 #define STEP16Y(LOAD) \
 	PF4 \
@@ -159,17 +149,6 @@
 
 #define F32Z(src, dst) \
 	VMOVUPS src, dst
-
-// out[off/4 .. off/4+3] = the four full sums of za..zd.
-#define RED4(za, ya, xa, zb, yb, xb, zc, yc, xc, zd, yd, xd, off) \
-	FOLD(za, ya, xa) \
-	FOLD(zb, yb, xb) \
-	FOLD(zc, yc, xc) \
-	FOLD(zd, yd, xd) \
-	VHADDPS xb, xa, xa \
-	VHADDPS xd, xc, xc \
-	VHADDPS xc, xa, xa \
-	VMOVUPS xa, off(DI)
 
 #define MSETUP(sh) \
 	MOVQ n+0(FP), CX \

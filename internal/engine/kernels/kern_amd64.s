@@ -1,6 +1,7 @@
 //go:build amd64 && !noasm
 
 #include "textflag.h"
+#include "zmm_amd64.h"
 
 // One k step of the 6x16 micro-kernel: B row (16 floats) in Y12/Y13,
 // six broadcasts of A, twelve FMAs into Y0..Y11.
@@ -441,14 +442,7 @@ sudone:
 // The 6x32 kernels' accumulators Z0..Z11: cleared; added to C (alpha in
 // Z12); written to C.
 #define ZEROACC512 \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-	VPXORD Z2, Z2, Z2 \
-	VPXORD Z3, Z3, Z3 \
-	VPXORD Z4, Z4, Z4 \
-	VPXORD Z5, Z5, Z5 \
-	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7 \
+	ZEROZ \
 	VPXORD Z8, Z8, Z8 \
 	VPXORD Z9, Z9, Z9 \
 	VPXORD Z10, Z10, Z10 \

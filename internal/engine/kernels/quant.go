@@ -108,6 +108,10 @@ func checkQuant(op string, t QuantType, n, srcLen int) {
 // the offset is added (no fused multiply-add), so the values are
 // bit-identical to ggml's reference and to the gguf Python package's.
 func DequantRow(t QuantType, dst []float32, src []byte) {
+	checkQuant("DequantRow", t, len(dst), len(src))
+	if dequantRowAsm(t, dst, src) {
+		return
+	}
 	eachBlock("DequantRow", t, len(dst), len(src), func(v0, v1, b0, b1 int) {
 		dequantBlock(t, dst[v0:v1], src[b0:b1])
 	})

@@ -2,9 +2,161 @@
 
 package kernels
 
+import (
+	"sync"
+
+	"flywheel/internal/safetensors"
+)
+
+//go:noescape
+func qdotQ41Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ40Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ4KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ5KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ6KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ80Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+//go:noescape
+func dequantQ41Z(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ40Z(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ80Z(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ4KZ(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ5KZ(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ6KZ(nb int, dst *float32, src *byte, tab *float32)
+
+// dequantRowAsm dequantises the whole blocks of src into dst with the
+// AVX-512 kernels (bit-identical to dequantBlock) and reports whether it
+// did: false for formats without one or without AVX-512.
+func dequantRowAsm(t QuantType, dst []float32, src []byte) bool {
+	if !haveAVX512 || !haveF16C || len(dst) == 0 || int(t) >= len(dequantAsm) || dequantAsm[t] == nil {
+		return false
+	}
+	dequantAsm[t](len(dst)/t.BlockElems(), &dst[0], &src[0], &f16Table()[0])
+	return true
+}
+
+// dequantAsm is each format's row kernel.
+var dequantAsm = [...]func(nb int, dst *float32, src *byte, tab *float32){
+	Q4_1: dequantQ41Z, Q4_0: dequantQ40Z, Q8_0: dequantQ80Z,
+	Q4_K: dequantQ4KZ, Q5_K: dequantQ5KZ, Q6_K: dequantQ6KZ,
+}
+
+// pairSums is the prep of the 4-bit kernels: per 32-value block, the 16
+// sums x[i] + x[i+16] (the values that share a byte of nibbles), which
+// carry Q4_1's offset m and Q4_0's -8.
+func pairSums(dst, x []float32) {
+	for b := 0; b < len(x)/32; b++ {
+		for i := range 16 {
+			dst[16*b+i] = x[32*b+i] + x[32*b+16+i]
+		}
+	}
+}
+
+type asmQdot func(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+
+// subSums is the prep of the K-quant kernels: per 256-value super-block,
+// the 8 sums of x over its 32-value sub-blocks (which carry the mins).
+func subSums(dst, x []float32) {
+	for s := range len(x) / 32 {
+		dst[s] = sumImpl(x[32*s : 32*s+32])
+	}
+}
+
+// q6Sums is the prep of the Q6_K kernel: −32 × the sum of x over each
+// 16-value group (the offset of Q6_K's six-bit values).
+func q6Sums(dst, x []float32) {
+	for s := range len(x) / 16 {
+		dst[s] = -32 * sumImpl(x[16*s:16*s+16])
+	}
+}
+
+// asmDots wraps an assembly kernel for blocks of elems values with
+// prepLen prep values per block as quantDots.dots, checking the bounds
+// the assembly relies on.
+func asmDots(f asmQdot, elems, prepLen int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
+	return func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
+		rows := len(out)
+		if rows == 0 {
+			return
+		}
+		if rows%4 != 0 || nb == 0 || ldw != len(w)/rows {
+			panic("kernels: quantized dots: rows not a multiple of 4 or not back to back")
+		}
+		_ = x[elems*nb-1]
+		_ = w[rows*ldw-1]
+		var xs *float32
+		if prepLen > 0 {
+			_ = prep[prepLen*nb-1]
+			xs = &prep[0]
+		}
+		f(nb, &x[0], xs, &w[0], ldw, rows, &out[0], &f16Table()[0])
+	}
+}
+
+var (
+	q41Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ41Z, 32, 16)}
+	q40Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ40Z, 32, 16)}
+	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z, 32, 0)}
+	q4KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8)}
+	q5KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KZ, qk, 8)}
+	q6KKernel = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KZ, qk, 16)}
+)
+
 // quantKernel is t's AVX-512 decode kernel, nil when there is none for t
 // (or AVX-512 may not run): the caller then dequantises rows into a
 // buffer.
-func quantKernel(t QuantType) *quantDot4 {
+func quantKernel(t QuantType) *quantDots {
+	if t == QNone {
+		return nil
+	}
+	if !haveAVX512 || !haveF16C {
+		return nil
+	}
+	switch t {
+	case Q4_1:
+		return q41Kernel
+	case Q4_0:
+		return q40Kernel
+	case Q8_0:
+		return q80Kernel
+	case Q4_K:
+		return q4KKernel
+	case Q5_K:
+		return q5KKernel
+	case Q6_K:
+		return q6KKernel
+	}
 	return nil
 }
+
+// f16Table is every IEEE half's float32 value, indexed by its bits
+// (256 KiB, built on first use): the decode kernels widen a block's scale
+// with one load from it. A model's scales take few distinct values, so
+// the lines in use stay in cache.
+var f16Table = sync.OnceValue(func() []float32 {
+	t := make([]float32, 1<<16)
+	for i := range t {
+		t[i] = safetensors.F16ToF32(uint16(i))
+	}
+	return t
+})

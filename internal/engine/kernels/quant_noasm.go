@@ -3,4 +3,7 @@
 package kernels
 
 // quantKernel is nil: no assembly decode kernels on this build.
-func quantKernel(QuantType) *quantDot4 { return nil }
+func quantKernel(QuantType) *quantDots { return nil }
+
+// dequantRowAsm is false: no assembly dequantisation on this build.
+func dequantRowAsm(QuantType, []float32, []byte) bool { return false }

@@ -25,8 +25,13 @@ func readF32(t *testing.T, path string) []float32 {
 }
 
 // TestDequantGGUF compares DequantRow bit for bit with the gguf Python
-// package's dequantize on the blocks testdata/quant/gen.py wrote.
+// package's dequantize on the blocks testdata/quant/gen.py wrote, with
+// the AVX-512 row kernels and in Go.
 func TestDequantGGUF(t *testing.T) {
+	forSIMD(t, testDequantGGUF)
+}
+
+func testDequantGGUF(t *testing.T) {
 	for _, qt := range allQuant {
 		dir := filepath.Join("testdata", "quant")
 		q, err := os.ReadFile(filepath.Join(dir, qt.String()+".q"))
@@ -144,17 +149,22 @@ func randQuant(r *rand.Rand, t QuantType, rows, cols int) ([]byte, []float32) {
 	return q, x
 }
 
-// TestQuantGemm checks QuantGemmNT (streamed decode rows and blocked
+// TestQuantGemm checks QuantGemmNT (streamed decode rows, and blocked
 // prefill) and QuantGemmNN against a float64 product with the dequantised
-// weights, for every format and kernel variant, odd row counts (tails of
-// the 4-row groups), strided A and C, and beta 0, -0.5 (1 in the blocked case).
+// weights, for every format and kernel variant: weight rows of one block
+// and of several, tasks of one to several 64-row chunks, odd row counts
+// (tails of the 4-row groups), strided A and C, and beta 0, -0.5 (1 in
+// the blocked case).
 func TestQuantGemm(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	forSIMD(t, func(t *testing.T) {
 		for _, qt := range allQuant {
 			for _, m := range []int{1, 2, 5, 16, 17} {
-				for _, n := range []int{1, 3, 4, 9, 70} {
-					for _, k := range []int{256, 768} {
+				for _, n := range []int{1, 3, 4, 9, 70, 203} {
+					for _, k := range []int{32, 256, 768} {
+						if k%qt.BlockElems() != 0 || (n == 203 && m > 5) {
+							continue
+						}
 						for _, beta := range []float32{0, -0.5} {
 							checkQuantGemm(t, r, qt, false, m, n, k, (m+n)%3, beta)
 							if k == 256 && n <= 9 {

@@ -10,21 +10,32 @@ import (
 // the tensor's bytes as a GGUF file stores them: rows of whole blocks,
 // back to back (row stride t.RowBytes(cols) bytes).
 //
-// Arithmetic. Prefill, training (QuantGemmNT with more than StreamRows
-// rows, QuantGemmNN) and the Go fallback of decode dequantise the weights
-// with DequantRow, bit-identical to ggml's dequantize_row_*, and multiply
-// in float32: the result is that of the float32 model whose weights are
-// the dequantised values, up to float32 summation order. The AVX-512
-// decode kernels (quant_amd64.s) compute the same dots in float32 with the
-// block algebra rearranged: Σ x·(d·q) = d·Σ x·q for Q8_0/Q4_0, and
-// Σ x·(d·q + m) = d·Σ x·q + m·Σ x for Q4_1, so the weights are never
-// rounded to float32 one by one; the difference from the dequantise-then-
-// multiply result is float32 rounding (relative ~1e-7 per product term),
-// far below the 2e-3 logprob agreement with llama.cpp that the real-model
-// check asks for. The activations stay float32 throughout (llama.cpp
-// instead rounds them to 8-bit blocks for its integer dot products), so
-// sampling and training logprobs are those of the same dequantised model
-// and agree to float32 rounding.
+// Arithmetic. Every product computes, in float32, the product of the
+// activations with the dequantised weights — the values DequantRow gives,
+// bit-identical to ggml's dequantize_row_*. Prefill and training
+// (QuantGemmNT with more than StreamRows rows, QuantGemmNN) dequantise
+// blocks of rows into the GEMM; the Go fallback of decode dequantises four
+// rows into a buffer; the AVX-512 decode kernels (quant_amd64.s) keep the
+// blocks' integers in registers and rearrange the block algebra —
+// Σ x·(d·q) = d·Σ x·q (Q8_0), Σ x·(d·(q−8)) = d·(Σ x·q − 8·Σ x) (Q4_0),
+// Σ x·(d·q + m) = d·Σ x·q + m·Σ x (Q4_1; the K-quants per sub-block with
+// their scales and mins) — so they differ from dequantise-then-multiply
+// by float32 rounding only (relative ~1e-7 a term). Sampling (decode and
+// prefill) and training therefore compute the same model: their logprobs
+// agree to float32 summation order (the engine tests hold them to 1e-5).
+//
+// llama.cpp differs: its CPU backend rounds every activation row to 8-bit
+// blocks (Q8_1 for Q4_1, Q8_0 for Q8_0/Q4_0, Q8_K for the K-quants) and
+// takes integer dot products. On SmolLM2-135M-Instruct.Q4_1.gguf that
+// rounding moves llama.cpp's own top-20 logprobs by up to 0.7–0.9 from the
+// exact product of the dequantised weights (llama.cpp on the file
+// dequantised to F32 against llama.cpp on the Q4_1 file), and a
+// re-implementation of the rounding here moved ours by as much again in a
+// different direction: at this sensitivity a 2e-3 agreement needs
+// llama.cpp's rounding bit for bit, summation order included. flywheel
+// keeps the exact product (docs/benchmarks.md has the figures); against
+// llama.cpp on the F32 dequantisation of the same file (F32 KV cache) its
+// logprobs agree to 4e-5.
 
 // checkQuantMat panics with a clear message when a product's operands do
 // not fit: cols a whole number of blocks, w at least rows rows.
@@ -101,8 +112,8 @@ func quantWiden(t QuantType, w []byte, cols int) func(dst []float32, r0, r1 int)
 
 // quantStreamNT is QuantGemmNT for few rows of A: the weight rows are
 // streamed once in tasks of a multiple of 4 rows (streamSplit, as
-// streamNT), each group of 4 dotted with every row of A by the format's
-// AVX-512 kernel (quantDot4) or, without one, dequantised into a buffer
+// streamNT), each chunk of 64 of a task's rows dotted with every row of A
+// by the format's AVX-512 kernel (quantDots) or, without one, dequantised into a buffer
 // and dotted with dot4Impl.
 func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, beta float32, c []float32, ldc int) {
 	_ = a[(m-1)*lda+k-1]
@@ -128,20 +139,34 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 			defer putBuf(f)
 		}
 		j := j0
-		for ; j+4 <= j1; j += 4 {
-			if kern != nil {
+		if kern != nil {
+			// Chunks of 64 weight rows (~40 KiB), each dotted with every
+			// row of A while it is in cache.
+			g := (j1 - j0) &^ 3
+			pl := kern.prepLen * k / t.BlockElems()
+			var tmp [64]float32
+			for r0 := j0; r0 < j0+g; r0 += len(tmp) {
+				r1 := min(r0+len(tmp), j0+g)
 				for i := range m {
 					var p []float32
 					if prep != nil {
-						pl := kern.prepLen * k / t.BlockElems()
 						p = prep.s[i*pl : (i+1)*pl]
 					}
-					var d [4]float32
-					kern.dot4(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[j*rb:(j+4)*rb], rb, &d)
-					store4(c, i*ldc+j, beta, d)
+					cr := c[i*ldc+r0 : i*ldc+r1]
+					if beta == 0 {
+						kern.dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr)
+						continue
+					}
+					d := tmp[:r1-r0]
+					kern.dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d)
+					for r, v := range d {
+						cr[r] = v + beta*cr[r]
+					}
 				}
-				continue
 			}
+			j += g
+		}
+		for ; kern == nil && j+4 <= j1; j += 4 {
 			for r := range 4 {
 				DequantRow(t, f.s[r*k:(r+1)*k], w[(j+r)*rb:(j+r+1)*rb])
 			}
@@ -168,14 +193,15 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	})
 }
 
-// quantDot4 is a format's decode kernel: dot4 sets out[r] to the dot of x
-// (nb blocks of values) with the four weight rows w[r*ldw:], using prep,
-// the prepLen values per block that prep computed from x once per product
-// (nil when prepLen is 0).
-type quantDot4 struct {
+// quantDots is a format's decode kernel: dots sets out[r] to the dot of x
+// (nb blocks of values) with weight row r of w (len(out) rows, a multiple
+// of 4, ldw bytes each, back to back), using prep, the prepLen values per
+// block that prep computed from x once per product (nil when prepLen is
+// 0).
+type quantDots struct {
 	prepLen int
 	prep    func(dst, x []float32)
-	dot4    func(nb int, x, prep []float32, w []byte, ldw int, out *[4]float32)
+	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
 }
 
 // DequantEmbedRow writes row id of a quantized [rows, len(dst)] matrix w

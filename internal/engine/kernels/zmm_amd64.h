@@ -7,3 +7,25 @@
 	VADDPS        Y24, y, y \
 	VEXTRACTF32X4 $1, y, X24 \
 	VADDPS        X24, x, x
+
+// out[off/4 .. off/4+3] = the four full sums of za..zd.
+#define RED4(za, ya, xa, zb, yb, xb, zc, yc, xc, zd, yd, xd, off) \
+	FOLD(za, ya, xa) \
+	FOLD(zb, yb, xb) \
+	FOLD(zc, yc, xc) \
+	FOLD(zd, yd, xd) \
+	VHADDPS xb, xa, xa \
+	VHADDPS xd, xc, xc \
+	VHADDPS xc, xa, xa \
+	VMOVUPS xa, off(DI)
+
+// Clear the accumulators Z0..Z7.
+#define ZEROZ \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7

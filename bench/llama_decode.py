@@ -1,0 +1,63 @@
+"""Batch-1 decode speed of llama.cpp (llama-cpp-python) on GGUF files, for
+the side-by-side comparison in bench/llama_quant_compare.sh.
+
+    python bench/llama_decode.py THREADS FILE.gguf [FILE.gguf ...]
+
+For each file: a 128-token prompt is evaluated, then 64 single-token
+decode steps are timed (llama_eval of one token: the logits of the next
+position, as flywheel's Forward of one token per sequence). Prints one
+line per file: "<name> decode <tok/s> tok/s".
+
+    python bench/llama_decode.py --quantize IN.gguf OUT.gguf q8_0
+
+writes IN requantized to Q8_0 with llama.cpp's own quantizer (the Q8_0
+file of the comparison).
+"""
+import os
+import sys
+import time
+
+import llama_cpp
+from llama_cpp import Llama
+
+
+@llama_cpp.llama_log_callback
+def _quiet(level, text, user_data):
+    pass
+
+
+def quantize(src, dst):
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0
+    p.allow_requantize = True
+    p.nthread = 2
+    llama_cpp.llama_log_set(_quiet, None)
+    if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), p) != 0:
+        sys.exit(f"quantize {src} -> {dst} failed")
+
+
+def decode(path, threads, steps=64, prompt_len=128):
+    llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=512,
+                n_batch=512, verbose=False)
+    prompt = [(i * 7919) % 1000 + 10 for i in range(prompt_len)]
+    llm.reset()
+    llm.eval(prompt)
+    llm.eval([42])  # warm-up step
+    t = time.perf_counter()
+    for i in range(steps):
+        llm.eval([100 + i])
+    el = time.perf_counter() - t
+    return steps / el
+
+
+def main():
+    if sys.argv[1] == "--quantize":
+        quantize(sys.argv[2], sys.argv[3])
+        return
+    threads = int(sys.argv[1])
+    for path in sys.argv[2:]:
+        print(f"{os.path.basename(path)} decode {decode(path, threads):.1f} tok/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"flywheel/internal/engine/kernels"
+)
+
+var (
+	benchQuantOnce           sync.Once
+	benchQ41Model, benchQ80M *Model
+)
+
+// models135MQuant are model135M's weights quantized as the real
+// SmolLM2-135M-Instruct.Q4_1.gguf stores them (projections Q4_1, the tied
+// embedding Q8_0) and all in Q8_0.
+func models135MQuant(b *testing.B) (q41, q80 *Model) {
+	m := model135M(b)
+	benchQuantOnce.Do(func() {
+		w8 := m.Weights.ToQuant(kernels.Q8_0)
+		w4 := m.Weights.ToQuant(kernels.Q4_1)
+		w4.Embed, w4.LMHead = w8.Embed, w8.LMHead
+		benchQ41Model = NewModel("bench/smollm2-135m-random-q4_1", m.Config, w4, nil, nil)
+		benchQ80M = NewModel("bench/smollm2-135m-random-q8_0", m.Config, w8, nil, nil)
+	})
+	return benchQ41Model, benchQ80M
+}
+
+// BenchmarkQuantDecode135M measures, interleaved in one run, the read
+// bandwidth (probeBytes, all cores) and batch-1 decode of the SmolLM2-135M
+// shape (random weights, 128-token context) with Q4_1 projections and a
+// Q8_0 tied embedding (the layout of the real Q4_1 file) and with all
+// matrices Q8_0, and reports tok/s and the fraction of the bandwidth limit
+// (quantized weight bytes per token / read bandwidth); and the Q4_1
+// model's decode of 8 sequences at once (tok/s summed over them).
+func BenchmarkQuantDecode135M(b *testing.B) {
+	q41, q80 := models135MQuant(b)
+	w41, w80 := float64(weightBytes(q41.Weights)), float64(weightBytes(q80.Weights))
+	probe := newBWProbe()
+	s41, s80, s8 := prefilled(b, q41, 1), prefilled(b, q80, 1), prefilled(b, q41, 8)
+	const steps = 32
+	var d41, d80, d8 float64
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		probe.measure()
+		d41 += decodeSteps(b, q41, s41, steps)
+		d80 += decodeSteps(b, q80, s80, steps)
+		d8 += decodeSteps(b, q41, s8, steps)
+	}
+	bw := probe.rate()
+	t41, t80 := float64(b.N*steps)/d41, float64(b.N*steps)/d80
+	b.ReportMetric(bw/1e9, "readGB/s")
+	b.ReportMetric(w41/1e6, "q4_1-MB")
+	b.ReportMetric(t41, "q4_1-tok/s")
+	b.ReportMetric(t41/(bw/w41), "q4_1-of-limit")
+	b.ReportMetric(w80/1e6, "q8_0-MB")
+	b.ReportMetric(t80, "q8_0-tok/s")
+	b.ReportMetric(t80/(bw/w80), "q8_0-of-limit")
+	b.ReportMetric(float64(8*b.N*steps)/d8, "q4_1-b8-tok/s")
+}
+
+// bwProbe accumulates read-bandwidth measurements (readBandwidth over
+// probeBytes) interleaved with the figures they bound.
+type bwProbe struct {
+	buf         []float32
+	bytes, secs float64
+}
+
+func newBWProbe() *bwProbe {
+	p := &bwProbe{buf: make([]float32, probeBytes/4)}
+	for i := range p.buf {
+		p.buf[i] = 1
+	}
+	return p
+}
+
+func (p *bwProbe) measure() {
+	n := 4 * float64(len(p.buf))
+	p.bytes += n
+	p.secs += n / readBandwidth(p.buf)
+}
+
+// rate is the mean bandwidth in bytes/s.
+func (p *bwProbe) rate() float64 { return p.bytes / p.secs }
+
+// BenchmarkDecodeModelFiles decodes batch 1 (128-token context) with the
+// models named in FLYWHEEL_BENCH_MODELS (comma-separated paths that Load
+// accepts: a model folder, or a GGUF file where the loader reads them),
+// interleaved with the read-bandwidth probe, and reports each one's tok/s
+// and fraction of the bandwidth limit (weight bytes per token / read
+// bandwidth). Skipped when the variable is unset.
+func BenchmarkDecodeModelFiles(b *testing.B) {
+	env := os.Getenv("FLYWHEEL_BENCH_MODELS")
+	if env == "" {
+		b.Skip("FLYWHEEL_BENCH_MODELS not set")
+	}
+	var ms []*Model
+	var seqs [][]*Seq
+	for _, p := range strings.Split(env, ",") {
+		m, err := Load(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms = append(ms, m)
+		seqs = append(seqs, prefilled(b, m, 1))
+	}
+	probe := newBWProbe()
+	const steps = 32
+	secs := make([]float64, len(ms))
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		probe.measure()
+		for i, m := range ms {
+			secs[i] += decodeSteps(b, m, seqs[i], steps)
+		}
+	}
+	bw := probe.rate()
+	b.ReportMetric(bw/1e9, "readGB/s")
+	for i, m := range ms {
+		tps := float64(b.N*steps) / secs[i]
+		name := fmt.Sprintf("m%d", i)
+		b.ReportMetric(float64(weightBytes(m.Weights))/1e6, name+"-MB")
+		b.ReportMetric(tps, name+"-tok/s")
+		b.ReportMetric(tps/(bw/float64(weightBytes(m.Weights))), name+"-of-limit")
+	}
+}
