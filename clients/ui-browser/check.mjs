@@ -316,8 +316,14 @@ try {
   await page.goto(`${base}/ui/#/calls?project=admin/evals`);
   await page.waitForSelector("#calls-evals");
   await page.click("#calls-evals");
-  await page.waitForSelector(`#calls tbody tr[data-id='${ev.id}']`);
+  // The unfiltered list holds the evaluation's row too: wait for the filtered list to replace it
+  // (a timeout here is the failure: the filter never left just the evaluation).
+  await page.waitForFunction((id) => {
+    const rows = document.querySelectorAll("#calls tbody tr");
+    return rows.length === 1 && rows[0].dataset.id === id;
+  }, ev.id, { timeout: 10000 }).catch(() => {});
   assert((await page.$$eval("#calls tbody tr", (r) => r.length)) === 1, "evaluations filter: not just the evaluation");
+  assert(await page.$(`#calls tbody tr[data-id='${ev.id}']`), "evaluations filter: the evaluation's row is missing");
   await page.click(`#calls tbody tr[data-id='${ev.id}'] a`);
   await page.waitForSelector("#eval-rows tbody tr");
   const heads = await page.$$eval("#eval-rows th", (h) => h.map((x) => x.textContent));
