@@ -51,7 +51,11 @@ func (s *Service) handleGraphQL(w http.ResponseWriter, r *http.Request, p *auth.
 		return v
 	}
 	var data any
-	switch m[1] {
+	op := m[1]
+	if _, weave := req.Variables["entityName"]; op == "project" && !weave {
+		op = "" // the wandb SDK's project(entityName: $entity, ...): ExtendGraphQL's
+	}
+	switch op {
 	case "project", "upsertModel":
 		entity, name := str("entityName"), str("name")
 		if m[1] == "upsertModel" {
