@@ -59,5 +59,5 @@ for req in clients/art-python/requirements-*.txt; do
         WANDB_DATA_DIR="$work/tmp/wandb-data" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
         LITELLM_LOCAL_MODEL_COST_MAP=True TQDM_DISABLE=1 PYTHONUNBUFFERED=1 \
         FLYWHEEL_ART_CHECK_TIMEOUT=240 TMPDIR="$work/tmp" \
-        timeout 300 "$venv/bin/python" "$OLDPWD/clients/art-python/check.py" "$work/flywheel")
+        timeout 300 "$venv/bin/python" "$OLDPWD/clients/art-python/check.py" "$work/flywheel" </dev/null)
 done

@@ -363,8 +363,8 @@ async def sft(art, backend, model) -> None:
     /v1/preview/sft-training-jobs, which flywheel resolves to the uploaded
     file, and polls the job's events. Asserted: the step advances by one and
     the new step serves other logprobs than the one before. WANDB_MODE is
-    online only for this call (elsewhere the check keeps it disabled, so the
-    RL part logs no W&B runs).
+    online and WANDB_API_KEY set only for this call (elsewhere the check
+    keeps W&B disabled, so the RL part logs no W&B runs).
 
     Then the same SFT wire through ART's own serverless client resource
     (Client.sft_training_jobs.create and its events, polled as _train_sft
@@ -378,11 +378,14 @@ async def sft(art, backend, model) -> None:
     before = await seeded_logprobs(model, step)
     rows = [[{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello there!"}]] * 4
     trajectories = [art.Trajectory(messages_and_choices=r, reward=0.0) for r in rows]
-    os.environ["WANDB_MODE"] = "online"
+    # The key too: wandb.init initialises weave when it is imported (0.5.23 imports it), and
+    # weave, without WANDB_API_KEY, would ask for one on stdin; with it, it logs to flywheel.
+    os.environ.update(WANDB_MODE="online", WANDB_API_KEY=KEY)
     try:
         await model.train_sft(trajectories, config=art.types.TrainSFTConfig(learning_rate=1e-2, batch_size=2))
     finally:
         os.environ["WANDB_MODE"] = "disabled"
+        del os.environ["WANDB_API_KEY"]
     new = await model.get_step()
     check(new == step + 1, f"after model.train_sft the step is {new}, want {step + 1}")
     after = await seeded_logprobs(model, new)

@@ -121,6 +121,22 @@ func TestWandBArtifactSFT(t *testing.T) {
 		t.Errorf("team's first version %v, want 0", v)
 	}
 
+	// wandb 0.25's checks before log_artifact: the name's type, the schema probes.
+	qType := `query ArtifactType($entity: String!, $project: String!, $name: String!) { project(name: $project, entityName: $entity) { artifact(name: $name) { artifactType { name } } } }`
+	for name, want := range map[string]any{"m-sft-data-1:latest": map[string]any{"artifactType": map[string]any{"name": "dataset"}}, "other:latest": nil} {
+		p, msg := e.gql(e.alice, qType, map[string]any{"entity": "alice", "project": "proj", "name": name})
+		if got := p.(map[string]any)["artifact"]; msg != "" || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("type of %s: %v %s", name, p, msg)
+		}
+	}
+	if _, msg := e.gql(e.bob, qType, map[string]any{"entity": "alice", "project": "proj", "name": "x:latest"}); !strings.Contains(msg, `"alice"`) {
+		t.Errorf("bob's type query in alice: %q", msg)
+	}
+	ti, _ := e.gql(e.alice, `query InputFields($typeName: String!) { TypeInfo: __type(name: $typeName) { inputFields { name } } }`, map[string]any{"typeName": "CreateArtifactInput"})
+	if fmt.Sprint(ti) != "map[fields:[] inputFields:[]]" {
+		t.Errorf("TypeInfo: %v", ti)
+	}
+
 	url := "wandb-artifact:///alice/proj/m-sft-data-1:v1"
 	job := e.must(e.do("POST", "/v1/preview/sft-training-jobs", e.alice, map[string]any{"model_id": model, "training_data_url": url}), 200)
 	rec := e.must(e.do("GET", "/v1/preview/training-jobs/"+job.body["id"].(string), e.alice, nil), 200).body
