@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"flywheel/internal/pgtest"
 )
 
 // gql posts a GraphQL operation to /graphql as the wandb SDK does (HTTP
@@ -97,8 +99,14 @@ func (e *env) logArtifact(key, entity, project, name, data string) (string, floa
 // model.train_sft's path: the SDK logs the JSONL as an artifact of the
 // key's entity, and an SFT job takes its wandb-artifact:/// URL; versions
 // count up per name; another entity's artifact is not there for a key.
+// Over SQLite and PostgreSQL (internal/pgtest).
 func TestWandBArtifactSFT(t *testing.T) {
-	e := newEnv(t, envOpts{noTrain: true, wandb: true})
+	t.Run("sqlite", func(t *testing.T) { testWandBArtifactSFT(t, "") })
+	t.Run("postgres", func(t *testing.T) { testWandBArtifactSFT(t, pgtest.DSN(t)) })
+}
+
+func testWandBArtifactSFT(t *testing.T, database string) {
+	e := newEnv(t, envOpts{noTrain: true, wandb: true, database: database})
 	model := e.createModel("m")
 	id, v := e.logArtifact(e.alice, "alice", "proj", "m-sft-data-1", sftLine)
 	if v != 0 {
