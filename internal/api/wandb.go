@@ -133,6 +133,9 @@ func (s *Server) WandBGraphQL(r *http.Request, p *auth.Principal, op string, var
 		}}, true, nil
 	case "model": // RunResumeStatus: no W&B run exists here
 		entity := str("entity")
+		if entity == "" { // W&B's default: the viewer's entity
+			entity = p.PersonalEntity
+		}
 		if err := member(entity); err != nil {
 			return nil, true, err
 		}

@@ -200,6 +200,11 @@ func TestWandBArtifactErrors(t *testing.T) {
 	if _, msg := e.gql(e.bob, qManifest, map[string]any{"artifactID": id}); !strings.Contains(msg, "artifactID") {
 		t.Errorf("bob's manifest on alice's artifact: %q", msg)
 	}
+	mf, _ := e.gql(e.alice, qManifest, map[string]any{"artifactID": id})
+	murl := mf.(map[string]any)["artifactManifest"].(map[string]any)["file"].(map[string]any)["uploadUrl"].(string)
+	if st := e.put(murl, strings.Repeat("x", 1<<20+1)); st != 413 {
+		t.Errorf("a manifest over 1 MiB: %d, want 413", st)
+	}
 	if _, msg := e.gql(e.alice, qCommit, map[string]any{"artifactID": id}); !strings.Contains(msg, "not uploaded") {
 		t.Errorf("commit before upload: %q", msg)
 	}
@@ -223,6 +228,14 @@ func TestWandBArtifactErrors(t *testing.T) {
 	if _, msg := e.gql(e.bob, `mutation UpsertBucket($entity: String) { upsertBucket(input: {entityName: $entity}) { bucket { id } } }`,
 		map[string]any{"entity": "alice", "name": "r"}); !strings.Contains(msg, `"alice"`) {
 		t.Errorf("bob upserts a run in alice: %q", msg)
+	}
+	qResume := `query RunResumeStatus($project: String, $entity: String, $name: String!) { model(name: $project, entityName: $entity) { entity { bucket(name: $name, missingOk: true) { name } } } }`
+	m, msg := e.gql(e.alice, qResume, map[string]any{"project": "p", "name": "r"}) // no entity: the key's own
+	if ent, _ := m.(map[string]any)["entity"].(map[string]any); msg != "" || ent["name"] != "alice" || ent["bucket"] != nil {
+		t.Errorf("resume status: %v %s", m, msg)
+	}
+	if _, msg := e.gql(e.bob, qResume, map[string]any{"project": "p", "entity": "team", "name": "r"}); !strings.Contains(msg, `"team"`) {
+		t.Errorf("bob's resume status in team: %q", msg)
 	}
 	if _, msg := e.gql(e.alice, `mutation CreateRunFiles { createRunFiles(input: {}) { files { uploadUrl } } }`, nil); !strings.Contains(msg, "not createRunFiles") {
 		t.Errorf("createRunFiles: %q", msg)
