@@ -385,10 +385,10 @@ async def sft(art, backend, model) -> None:
         await model.train_sft(trajectories, config=art.types.TrainSFTConfig(learning_rate=1e-2, batch_size=2))
     finally:
         # ART opens a W&B run of its own to log the job's metrics (model._get_wandb_run,
-        # 0.5.17): finish it now, while the server is up, or wandb's exit hook would keep
-        # retrying it against a stopped server.
+        # reinit="create_new" in 0.5.23, so not wandb.run): tear wandb down now, while the
+        # server is up, or wandb's exit hook would keep retrying it against a stopped server.
         import wandb
-        wandb.finish()
+        wandb.teardown()
         os.environ["WANDB_MODE"] = "disabled"
         del os.environ["WANDB_API_KEY"]
     new = await model.get_step()

@@ -172,21 +172,14 @@ func (s *Server) WandBGraphQL(r *http.Request, p *auth.Principal, op string, var
 		if err != nil || f.Purpose != wandbArtifactPurpose {
 			return nil, true, nil // GraphQL's null: not found
 		}
-		ref, _, _ := strings.Cut(f.Filename, "/"+artifactFileBase(f.Filename))
-		entity, project, name, version, err := parseArtifactRef(ref)
+		parts := strings.SplitN(f.Filename, "/", 4) // entity/project/name:vN/file
+		entity, project, name, version, err := parseArtifactRef(strings.Join(parts[:min(3, len(parts))], "/"))
 		if err != nil || member(entity) != nil {
 			return nil, true, nil
 		}
 		return artifactJSON(id, entity, project, name, version, "COMMITTED", f.Bytes, f.CreatedAt), true, nil
 	}
 	return nil, false, nil
-}
-
-func artifactFileBase(filename string) string {
-	if i := strings.LastIndexByte(filename, '/'); i >= 0 {
-		return filename[i+1:]
-	}
-	return filename
 }
 
 func artifactJSON(id, entity, project, name string, version int, state string, size int64, created time.Time) map[string]any {
