@@ -443,7 +443,9 @@ async def run(binary: str) -> None:
         base_path = os.path.join(server.dir, "art")
         backend = ServerlessBackend(api_key=KEY, base_url=server.base + "/v1")
         # model.train_sft's wandb SDK talks to flywheel's W&B API (see sft()).
-        os.environ["WANDB_BASE_URL"] = server.base
+        # weave, which wandb.init initialises there, logs to flywheel's call store (its
+        # default is WANDB_BASE_URL + "/traces", which flywheel does not serve).
+        os.environ.update(WANDB_BASE_URL=server.base, WF_TRACE_SERVER_URL=server.base)
         kwargs = {"name": "art-ci", "project": "art-python-check", "base_model": BASE_MODEL, "base_path": base_path}
         if art_version() >= (0, 5, 18):
             kwargs["run_name"] = "art-ci"

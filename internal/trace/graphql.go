@@ -85,6 +85,7 @@ func (s *Service) handleGraphQL(w http.ResponseWriter, r *http.Request, p *auth.
 				break
 			}
 		}
+		s.log.Debug("graphql operation not served", "field", m[1])
 		return graphqlError(w, "flywheel answers only the GraphQL operations Weave's SDK and wandb's artifact upload need, not "+m[1], "NOT_SERVED")
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"data": data})
