@@ -78,9 +78,14 @@ type artifacts struct {
 	tokens  map[string]*pendingArtifact // by upload token
 }
 
-func (a *artifacts) sweep(now time.Time) {
+// sweep drops the pending artifacts older than pendingArtifactTTL, and the
+// bytes an abandoned one uploaded (remove).
+func (a *artifacts) sweep(now time.Time, remove func(id string)) {
 	for id, p := range a.pending {
 		if now.Sub(p.created) > pendingArtifactTTL {
+			if p.uploaded {
+				remove(id)
+			}
 			delete(a.pending, id)
 			delete(a.tokens, p.fileToken)
 			delete(a.tokens, p.manifestToken)
@@ -223,7 +228,7 @@ func (s *Server) createArtifact(r *http.Request, p *auth.Principal, vars map[str
 	a := &s.wandb
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.sweep(pa.created)
+	a.sweep(pa.created, func(id string) { s.cfg.Storage.Remove(s.layout.FilePath(id)) })
 	if a.pending == nil {
 		a.pending, a.tokens = map[string]*pendingArtifact{}, map[string]*pendingArtifact{}
 	}
