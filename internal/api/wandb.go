@@ -341,12 +341,17 @@ func (s *Server) handleArtifactUpload(w http.ResponseWriter, r *http.Request) er
 	if err != nil {
 		return err
 	}
+	// Published under the lock, and only while the URL is live: an upload
+	// that ends after its artifact's commit (or expiry) changes nothing.
+	s.wandb.mu.Lock()
+	defer s.wandb.mu.Unlock()
+	if s.wandb.tokens[tok] != pa {
+		return httpx.Errorf(http.StatusNotFound, "no upload at this URL (it expired or was used)")
+	}
 	if err := f.Commit(); err != nil {
 		return err
 	}
-	s.wandb.mu.Lock()
 	pa.uploaded, pa.bytes = true, n
-	s.wandb.mu.Unlock()
 	w.WriteHeader(http.StatusOK)
 	return nil
 }
