@@ -46,13 +46,18 @@ for req in clients/art-python/requirements-*.txt; do
         find "$cache" -maxdepth 1 -name "$name-*" ! -name "$name-$key" -exec rm -rf {} +
     fi
     echo "-- $name"
-    # No W&B, no hub: the serverless path must need neither. The cwd is a temp dir so that
-    # ART's load_dotenv() and its .art/ defaults see nothing of the repo; TMPDIR too, so that
-    # even a killed check leaves nothing outside $work.
+    # No W&B, no hub: the serverless path must need neither. W&B's own hosts are never
+    # tried: WANDB_BASE_URL is a closed loopback port here, and check.py points it at the
+    # server (whose W&B artifact API model.train_sft uses, the one call it runs with
+    # WANDB_MODE=online). The cwd is a temp dir so that ART's load_dotenv(), its .art/
+    # defaults and wandb's run dir see nothing of the repo; TMPDIR too, so that even a
+    # killed check leaves nothing outside $work.
     mkdir -p "$work/tmp"
     (cd "$work" && env -u WANDB_API_KEY -u OPENAI_API_KEY \
-        WANDB_MODE=disabled HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+        WANDB_MODE=disabled WANDB_BASE_URL=http://127.0.0.1:9 WANDB_SILENT=true \
+        WANDB_DIR="$work/tmp" WANDB_CONFIG_DIR="$work/tmp/wandb-config" WANDB_CACHE_DIR="$work/tmp/wandb-cache" \
+        WANDB_DATA_DIR="$work/tmp/wandb-data" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
         LITELLM_LOCAL_MODEL_COST_MAP=True TQDM_DISABLE=1 PYTHONUNBUFFERED=1 \
         FLYWHEEL_ART_CHECK_TIMEOUT=240 TMPDIR="$work/tmp" \
-        timeout 300 "$venv/bin/python" "$OLDPWD/clients/art-python/check.py" "$work/flywheel")
+        timeout 300 "$venv/bin/python" "$OLDPWD/clients/art-python/check.py" "$work/flywheel" </dev/null)
 done

@@ -24,9 +24,10 @@ a bootstrap API key, points ART's ServerlessBackend at it (`api_key`, `base_url`
 - `model.delete_checkpoints()` leaves only the steps it keeps (the latest and the
   best by the val/reward logged with `model.log`), and a deleted
   step's name answers 404 through the client's OpenAI client;
-- SFT: `model.train_sft` posts a W&B artifact URL, which flywheel refuses with a
-  400 naming training_data_url (asserted; see sft()); then an SFT job through the
-  client's own `sft_training_jobs` resource with a flywheel file id trains a step;
+- SFT: `model.train_sft` uploads its data as a W&B artifact to flywheel (the
+  wandb SDK, WANDB_BASE_URL = the server) and trains a step from the
+  artifact's URL (see sft()); then an SFT job through the client's own
+  `sft_training_jobs` resource with a flywheel file id trains a step;
 - `backend.delete(model)`: afterwards the model's names answer 404.
 
 Any mismatch raises, and the process exits non-zero. The server is always
@@ -49,7 +50,7 @@ import time
 import urllib.error
 import urllib.request
 
-KEY = "fw_art_python_check_0123456789abcdefgh"
+KEY = "fw_art_python_check_0123456789abcdefghijklmn"  # the wandb SDK takes keys of 40+ characters
 BASE_MODEL = "flywheel/tiny"
 PROMPTS = ["Say a word.", "Name a colour.", "Tell me a fruit."]
 GROUP_SIZE = 4
@@ -354,38 +355,49 @@ async def sft(art, backend, model) -> None:
     """SFT through the client's own calls.
 
     model.train_sft (ServerlessBackend._train_sft) first uploads the JSONL to
-    W&B artifacts with the wandb SDK (wandb.init + log_artifact + wait, W&B's
-    own API; here WANDB_MODE=disabled makes them no-ops, so nothing leaves the
-    machine) and then posts `training_data_url:
+    W&B artifacts with the wandb SDK (wandb.init + log_artifact + wait, then
+    run.finish), with WANDB_BASE_URL = the server (set in run()) and the
+    flywheel key: flywheel serves that part of W&B's API (docs/compatibility.md).
+    Then it posts `training_data_url:
     "wandb-artifact:///{entity}/{project}/{name}-sft-data-{id}:v0"` to
-    /v1/preview/sft-training-jobs. flywheel has no W&B artifact store and
-    takes only its own file ids there: this asserts the 400 naming
-    training_data_url (ART raises it as openai.BadRequestError) and that the
-    step did not move. When flywheel gains a way, this is where to assert it.
+    /v1/preview/sft-training-jobs, which flywheel resolves to the uploaded
+    file, and polls the job's events. Asserted: the step advances by one and
+    the new step serves other logprobs than the one before. WANDB_MODE is
+    online and WANDB_API_KEY set only for this call (elsewhere the check
+    keeps W&B disabled, so the RL part logs no W&B runs).
 
     Then the same SFT wire through ART's own serverless client resource
     (Client.sft_training_jobs.create and its events, polled as _train_sft
     polls them), with the JSONL uploaded through the client's OpenAI client
     (files.create) and passed as training_data_url, as docs/compatibility.md
-    says flywheel takes it: the step advances by one and the new step serves.
+    says flywheel takes it too: the step advances by one and the new step serves.
     """
-    import openai
     from openai import NOT_GIVEN
 
     step = await model.get_step()
+    before = await seeded_logprobs(model, step)
     rows = [[{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello there!"}]] * 4
     trajectories = [art.Trajectory(messages_and_choices=r, reward=0.0) for r in rows]
+    # The key too: wandb.init initialises weave when it is imported (0.5.23 imports it), and
+    # weave, without WANDB_API_KEY, would ask for one on stdin; with it, it logs to flywheel.
+    os.environ.update(WANDB_MODE="online", WANDB_API_KEY=KEY)
     try:
-        await model.train_sft(trajectories, config=art.types.TrainSFTConfig(learning_rate=1e-3, batch_size=2))
-    except openai.BadRequestError as e:
-        body = e.body if isinstance(e.body, dict) else {}
-        check(body.get("param") == "training_data_url" and "wandb-artifact:///" in str(body.get("message")),
-              f"model.train_sft: {e}")
-    else:
-        raise AssertionError("model.train_sft succeeded: update the check and docs/compatibility.md")
-    check(await model.get_step() == step, "a failed model.train_sft moved the step")
-    print("  model.train_sft: 400 training_data_url (a wandb-artifact:/// URL; flywheel takes file ids)")
+        await model.train_sft(trajectories, config=art.types.TrainSFTConfig(learning_rate=1e-2, batch_size=2))
+    finally:
+        # ART opens a W&B run of its own to log the job's metrics (model._get_wandb_run,
+        # reinit="create_new" in 0.5.23, so not wandb.run): tear wandb down now, while the
+        # server is up, or wandb's exit hook would keep retrying it against a stopped server.
+        import wandb
+        wandb.teardown()
+        os.environ["WANDB_MODE"] = "disabled"
+        del os.environ["WANDB_API_KEY"]
+    new = await model.get_step()
+    check(new == step + 1, f"after model.train_sft the step is {new}, want {step + 1}")
+    after = await seeded_logprobs(model, new)
+    check(after != before, f"model.train_sft's step {new} serves the logprobs of step {step}")
+    print(f"  model.train_sft (W&B artifact on flywheel): step {step} -> {new}, logprobs moved")
 
+    step = new
     data = "".join(json.dumps({"messages": r}) + "\n" for r in rows).encode()
     f = await model.openai_client().files.create(file=("sft.jsonl", data), purpose="fine-tune")
     job = await backend._client.sft_training_jobs.create(
@@ -430,6 +442,10 @@ async def run(binary: str) -> None:
         server.wait_healthy()
         base_path = os.path.join(server.dir, "art")
         backend = ServerlessBackend(api_key=KEY, base_url=server.base + "/v1")
+        # model.train_sft's wandb SDK talks to flywheel's W&B API (see sft()).
+        # weave, which wandb.init initialises there, logs to flywheel's call store (its
+        # default is WANDB_BASE_URL + "/traces", which flywheel does not serve).
+        os.environ.update(WANDB_BASE_URL=server.base, WF_TRACE_SERVER_URL=server.base)
         kwargs = {"name": "art-ci", "project": "art-python-check", "base_model": BASE_MODEL, "base_path": base_path}
         if art_version() >= (0, 5, 18):
             kwargs["run_name"] = "art-ci"

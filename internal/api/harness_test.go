@@ -19,6 +19,7 @@ import (
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/jobs"
 	"flywheel/internal/store"
+	"flywheel/internal/trace"
 )
 
 // testTrainer stands in for the real trainer in tests: it emits the events
@@ -100,6 +101,9 @@ type envOpts struct {
 	// database is the store's database URL (store.Open); default an
 	// SQLite file in the data dir.
 	database string
+	// wandb mounts the call store's /graphql with the W&B artifact fields
+	// (as the app does).
+	wandb bool
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -151,7 +155,19 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.noAuthTT {
 		ttl = -1
 	}
-	h := api.New(api.Config{Checkpoints: ck, DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl, BodyReadTimeout: o.bodyTimeout}, st, e.q, o.extra...)
+	extra := o.extra
+	var calls *trace.Service
+	if o.wandb {
+		if calls, err = trace.New(st.DB(), trace.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { calls.Close() })
+		extra = append(extra, calls)
+	}
+	h := api.New(api.Config{Checkpoints: ck, DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl, BodyReadTimeout: o.bodyTimeout}, st, e.q, extra...)
+	if calls != nil {
+		calls.ExtendGraphQL(h.WandBGraphQL)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -260,8 +260,16 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	fileID := strings.TrimPrefix(req.FileID, "file://")
-	f, err := s.st.FileByID(r.Context(), fileID)
-	if err != nil || f.UserID != principal(r).UserID {
+	var f store.File
+	if strings.HasPrefix(fileID, wandbPrefix) {
+		f, err = s.resolveArtifactFile(r, fileID, "training_data_url")
+	} else if f, err = s.st.FileByID(r.Context(), fileID); err == nil && f.Purpose == wandbArtifactPurpose {
+		err = store.ErrNotFound // an artifact's file is named by its artifact URL
+	}
+	if err != nil && strings.HasPrefix(fileID, wandbPrefix) {
+		return err
+	}
+	if err != nil || (f.UserID != principal(r).UserID && f.Purpose != wandbArtifactPurpose) {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}

@@ -47,7 +47,7 @@ func routeAuth(path string) authMode {
 		return authNone
 	case strings.HasPrefix(path, "/v1/"), path == "/v1", path == "/tokenize", path == "/detokenize":
 		return authBearer
-	case isCallStorePath(path):
+	case isCallStorePath(path), strings.HasPrefix(path, "/files/") && strings.HasSuffix(path, "/file_stream"):
 		return authBasicBearer
 	}
 	return authNone

@@ -14,7 +14,7 @@ func TestRouteAuth(t *testing.T) {
 		"/call/read": authBasicBearer, "/calls/stream_query": authBasicBearer, "/cost/create": authBasicBearer,
 		"/obj/create": authBasicBearer, "/objs/query": authBasicBearer, "/file/create": authBasicBearer, "/file/content": authBasicBearer,
 		"/table/query": authBasicBearer, "/feedback/create": authBasicBearer, "/feedback/batch/create": authBasicBearer,
-		"/refs/read_batch": authBasicBearer, "/graphql": authBasicBearer, "/otel/v1/traces": authBasicBearer,
+		"/refs/read_batch": authBasicBearer, "/graphql": authBasicBearer, "/files/e/p/r/file_stream": authBasicBearer, "/wandb/uploads/t": authNone, "/otel/v1/traces": authBasicBearer,
 		"/v2/alice/p1/calls/complete": authBasicBearer, "/v2/alice/p1/call/start": authBasicBearer, "/v2/alice/p1/call/end": authBasicBearer,
 		"/v2/alice/p1/datasets": authNone, // not served: the mux's 404
 	} {

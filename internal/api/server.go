@@ -108,6 +108,7 @@ type Server struct {
 	metrics *metrics
 	auth    *authCache
 	started time.Time
+	wandb   artifacts // W&B artifacts being logged (wandb.go)
 }
 
 // New builds the server over a store and a job queue, mounting the routes
@@ -169,6 +170,7 @@ func (s *Server) routes() {
 	s.registerModels()
 	s.registerJobs()
 	s.registerFiles()
+	s.registerWandB()
 	s.registerDashboard()
 	s.mux.Handle("GET /metrics", s.metrics.handler())
 	s.mux.HandleFunc("/", s.noRoute)

@@ -161,7 +161,7 @@ func validateSFT(data []byte) (sftRequest, error) {
 		return req, err
 	}
 	if req.FileID == "" {
-		return req, valueErr("training_data_url", "must be the id of an uploaded file (file-...)")
+		return req, valueErr("training_data_url", "must be the id of an uploaded file (file-...) or a W&B artifact logged to flywheel (wandb-artifact:///entity/project/name:vN)")
 	}
 	for _, o := range []struct {
 		key string

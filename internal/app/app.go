@@ -229,6 +229,7 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 		acfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use
 	}
 	a.handler = api.New(acfg, a.Store, a.Queue, a.Chat, a.Calls, a.Runs, api.RegistrarFunc(ui.Register))
+	a.Calls.ExtendGraphQL(a.handler.WandBGraphQL) // W&B artifacts on the one /graphql
 	if err := a.handler.Registry().Register(a.Chat); err != nil {
 		cfg.Logger.Warn("serve metrics not registered", "err", err)
 	}

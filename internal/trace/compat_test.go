@@ -24,7 +24,8 @@ func TestGraphQL(t *testing.T) {
 		t.Fatalf("upsert: %v", m)
 	}
 	_, out = e.post("alice", "/graphql", map[string]any{"query": `query DefaultEntity { viewer { username defaultEntity { name } } }`})
-	if string(out) != `{"data":{"viewer":{"defaultEntity":{"name":"alice"},"username":"alice"}}}`+"\n" {
+	// (the fields the wandb SDK's Viewer queries ask too: entity, id, flags, teams)
+	if string(out) != `{"data":{"viewer":{"defaultEntity":{"name":"alice"},"entity":"alice","flags":"{}","id":"user-alice","teams":{"edges":[]},"username":"alice"}}}`+"\n" {
 		t.Fatalf("viewer: %s", out)
 	}
 	_, out = e.post("alice", "/graphql", map[string]any{"query": `query Runs { runs { name } }`})

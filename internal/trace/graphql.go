@@ -51,7 +51,11 @@ func (s *Service) handleGraphQL(w http.ResponseWriter, r *http.Request, p *auth.
 		return v
 	}
 	var data any
-	switch m[1] {
+	op := m[1]
+	if _, weave := req.Variables["entityName"]; op == "project" && !weave {
+		op = "" // the wandb SDK's project(entityName: $entity, ...): ExtendGraphQL's
+	}
+	switch op {
 	case "project", "upsertModel":
 		entity, name := str("entityName"), str("name")
 		if m[1] == "upsertModel" {
@@ -66,15 +70,36 @@ func (s *Service) handleGraphQL(w http.ResponseWriter, r *http.Request, p *auth.
 			data = map[string]any{"upsertModel": map[string]any{"model": map[string]any{"name": name, "description": nil}}}
 		}
 	case "viewer":
-		data = map[string]any{"viewer": map[string]any{"username": p.UserName, "defaultEntity": map[string]any{"name": p.PersonalEntity}}}
+		data = map[string]any{"viewer": map[string]any{"id": p.UserID, "username": p.UserName, "entity": p.PersonalEntity,
+			"defaultEntity": map[string]any{"name": p.PersonalEntity}, "flags": "{}", "teams": map[string]any{"edges": []any{}}}}
 	case "serverInfo":
-		data = map[string]any{"serverInfo": map[string]any{"frontendHost": ""}}
+		data = map[string]any{"serverInfo": map[string]any{"frontendHost": "", "features": []any{}}}
 	default:
-		return graphqlError(w, "flywheel answers only the GraphQL queries Weave's SDK needs (project, upsertModel, viewer, serverInfo), not "+m[1], "NOT_SERVED")
+		if s.extra != nil {
+			d, ok, err := s.extra(r, p, m[1], req.Variables)
+			if err != nil {
+				return graphqlError(w, err.Error(), "BAD_REQUEST")
+			}
+			if ok {
+				data = map[string]any{m[1]: d}
+				break
+			}
+		}
+		s.log.Debug("graphql operation not served", "field", m[1])
+		return graphqlError(w, "flywheel answers only the GraphQL operations Weave's SDK and wandb's artifact upload need, not "+m[1], "NOT_SERVED")
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"data": data})
 	return nil
 }
+
+// GraphQLField answers the GraphQL root field op with its data (ok=false:
+// not a field it serves); an error becomes a GraphQL error naming it.
+type GraphQLField func(r *http.Request, p *auth.Principal, op string, vars map[string]any) (data any, ok bool, err error)
+
+// ExtendGraphQL adds the root fields another package serves (W&B
+// artifacts, internal/api) to this one /graphql endpoint. Call it before
+// serving.
+func (s *Service) ExtendGraphQL(f GraphQLField) { s.extra = f }
 
 // graphqlError answers a GraphQL error (HTTP 200, as GraphQL servers do).
 func graphqlError(w http.ResponseWriter, msg, code string) error {

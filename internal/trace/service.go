@@ -93,6 +93,8 @@ type Service struct {
 
 	projMu   sync.RWMutex
 	projects map[string]int64 // "entity/name" -> trace_projects.id (projects are never deleted)
+
+	extra GraphQLField // root fields other packages serve on /graphql (ExtendGraphQL)
 }
 
 // New applies the call store's migrations to db, loads Options.PricesFile
