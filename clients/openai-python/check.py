@@ -160,25 +160,129 @@ def make_checks(openai, client, base: str, key: str):
         card = client.models.retrieve(name)
         ensure(card.id == name and card.owned_by == m["entity"], card)
 
+    def penalties_and_bias():
+        # A +100 bias on one token makes greedy decoding pick it every time;
+        # the penalties are accepted and reflected in the logprobs (their
+        # numbers are checked against a float64 reference in Go's tests).
+        r = client.chat.completions.create(
+            model=MODEL, messages=MSGS, max_tokens=6, temperature=0, logit_bias={"65": 100}, logprobs=True,
+            presence_penalty=0.5, frequency_penalty=0.1,
+            extra_body={"repetition_penalty": 1.1, "ignore_eos": True, "return_tokens_as_token_ids": True})
+        toks = [t.token for t in r.choices[0].logprobs.content]
+        ensure(len(toks) == 6 and all(t == "token_id:65" for t in toks), toks)
+        rejects(lambda: client.chat.completions.create(model=MODEL, messages=MSGS, frequency_penalty=3),
+                openai.BadRequestError, "frequency_penalty out of range",
+                lambda e: ensure(e.param == "frequency_penalty", e.param))
+
     def parse():
-        from pydantic import BaseModel
+        from typing import Literal, Optional, Union
+
+        from pydantic import BaseModel, ConfigDict
 
         class Forecast(BaseModel):
             city: str
             days: int
 
-        try:
-            r = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": "Weather in Paris?"}],
-                                              max_tokens=200, seed=1, response_format=Forecast)
-        except openai.BadRequestError as e:
-            if "response_format" in str(e):
-                return "skipped: this build does not serve response_format json_schema (" + str(e.message)[:200] + ")"
-            raise
+        r = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": "Weather in Paris?"}],
+                                          max_tokens=200, seed=1, response_format=Forecast)
         p = r.choices[0].message.parsed
         ensure(isinstance(p, Forecast), r)
 
+        # The SDK turns the model into a strict schema ($defs, $ref, anyOf
+        # with null, an enum of strings, additionalProperties: false).
+        class Pet(BaseModel):
+            model_config = ConfigDict(extra="forbid")
+            kind: str
+
+        class Person(BaseModel):
+            model_config = ConfigDict(extra="forbid")
+            name: str
+            age: int
+            tags: list[Literal["a", "b"]]
+            pet: Optional[Union[Pet, None]]
+
+        r = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": "A person."}],
+                                          max_tokens=80, n=4, temperature=1.5, seed=5, response_format=Person)
+        for c in r.choices:
+            p = c.message.parsed
+            ensure(isinstance(p, Person) and all(t in ("a", "b") for t in p.tags), c.message)
+            ensure(list(json.loads(c.message.content)) == ["name", "age", "tags", "pet"], c.message.content)
+
+    def structured_outputs():
+        o = client.chat.completions.create(model=MODEL, messages=MSGS, max_tokens=40, temperature=1.5, seed=1,
+                                           response_format={"type": "json_object"})
+        v = json.loads(o.choices[0].message.content)
+        ensure(isinstance(v, dict), o.choices[0].message.content)
+        rejects(lambda: client.chat.completions.create(
+            model=MODEL, messages=MSGS, response_format={"type": "json_schema", "json_schema": {
+                "name": "x", "schema": {"type": "string", "pattern": "^a"}}}),
+            openai.BadRequestError, "a schema keyword outside the subset",
+            lambda e: ensure(e.param == "response_format.json_schema.schema.pattern", e.param))
+        # a forced call of a strict tool follows its schema
+        fn = dict(WEATHER["function"], strict=True, parameters=dict(WEATHER["function"]["parameters"], additionalProperties=False))
+        t = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Weather?"}], max_tokens=100, seed=3, temperature=1.5,
+            tools=[{"type": "function", "function": fn}], tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        args = json.loads(t.choices[0].message.tool_calls[0].function.arguments)
+        ensure(isinstance(args.get("city"), str) and isinstance(args.get("days"), int) and len(args) == 2, args)
+
+    def completions():
+        r = client.completions.create(model=MODEL, prompt="The flywheel", max_tokens=6, temperature=0, echo=True, logprobs=2)
+        c = r.choices[0]
+        ensure(r.object == "text_completion" and c.text.startswith("The flywheel"), r)
+        lp = c.logprobs
+        ensure(len(lp.tokens) == len(lp.token_logprobs) and lp.token_logprobs[0] is None and lp.text_offset[0] == 0, lp)
+        ensure(all(x <= 0 for x in lp.token_logprobs[1:]) and len(lp.top_logprobs[-1]) == 2, lp)
+        ensure(r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, r.usage)
+        b = client.completions.create(model=MODEL, prompt=[[5, 6, 7], [8, 9]], max_tokens=3, n=2, seed=1,
+                                      extra_body={"prompt_logprobs": 1})
+        ensure([x.index for x in b.choices] == [0, 1, 2, 3], b)
+        pl = b.choices[0].model_extra["prompt_logprobs"]
+        ensure(len(pl) == 3 and pl[0] is None and "6" in pl[1] and pl[1]["6"]["logprob"] <= 0, pl)
+        p = dict(model=MODEL, prompt="Once", max_tokens=8, seed=2, temperature=1)
+        whole = client.completions.create(**p)
+        text, usage = "", None
+        for chunk in client.completions.create(**p, stream=True, stream_options={"include_usage": True}):
+            text += "".join(x.text for x in chunk.choices)
+            usage = chunk.usage or usage
+        ensure(text == whole.choices[0].text and usage and usage.completion_tokens == whole.usage.completion_tokens,
+               f"streamed {text!r} vs {whole.choices[0].text!r}")
+        rejects(lambda: client.completions.create(model=MODEL, prompt="x", suffix="y"), openai.BadRequestError,
+                "suffix", lambda e: ensure(e.param == "suffix", e.param))
+
+    def responses():
+        # The Agents SDK's shape: input items, function tools with strict, store.
+        tool = {"type": "function", "name": "get_weather", "description": "Weather", "strict": True,
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                               "additionalProperties": False}}
+        r1 = client.responses.create(
+            model=MODEL, instructions="You are terse.", input=[{"role": "user", "content": "Weather in Paris?"}],
+            tools=[tool], tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=60, store=True,
+            parallel_tool_calls=False, truncation="disabled", include=[], text={"format": {"type": "text"}})
+        call = next((o for o in r1.output if o.type == "function_call"), None)
+        ensure(r1.object == "response" and call is not None and call.name == "get_weather"
+               and isinstance(json.loads(call.arguments).get("city"), str), r1)
+        r2 = client.responses.create(model=MODEL, previous_response_id=r1.id, tools=[tool], max_output_tokens=6,
+                                     input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+        ensure(r2.previous_response_id == r1.id and isinstance(r2.output_text, str)
+               and r2.usage.input_tokens > r1.usage.input_tokens, r2)
+        # streamed events assemble the text
+        text, done, kinds = "", None, []
+        for ev in client.responses.create(model=MODEL, input="Hello", max_output_tokens=8, stream=True):
+            kinds.append(ev.type)
+            if ev.type == "response.output_text.delta":
+                text += ev.delta
+            if ev.type == "response.completed":
+                done = ev.response
+        ensure(kinds[0] == "response.created" and kinds[-1] == "response.completed", kinds)
+        ensure(done is not None and done.status and done.output[0].content[0].text == text, f"streamed {text!r} vs {done}")
+        rejects(lambda: client.responses.create(model=MODEL, input="x", previous_response_id="resp_nope"),
+                openai.NotFoundError, "an unknown previous_response_id",
+                lambda e: ensure(e.param == "previous_response_id", e.param))
+
     return {"models": models, "plain": plain, "n_seed_logprobs": n_seed_logprobs, "streaming": streaming, "tools": tools,
-            "files": files, "errors": errors, "trained_model": trained_model, "parse": parse}
+            "files": files, "errors": errors, "trained_model": trained_model, "penalties_and_bias": penalties_and_bias, "parse": parse,
+            "structured_outputs": structured_outputs, "completions": completions, "responses": responses}
 
 
 def main(binary: str) -> int:
