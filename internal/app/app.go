@@ -198,6 +198,13 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	if sopts.Logger == nil {
 		sopts.Logger = cfg.Logger
 	}
+	if sopts.Responses == nil {
+		rs, ok := a.Store.(store.Responses)
+		if !ok {
+			return nil, errors.New("app: the store keeps no stored responses")
+		}
+		sopts.Responses = rs
+	}
 	a.Chat = serve.New(a.Models, serve.NewStoreResolver(a.Store), a.Calls, sopts)
 	a.closers = append(a.closers, a.Chat.Close)
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/tiny"
 	"flywheel/internal/httpx"
+	"flywheel/internal/store"
 )
 
 const testKey = "test-key"
@@ -124,6 +126,14 @@ func newTestEnvWith(t testing.TB, reg *engine.Registry, opts Options) *testEnv {
 	t.Helper()
 	rec := &fakeRecorder{}
 	res := &fakeResolver{}
+	if opts.Responses == nil {
+		db, err := store.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "flywheel.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		opts.Responses = db
+	}
 	srv := New(reg, res, rec, opts)
 	mux := http.NewServeMux()
 	srv.Register(mux)

@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
+	"flywheel/internal/store"
 )
 
 // The Responses API (POST /v1/responses, the default of OpenAI's Agents SDK)
@@ -20,16 +20,23 @@ import (
 // input items become chat messages (function calls and their outputs
 // included), function tools and text.format become chat's tools and
 // response_format, and the chat completion's one choice becomes output
-// items. A stored response (store, default true) keeps its conversation so
-// that previous_response_id continues it, per user, in memory, bounded by
-// Options.MaxStoredResponses (oldest dropped first) and ResponseRetention.
+// items. A stored response (store, default true) is kept in the database
+// (Options.Responses: every node of a shared database and a restarted one
+// continue it) with the conversation it ends, so that previous_response_id
+// continues it and GET/DELETE /v1/responses/{id} reach it; per user, the
+// newest Options.MaxStoredResponses for ResponseRetention, each
+// conversation at most Options.MaxStoredResponseBytes (checked before
+// generating, so a stored one exceeds it by at most its own output).
 
 const (
 	// DefaultMaxStoredResponses is Options.MaxStoredResponses's default.
 	DefaultMaxStoredResponses = 10000
 	// ResponseRetention is how long a stored response can be continued.
 	ResponseRetention = 24 * time.Hour
-	responsesOp       = "responses"
+	// DefaultMaxStoredResponseBytes is Options.MaxStoredResponseBytes's
+	// default.
+	DefaultMaxStoredResponseBytes = 8 << 20
+	responsesOp                   = "responses"
 )
 
 // ResponseRequest is the body of POST /v1/responses.
@@ -105,46 +112,95 @@ type responseUsage struct {
 	TotalTokens         int            `json:"total_tokens"`
 }
 
-// storedResponse is what previous_response_id continues: the conversation
-// up to and including the response's output (instructions excluded, as
-// OpenAI does not carry them over).
-type storedResponse struct {
-	user    string
-	history []ChatMessage
-	at      time.Time
+// previousHistory returns the conversation user's stored response id
+// ends: 404 naming previous_response_id when it is missing, expired or
+// another user's.
+func (s *Server) previousHistory(ctx context.Context, user, id string) ([]ChatMessage, error) {
+	if s.opts.Responses == nil {
+		return nil, unsupported("previous_response_id", "this server keeps no stored responses")
+	}
+	sr, err := s.opts.Responses.ResponseByID(ctx, user, id, ResponseRetention)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, &httpx.Error{Status: http.StatusNotFound, Param: "previous_response_id", Code: "previous_response_not_found",
+			Message: fmt.Sprintf("Previous response with id '%s' not found.", truncate(id, 64))}
+	}
+	if err != nil {
+		return nil, err
+	}
+	var history []ChatMessage
+	if err := json.Unmarshal(sr.History, &history); err != nil {
+		return nil, fmt.Errorf("stored response %s: %w", id, err)
+	}
+	return history, nil
 }
 
-// responseStore keeps stored responses in memory, per user, bounded.
-type responseStore struct {
-	mu    sync.Mutex
-	max   int
-	byID  map[string]*storedResponse
-	order []string // insertion order, for eviction
-}
-
-func (rs *responseStore) put(id string, r *storedResponse) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	if rs.byID == nil {
-		rs.byID = map[string]*storedResponse{}
+// storeResponse keeps resp and the conversation it ends for
+// previous_response_id and GET /v1/responses/{id}; on failure the response
+// is answered unstored (store: false), saying so in the log.
+func (s *Server) storeResponse(ctx context.Context, user string, resp *Response, history []ChatMessage) {
+	if s.opts.Responses == nil {
+		resp.Store = false
+		return
 	}
-	rs.byID[id] = r
-	rs.order = append(rs.order, id)
-	for len(rs.byID) > rs.max && len(rs.order) > 0 {
-		delete(rs.byID, rs.order[0])
-		rs.order = rs.order[1:]
+	sr := store.StoredResponse{ID: resp.ID, UserID: user, Response: mustJSON(resp), History: mustJSON(history)}
+	if err := s.opts.Responses.PutResponse(context.WithoutCancel(ctx), sr, s.opts.MaxStoredResponses, ResponseRetention); err != nil {
+		s.log.Warn("storing a response failed; answered unstored", "id", resp.ID, "err", err)
+		resp.Store = false
 	}
 }
 
-// get returns user's stored response id; another user's is not found.
-func (rs *responseStore) get(user, id string) (*storedResponse, bool) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	r, ok := rs.byID[id]
-	if !ok || r.user != user || time.Since(r.at) > ResponseRetention {
-		return nil, false
+// handleGetResponse is GET /v1/responses/{id}: the user's stored response
+// as it was answered.
+func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request) {
+	var sr store.StoredResponse
+	if s.onStoredResponse(w, r, func(ctx context.Context, rs store.Responses, user, id string) (err error) {
+		sr, err = rs.ResponseByID(ctx, user, id, ResponseRetention)
+		return err
+	}) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(sr.Response)
 	}
-	return r, true
+}
+
+// handleDeleteResponse is DELETE /v1/responses/{id}.
+func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request) {
+	if s.onStoredResponse(w, r, func(ctx context.Context, rs store.Responses, user, id string) error {
+		return rs.DeleteResponse(ctx, user, id)
+	}) {
+		httpx.WriteJSON(w, http.StatusOK, struct {
+			ID      string `json:"id"`
+			Object  string `json:"object"`
+			Deleted bool   `json:"deleted"`
+		}{r.PathValue("id"), "response", true})
+	}
+}
+
+// onStoredResponse runs op on the path's response id for the request's
+// user; when it fails it answers the error (a missing, expired or another
+// user's response is OpenAI's 404) and reports false.
+func (s *Server) onStoredResponse(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, rs store.Responses, user, id string) error) bool {
+	id := r.PathValue("id")
+	p, err := principal(r)
+	if err == nil {
+		err = responseNotFound(id)
+		if s.opts.Responses != nil {
+			err = op(r.Context(), s.opts.Responses, p.UserID, id)
+		}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		err = responseNotFound(id)
+	}
+	if err != nil {
+		writeErr(w, err)
+		return false
+	}
+	return true
+}
+
+// responseNotFound is OpenAI's 404 for a response id.
+func responseNotFound(id string) error {
+	return &httpx.Error{Status: http.StatusNotFound, Code: "not_found",
+		Message: fmt.Sprintf("Response with id '%s' not found.", truncate(id, 64))}
 }
 
 // responseInput converts input (a string or a list of items) to chat
@@ -240,7 +296,7 @@ func mustJSON(v any) json.RawMessage {
 
 // chatFromResponse builds the chat request a responses request runs as,
 // and the conversation it continues with.
-func (s *Server) chatFromResponse(p *auth.Principal, req *ResponseRequest) (*ChatRequest, []byte, []ChatMessage, error) {
+func (s *Server) chatFromResponse(ctx context.Context, p *auth.Principal, req *ResponseRequest) (*ChatRequest, []byte, []ChatMessage, error) {
 	if req.Background != nil && *req.Background {
 		return nil, nil, nil, unsupported("background", "background responses are not supported")
 	}
@@ -249,18 +305,21 @@ func (s *Server) chatFromResponse(p *auth.Principal, req *ResponseRequest) (*Cha
 	}
 	var history []ChatMessage
 	if req.PreviousResponseID != nil && *req.PreviousResponseID != "" {
-		prev, ok := s.responses.get(p.UserID, *req.PreviousResponseID)
-		if !ok {
-			return nil, nil, nil, &httpx.Error{Status: http.StatusNotFound, Param: "previous_response_id", Code: "previous_response_not_found",
-				Message: fmt.Sprintf("Previous response with id '%s' not found.", truncate(*req.PreviousResponseID, 64))}
+		prev, err := s.previousHistory(ctx, p.UserID, *req.PreviousResponseID)
+		if err != nil {
+			return nil, nil, nil, err
 		}
-		history = append(history, prev.history...)
+		history = prev
 	}
 	input, err := responseInput(req.Input)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	history = append(history, input...)
+	if n := len(mustJSON(history)); n > s.opts.MaxStoredResponseBytes {
+		return nil, nil, nil, &httpx.Error{Status: http.StatusRequestEntityTooLarge, Param: "input", Code: "conversation_too_large",
+			Message: fmt.Sprintf("input: the conversation (previous_response_id's and this input) is %d bytes, over the limit of %d", n, s.opts.MaxStoredResponseBytes)}
+	}
 	cr := &ChatRequest{Messages: history}
 	if req.Instructions != nil && *req.Instructions != "" {
 		cr.Messages = append([]ChatMessage{{Role: "system", Content: mustJSON(*req.Instructions)}}, history...)
@@ -318,7 +377,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	cr, chatBody, history, err := s.chatFromResponse(p, &req)
+	cr, chatBody, history, err := s.chatFromResponse(ctx, p, &req)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -370,9 +429,8 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.fillResponse(resp, cc, "msg_"+id[len("resp_"):])
-	store := req.Store == nil || *req.Store
-	if store {
-		s.responses.put(id, &storedResponse{user: p.UserID, history: append(history, cc.Choices[0].Message.asChatMessage()), at: time.Now()})
+	if resp.Store {
+		s.storeResponse(ctx, p.UserID, resp, append(history, cc.Choices[0].Message.asChatMessage()))
 	}
 	record := func(string) string {
 		return s.recordCall(ctx, p, pr.target, req.Model, responsesOp, started, body, resp, *cc.Usage, nil, "")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -169,5 +170,63 @@ func TestResponsesStreamAndFormat(t *testing.T) {
 	r := postJSON(t, env, "/v1/responses", `{"model":"flywheel/tiny","input":"x","text":{"format":{"type":"json_schema","name":"p","schema":{"type":"string","format":"date"}}}}`)
 	if r.status != 400 || !strings.Contains(r.body, `"param":"text.format.schema.format"`) {
 		t.Fatalf("schema error: %d %s", r.status, r.body)
+	}
+}
+
+// do sends method path with the test key and returns the answer.
+func do(t *testing.T, env *testEnv, method, path string) rawResp {
+	t.Helper()
+	req, _ := http.NewRequest(method, env.http.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return rawResp{resp.StatusCode, string(b), resp.Header, resp.Trailer}
+}
+
+// TestResponsesGetDeleteAndBound: GET /v1/responses/{id} answers the stored
+// response as created, another user's is a 404 (GET and DELETE), DELETE
+// removes it (then previous_response_id is a 404), store:false keeps
+// nothing, and a conversation over MaxStoredResponseBytes is a 413 naming
+// input.
+func TestResponsesGetDeleteAndBound(t *testing.T) {
+	env := newTestEnv(t, Options{MaxStoredResponseBytes: 400})
+	r := postJSON(t, env, "/v1/responses", `{"model":"flywheel/tiny","input":"Hello","max_output_tokens":4}`)
+	var created Response
+	if err := json.Unmarshal([]byte(r.body), &created); r.status != 200 || err != nil || !created.Store {
+		t.Fatalf("%d %s %v", r.status, r.body, err)
+	}
+	got := do(t, env, "GET", "/v1/responses/"+created.ID)
+	if got.status != 200 || got.body != strings.TrimSpace(r.body) {
+		t.Fatalf("GET: %d %s\nwant %s", got.status, got.body, r.body)
+	}
+	saved := *testPrincipal
+	testPrincipal.UserID = "u2"
+	otherGet, otherDel := do(t, env, "GET", "/v1/responses/"+created.ID), do(t, env, "DELETE", "/v1/responses/"+created.ID)
+	*testPrincipal = saved
+	if otherGet.status != 404 || otherDel.status != 404 || !strings.Contains(otherGet.body, `"code":"not_found"`) {
+		t.Fatalf("another user's: GET %d %s, DELETE %d %s", otherGet.status, otherGet.body, otherDel.status, otherDel.body)
+	}
+	del := do(t, env, "DELETE", "/v1/responses/"+created.ID)
+	if del.status != 200 || del.body != `{"id":"`+created.ID+`","object":"response","deleted":true}`+"\n" {
+		t.Fatalf("DELETE: %d %q", del.status, del.body)
+	}
+	if r := postJSON(t, env, "/v1/responses", `{"model":"flywheel/tiny","input":"x","previous_response_id":"`+created.ID+`"}`); r.status != 404 {
+		t.Fatalf("continuing a deleted response: %d %s", r.status, r.body)
+	}
+	r = postJSON(t, env, "/v1/responses", `{"model":"flywheel/tiny","input":"Hello","max_output_tokens":2,"store":false}`)
+	var unstored Response
+	if err := json.Unmarshal([]byte(r.body), &unstored); err != nil || unstored.Store {
+		t.Fatalf("store false: %s", r.body)
+	}
+	if got := do(t, env, "GET", "/v1/responses/"+unstored.ID); got.status != 404 {
+		t.Fatalf("an unstored response: %d %s", got.status, got.body)
+	}
+	r = postJSON(t, env, "/v1/responses", `{"model":"flywheel/tiny","input":"`+strings.Repeat("a", 500)+`","max_output_tokens":2}`)
+	if r.status != 413 || !strings.Contains(r.body, `"param":"input"`) || !strings.Contains(r.body, "over the limit of 400") {
+		t.Fatalf("over the bound: %d %s", r.status, r.body)
 	}
 }

@@ -129,6 +129,7 @@ import (
 	"flywheel/internal/engine/kernels"
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
+	"flywheel/internal/store"
 )
 
 // Target is a resolved model address: the base model to run and, for a
@@ -207,9 +208,15 @@ type Options struct {
 	// store for one completion; larger ones are recorded as a stub saying
 	// their size (default DefaultMaxRecordBytes).
 	MaxRecordBytes int
-	// MaxStoredResponses bounds the responses kept for
+	// MaxStoredResponses bounds the responses kept per user for
 	// previous_response_id (default DefaultMaxStoredResponses).
 	MaxStoredResponses int
+	// MaxStoredResponseBytes bounds the conversation a stored response
+	// continues (default DefaultMaxStoredResponseBytes).
+	MaxStoredResponseBytes int
+	// Responses keeps stored responses (the database); nil: responses are
+	// not stored and previous_response_id is refused.
+	Responses store.Responses
 }
 
 func (o *Options) defaults() {
@@ -238,6 +245,9 @@ func (o *Options) defaults() {
 	if o.MaxStoredResponses <= 0 {
 		o.MaxStoredResponses = DefaultMaxStoredResponses
 	}
+	if o.MaxStoredResponseBytes <= 0 {
+		o.MaxStoredResponseBytes = DefaultMaxStoredResponseBytes
+	}
 	if o.OpName == "" {
 		o.OpName = "chat.completions"
 	}
@@ -265,8 +275,6 @@ type Server struct {
 	baseAt    time.Time
 	baseOrder []string
 
-	responses *responseStore // stored responses (previous_response_id)
-
 	// newSampler makes each choice's sampler (tests replace it).
 	newSampler func(engine.SamplingParams) infer.Sampler
 }
@@ -281,7 +289,6 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 		prefix:     infer.NewPrefixCache(int64(opts.PrefixCacheMB) << 20),
 		models:     map[string]*lmodel{},
 		newSampler: newEngineSampler,
-		responses:  &responseStore{max: opts.MaxStoredResponses},
 	}
 }
 
@@ -291,6 +298,8 @@ func (s *Server) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
 	mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	mux.HandleFunc("GET /v1/responses/{id}", s.handleGetResponse)
+	mux.HandleFunc("DELETE /v1/responses/{id}", s.handleDeleteResponse)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/models/{model...}", s.handleModel)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
