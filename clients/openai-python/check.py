@@ -10,9 +10,12 @@ exercises models (list, retrieve), plain completions, n/seed/logprobs,
 streaming with usage (raw and through the SDK's stream helper), tools (forced
 and required, plain and streamed, then the tool result), files (upload,
 retrieve, list, content, delete), errors as the SDK's typed exceptions, a
-trained model by name, and client.chat.completions.parse (structured outputs)
-when the server serves response_format json_schema. Exits non-zero on any
-failure.
+trained model by name, penalties and logit_bias, structured outputs
+(client.chat.completions.parse with pydantic models, json_object, a strict
+tool), legacy completions (echo, logprobs, batched token-id prompts, vLLM's
+prompt_logprobs, streaming) and responses (the Agents SDK's request shape: a
+function tool, its output sent back with previous_response_id, streamed
+events; retrieve and delete). Exits non-zero on any failure.
 """
 
 from __future__ import annotations
@@ -276,6 +279,11 @@ def make_checks(openai, client, base: str, key: str):
                 done = ev.response
         ensure(kinds[0] == "response.created" and kinds[-1] == "response.completed", kinds)
         ensure(done is not None and done.status and done.output[0].content[0].text == text, f"streamed {text!r} vs {done}")
+        # stored: read back as created, deleted, then gone
+        got = client.responses.retrieve(r2.id)
+        ensure(got.id == r2.id and got.output_text == r2.output_text and got.previous_response_id == r1.id, got)
+        client.responses.delete(r2.id)
+        rejects(lambda: client.responses.retrieve(r2.id), openai.NotFoundError, "a deleted response")
         rejects(lambda: client.responses.create(model=MODEL, input="x", previous_response_id="resp_nope"),
                 openai.NotFoundError, "an unknown previous_response_id",
                 lambda e: ensure(e.param == "previous_response_id", e.param))
