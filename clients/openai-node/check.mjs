@@ -9,7 +9,7 @@
 // json_schema through chat.completions.parse), legacy completions (text and
 // token-id prompts, echo, logprobs, streaming, vLLM's prompt_logprobs),
 // responses (the Agents SDK's request shape, tools across turns with
-// previous_response_id, streamed events),
+// previous_response_id, streamed events; retrieve, delete),
 // files (upload, retrieve, list, content, delete) and errors, which must
 // arrive as the SDK's typed exceptions. Exits non-zero on any failure.
 
@@ -277,6 +277,11 @@ const checks = {
     }
     const final = done?.output?.[0]?.content?.[0]?.text;
     assert(done?.status && final === text, `streamed ${JSON.stringify(text)} vs ${JSON.stringify(final)}`);
+    // stored: read back as created, deleted, then gone
+    const got = await client.responses.retrieve(r2.id);
+    assert(got.id === r2.id && got.output_text === r2.output_text && got.previous_response_id === r1.id, JSON.stringify(got));
+    await client.responses.delete(r2.id);
+    await rejects(client.responses.retrieve(r2.id), NotFoundError, null, "a deleted response");
     await rejects(client.responses.create({ model: MODEL, input: "x", previous_response_id: "resp_nope" }), NotFoundError,
       (e) => assert(e.param === "previous_response_id", `param ${e.param}`), "an unknown previous_response_id");
   },
