@@ -40,13 +40,28 @@ func (s *sqlDB) PutResponse(ctx context.Context, r StoredResponse, keep int, max
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = now()
 	}
-	return s.tx(ctx, func(tx *rtx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO responses (id, user_id, response, history, created_at) VALUES (?, ?, ?, ?, ?)`,
-			r.ID, r.UserID, string(r.Response), string(r.History), FormatTime(r.CreatedAt)); err != nil {
-			return fmt.Errorf("insert response: %w", err)
+	// Expired rows go first, everyone's, one pruner at a time (concurrent
+	// deletes of overlapping rows could deadlock on PostgreSQL).
+	if err := s.tx(ctx, func(tx *rtx) error {
+		if err := s.d.serialize(ctx, tx, "responses"); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM responses WHERE created_at < ?`, FormatTime(now().Add(-maxAge))); err != nil {
 			return fmt.Errorf("prune responses: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// Then the user's stores, one at a time per user: insert, keep the
+	// newest keep.
+	return s.tx(ctx, func(tx *rtx) error {
+		if err := s.d.serialize(ctx, tx, "responses:"+r.UserID); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO responses (id, user_id, response, history, created_at) VALUES (?, ?, ?, ?, ?)`,
+			r.ID, r.UserID, string(r.Response), string(r.History), FormatTime(r.CreatedAt)); err != nil {
+			return fmt.Errorf("insert response: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, `DELETE FROM responses WHERE user_id = ? AND id NOT IN (
 			SELECT id FROM responses WHERE user_id = ? ORDER BY created_at DESC, id DESC LIMIT ?)`, r.UserID, r.UserID, keep); err != nil {

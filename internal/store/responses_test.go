@@ -56,8 +56,37 @@ func TestResponses(t *testing.T) {
 		}
 		// older than the maximum age: not found, and pruned by the next put
 		put("resp_old", "u3", time.Now().Add(-2*age))
+		if _, err := st.ResponseByID(ctx, "u3", "resp_old", age); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("an expired response was answered: %v", err)
+		}
+		put("resp_new", "u4", time.Now())
 		if _, err := st.ResponseByID(ctx, "u3", "resp_old", 3*age); !errors.Is(err, store.ErrNotFound) {
-			t.Fatalf("an expired response was kept: %v", err)
+			t.Fatalf("an expired response was not pruned by the next store: %v", err)
+		}
+		// concurrent stores (other nodes on PostgreSQL) all succeed and keep
+		// the bound
+		errs := make(chan error, 16)
+		for i := range 16 {
+			go func() {
+				errs <- st.PutResponse(ctx, store.StoredResponse{ID: fmt.Sprintf("resp_c%d", i), UserID: fmt.Sprintf("c%d", i%2),
+					Response: []byte(`{}`), History: []byte(`[]`)}, keep, age)
+			}()
+		}
+		for range 16 {
+			if err := <-errs; err != nil {
+				t.Fatalf("concurrent store: %v", err)
+			}
+		}
+		for _, user := range []string{"c0", "c1"} {
+			n := 0
+			for i := range 16 {
+				if _, err := st.ResponseByID(ctx, user, fmt.Sprintf("resp_c%d", i), age); err == nil {
+					n++
+				}
+			}
+			if n != keep {
+				t.Errorf("user %s keeps %d responses, want %d", user, n, keep)
+			}
 		}
 		if err := st.DeleteResponse(ctx, "u1", "resp_n3"); err != nil {
 			t.Fatal(err)
