@@ -16,9 +16,9 @@ import (
 )
 
 func (s *Server) registerFileRoutes() {
-	s.mux.HandleFunc("GET /v1/files", s.h(s.listFiles))
-	s.mux.HandleFunc("GET /v1/files/{file_id}/content", s.h(s.fileContent))
-	s.mux.HandleFunc("DELETE /v1/files/{file_id}", s.h(s.deleteFile))
+	s.openai.HandleFunc("GET /v1/files", s.h(s.listFiles))
+	s.openai.HandleFunc("GET /v1/files/{file_id}/content", s.h(s.fileContent))
+	s.openai.HandleFunc("DELETE /v1/files/{file_id}", s.h(s.deleteFile))
 }
 
 // filePurposes are the purposes OpenAI accepts on upload. Only "fine-tune"

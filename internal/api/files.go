@@ -16,8 +16,8 @@ import (
 )
 
 func (s *Server) registerFiles() {
-	s.mux.HandleFunc("POST /v1/files", s.h(s.uploadFile))
-	s.mux.HandleFunc("GET /v1/files/{file_id}", s.h(s.getFile))
+	s.openai.HandleFunc("POST /v1/files", s.h(s.uploadFile))
+	s.openai.HandleFunc("GET /v1/files/{file_id}", s.h(s.getFile))
 	s.registerFileRoutes()
 }
 

@@ -16,11 +16,11 @@ import (
 )
 
 func (s *Server) registerJobs() {
-	s.mux.HandleFunc("POST /v1/preview/training-jobs", s.h(s.createRLJob))
-	s.mux.HandleFunc("POST /v1/preview/sft-training-jobs", s.h(s.createSFTJob))
-	s.mux.HandleFunc("GET /v1/preview/training-jobs/{job_id}", s.h(s.getJob))
-	s.mux.HandleFunc("GET /v1/preview/training-jobs/{job_id}/events", s.h(s.listEvents))
-	s.mux.HandleFunc("POST /v1/preview/training-jobs/{job_id}/cancel", s.h(s.cancelJob))
+	s.openai.HandleFunc("POST /v1/preview/training-jobs", s.h(s.createRLJob))
+	s.openai.HandleFunc("POST /v1/preview/sft-training-jobs", s.h(s.createSFTJob))
+	s.openai.HandleFunc("GET /v1/preview/training-jobs/{job_id}", s.h(s.getJob))
+	s.openai.HandleFunc("GET /v1/preview/training-jobs/{job_id}/events", s.h(s.listEvents))
+	s.openai.HandleFunc("POST /v1/preview/training-jobs/{job_id}/cancel", s.h(s.cancelJob))
 }
 
 // flushEvery is how much of a body readBody accumulates before handing it

@@ -16,13 +16,13 @@ import (
 )
 
 func (s *Server) registerModels() {
-	s.mux.HandleFunc("POST /v1/preview/models", s.h(s.createModel))
-	s.mux.HandleFunc("GET /v1/preview/models", s.h(s.listModels))
-	s.mux.HandleFunc("GET /v1/preview/models/{model_id}", s.h(s.getModel))
-	s.mux.HandleFunc("DELETE /v1/preview/models/{model_id}", s.h(s.deleteModel))
-	s.mux.HandleFunc("GET /v1/preview/models/{model_id}/checkpoints", s.h(s.listCheckpoints))
-	s.mux.HandleFunc("DELETE /v1/preview/models/{model_id}/checkpoints", s.h(s.deleteCheckpoints))
-	s.mux.HandleFunc("POST /v1/preview/models/{model_id}/log", s.h(s.logModel))
+	s.openai.HandleFunc("POST /v1/preview/models", s.h(s.createModel))
+	s.openai.HandleFunc("GET /v1/preview/models", s.h(s.listModels))
+	s.openai.HandleFunc("GET /v1/preview/models/{model_id}", s.h(s.getModel))
+	s.openai.HandleFunc("DELETE /v1/preview/models/{model_id}", s.h(s.deleteModel))
+	s.openai.HandleFunc("GET /v1/preview/models/{model_id}/checkpoints", s.h(s.listCheckpoints))
+	s.openai.HandleFunc("DELETE /v1/preview/models/{model_id}/checkpoints", s.h(s.deleteCheckpoints))
+	s.openai.HandleFunc("POST /v1/preview/models/{model_id}/log", s.h(s.logModel))
 }
 
 func modelJSON(m store.Model) map[string]any {

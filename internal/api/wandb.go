@@ -432,6 +432,7 @@ func (s *Server) handleFileStream(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (s *Server) registerWandB() {
-	s.mux.HandleFunc("PUT /wandb/uploads/{token}", s.h(s.handleArtifactUpload))
-	s.mux.HandleFunc("POST /files/{entity}/{project}/{run}/file_stream", s.h(s.handleFileStream))
+	// Public: the path holds the upload's one-use secret token.
+	s.public.HandleFunc("PUT /wandb/uploads/{token}", s.h(s.handleArtifactUpload))
+	s.rt.In(httpx.WandB).HandleFunc("POST /files/{entity}/{project}/{run}/file_stream", s.h(s.handleFileStream))
 }

@@ -14,7 +14,8 @@ import (
 // Register mounts the routes (an api.Registrar). Go's patterns cannot
 // match a suffix inside a segment ("{run_id}:close"), so the handlers split
 // the ":verb" off the last segment themselves.
-func (s *Service) Register(mux *http.ServeMux) {
+func (s *Service) Register(rt *httpx.Routes) {
+	mux := rt.In(httpx.OpenAIAPI)
 	mux.Handle("POST /v1/training/runs:resolve", answer(s.resolve))
 	mux.Handle("GET /v1/training/runs/{run}", answer(s.getRun))
 	mux.Handle("POST /v1/training/runs/{run}", answer(s.runVerb))

@@ -126,7 +126,7 @@ func newTestEnvWith(t testing.TB, reg *engine.Registry, opts Options) *testEnv {
 	res := &fakeResolver{}
 	srv := New(reg, res, rec, opts)
 	mux := http.NewServeMux()
-	srv.Register(mux)
+	srv.Register(httpx.NewRoutes(mux))
 	hs := httptest.NewServer(authMiddleware(mux))
 	t.Cleanup(func() {
 		hs.Close()

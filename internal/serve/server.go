@@ -11,7 +11,7 @@
 // # Wiring
 //
 //	srv := serve.New(registry, serve.NewStoreResolver(st), traceService, serve.Options{Logger: log})
-//	srv.Register(mux) // behind the Bearer-auth middleware
+//	srv.Register(rt) // in httpx.OpenAIAPI: behind the Bearer-auth middleware
 //	defer srv.Close()
 //
 // # Model addressing
@@ -285,8 +285,9 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 	}
 }
 
-// Register mounts the handlers on mux.
-func (s *Server) Register(mux *http.ServeMux) {
+// Register mounts the handlers in the Bearer-authenticated OpenAI group.
+func (s *Server) Register(rt *httpx.Routes) {
+	mux := rt.In(httpx.OpenAIAPI)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
