@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"flywheel/internal/auth"
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/httpx"
 	"flywheel/internal/jobs"
@@ -31,7 +30,7 @@ import (
 // Registrar mounts a package's routes on the root mux, with Go 1.22
 // patterns ("POST /call/read"). Routes are wrapped in the server's
 // middleware: by the time a handler of an authenticated group runs,
-// auth.FromContext holds the caller.
+// httpx.Principal returns the caller.
 //
 // A registrar names the group of every route where it mounts it
 // (rt.In(httpx.CallStore).HandleFunc(...)): the group decides the route's
@@ -247,14 +246,4 @@ func (s *Server) h(fn handlerFunc) http.HandlerFunc {
 		}
 		writeError(w, r, err)
 	}
-}
-
-// principal returns the authenticated caller (present on every
-// authenticated route).
-func principal(r *http.Request) *auth.Principal {
-	p, _ := auth.FromContext(r.Context())
-	if p == nil {
-		return &auth.Principal{}
-	}
-	return p
 }

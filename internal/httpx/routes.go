@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"flywheel/internal/auth"
 )
 
 // Auth is how a route group authenticates its callers. Its zero value,
@@ -151,4 +153,16 @@ func (m *GroupMux) Handle(pattern string, h http.Handler) {
 // HandleFunc mounts h at pattern in the group.
 func (m *GroupMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
 	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Principal returns the caller the middleware authenticated for r's route
+// group, or a 401 when there is none (a route of the Public group, or a
+// handler served without the middleware). It is the one way handlers get
+// the caller.
+func Principal(r *http.Request) (*auth.Principal, error) {
+	if p, ok := auth.FromContext(r.Context()); ok && p != nil {
+		return p, nil
+	}
+	return nil, &Error{Status: http.StatusUnauthorized, Code: "invalid_api_key",
+		Message: "authentication required: send the API key as a Bearer token (or, on the call store, as the Basic auth password)"}
 }

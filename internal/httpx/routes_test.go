@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"flywheel/internal/auth"
 )
 
 // Lookup gives a matched route its declared group (the zero, denied Group
@@ -43,5 +45,19 @@ func TestRoutesLookup(t *testing.T) {
 	}
 	if (Group{}).Auth != AuthUndeclared {
 		t.Error("the zero Group is not denied")
+	}
+}
+
+// Principal is the caller the middleware put in the context, or a 401
+// (never an empty principal) when there is none.
+func TestPrincipal(t *testing.T) {
+	r := httptest.NewRequest("GET", "/v1/files", nil)
+	if p, err := Principal(r); p != nil || err == nil || err.(*Error).Status != http.StatusUnauthorized {
+		t.Errorf("no caller: %v, %v; want nil and a 401", p, err)
+	}
+	want := &auth.Principal{UserID: "u1", UserName: "alice", Entities: []string{"alice"}}
+	r = r.WithContext(auth.WithPrincipal(r.Context(), want))
+	if p, err := Principal(r); p != want || err != nil {
+		t.Errorf("caller: %v, %v; want %v", p, err, want)
 	}
 }

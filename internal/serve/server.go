@@ -465,20 +465,12 @@ func (t Target) fingerprint() string {
 
 func writeErr(w http.ResponseWriter, err error) { httpx.WriteOpenAIError(w, err) }
 
-func principal(r *http.Request) (*auth.Principal, error) {
-	p, ok := auth.FromContext(r.Context())
-	if !ok {
-		return nil, &httpx.Error{Status: http.StatusUnauthorized, Message: "missing or invalid API key", Code: "invalid_api_key"}
-	}
-	return p, nil
-}
-
 // handleModel is GET /v1/models/{model}: one model card, or 404
 // model_not_found. The id may be a base model, a trained model (latest
 // step or :step{N}) or either behind an artifact-URI prefix; slashes may
 // come escaped (the SDKs escape the id as one path segment).
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
-	p, err := principal(r)
+	p, err := httpx.Principal(r)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -505,7 +497,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 
 // handleModels is GET /v1/models.
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	p, err := principal(r)
+	p, err := httpx.Principal(r)
 	if err != nil {
 		writeErr(w, err)
 		return

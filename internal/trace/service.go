@@ -165,7 +165,7 @@ func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
 }
 
 // Register mounts the call-store routes on mux: calls, costs, objects and
-// files. Authentication happens before these handlers (auth.FromContext);
+// files. Authentication happens before these handlers (httpx.Principal);
 // without a principal they answer 401. GET /health and GET /server_info need
 // no principal.
 func (s *Service) Register(rt *httpx.Routes) {
@@ -223,9 +223,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, p *auth.Principal,
 // under the size cap (413), and the {"reason"} error envelope.
 func (s *Service) handle(h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, ok := auth.FromContext(r.Context())
-		if !ok {
-			httpx.WriteReason(w, httpx.Errorf(http.StatusUnauthorized, "authentication required: send the API key as the Basic auth password or as a Bearer token"))
+		p, err := httpx.Principal(r)
+		if err != nil {
+			httpx.WriteReason(w, err)
 			return
 		}
 		body, err := readBody(w, r, s.opts.MaxBodyBytes)
