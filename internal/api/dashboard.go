@@ -27,9 +27,9 @@ type ChoiceLinker interface {
 // jobs across models, a model's per-gradient-step history, and what trained
 // a checkpoint. Same auth and tenancy as every /v1 route.
 func (s *Server) registerDashboard() {
-	s.mux.HandleFunc("GET /v1/preview/training-jobs", s.h(s.listJobs))
-	s.mux.HandleFunc("GET /v1/preview/models/{model_id}/events", s.h(s.listModelEvents))
-	s.mux.HandleFunc("GET /v1/preview/models/{model_id}/checkpoints/{step}/trajectories", s.h(s.listTrajectories))
+	s.openai.HandleFunc("GET /v1/preview/training-jobs", s.h(s.listJobs))
+	s.openai.HandleFunc("GET /v1/preview/models/{model_id}/events", s.h(s.listModelEvents))
+	s.openai.HandleFunc("GET /v1/preview/models/{model_id}/checkpoints/{step}/trajectories", s.h(s.listTrajectories))
 }
 
 func (s *Server) lists() (store.Lists, error) {
@@ -42,6 +42,10 @@ func (s *Server) lists() (store.Lists, error) {
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
 	l, err := s.lists()
 	if err != nil {
 		return err
@@ -56,7 +60,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	list, more, err := l.ListJobs(r.Context(), principal(r).Entities, modelID, page)
+	list, more, err := l.ListJobs(r.Context(), caller.Entities, modelID, page)
 	if err != nil {
 		return err
 	}
@@ -97,6 +101,10 @@ func (s *Server) listModelEvents(w http.ResponseWriter, r *http.Request) error {
 // that made a checkpoint trained on (rl.TrajectoriesFile), each choice with
 // the call that sampled it when the call store has it ("call": null else).
 func (s *Server) listTrajectories(w http.ResponseWriter, r *http.Request) error {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
 	m, err := s.visibleModel(r, r.PathValue("model_id"), "model_id")
 	if err != nil {
 		return err
@@ -154,7 +162,7 @@ func (s *Server) listTrajectories(w http.ResponseWriter, r *http.Request) error 
 	}
 	links := map[string]trace.ChoiceLink{}
 	if s.cfg.Links != nil && len(fps) > 0 {
-		if links, err = s.cfg.Links.ChoiceLinks(r.Context(), principal(r), fps); err != nil {
+		if links, err = s.cfg.Links.ChoiceLinks(r.Context(), caller, fps); err != nil {
 			return err
 		}
 	}

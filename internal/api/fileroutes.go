@@ -16,9 +16,9 @@ import (
 )
 
 func (s *Server) registerFileRoutes() {
-	s.mux.HandleFunc("GET /v1/files", s.h(s.listFiles))
-	s.mux.HandleFunc("GET /v1/files/{file_id}/content", s.h(s.fileContent))
-	s.mux.HandleFunc("DELETE /v1/files/{file_id}", s.h(s.deleteFile))
+	s.openai.HandleFunc("GET /v1/files", s.h(s.listFiles))
+	s.openai.HandleFunc("GET /v1/files/{file_id}/content", s.h(s.fileContent))
+	s.openai.HandleFunc("DELETE /v1/files/{file_id}", s.h(s.deleteFile))
 }
 
 // filePurposes are the purposes OpenAI accepts on upload. Only "fine-tune"
@@ -39,9 +39,13 @@ func checkPurpose(purpose string) error {
 
 // visibleFile loads a file of the caller's; any other is 404.
 func (s *Server) visibleFile(r *http.Request) (store.File, error) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return store.File{}, perr
+	}
 	id := r.PathValue("file_id")
 	f, err := s.st.FileByID(r.Context(), id)
-	if err == nil && f.UserID == principal(r).UserID {
+	if err == nil && f.UserID == caller.UserID {
 		return f, nil
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -55,11 +59,15 @@ func (s *Server) visibleFile(r *http.Request) (store.File, error) {
 // listFiles is GET /v1/files?purpose&after&limit&order, OpenAI's cursor
 // list: newest first by default, limit 1..10000 (default 10000).
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
 	page, err := parsePage(r, filesPage)
 	if err != nil {
 		return err
 	}
-	files, more, err := s.st.ListFiles(r.Context(), principal(r).UserID, r.URL.Query().Get("purpose"), page)
+	files, more, err := s.st.ListFiles(r.Context(), caller.UserID, r.URL.Query().Get("purpose"), page)
 	if err != nil {
 		return err
 	}

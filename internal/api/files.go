@@ -16,8 +16,8 @@ import (
 )
 
 func (s *Server) registerFiles() {
-	s.mux.HandleFunc("POST /v1/files", s.h(s.uploadFile))
-	s.mux.HandleFunc("GET /v1/files/{file_id}", s.h(s.getFile))
+	s.openai.HandleFunc("POST /v1/files", s.h(s.uploadFile))
+	s.openai.HandleFunc("GET /v1/files/{file_id}", s.h(s.getFile))
 	s.registerFileRoutes()
 }
 
@@ -35,6 +35,10 @@ const maxLine = 64 << 20
 // and "purpose"). Files for fine-tuning are checked line by line:
 // {"messages": [...], "tools": [...]?}.
 func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if ct != "multipart/form-data" {
 		return httpx.Invalid("file", "invalid_request", "upload the file as multipart/form-data with fields \"file\" and \"purpose\"")
@@ -110,7 +114,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	if err := f.Commit(); err != nil {
 		return err
 	}
-	rec := store.File{ID: id, UserID: principal(r).UserID, Filename: filename, Purpose: purpose, Bytes: size, Path: dst}
+	rec := store.File{ID: id, UserID: caller.UserID, Filename: filename, Purpose: purpose, Bytes: size, Path: dst}
 	if err := s.st.CreateFile(r.Context(), rec); err != nil {
 		s.cfg.Storage.Remove(dst)
 		return err
@@ -160,8 +164,12 @@ func checkJSONL(path, param string) error {
 }
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
 	f, err := s.st.FileByID(r.Context(), r.PathValue("file_id"))
-	if err != nil || f.UserID != principal(r).UserID {
+	if err != nil || f.UserID != caller.UserID {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"flywheel/internal/api"
+	"flywheel/internal/httpx"
 )
 
 // Connections that announce large bodies and send nothing take no memory for
@@ -99,8 +100,8 @@ func TestSlowLiveBodyAndLongResponse(t *testing.T) {
 	// Gaps of a quarter of the timeout: a stall of 3/4 of it (a loaded
 	// machine under -race) still passes.
 	const timeout = time.Second
-	slow := api.RegistrarFunc(func(mux *http.ServeMux) {
-		mux.HandleFunc("POST /v1/slow-echo", func(w http.ResponseWriter, r *http.Request) {
+	slow := api.RegistrarFunc(func(rt *httpx.Routes) {
+		rt.In(httpx.OpenAIAPI).HandleFunc("POST /v1/slow-echo", func(w http.ResponseWriter, r *http.Request) {
 			b, err := io.ReadAll(r.Body)
 			if err != nil {
 				http.Error(w, err.Error(), 400)

@@ -14,10 +14,10 @@ import (
 const minFreeBytes = 256 << 20
 
 func (s *Server) registerHealth() {
-	s.mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+	s.public.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": s.cfg.Version})
 	})
-	s.mux.HandleFunc("GET /v1/system-check", s.systemCheck)
+	s.public.HandleFunc("GET /v1/system-check", s.systemCheck)
 }
 
 // systemCheck reports the health of the service's dependencies; 503 when

@@ -16,11 +16,11 @@ import (
 )
 
 func (s *Server) registerJobs() {
-	s.mux.HandleFunc("POST /v1/preview/training-jobs", s.h(s.createRLJob))
-	s.mux.HandleFunc("POST /v1/preview/sft-training-jobs", s.h(s.createSFTJob))
-	s.mux.HandleFunc("GET /v1/preview/training-jobs/{job_id}", s.h(s.getJob))
-	s.mux.HandleFunc("GET /v1/preview/training-jobs/{job_id}/events", s.h(s.listEvents))
-	s.mux.HandleFunc("POST /v1/preview/training-jobs/{job_id}/cancel", s.h(s.cancelJob))
+	s.openai.HandleFunc("POST /v1/preview/training-jobs", s.h(s.createRLJob))
+	s.openai.HandleFunc("POST /v1/preview/sft-training-jobs", s.h(s.createSFTJob))
+	s.openai.HandleFunc("GET /v1/preview/training-jobs/{job_id}", s.h(s.getJob))
+	s.openai.HandleFunc("GET /v1/preview/training-jobs/{job_id}/events", s.h(s.listEvents))
+	s.openai.HandleFunc("POST /v1/preview/training-jobs/{job_id}/cancel", s.h(s.cancelJob))
 }
 
 // flushEvery is how much of a body readBody accumulates before handing it
@@ -214,6 +214,10 @@ func timePtr(t *time.Time) any {
 }
 
 func (s *Server) createRLJob(w http.ResponseWriter, r *http.Request) error {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
 	pending, err := s.q.Prepare()
 	if err != nil {
 		return err
@@ -231,7 +235,7 @@ func (s *Server) createRLJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindRL, ExperimentalConfig: exp, CreatedBy: principal(r).UserID})
+	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindRL, ExperimentalConfig: exp, CreatedBy: caller.UserID})
 	if err != nil {
 		return err
 	}
@@ -242,6 +246,10 @@ func (s *Server) createRLJob(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
 	pending, err := s.q.Prepare()
 	if err != nil {
 		return err
@@ -269,7 +277,7 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil && strings.HasPrefix(fileID, wandbPrefix) {
 		return err
 	}
-	if err != nil || (f.UserID != principal(r).UserID && f.Purpose != wandbArtifactPurpose) {
+	if err != nil || (f.UserID != caller.UserID && f.Purpose != wandbArtifactPurpose) {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
@@ -285,7 +293,7 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindSFT, FileID: f.ID, Config: req.Config,
-		ExperimentalConfig: exp, CreatedBy: principal(r).UserID})
+		ExperimentalConfig: exp, CreatedBy: caller.UserID})
 	if err != nil {
 		return err
 	}
@@ -296,6 +304,10 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 
 // visibleJob loads a job whose model the caller may see.
 func (s *Server) visibleJob(r *http.Request) (store.Job, error) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return store.Job{}, perr
+	}
 	id := r.PathValue("job_id")
 	j, err := s.st.JobByID(r.Context(), id)
 	if err != nil {
@@ -305,7 +317,7 @@ func (s *Server) visibleJob(r *http.Request) (store.Job, error) {
 		return j, err
 	}
 	m, err := s.st.ModelByID(r.Context(), j.ModelID)
-	if err != nil || !principal(r).Member(m.Entity) {
+	if err != nil || !caller.Member(m.Entity) {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return j, err
 		}

@@ -31,50 +31,15 @@ func RequestID(ctx context.Context) string {
 	return id
 }
 
-// authMode is how a route group authenticates.
-type authMode int
-
-const (
-	authNone        authMode = iota
-	authBearer               // /v1/*, /tokenize, /detokenize
-	authBasicBearer          // the call store: /call/*, /calls/*, /cost/*, /obj/*, /objs/*, /file/*, /table/*, /feedback/*, /refs/*, /graphql, /otel/v1/traces
-)
-
-// routeAuth returns the authentication of a path.
-func routeAuth(path string) authMode {
-	switch {
-	case path == "/v1/health" || path == "/v1/system-check":
-		return authNone
-	case strings.HasPrefix(path, "/v1/"), path == "/v1", path == "/tokenize", path == "/detokenize":
-		return authBearer
-	case isCallStorePath(path), strings.HasPrefix(path, "/files/") && strings.HasSuffix(path, "/file_stream"):
-		return authBasicBearer
-	}
-	return authNone
-}
-
-func isCallStorePath(path string) bool {
-	return strings.HasPrefix(path, "/call/") || strings.HasPrefix(path, "/calls/") || strings.HasPrefix(path, "/cost/") ||
-		strings.HasPrefix(path, "/obj/") || strings.HasPrefix(path, "/objs/") || strings.HasPrefix(path, "/file/") ||
-		strings.HasPrefix(path, "/table/") || strings.HasPrefix(path, "/feedback/") || strings.HasPrefix(path, "/refs/") ||
-		path == "/graphql" || path == "/otel/v1/traces" || isCallStoreV2(path)
-}
-
-// isCallStoreV2 reports whether path is one of the call store's
-// /v2/{entity}/{project}/... write routes (Weave's Python SDK).
-func isCallStoreV2(path string) bool {
-	return strings.HasPrefix(path, "/v2/") && (strings.HasSuffix(path, "/calls/complete") ||
-		strings.HasSuffix(path, "/call/start") || strings.HasSuffix(path, "/call/end"))
-}
-
-// writeError writes err in the envelope of the request's route group:
-// {"reason"} under the call store, OpenAI's everywhere else.
+// writeError writes err in the envelope of the request's route group
+// (httpx.Group, chosen where the route is registered); OpenAI's when the
+// request did not come through the middleware.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
-	if isCallStorePath(r.URL.Path) {
-		httpx.WriteReason(w, err)
-		return
+	g := httpx.Public
+	if info, ok := r.Context().Value(infoKey{}).(*reqInfo); ok {
+		g = info.group
 	}
-	httpx.WriteOpenAIError(w, err)
+	g.WriteError(w, err)
 }
 
 // statusWriter records the status and size of a response. It unwraps to
@@ -123,7 +88,8 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // reqInfo is filled in as the request travels down the middleware.
 type reqInfo struct {
-	user string
+	user  string
+	group httpx.Group // the route's group (its auth and error envelope)
 }
 
 type infoKey struct{}
@@ -150,11 +116,11 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			id = uuid.Must(uuid.NewV7()).String()
 		}
 		w.Header().Set("X-Request-Id", id)
-		info := &reqInfo{}
+		route, group := s.rt.Lookup(r)
+		info := &reqInfo{group: group}
 		ctx := context.WithValue(r.Context(), requestIDKey, id)
 		ctx = context.WithValue(ctx, infoKey{}, info)
 		r = r.WithContext(ctx)
-		_, route := s.mux.Handler(r)
 		sw := &statusWriter{ResponseWriter: w}
 		if route == "" || route == "/" {
 			route = "unmatched"
@@ -194,11 +160,17 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			r.Body = newProgressBody(sw, r.Body, r.ContentLength, s.cfg.BodyReadTimeout)
 			r.Body = http.MaxBytesReader(sw, r.Body, s.cfg.MaxBodyBytes)
 		}
-		mode := routeAuth(r.URL.Path)
-		if mode != authNone {
+		switch mode := group.Auth; mode {
+		case httpx.AuthNone:
+		case httpx.AuthUndeclared:
+			// A route mounted without a group: denied, never public by accident.
+			s.log.Error("route declares no group; denied", "request_id", id, "route", route)
+			writeError(sw, r, unauthorized("this route declares no authentication; it is denied"))
+			return
+		default:
 			p, err := s.authenticate(r, mode)
 			if err != nil {
-				if mode == authBasicBearer {
+				if mode == httpx.AuthBasicBearer {
 					sw.Header().Set("WWW-Authenticate", `Basic realm="flywheel"`)
 				} else {
 					sw.Header().Set("WWW-Authenticate", `Bearer realm="flywheel"`)
@@ -214,19 +186,19 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 }
 
 // authenticate resolves the request's API key.
-func (s *Server) authenticate(r *http.Request, mode authMode) (*auth.Principal, error) {
+func (s *Server) authenticate(r *http.Request, mode httpx.Auth) (*auth.Principal, error) {
 	h := r.Header.Get("Authorization")
 	var key string
 	scheme, rest, _ := strings.Cut(h, " ")
 	switch {
 	case h == "":
-		if mode == authBasicBearer {
+		if mode == httpx.AuthBasicBearer {
 			return nil, unauthorized("missing credentials: send Authorization: Basic base64(user:API key)")
 		}
 		return nil, unauthorized("missing API key: send Authorization: Bearer <API key>")
 	case strings.EqualFold(scheme, "Bearer"):
 		key = strings.TrimSpace(rest)
-	case strings.EqualFold(scheme, "Basic") && mode == authBasicBearer:
+	case strings.EqualFold(scheme, "Basic") && mode == httpx.AuthBasicBearer:
 		_, pw, ok := r.BasicAuth()
 		if !ok {
 			return nil, unauthorized("malformed Basic credentials")

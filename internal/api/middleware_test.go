@@ -14,7 +14,9 @@ import (
 )
 
 // callStoreStub mounts routes the way the call-store package does.
-var callStoreStub = api.RegistrarFunc(func(mux *http.ServeMux) {
+var callStoreStub = api.RegistrarFunc(func(rt *httpx.Routes) {
+	rt.Prefix(httpx.CallStore, "/call/")
+	mux, openai := rt.In(httpx.CallStore), rt.In(httpx.OpenAIAPI)
 	mux.HandleFunc("POST /call/read", func(w http.ResponseWriter, r *http.Request) {
 		p, ok := auth.FromContext(r.Context())
 		if !ok {
@@ -23,13 +25,13 @@ var callStoreStub = api.RegistrarFunc(func(mux *http.ServeMux) {
 		}
 		httpx.WriteJSON(w, 200, map[string]any{"user": p.UserName, "entities": p.Entities})
 	})
-	mux.HandleFunc("GET /v1/boom", func(w http.ResponseWriter, r *http.Request) {
+	openai.HandleFunc("GET /v1/boom", func(w http.ResponseWriter, r *http.Request) {
 		panic("secret internal detail")
 	})
 	mux.HandleFunc("POST /call/boom", func(w http.ResponseWriter, r *http.Request) {
 		panic("secret internal detail")
 	})
-	mux.HandleFunc("POST /tokenize", func(w http.ResponseWriter, r *http.Request) {
+	openai.HandleFunc("POST /tokenize", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, 200, map[string]any{"ok": true})
 	})
 })

@@ -16,13 +16,13 @@ import (
 )
 
 func (s *Server) registerModels() {
-	s.mux.HandleFunc("POST /v1/preview/models", s.h(s.createModel))
-	s.mux.HandleFunc("GET /v1/preview/models", s.h(s.listModels))
-	s.mux.HandleFunc("GET /v1/preview/models/{model_id}", s.h(s.getModel))
-	s.mux.HandleFunc("DELETE /v1/preview/models/{model_id}", s.h(s.deleteModel))
-	s.mux.HandleFunc("GET /v1/preview/models/{model_id}/checkpoints", s.h(s.listCheckpoints))
-	s.mux.HandleFunc("DELETE /v1/preview/models/{model_id}/checkpoints", s.h(s.deleteCheckpoints))
-	s.mux.HandleFunc("POST /v1/preview/models/{model_id}/log", s.h(s.logModel))
+	s.openai.HandleFunc("POST /v1/preview/models", s.h(s.createModel))
+	s.openai.HandleFunc("GET /v1/preview/models", s.h(s.listModels))
+	s.openai.HandleFunc("GET /v1/preview/models/{model_id}", s.h(s.getModel))
+	s.openai.HandleFunc("DELETE /v1/preview/models/{model_id}", s.h(s.deleteModel))
+	s.openai.HandleFunc("GET /v1/preview/models/{model_id}/checkpoints", s.h(s.listCheckpoints))
+	s.openai.HandleFunc("DELETE /v1/preview/models/{model_id}/checkpoints", s.h(s.deleteCheckpoints))
+	s.openai.HandleFunc("POST /v1/preview/models/{model_id}/log", s.h(s.logModel))
 }
 
 func modelJSON(m store.Model) map[string]any {
@@ -47,8 +47,12 @@ func checkpointJSON(c store.Checkpoint) any {
 // visibleModel loads a model the caller may see; another entity's model is
 // reported missing, as the contract requires.
 func (s *Server) visibleModel(r *http.Request, id, param string) (store.Model, error) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return store.Model{}, perr
+	}
 	m, err := s.st.ModelByID(r.Context(), id)
-	if err == nil && principal(r).Member(m.Entity) {
+	if err == nil && caller.Member(m.Entity) {
 		return m, nil
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -96,11 +100,15 @@ type createModelRequest struct {
 }
 
 func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
 	var req createModelRequest
 	if err := httpx.DecodeJSON(r, &req); err != nil {
 		return err
 	}
-	p := principal(r)
+	p := caller
 	entity := p.PersonalEntity
 	if req.Entity != nil {
 		entity = *req.Entity
@@ -193,11 +201,15 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
 	page, err := parsePage(r, contractPage)
 	if err != nil {
 		return err
 	}
-	models, more, err := s.st.ListModelsPage(r.Context(), principal(r).Entities, page)
+	models, more, err := s.st.ListModelsPage(r.Context(), caller.Entities, page)
 	if err != nil {
 		return err
 	}

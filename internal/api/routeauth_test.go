@@ -1,25 +1,42 @@
-package api
+package api_test
 
-import "testing"
+import (
+	"net/http"
+	"testing"
 
-// Every route group gets its authentication: Bearer for the OpenAI-style
-// API, Basic or Bearer for the Weave-compatible trace server (calls, costs,
-// objects, files, tables, feedback, refs, OTLP export, the /v2 call writes,
-// and the W&B GraphQL questions of Weave's Python SDK), none for health
-// probes.
-func TestRouteAuth(t *testing.T) {
-	for path, want := range map[string]authMode{
-		"/v1/health": authNone, "/v1/system-check": authNone, "/health": authNone, "/server_info": authNone,
-		"/v1/chat/completions": authBearer, "/tokenize": authBearer, "/v1/training/runs:resolve": authBearer, "/v1/training/runs/r/operations/o": authBearer, "/detokenize": authBearer,
-		"/call/read": authBasicBearer, "/calls/stream_query": authBasicBearer, "/cost/create": authBasicBearer,
-		"/obj/create": authBasicBearer, "/objs/query": authBasicBearer, "/file/create": authBasicBearer, "/file/content": authBasicBearer,
-		"/table/query": authBasicBearer, "/feedback/create": authBasicBearer, "/feedback/batch/create": authBasicBearer,
-		"/refs/read_batch": authBasicBearer, "/graphql": authBasicBearer, "/files/e/p/r/file_stream": authBasicBearer, "/wandb/uploads/t": authNone, "/otel/v1/traces": authBasicBearer,
-		"/v2/alice/p1/calls/complete": authBasicBearer, "/v2/alice/p1/call/start": authBasicBearer, "/v2/alice/p1/call/end": authBasicBearer,
-		"/v2/alice/p1/datasets": authNone, // not served: the mux's 404
-	} {
-		if got := routeAuth(path); got != want {
-			t.Errorf("%s: auth %d, want %d", path, got, want)
+	"flywheel/internal/api"
+	"flywheel/internal/httpx"
+)
+
+// A route mounted without declaring a group is denied (401, in a JSON
+// envelope) even with a valid key, and a path no route matches is a 404:
+// nothing is public unless its registrar says so. The full table of every
+// route's group is internal/app's TestRouteGroups (the app's wiring).
+func TestUndeclaredRouteDenied(t *testing.T) {
+	served := false
+	undeclared := api.RegistrarFunc(func(rt *httpx.Routes) {
+		rt.In(httpx.Group{}).HandleFunc("GET /secret/{thing}", func(w http.ResponseWriter, r *http.Request) {
+			served = true
+			httpx.WriteJSON(w, 200, map[string]any{"leaked": true})
+		})
+	})
+	e := newEnv(t, envOpts{extra: []api.Registrar{undeclared}, noAuthTT: true})
+	for _, key := range []string{"", e.alice} {
+		r := e.do("GET", "/secret/x", key, nil)
+		if r.status != http.StatusUnauthorized || r.errCode() != "invalid_api_key" {
+			t.Errorf("undeclared route with key %q: %d %s, want 401 invalid_api_key", key, r.status, r.raw)
 		}
+	}
+	if served {
+		t.Error("the undeclared route's handler ran")
+	}
+	if r := e.do("GET", "/no/such/route", "", nil); r.status != http.StatusNotFound || r.errCode() != "not_found" {
+		t.Errorf("unknown path: %d %s, want 404 not_found", r.status, r.raw)
+	}
+	if r := e.do("GET", "/v1/no/such/route", "", nil); r.status != http.StatusUnauthorized {
+		t.Errorf("unknown path under /v1 without a key: %d %s, want 401", r.status, r.raw)
+	}
+	if r := e.do("GET", "/v1/no/such/route", e.alice, nil); r.status != http.StatusNotFound || r.errCode() != "not_found" {
+		t.Errorf("unknown path under /v1: %d %s, want 404 not_found", r.status, r.raw)
 	}
 }

@@ -20,7 +20,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"flywheel/internal/auth"
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/httpx"
 	"flywheel/internal/jobs"
@@ -30,17 +29,23 @@ import (
 
 // Registrar mounts a package's routes on the root mux, with Go 1.22
 // patterns ("POST /call/read"). Routes are wrapped in the server's
-// middleware: by the time a handler runs under an authenticated prefix,
-// auth.FromContext holds the caller.
+// middleware: by the time a handler of an authenticated group runs,
+// httpx.Principal returns the caller.
+//
+// A registrar names the group of every route where it mounts it
+// (rt.In(httpx.CallStore).HandleFunc(...)): the group decides the route's
+// authentication and error envelope. A route mounted without a group is
+// denied (401), and a path no route matches is a 404, so nothing is public
+// unless its registrar says so (httpx.Public).
 type Registrar interface {
-	Register(mux *http.ServeMux)
+	Register(rt *httpx.Routes)
 }
 
 // RegistrarFunc adapts a function to Registrar.
-type RegistrarFunc func(mux *http.ServeMux)
+type RegistrarFunc func(rt *httpx.Routes)
 
-// Register calls f(mux).
-func (f RegistrarFunc) Register(mux *http.ServeMux) { f(mux) }
+// Register calls f(rt).
+func (f RegistrarFunc) Register(rt *httpx.Routes) { f(rt) }
 
 // Queue is the job queue as the handlers use it (implemented by
 // *jobs.Queue).
@@ -101,6 +106,9 @@ type Server struct {
 	st      store.Store
 	q       Queue
 	mux     *http.ServeMux
+	rt      *httpx.Routes   // mux with each route's group
+	public  *httpx.GroupMux // routes in httpx.Public
+	openai  *httpx.GroupMux // routes in httpx.OpenAIAPI
 	handler http.Handler
 	layout  store.Layout
 	ck      *checkpoints.Manager
@@ -149,13 +157,21 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 		layout: store.Layout{DataDir: cfg.DataDir}, ck: cfg.Checkpoints, log: cfg.Logger,
 		auth: newAuthCache(cfg.AuthCacheTTL), started: time.Now(),
 	}
+	s.rt = httpx.NewRoutes(s.mux)
+	s.public, s.openai = s.rt.In(httpx.Public), s.rt.In(httpx.OpenAIAPI)
 	s.metrics = newMetrics(cfg.Registry, st)
 	s.routes()
 	for _, r := range extra {
-		r.Register(s.mux)
+		r.Register(s.rt)
 	}
 	s.handler = s.middleware(s.mux)
 	return s
+}
+
+// RouteGroup returns the group r is authenticated and answered in.
+func (s *Server) RouteGroup(r *http.Request) httpx.Group {
+	_, g := s.rt.Lookup(r)
+	return g
 }
 
 // ServeHTTP serves a request through the middleware and the root mux.
@@ -172,8 +188,10 @@ func (s *Server) routes() {
 	s.registerFiles()
 	s.registerWandB()
 	s.registerDashboard()
-	s.mux.Handle("GET /metrics", s.metrics.handler())
-	s.mux.HandleFunc("/", s.noRoute)
+	s.rt.Prefix(httpx.OpenAIAPI, "/v1/", "/v1")
+	s.public.Handle("GET /metrics", s.metrics.handler())
+	s.mux.HandleFunc("/", s.noRoute) // the catch-all: no route, in the path's group
+
 }
 
 // noRoute answers requests no pattern matched: 405 (with Allow) when the
@@ -228,14 +246,4 @@ func (s *Server) h(fn handlerFunc) http.HandlerFunc {
 		}
 		writeError(w, r, err)
 	}
-}
-
-// principal returns the authenticated caller (present on every
-// authenticated route).
-func principal(r *http.Request) *auth.Principal {
-	p, _ := auth.FromContext(r.Context())
-	if p == nil {
-		return &auth.Principal{}
-	}
-	return p
 }

@@ -248,9 +248,13 @@ func (s *Server) createArtifact(r *http.Request, p *auth.Principal, vars map[str
 // pendingFor returns the pending artifact of vars[key], which the caller
 // began.
 func (s *Server) pendingFor(r *http.Request, vars map[string]any, key string) (*pendingArtifact, error) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return nil, perr
+	}
 	id, _ := vars[key].(string)
 	pa, ok := s.wandb.pending[id]
-	if !ok || pa.userID != principal(r).UserID {
+	if !ok || pa.userID != caller.UserID {
 		return nil, fmt.Errorf("%s %q: no artifact being logged by you", key, id)
 	}
 	return pa, nil
@@ -398,11 +402,15 @@ func parseArtifactRef(ref string) (entity, project, name string, version int, er
 // resolveArtifactFile returns the stored file of a wandb-artifact:/// URL
 // the caller may read (a member of its entity); param names the field.
 func (s *Server) resolveArtifactFile(r *http.Request, url, param string) (store.File, error) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return store.File{}, perr
+	}
 	entity, project, name, version, err := parseArtifactRef(strings.TrimPrefix(url, wandbPrefix))
 	if err != nil {
 		return store.File{}, httpx.Invalid(param, "invalid_value", "%s %q: %s", param, url, err.Error())
 	}
-	if principal(r).Member(entity) {
+	if caller.Member(entity) {
 		f, err := s.st.FileByID(r.Context(), artifactFileID(entity, project, name, version))
 		if err == nil && f.Purpose == wandbArtifactPurpose {
 			return f, nil
@@ -417,7 +425,11 @@ func (s *Server) resolveArtifactFile(r *http.Request, url, param string) (store.
 // handleFileStream accepts a W&B run's file_stream posts (history, system
 // metrics, console output) and drops them: flywheel keeps no W&B runs.
 func (s *Server) handleFileStream(w http.ResponseWriter, r *http.Request) error {
-	if !principal(r).Member(r.PathValue("entity")) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return perr
+	}
+	if !caller.Member(r.PathValue("entity")) {
 		return httpx.Errorf(http.StatusNotFound, "entity %q: not found", r.PathValue("entity"))
 	}
 	n, err := io.Copy(io.Discard, io.LimitReader(r.Body, maxFileStreamBytes+1))
@@ -432,6 +444,7 @@ func (s *Server) handleFileStream(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (s *Server) registerWandB() {
-	s.mux.HandleFunc("PUT /wandb/uploads/{token}", s.h(s.handleArtifactUpload))
-	s.mux.HandleFunc("POST /files/{entity}/{project}/{run}/file_stream", s.h(s.handleFileStream))
+	// Public: the path holds the upload's one-use secret token.
+	s.public.HandleFunc("PUT /wandb/uploads/{token}", s.h(s.handleArtifactUpload))
+	s.rt.In(httpx.WandB).HandleFunc("POST /files/{entity}/{project}/{run}/file_stream", s.h(s.handleFileStream))
 }

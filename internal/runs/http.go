@@ -14,7 +14,8 @@ import (
 // Register mounts the routes (an api.Registrar). Go's patterns cannot
 // match a suffix inside a segment ("{run_id}:close"), so the handlers split
 // the ":verb" off the last segment themselves.
-func (s *Service) Register(mux *http.ServeMux) {
+func (s *Service) Register(rt *httpx.Routes) {
+	mux := rt.In(httpx.OpenAIAPI)
 	mux.Handle("POST /v1/training/runs:resolve", answer(s.resolve))
 	mux.Handle("GET /v1/training/runs/{run}", answer(s.getRun))
 	mux.Handle("POST /v1/training/runs/{run}", answer(s.runVerb))
@@ -121,11 +122,15 @@ func noRoute(r *http.Request) error {
 }
 
 func (s *Service) resolve(r *http.Request) (any, error) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return nil, perr
+	}
 	body, err := s.body(r)
 	if err != nil {
 		return nil, err
 	}
-	run, err := s.Resolve(r.Context(), principal(r), body)
+	run, err := s.Resolve(r.Context(), caller, body)
 	if err != nil {
 		return nil, err
 	}
@@ -133,11 +138,15 @@ func (s *Service) resolve(r *http.Request) (any, error) {
 }
 
 func (s *Service) getRun(r *http.Request) (any, error) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return nil, perr
+	}
 	id := r.PathValue("run")
 	if strings.Contains(id, ":") {
 		return nil, noRoute(r)
 	}
-	run, err := s.runOf(r.Context(), principal(r), id)
+	run, err := s.runOf(r.Context(), caller, id)
 	if err != nil {
 		return nil, err
 	}
@@ -146,11 +155,15 @@ func (s *Service) getRun(r *http.Request) (any, error) {
 
 // runVerb is POST /v1/training/runs/{run_id}:close {request_id}.
 func (s *Service) runVerb(r *http.Request) (any, error) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return nil, perr
+	}
 	id, verb, _ := strings.Cut(r.PathValue("run"), ":")
 	if verb != "close" {
 		return nil, noRoute(r)
 	}
-	run, err := s.runOf(r.Context(), principal(r), id)
+	run, err := s.runOf(r.Context(), caller, id)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +184,10 @@ func (s *Service) runVerb(r *http.Request) (any, error) {
 }
 
 func (s *Service) command(r *http.Request) (any, error) {
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return nil, perr
+	}
 	kind := r.PathValue("kind")
 	switch kind {
 	case KindForward, KindForwardBackward, KindOptimStep, KindSaveState, KindLoadState, KindSaveSampler:
@@ -181,7 +198,7 @@ func (s *Service) command(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	op, err := s.Submit(r.Context(), principal(r), r.PathValue("run"), kind, body)
+	op, err := s.Submit(r.Context(), caller, r.PathValue("run"), kind, body)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +207,11 @@ func (s *Service) command(r *http.Request) (any, error) {
 
 // operation loads an operation of a run the caller may see.
 func (s *Service) operation(r *http.Request, opID string) (store.TrainingOperation, error) {
-	run, err := s.runOf(r.Context(), principal(r), r.PathValue("run"))
+	caller, perr := httpx.Principal(r)
+	if perr != nil {
+		return store.TrainingOperation{}, perr
+	}
+	run, err := s.runOf(r.Context(), caller, r.PathValue("run"))
 	if err != nil {
 		return store.TrainingOperation{}, err
 	}

@@ -192,11 +192,6 @@ func (sp *Spec) loraConfig() engine.LoRAConfig {
 	return engine.LoRAConfig{Rank: sp.LoRARank, Alpha: float64(2 * sp.LoRARank), TargetModules: sp.LoRATargetModules}
 }
 
-func principal(r *http.Request) *auth.Principal {
-	p, _ := auth.FromContext(r.Context())
-	return p
-}
-
 // Resolve finds or creates a run (POST /v1/training/runs:resolve).
 func (s *Service) Resolve(ctx context.Context, p *auth.Principal, body []byte) (store.TrainingRun, error) {
 	var req ResolveRequest

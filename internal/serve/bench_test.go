@@ -15,6 +15,7 @@ import (
 
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/httpx"
 )
 
 // streamResult is what one streamed request saw.
@@ -68,7 +69,7 @@ func benchServer(b testing.TB, model *engine.Model, opts Options) (*Server, *htt
 	}
 	srv := New(reg, nil, nil, opts)
 	mux := http.NewServeMux()
-	srv.Register(mux)
+	srv.Register(httpx.NewRoutes(mux))
 	hs := httptest.NewServer(authMiddleware(mux))
 	b.Cleanup(func() { hs.Close(); srv.Close() })
 	return srv, hs

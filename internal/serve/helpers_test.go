@@ -136,7 +136,7 @@ func newTestEnvWith(t testing.TB, reg *engine.Registry, opts Options) *testEnv {
 	}
 	srv := New(reg, res, rec, opts)
 	mux := http.NewServeMux()
-	srv.Register(mux)
+	srv.Register(httpx.NewRoutes(mux))
 	hs := httptest.NewServer(authMiddleware(mux))
 	t.Cleanup(func() {
 		hs.Close()

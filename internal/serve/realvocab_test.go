@@ -18,6 +18,7 @@ import (
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/chattmpl"
 	"flywheel/internal/engine/tokenizer"
+	"flywheel/internal/httpx"
 )
 
 // Real tokenizers and chat templates, as committed by the tokenizer and
@@ -75,7 +76,7 @@ func TestForcedToolCallsRealVocabularies(t *testing.T) {
 	reg.Put(realVocabModel(t, "test/llama-vocab", ltok, lt, []string{"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"}))
 	srv := New(reg, nil, nil, Options{})
 	mux := http.NewServeMux()
-	srv.Register(mux)
+	srv.Register(httpx.NewRoutes(mux))
 	hs := httptest.NewServer(authMiddleware(mux))
 	t.Cleanup(func() { hs.Close(); srv.Close() })
 	client := openai.NewClient(option.WithBaseURL(hs.URL+"/v1/"), option.WithAPIKey(testKey), option.WithMaxRetries(0))

@@ -11,7 +11,7 @@
 // # Wiring
 //
 //	srv := serve.New(registry, serve.NewStoreResolver(st), traceService, serve.Options{Logger: log})
-//	srv.Register(mux) // behind the Bearer-auth middleware
+//	srv.Register(rt) // in httpx.OpenAIAPI: behind the Bearer-auth middleware
 //	defer srv.Close()
 //
 // # Model addressing
@@ -292,8 +292,9 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 	}
 }
 
-// Register mounts the handlers on mux.
-func (s *Server) Register(mux *http.ServeMux) {
+// Register mounts the handlers in the Bearer-authenticated OpenAI group.
+func (s *Server) Register(rt *httpx.Routes) {
+	mux := rt.In(httpx.OpenAIAPI)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
 	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
 	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
@@ -473,20 +474,12 @@ func (t Target) fingerprint() string {
 
 func writeErr(w http.ResponseWriter, err error) { httpx.WriteOpenAIError(w, err) }
 
-func principal(r *http.Request) (*auth.Principal, error) {
-	p, ok := auth.FromContext(r.Context())
-	if !ok {
-		return nil, &httpx.Error{Status: http.StatusUnauthorized, Message: "missing or invalid API key", Code: "invalid_api_key"}
-	}
-	return p, nil
-}
-
 // handleModel is GET /v1/models/{model}: one model card, or 404
 // model_not_found. The id may be a base model, a trained model (latest
 // step or :step{N}) or either behind an artifact-URI prefix; slashes may
 // come escaped (the SDKs escape the id as one path segment).
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
-	p, err := principal(r)
+	p, err := httpx.Principal(r)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -513,7 +506,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 
 // handleModels is GET /v1/models.
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	p, err := principal(r)
+	p, err := httpx.Principal(r)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -66,7 +66,7 @@ func (s *Server) startSSE(w http.ResponseWriter) *sseWriter {
 // readRequest reads the caller and the JSON body of a POST into v; false
 // when it has answered an error.
 func readRequest(w http.ResponseWriter, r *http.Request, v any) (*auth.Principal, []byte, bool) {
-	p, err := principal(r)
+	p, err := httpx.Principal(r)
 	if err != nil {
 		writeErr(w, err)
 		return nil, nil, false

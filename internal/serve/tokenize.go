@@ -11,7 +11,7 @@ import (
 // continue_final_message, tools, chat_template_kwargs,
 // add_special_tokens=false} -> {count, max_model_len, tokens, token_strs}.
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	p, err := principal(r)
+	p, err := httpx.Principal(r)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -105,7 +105,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 
 // handleDetokenize is POST /detokenize: {model, tokens} -> {prompt}.
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
-	p, err := principal(r)
+	p, err := httpx.Principal(r)
 	if err != nil {
 		writeErr(w, err)
 		return

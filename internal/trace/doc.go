@@ -7,9 +7,9 @@
 // # Wiring
 //
 //	svc, err := trace.New(db, trace.Options{PricesFile: ..., DefaultServicePrice: &trace.TokenPrice{...}})
-//	svc.Register(mux) // POST /call/read, /call/start, /call/end, /call/upsert_batch, /call/update,
+//	svc.Register(rt)  // httpx.CallStore: POST /call/read, /call/start, /call/end, /call/upsert_batch, /call/update,
 //	                  // /calls/delete, /calls/query, /calls/stream_query, /cost/create, /cost/query, /cost/purge,
-//	                  // /obj/create, /obj/read, /objs/query, /file/create, /file/content; GET /health, /server_info
+//	                  // /obj/create, /obj/read, /objs/query, /file/create, /file/content; httpx.Public: GET /health, /server_info
 //	id, err := svc.RecordCall(ctx, principal, "entity/project", "chat.completions", t0, t1, inputs, output, summary, "")
 //	err = trace.PricesCommand(os.Args[2:], db, os.Stdout) // flywheel prices set|load|list
 //

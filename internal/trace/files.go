@@ -27,9 +27,9 @@ const maxFormFieldBytes = 4 << 10
 // is addressed). The form is read part by part; the file is bounded by
 // Options.MaxFileBytes (413 naming the field).
 func (s *Service) handleFileCreate(w http.ResponseWriter, r *http.Request) {
-	p, ok := auth.FromContext(r.Context())
-	if !ok {
-		httpx.WriteReason(w, httpx.Errorf(http.StatusUnauthorized, "authentication required: send the API key as the Basic auth password or as a Bearer token"))
+	p, err := httpx.Principal(r)
+	if err != nil {
+		httpx.WriteReason(w, err)
 		return
 	}
 	digest, err := s.fileCreate(w, r, p)

@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"flywheel/internal/auth"
+	"flywheel/internal/httpx"
 	"flywheel/internal/pgtest"
 	"flywheel/internal/store"
 )
@@ -115,7 +116,7 @@ func newEnvDB(t testing.TB, db *sql.DB, opts Options) *env {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	svc.Register(mux)
+	svc.Register(httpx.NewRoutes(mux))
 	srv := httptest.NewServer(testAuth(mux))
 	t.Cleanup(srv.Close)
 	return &env{t: t, svc: svc, srv: srv, db: db}

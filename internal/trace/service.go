@@ -165,10 +165,12 @@ func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
 }
 
 // Register mounts the call-store routes on mux: calls, costs, objects and
-// files. Authentication happens before these handlers (auth.FromContext);
+// files. Authentication happens before these handlers (httpx.Principal);
 // without a principal they answer 401. GET /health and GET /server_info need
 // no principal.
-func (s *Service) Register(mux *http.ServeMux) {
+func (s *Service) Register(rt *httpx.Routes) {
+	rt.Prefix(httpx.CallStore, "/call/", "/calls/", "/cost/", "/obj/", "/objs/", "/file/", "/table/", "/feedback/", "/refs/")
+	mux := rt.In(httpx.CallStore)
 	mux.HandleFunc("POST /call/read", s.handle(s.handleRead))
 	mux.HandleFunc("POST /call/start", s.handle(s.handleStart))
 	mux.HandleFunc("POST /call/end", s.handle(s.handleEnd))
@@ -206,10 +208,11 @@ func (s *Service) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /file/create", s.handleFileCreate)
 	mux.HandleFunc("POST /file/content", s.handle(s.handleFileContent))
 	// The Weave SDKs probe these before logging; they need no key.
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+	public := rt.In(httpx.Public)
+	public.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, http.StatusOK, "application/json", []byte("{}\n"))
 	})
-	mux.HandleFunc("GET /server_info", func(w http.ResponseWriter, r *http.Request) {
+	public.HandleFunc("GET /server_info", func(w http.ResponseWriter, r *http.Request) {
 		writeRaw(w, http.StatusOK, "application/json", []byte(`{"min_required_weave_python_version": "0.0.0", "trace_server_version": "flywheel"}`+"\n"))
 	})
 }
@@ -220,9 +223,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, p *auth.Principal,
 // under the size cap (413), and the {"reason"} error envelope.
 func (s *Service) handle(h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		p, ok := auth.FromContext(r.Context())
-		if !ok {
-			httpx.WriteReason(w, httpx.Errorf(http.StatusUnauthorized, "authentication required: send the API key as the Basic auth password or as a Bearer token"))
+		p, err := httpx.Principal(r)
+		if err != nil {
+			httpx.WriteReason(w, err)
 			return
 		}
 		body, err := readBody(w, r, s.opts.MaxBodyBytes)

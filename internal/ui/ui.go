@@ -13,6 +13,8 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+
+	"flywheel/internal/httpx"
 )
 
 //go:embed assets
@@ -23,7 +25,10 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 	"connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // Register mounts the dashboard at /ui/ (and redirects /ui there).
-func Register(mux *http.ServeMux) {
+// The assets are public (httpx.Public); their data comes from the
+// authenticated API.
+func Register(rt *httpx.Routes) {
+	mux := rt.In(httpx.Public)
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {
 		panic(err) // the embed always holds assets/

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"flywheel/internal/httpx"
 )
 
 // TestAssetsRenderTextOnly: no asset builds HTML from strings (model outputs
@@ -43,7 +45,7 @@ func TestAssetsRenderTextOnly(t *testing.T) {
 // the other headers; /ui redirects to /ui/.
 func TestRegister(t *testing.T) {
 	mux := http.NewServeMux()
-	Register(mux)
+	Register(httpx.NewRoutes(mux))
 	for path, want := range map[string]int{"/ui/": 200, "/ui/app.js": 200, "/ui/chart.js": 200, "/ui/style.css": 200, "/ui/missing.js": 404, "/ui": 301} {
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
