@@ -180,7 +180,7 @@ func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request) {
 // user's response is OpenAI's 404) and reports false.
 func (s *Server) onStoredResponse(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, rs store.Responses, user, id string) error) bool {
 	id := r.PathValue("id")
-	p, err := principal(r)
+	p, err := httpx.Principal(r)
 	if err == nil {
 		err = responseNotFound(id)
 		if s.opts.Responses != nil {
