@@ -186,7 +186,11 @@ type Options struct {
 	AdapterCacheSize int           // LoRA adapters kept loaded (default 16)
 	MaxTopLogprobs   int           // largest top_logprobs (default 20)
 	RetryAfter       time.Duration // retry-after of a 429 (default 1s)
-	OpName           string        // call-store op name (default "chat.completions")
+	// MaxInflightPerKey bounds the inference requests one API key has in
+	// flight (default DefaultMaxInflightPerKey; negative: no limit); past
+	// it, 429 with retry-after.
+	MaxInflightPerKey int
+	OpName            string // call-store op name (default "chat.completions")
 	// PrefixCacheMB is the memory budget, in MiB, of the prefix cache that
 	// keeps prompts' KV blocks across requests (infer.PrefixCache), shared
 	// by all base models: 0 takes DefaultPrefixCacheMB, a negative value
@@ -229,6 +233,9 @@ func (o *Options) defaults() {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = time.Second
 	}
+	if o.MaxInflightPerKey == 0 {
+		o.MaxInflightPerKey = DefaultMaxInflightPerKey
+	}
 	if o.MaxPromptBytesPerToken <= 0 {
 		o.MaxPromptBytesPerToken = DefaultMaxPromptBytesPerToken
 	}
@@ -255,6 +262,7 @@ type Server struct {
 	log      *slog.Logger
 	adapters *infer.AdapterCache
 	prefix   *infer.PrefixCache // nil: off
+	inflight *keyLimiter        // inference requests in flight per key
 
 	mu     sync.Mutex
 	models map[string]*lmodel
@@ -282,15 +290,16 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 		models:     map[string]*lmodel{},
 		newSampler: newEngineSampler,
 		responses:  &responseStore{max: opts.MaxStoredResponses},
+		inflight:   &keyLimiter{max: opts.MaxInflightPerKey},
 	}
 }
 
 // Register mounts the handlers on mux.
 func (s *Server) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
-	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
-	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
-	mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	mux.HandleFunc("POST /v1/chat/completions", s.perKey(s.handleChat))
+	mux.HandleFunc("POST /v1/chat/completions/", s.perKey(s.handleChat))
+	mux.HandleFunc("POST /v1/completions", s.perKey(s.handleCompletions))
+	mux.HandleFunc("POST /v1/responses", s.perKey(s.handleResponses))
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /v1/models/{model...}", s.handleModel)
 	mux.HandleFunc("POST /tokenize", s.handleTokenize)
