@@ -107,10 +107,10 @@ type Scheduler struct {
 	// count at each tenant's last admission (loop goroutine, under mu).
 	served   map[string]int64
 	admitted int64
-	closed  bool
-	wake    chan struct{}
-	quit    chan struct{}
-	stopped chan struct{}
+	closed   bool
+	wake     chan struct{}
+	quit     chan struct{}
+	stopped  chan struct{}
 
 	active []*seqState // owned by the loop goroutine
 	rows   []float32   // PromptLogits passes' logits (loop goroutine)
