@@ -95,6 +95,8 @@ type envOpts struct {
 	workers  int
 	extra    []api.Registrar
 	noAuthTT bool
+	// maxQueued is the api.Config.MaxQueuedJobsPerUser (0: the default).
+	maxQueued int
 	// bodyTimeout is the api.Config.BodyReadTimeout (0: the default).
 	bodyTimeout time.Duration
 	// database is the store's database URL (store.Open); default an
@@ -151,7 +153,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.noAuthTT {
 		ttl = -1
 	}
-	h := api.New(api.Config{Checkpoints: ck, DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl, BodyReadTimeout: o.bodyTimeout}, st, e.q, o.extra...)
+	h := api.New(api.Config{Checkpoints: ck, DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl, BodyReadTimeout: o.bodyTimeout, MaxQueuedJobsPerUser: o.maxQueued}, st, e.q, o.extra...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
