@@ -168,12 +168,7 @@ func testRequeueRunning(t *testing.T, open opener) {
 // once, and run each model's jobs in submission order.
 func TestConcurrentClaims(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
-		st, err := store.OpenSQLite(context.Background(), t.TempDir()+"/flywheel.db")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		testConcurrentClaims(t, []store.Database{st})
+		testConcurrentClaims(t, []store.Database{tempSQLite(t)})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		testConcurrentClaims(t, pgNodes(t, pgtest.DSN(t), 4))
@@ -414,14 +409,7 @@ func testLists(t *testing.T, open opener) {
 // user with the fewest RUNNING jobs go first, so a user who queued many jobs
 // first does not hold back another's; QueuedJobs counts a user's queue.
 func TestClaimFairBetweenUsers(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) {
-		st, err := store.OpenSQLite(context.Background(), t.TempDir()+"/flywheel.db")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		testClaimFair(t, st)
-	})
+	t.Run("sqlite", func(t *testing.T) { testClaimFair(t, tempSQLite(t)) })
 	t.Run("postgres", func(t *testing.T) {
 		testClaimFair(t, pgNodes(t, pgtest.DSN(t), 1)[0])
 	})
@@ -452,4 +440,15 @@ func testClaimFair[S store.Database](t *testing.T, st S) {
 	if n, err := st.QueuedJobs(ctx, "a"); err != nil || n != 0 {
 		t.Fatalf("QueuedJobs(a) = %d, %v; want 0", n, err)
 	}
+}
+
+// tempSQLite opens a fresh SQLite database, closed when t ends.
+func tempSQLite(t *testing.T) *store.SQLite {
+	t.Helper()
+	st, err := store.OpenSQLite(context.Background(), t.TempDir()+"/flywheel.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
