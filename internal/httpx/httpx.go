@@ -5,10 +5,14 @@
 package httpx
 
 import (
+	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 )
 
 // WriteJSON writes v as a JSON response with the given status.
@@ -85,7 +89,26 @@ func AsError(err error) *Error {
 	if errors.As(err, &mbe) {
 		return &Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body exceeds the limit of %d bytes", mbe.Limit), Code: "body_too_large"}
 	}
+	if DatabaseUnavailable(err) {
+		return &Error{Status: http.StatusServiceUnavailable, Message: "the database is unavailable; retry shortly", Code: "unavailable"}
+	}
 	return &Error{Status: http.StatusInternalServerError, Message: "internal server error", Code: "internal_error"}
+}
+
+// DatabaseUnavailable reports whether err says the database server cannot be
+// reached or is restarting (a connection refused or broken, PostgreSQL's
+// connection-exception class 08 or its shutdown and startup states 57P01,
+// 57P02, 57P03): a request failing so is 503, retried once the server is
+// back, not a 500 (the chaos soak, internal/chaos, restarts the server under
+// load).
+func DatabaseUnavailable(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		c := st.SQLState()
+		return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03"
+	}
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
 
 // WriteOpenAIError writes err in the OpenAI envelope used under /v1:

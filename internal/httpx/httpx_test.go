@@ -1,8 +1,11 @@
 package httpx
 
 import (
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -109,5 +112,31 @@ func TestUnmarshalJSONErrors(t *testing.T) {
 	var b body
 	if err := UnmarshalJSON([]byte(`{"model": "m", "unknown": [1, 2]}`), &b); err != nil || b.Model != "m" {
 		t.Fatalf("unknown fields must be ignored: %v", err)
+	}
+}
+
+type sqlStateErr string
+
+func (e sqlStateErr) Error() string    { return "pg: " + string(e) }
+func (e sqlStateErr) SQLState() string { return string(e) }
+
+// A database that is down or restarting makes a 503 (retry), anything else
+// unknown a 500.
+func TestDatabaseUnavailableIs503(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("get job: %w", sqlStateErr("57P03")), 503}, // cannot connect now (starting up)
+		{fmt.Errorf("x: %w", sqlStateErr("57P01")), 503},       // admin shutdown
+		{sqlStateErr("08006"), 503},                            // connection failure
+		{fmt.Errorf("begin: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), 503},
+		{fmt.Errorf("q: %w", driver.ErrBadConn), 503},
+		{sqlStateErr("23505"), 500}, // a unique violation is a bug here, not an outage
+		{errors.New("boom"), 500},
+	} {
+		if got := AsError(c.err).Status; got != c.want {
+			t.Errorf("%v: status %d, want %d", c.err, got, c.want)
+		}
 	}
 }
