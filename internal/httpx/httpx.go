@@ -98,7 +98,7 @@ func AsError(err error) *Error {
 // DatabaseUnavailable reports whether err says the database server cannot be
 // reached or is restarting (a connection refused or broken, PostgreSQL's
 // connection-exception class 08 or its shutdown and startup states 57P01,
-// 57P02, 57P03): a request failing so is 503, retried once the server is
+// 57P02, 57P03, a connection the driver saw close): a request failing so is 503, retried once the server is
 // back, not a 500 (the chaos soak, internal/chaos, restarts the server under
 // load).
 func DatabaseUnavailable(err error) bool {
@@ -107,8 +107,11 @@ func DatabaseUnavailable(err error) bool {
 		c := st.SQLState()
 		return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03"
 	}
+	// pgx marks its connection-level failures (a connection closed or
+	// broken mid-query by a server restart) with SafeToRetry.
+	var conn interface{ SafeToRetry() bool }
 	var op *net.OpError
-	return errors.As(err, &op) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
+	return errors.As(err, &conn) || errors.As(err, &op) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
 }
 
 // WriteOpenAIError writes err in the OpenAI envelope used under /v1:

@@ -117,6 +117,12 @@ func TestUnmarshalJSONErrors(t *testing.T) {
 
 type sqlStateErr string
 
+// connErr is a driver's connection-level failure (pgconn's "conn closed").
+type connErr struct{}
+
+func (connErr) Error() string     { return "conn closed" }
+func (connErr) SafeToRetry() bool { return true }
+
 func (e sqlStateErr) Error() string    { return "pg: " + string(e) }
 func (e sqlStateErr) SQLState() string { return string(e) }
 
@@ -132,6 +138,7 @@ func TestDatabaseUnavailableIs503(t *testing.T) {
 		{sqlStateErr("08006"), 503},                            // connection failure
 		{fmt.Errorf("begin: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), 503},
 		{fmt.Errorf("q: %w", driver.ErrBadConn), 503},
+		{fmt.Errorf("begin: %w", connErr{}), 503},
 		{sqlStateErr("23505"), 500}, // a unique violation is a bug here, not an outage
 		{errors.New("boom"), 500},
 	} {
