@@ -119,7 +119,10 @@ type soak struct {
 	http   *http.Client
 
 	mu       sync.Mutex
-	rng      *rand.Rand
+	rng      *rand.Rand // the load's choices
+	// faultRng draws the fault schedule (kinds, nodes, delays) alone, so a
+	// seed gives the same sequence of faults whatever the load does.
+	faultRng *rand.Rand
 	load     map[string]int64
 	faults   map[string]int
 	statuses map[int]int64
@@ -154,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	dataDir := filepath.Join(cfg.Dir, "data")
 	s := &soak{cfg: cfg, layout: store.Layout{DataDir: dataDir}, http: &http.Client{Timeout: 60 * time.Second},
-		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), load: map[string]int64{}, faults: map[string]int{},
+		rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), faultRng: rand.New(rand.NewPCG(cfg.Seed^0x5deece66d, cfg.Seed)), load: map[string]int64{}, faults: map[string]int{},
 		statuses: map[int]int64{}, jobs: map[string]string{}, seen: map[string][]int{}, calls: map[string]call{}}
 	env := append(os.Environ(), "FLYWHEEL_BOOTSTRAP_API_KEY="+key, "FLYWHEEL_TOKENS_PER_STEP=64")
 	for i := range cfg.Nodes {
@@ -522,8 +525,8 @@ func (s *soak) faultLoop(ctx context.Context) {
 	}
 	sleep(ctx, 3*time.Second)
 	for ctx.Err() == nil {
-		kind := kinds[s.intn(len(kinds))]
-		n := s.pick()
+		kind := kinds[s.faultRng.IntN(len(kinds))]
+		n := s.nodes[s.faultRng.IntN(len(s.nodes))]
 		switch kind {
 		case "kill9", "sigterm":
 			if !n.running() {
@@ -535,7 +538,7 @@ func (s *soak) faultLoop(ctx context.Context) {
 			}
 			s.logf("fault: %s %s", kind, n.name)
 			n.stop(sig, wait)
-			sleep(ctx, time.Duration(500+s.intn(2500))*time.Millisecond)
+			sleep(ctx, time.Duration(500+s.faultRng.IntN(2500))*time.Millisecond)
 			if err := n.start(); err != nil {
 				s.logf("restart of %s failed: %v", n.name, err)
 			}
@@ -559,7 +562,7 @@ func (s *soak) faultLoop(ctx context.Context) {
 		s.mu.Lock()
 		s.faults[kind]++
 		s.mu.Unlock()
-		sleep(ctx, time.Duration(4000+s.intn(6000))*time.Millisecond)
+		sleep(ctx, time.Duration(4000+s.faultRng.IntN(6000))*time.Millisecond)
 	}
 }
 
