@@ -95,6 +95,8 @@ type envOpts struct {
 	workers  int
 	extra    []api.Registrar
 	noAuthTT bool
+	// dataDir is the data dir (default a new temp folder).
+	dataDir string
 	// maxQueued is the api.Config.MaxQueuedJobsPerUser (0: the default).
 	maxQueued int
 	// bodyTimeout is the api.Config.BodyReadTimeout (0: the default).
@@ -106,7 +108,10 @@ type envOpts struct {
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
-	dir := t.TempDir()
+	dir := o.dataDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	ctx := context.Background()
 	dbURL := o.database
 	if dbURL == "" {

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 )
 
 // WriteJSON writes v as a JSON response with the given status.
@@ -88,6 +89,9 @@ func AsError(err error) *Error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return &Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body exceeds the limit of %d bytes", mbe.Limit), Code: "body_too_large"}
+	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return &Error{Status: http.StatusInsufficientStorage, Message: "the server's disk is full; nothing of this request was kept, retry once space is freed", Code: "insufficient_storage"}
 	}
 	if DatabaseUnavailable(err) {
 		return &Error{Status: http.StatusServiceUnavailable, Message: "the database is unavailable; retry shortly", Code: "unavailable"}

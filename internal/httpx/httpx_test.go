@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -145,5 +147,13 @@ func TestDatabaseUnavailableIs503(t *testing.T) {
 		if got := AsError(c.err).Status; got != c.want {
 			t.Errorf("%v: status %d, want %d", c.err, got, c.want)
 		}
+	}
+}
+
+// A full disk is 507 insufficient_storage, saying so.
+func TestFullDiskIs507(t *testing.T) {
+	e := AsError(fmt.Errorf("store request: %w", &os.PathError{Op: "write", Path: "/data/requests/x", Err: syscall.ENOSPC}))
+	if e.Status != http.StatusInsufficientStorage || e.Code != "insufficient_storage" || !strings.Contains(e.Message, "disk is full") {
+		t.Fatalf("got %+v", e)
 	}
 }
