@@ -88,8 +88,30 @@ func TestFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.must(upload(t, e, e.alice, "train.jsonl", data), 200)
+
+	// The disk fills while a job trains: writing its checkpoint fails, the
+	// job FAILS saying why, and no step (nor a work folder) is left.
+	e.trainer.gate = make(chan struct{})
 	r := e.must(e.do("POST", "/v1/preview/training-jobs", e.alice, rlBody(id, 2)), 200)
+	e.waitStatus(e.alice, r.body["id"].(string), "RUNNING")
+	filler = fill(t, disk)
+	close(e.trainer.gate)
+	job := e.waitJob(e.alice, r.body["id"].(string))
+	if job["status"] != "FAILED" || !strings.Contains(job["error_message"].(string), "no space left on device") {
+		t.Fatalf("job on a disk that filled: %v", job)
+	}
+	if got := entries(filepath.Join(disk, "checkpoints", id)); strings.Join(got, ",") != "step-0" {
+		t.Errorf("the model's folder after the failed publish: %v", got)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	e.trainer.gate = nil
+	r = e.must(e.do("POST", "/v1/preview/training-jobs", e.alice, rlBody(id, 2)), 200)
 	if job := e.waitJob(e.alice, r.body["id"].(string)); job["status"] != "COMPLETED" {
 		t.Fatalf("job after space returned: %v", job)
+	}
+	if got := entries(filepath.Join(disk, "checkpoints", id)); strings.Join(got, ",") != "step-0,step-1" {
+		t.Errorf("the model's folder once space returned: %v", got)
 	}
 }
