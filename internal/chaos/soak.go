@@ -118,8 +118,8 @@ type soak struct {
 	layout store.Layout
 	http   *http.Client
 
-	mu       sync.Mutex
-	rng      *rand.Rand // the load's choices
+	mu  sync.Mutex
+	rng *rand.Rand // the load's choices
 	// faultRng draws the fault schedule (kinds, nodes, delays) alone, so a
 	// seed gives the same sequence of faults whatever the load does.
 	faultRng *rand.Rand

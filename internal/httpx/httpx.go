@@ -90,13 +90,28 @@ func AsError(err error) *Error {
 	if errors.As(err, &mbe) {
 		return &Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body exceeds the limit of %d bytes", mbe.Limit), Code: "body_too_large"}
 	}
-	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+	if DiskFull(err) {
 		return &Error{Status: http.StatusInsufficientStorage, Message: "the server's disk is full; nothing of this request was kept, retry once space is freed", Code: "insufficient_storage"}
 	}
 	if DatabaseUnavailable(err) {
 		return &Error{Status: http.StatusServiceUnavailable, Message: "the database is unavailable; retry shortly", Code: "unavailable"}
 	}
 	return &Error{Status: http.StatusInternalServerError, Message: "internal server error", Code: "internal_error"}
+}
+
+// DiskFull reports whether err says a disk is full: a write's ENOSPC or
+// EDQUOT, SQLite's SQLITE_FULL ("database or disk is full") or PostgreSQL's
+// disk_full (SQLSTATE 53100). Such a request is 507, not 500.
+func DiskFull(err error) bool {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return true
+	}
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) && st.SQLState() == "53100" {
+		return true
+	}
+	var coded interface{ Code() int } // modernc.org/sqlite's *Error
+	return errors.As(err, &coded) && coded.Code()&0xff == 13 && strings.Contains(err.Error(), "full")
 }
 
 // DatabaseUnavailable reports whether err says the database server cannot be

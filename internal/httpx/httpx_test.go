@@ -150,10 +150,29 @@ func TestDatabaseUnavailableIs503(t *testing.T) {
 	}
 }
 
-// A full disk is 507 insufficient_storage, saying so.
+// sqliteErr is modernc.org/sqlite's error shape.
+type sqliteErr struct {
+	code int
+	msg  string
+}
+
+func (e sqliteErr) Error() string { return e.msg }
+func (e sqliteErr) Code() int     { return e.code }
+
+// A full disk is 507 insufficient_storage, saying so: a file write's
+// ENOSPC, SQLite's SQLITE_FULL, PostgreSQL's disk_full.
 func TestFullDiskIs507(t *testing.T) {
-	e := AsError(fmt.Errorf("store request: %w", &os.PathError{Op: "write", Path: "/data/requests/x", Err: syscall.ENOSPC}))
-	if e.Status != http.StatusInsufficientStorage || e.Code != "insufficient_storage" || !strings.Contains(e.Message, "disk is full") {
-		t.Fatalf("got %+v", e)
+	for _, err := range []error{
+		fmt.Errorf("store request: %w", &os.PathError{Op: "write", Path: "/data/requests/x", Err: syscall.ENOSPC}),
+		fmt.Errorf("insert call: %w", sqliteErr{13, "database or disk is full (13)"}),
+		fmt.Errorf("insert call: %w", sqlStateErr("53100")),
+	} {
+		e := AsError(err)
+		if e.Status != http.StatusInsufficientStorage || e.Code != "insufficient_storage" || !strings.Contains(e.Message, "disk is full") {
+			t.Fatalf("%v: got %+v", err, e)
+		}
+	}
+	if e := AsError(sqliteErr{19, "constraint failed"}); e.Status != 500 {
+		t.Fatalf("a constraint error: %+v", e)
 	}
 }
