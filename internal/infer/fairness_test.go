@@ -56,7 +56,9 @@ func ttftSteps(t *testing.T, s *Scheduler, tenant string, prompt []int) (int64, 
 func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 	lm := tinyLM(t)
 	prompt := lm.Tokenizer.Encode("the other tenant asks", false)
-	flood := func(s *Scheduler, tenant string) context.CancelFunc {
+	// flood queues 24 long completions of tenant and waits until active of
+	// them run (the rest queued).
+	flood := func(s *Scheduler, tenant string, active int64) context.CancelFunc {
 		ctx, cancel := context.WithCancel(context.Background())
 		for range 24 {
 			if _, err := s.Submit(ctx, Request{Prompt: prompt, Sampling: greedy(1), MaxTokens: 200, IgnoreEOS: true, Tenant: tenant}); err != nil {
@@ -64,9 +66,9 @@ func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 			}
 		}
 		deadline := time.Now().Add(30 * time.Second)
-		for s.Stats().Active == 0 || s.Stats().Queued == 0 {
+		for st := s.Stats(); st.Active < active || st.Queued == 0; st = s.Stats() {
 			if time.Now().After(deadline) {
-				t.Fatal("the flood did not start")
+				t.Fatalf("the flood did not fill its share: %d running, %d queued, want %d running", st.Active, st.Queued, active)
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -76,9 +78,9 @@ func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 
 	s := startScheduler(t, Model{Engine: lm}, opts)
 	alone, aloneT := ttftSteps(t, s, "b", prompt)
-	cancel := flood(s, "a")
-	if got := s.Stats().Active; got != 6 {
-		t.Errorf("the flooding tenant holds %d choices, want its share 6 of 8", got)
+	cancel := flood(s, "a", 6)
+	if got := s.Stats().MaxBatch; got != 6 {
+		t.Errorf("the flooding tenant ran %d choices at once, want its share 6 of 8", got)
 	}
 	shared, sharedT := ttftSteps(t, s, "b", prompt)
 	cancel()
@@ -90,7 +92,7 @@ func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 	// The control: one FIFO queue makes the request wait for the flood's
 	// 24 completions of 200 tokens (at least two rounds of the batch).
 	fifo := startScheduler(t, Model{Engine: lm}, opts)
-	cancel = flood(fifo, "")
+	cancel = flood(fifo, "", 8)
 	defer cancel()
 	if waited, _ := ttftSteps(t, fifo, "", prompt); waited < 200 {
 		t.Fatalf("without tenants the request waited %d steps, want the flood's (≥ 200)", waited)
