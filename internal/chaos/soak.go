@@ -687,7 +687,11 @@ func (s *soak) checks(ctx context.Context, rep *Report, models []string) {
 	s.mu.Lock()
 	bad := slices.Clone(s.bad5xx)
 	s.mu.Unlock()
-	add("no 5xx but 503", len(bad) == 0, "%d 503s; others %v", s.statuses[503], firstN(bad, 5))
+	detail := ""
+	if len(bad) > 0 {
+		detail = "; the nodes' errors: " + strings.Join(firstN(s.nodeErrors(), 8), " | ")
+	}
+	add("no 5xx but 503", len(bad) == 0, "%d 503s; others %v%s", s.statuses[503], firstN(bad, 5), detail)
 
 	var over []string
 	for _, n := range s.nodes {
@@ -698,6 +702,36 @@ func (s *soak) checks(ctx context.Context, rep *Report, models []string) {
 		}
 	}
 	add(fmt.Sprintf("each node's memory under %d MiB", s.cfg.MemBoundMB), len(over) == 0, "peaks %v; over %v", rep.PeakMB, over)
+}
+
+// nodeErrors lists the distinct errors the nodes logged (level ERROR, the
+// request log lines aside), most frequent first, to explain a 5xx.
+func (s *soak) nodeErrors() []string {
+	count := map[string]int{}
+	for _, n := range s.nodes {
+		b, err := os.ReadFile(n.logf.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, "level=ERROR") || strings.Contains(line, `msg="http request"`) {
+				continue
+			}
+			if i := strings.Index(line, " err="); i >= 0 {
+				line = line[i+1:]
+			}
+			count[line]++
+		}
+	}
+	var out []string
+	for e := range count {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b string) int { return count[b] - count[a] })
+	for i, e := range out {
+		out[i] = fmt.Sprintf("%dx %.300s", count[e], e)
+	}
+	return out
 }
 
 // item is an entry of a listing: an event or a checkpoint.
