@@ -10,10 +10,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // WriteJSON writes v as a JSON response with the given status.
@@ -130,7 +133,11 @@ func DatabaseUnavailable(err error) bool {
 	// broken mid-query by a server restart) with SafeToRetry.
 	var conn interface{ SafeToRetry() bool }
 	var op *net.OpError
-	return errors.As(err, &conn) || errors.As(err, &op) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone)
+	// A connection the server closed mid-reply surfaces as pgconn's
+	// ErrConnClosed or a bare io.ErrUnexpectedEOF (request bodies cut short
+	// are answered 400 before they could reach here).
+	return errors.As(err, &conn) || errors.As(err, &op) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // WriteOpenAIError writes err in the OpenAI envelope used under /v1:

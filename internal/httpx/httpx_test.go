@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func decodeBody(t *testing.T, rec *httptest.ResponseRecorder) map[string]any {
@@ -141,6 +144,8 @@ func TestDatabaseUnavailableIs503(t *testing.T) {
 		{fmt.Errorf("begin: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), 503},
 		{fmt.Errorf("q: %w", driver.ErrBadConn), 503},
 		{fmt.Errorf("begin: %w", connErr{}), 503},
+		{fmt.Errorf("upsert: %w", pgconn.ErrConnClosed), 503},
+		{fmt.Errorf("get job: %w", io.ErrUnexpectedEOF), 503},
 		{sqlStateErr("23505"), 500}, // a unique violation is a bug here, not an outage
 		{errors.New("boom"), 500},
 	} {
