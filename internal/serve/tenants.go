@@ -12,9 +12,11 @@ import (
 )
 
 // DefaultMaxInflightPerKey is how many inference requests one API key may have
-// in flight at once when Options.MaxInflightPerKey is zero: half the default
-// batch, so a key that floods the server gets 429s while others are served.
-const DefaultMaxInflightPerKey = 16
+// in flight at once when Options.MaxInflightPerKey is zero: twice the default
+// batch, a quarter of the default queue, so a key that floods the server gets
+// 429s before it fills the queue, while round-robin admission and the tenant
+// share (infer.Options.TenantShare) keep others' first tokens prompt.
+const DefaultMaxInflightPerKey = 64
 
 // tenantOf names the tenant of a request for per-key limits and fair
 // admission (infer.Request.Tenant): its API key, or its user without one.
