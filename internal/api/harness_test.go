@@ -96,6 +96,10 @@ type envOpts struct {
 	workers  int
 	extra    []api.Registrar
 	noAuthTT bool
+	// dataDir is the data dir (default a new temp folder).
+	dataDir string
+	// maxQueued is the api.Config.MaxQueuedJobsPerUser (0: the default).
+	maxQueued int
 	// bodyTimeout is the api.Config.BodyReadTimeout (0: the default).
 	bodyTimeout time.Duration
 	// database is the store's database URL (store.Open); default an
@@ -108,7 +112,10 @@ type envOpts struct {
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
-	dir := t.TempDir()
+	dir := o.dataDir
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	ctx := context.Background()
 	dbURL := o.database
 	if dbURL == "" {
@@ -164,7 +171,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		t.Cleanup(func() { calls.Close() })
 		extra = append(extra, calls)
 	}
-	h := api.New(api.Config{Checkpoints: ck, DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl, BodyReadTimeout: o.bodyTimeout}, st, e.q, extra...)
+	h := api.New(api.Config{Checkpoints: ck, DataDir: dir, ModelsDir: modelsDir, MaxBodyBytes: o.maxBody, Version: "test", Logger: log, AuthCacheTTL: ttl, BodyReadTimeout: o.bodyTimeout, MaxQueuedJobsPerUser: o.maxQueued}, st, e.q, extra...)
 	if calls != nil {
 		calls.ExtendGraphQL(h.WandBGraphQL)
 	}

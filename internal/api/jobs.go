@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
 	"flywheel/internal/jobs"
 	"flywheel/internal/rl"
@@ -213,10 +214,33 @@ func timePtr(t *time.Time) any {
 	return store.FormatTime(*t)
 }
 
+// jobQuota refuses a job request of a user who has MaxQueuedJobsPerUser
+// jobs QUEUED already: 429 with retry-after (checked before the body is read;
+// concurrent requests of one user may pass it together, by at most their
+// number).
+func (s *Server) jobQuota(w http.ResponseWriter, r *http.Request, caller *auth.Principal) error {
+	if s.cfg.MaxQueuedJobsPerUser < 0 {
+		return nil
+	}
+	n, err := s.st.QueuedJobs(r.Context(), caller.UserID)
+	if err != nil {
+		return err
+	}
+	if n >= s.cfg.MaxQueuedJobsPerUser {
+		w.Header().Set("Retry-After", "30")
+		return &httpx.Error{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
+			Message: fmt.Sprintf("you have %d training jobs queued, the most allowed (--max-queued-jobs-per-user); retry when one starts", n)}
+	}
+	return nil
+}
+
 func (s *Server) createRLJob(w http.ResponseWriter, r *http.Request) error {
 	caller, perr := httpx.Principal(r)
 	if perr != nil {
 		return perr
+	}
+	if err := s.jobQuota(w, r, caller); err != nil {
+		return err
 	}
 	pending, err := s.q.Prepare()
 	if err != nil {
@@ -249,6 +273,9 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 	caller, perr := httpx.Principal(r)
 	if perr != nil {
 		return perr
+	}
+	if err := s.jobQuota(w, r, caller); err != nil {
+		return err
 	}
 	pending, err := s.q.Prepare()
 	if err != nil {

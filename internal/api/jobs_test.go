@@ -371,3 +371,32 @@ func TestRLJobLargeBodyErrors(t *testing.T) {
 		t.Errorf("good body: %d %s", code, out)
 	}
 }
+
+// A user with MaxQueuedJobsPerUser jobs QUEUED gets 429 with retry-after for
+// the next one (RL and SFT alike); another user is not affected, and the
+// first is served again once a job leaves the queue.
+func TestQueuedJobsPerUser429(t *testing.T) {
+	e := newEnv(t, envOpts{workers: -1, maxQueued: 2}) // no workers: jobs stay QUEUED
+	id := e.createModel("m")
+	var first string
+	for range 2 {
+		r := e.must(e.do("POST", "/v1/preview/training-jobs", e.alice, rlBody(id, 1)), 200)
+		if first == "" {
+			first = r.body["id"].(string)
+		}
+	}
+	for _, path := range []string{"/v1/preview/training-jobs", "/v1/preview/sft-training-jobs"} {
+		r := e.do("POST", path, e.alice, rlBody(id, 1))
+		if r.status != 429 || r.header.Get("Retry-After") != "30" || r.errCode() != "rate_limit_exceeded" ||
+			!strings.Contains(string(r.raw), "2 training jobs queued") {
+			t.Fatalf("%s: got %d retry-after %q %s", path, r.status, r.header.Get("Retry-After"), r.raw)
+		}
+	}
+	bobs := e.must(e.do("POST", "/v1/preview/models", e.bob, map[string]any{
+		"entity": "bob", "project": "proj", "name": "bobs", "base_model": "test/base",
+		"lora": map[string]any{"rank": 2, "alpha": 4, "target_modules": []string{"q_proj", "v_proj"}},
+	}), 200).body["id"].(string)
+	e.must(e.do("POST", "/v1/preview/training-jobs", e.bob, rlBody(bobs, 1)), 200)
+	e.must(e.do("POST", "/v1/preview/training-jobs/"+first+"/cancel", e.alice, nil), 200)
+	e.must(e.do("POST", "/v1/preview/training-jobs", e.alice, rlBody(id, 1)), 200)
+}

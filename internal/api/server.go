@@ -95,10 +95,17 @@ type Config struct {
 	// Links finds the calls behind trained-on choices (the checkpoint
 	// trajectories route); nil: choices show no call.
 	Links ChoiceLinker
+	// MaxQueuedJobsPerUser bounds the QUEUED training jobs of one user;
+	// past it a job request is 429 with retry-after (default
+	// DefaultMaxQueuedJobsPerUser; negative: no limit).
+	MaxQueuedJobsPerUser int
 }
 
 // DefaultBodyReadTimeout is Config.BodyReadTimeout's default.
 const DefaultBodyReadTimeout = 60 * time.Second
+
+// DefaultMaxQueuedJobsPerUser is Config.MaxQueuedJobsPerUser's default.
+const DefaultMaxQueuedJobsPerUser = 64
 
 // Server is the HTTP server's handler.
 type Server struct {
@@ -139,6 +146,9 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 	}
 	if cfg.BodyReadTimeout <= 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if cfg.MaxQueuedJobsPerUser == 0 {
+		cfg.MaxQueuedJobsPerUser = DefaultMaxQueuedJobsPerUser
 	}
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = 5 * time.Second

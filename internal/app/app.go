@@ -67,6 +67,9 @@ type Config struct {
 	// Serve configures inference: the scheduler (MaxBatch, MaxQueue,
 	// PrefillChunk, AdapterCacheSize, ...). Its Logger defaults to Logger.
 	Serve serve.Options
+	// MaxQueuedJobsPerUser bounds one user's QUEUED training jobs (see
+	// api.Config.MaxQueuedJobsPerUser).
+	MaxQueuedJobsPerUser int
 	// TokensPerStep is the training packing budget per gradient step
 	// (default: the trainer's).
 	TokensPerStep int
@@ -231,7 +234,7 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 
 	acfg := api.Config{Checkpoints: a.Checkpoints, Storage: a.Storage, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
 		MaxBodyBytes: cfg.MaxBodyBytes, BodyReadTimeout: cfg.BodyReadTimeout, Version: cfg.Version, Logger: cfg.Logger,
-		Links: a.Calls}
+		Links: a.Calls, MaxQueuedJobsPerUser: cfg.MaxQueuedJobsPerUser}
 	if lr, ok := trainer.(defaultLRer); ok {
 		acfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use
 	}

@@ -5,10 +5,18 @@
 package httpx
 
 import (
+	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // WriteJSON writes v as a JSON response with the given status.
@@ -85,7 +93,51 @@ func AsError(err error) *Error {
 	if errors.As(err, &mbe) {
 		return &Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body exceeds the limit of %d bytes", mbe.Limit), Code: "body_too_large"}
 	}
+	if DiskFull(err) {
+		return &Error{Status: http.StatusInsufficientStorage, Message: "the server's disk is full; nothing of this request was kept, retry once space is freed", Code: "insufficient_storage"}
+	}
+	if DatabaseUnavailable(err) {
+		return &Error{Status: http.StatusServiceUnavailable, Message: "the database is unavailable; retry shortly", Code: "unavailable"}
+	}
 	return &Error{Status: http.StatusInternalServerError, Message: "internal server error", Code: "internal_error"}
+}
+
+// DiskFull reports whether err says a disk is full: a write's ENOSPC or
+// EDQUOT, SQLite's SQLITE_FULL ("database or disk is full") or PostgreSQL's
+// disk_full (SQLSTATE 53100). Such a request is 507, not 500.
+func DiskFull(err error) bool {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return true
+	}
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) && st.SQLState() == "53100" {
+		return true
+	}
+	var coded interface{ Code() int } // modernc.org/sqlite's *Error
+	return errors.As(err, &coded) && coded.Code()&0xff == 13 && strings.Contains(err.Error(), "full")
+}
+
+// DatabaseUnavailable reports whether err says the database server cannot be
+// reached or is restarting (a connection refused or broken, PostgreSQL's
+// connection-exception class 08 or its shutdown and startup states 57P01,
+// 57P02, 57P03, a connection the driver saw close): a request failing so is 503, retried once the server is
+// back, not a 500 (the chaos soak, internal/chaos, restarts the server under
+// load).
+func DatabaseUnavailable(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		c := st.SQLState()
+		return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03"
+	}
+	// pgx marks its connection-level failures (a connection closed or
+	// broken mid-query by a server restart) with SafeToRetry.
+	var conn interface{ SafeToRetry() bool }
+	var op *net.OpError
+	// A connection the server closed mid-reply surfaces as pgconn's
+	// ErrConnClosed or a bare io.ErrUnexpectedEOF (request bodies cut short
+	// are answered 400 before they could reach here).
+	return errors.As(err, &conn) || errors.As(err, &op) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // WriteOpenAIError writes err in the OpenAI envelope used under /v1:

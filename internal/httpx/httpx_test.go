@@ -1,12 +1,20 @@
 package httpx
 
 import (
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func decodeBody(t *testing.T, rec *httptest.ResponseRecorder) map[string]any {
@@ -109,5 +117,67 @@ func TestUnmarshalJSONErrors(t *testing.T) {
 	var b body
 	if err := UnmarshalJSON([]byte(`{"model": "m", "unknown": [1, 2]}`), &b); err != nil || b.Model != "m" {
 		t.Fatalf("unknown fields must be ignored: %v", err)
+	}
+}
+
+type sqlStateErr string
+
+// connErr is a driver's connection-level failure (pgconn's "conn closed").
+type connErr struct{}
+
+func (connErr) Error() string     { return "conn closed" }
+func (connErr) SafeToRetry() bool { return true }
+
+func (e sqlStateErr) Error() string    { return "pg: " + string(e) }
+func (e sqlStateErr) SQLState() string { return string(e) }
+
+// A database that is down or restarting makes a 503 (retry), anything else
+// unknown a 500.
+func TestDatabaseUnavailableIs503(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("get job: %w", sqlStateErr("57P03")), 503}, // cannot connect now (starting up)
+		{fmt.Errorf("x: %w", sqlStateErr("57P01")), 503},       // admin shutdown
+		{sqlStateErr("08006"), 503},                            // connection failure
+		{fmt.Errorf("begin: %w", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}), 503},
+		{fmt.Errorf("q: %w", driver.ErrBadConn), 503},
+		{fmt.Errorf("begin: %w", connErr{}), 503},
+		{fmt.Errorf("upsert: %w", pgconn.ErrConnClosed), 503},
+		{fmt.Errorf("get job: %w", io.ErrUnexpectedEOF), 503},
+		{sqlStateErr("23505"), 500}, // a unique violation is a bug here, not an outage
+		{errors.New("boom"), 500},
+	} {
+		if got := AsError(c.err).Status; got != c.want {
+			t.Errorf("%v: status %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// sqliteErr is modernc.org/sqlite's error shape.
+type sqliteErr struct {
+	code int
+	msg  string
+}
+
+func (e sqliteErr) Error() string { return e.msg }
+func (e sqliteErr) Code() int     { return e.code }
+
+// A full disk is 507 insufficient_storage, saying so: a file write's
+// ENOSPC, SQLite's SQLITE_FULL, PostgreSQL's disk_full.
+func TestFullDiskIs507(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("store request: %w", &os.PathError{Op: "write", Path: "/data/requests/x", Err: syscall.ENOSPC}),
+		fmt.Errorf("insert call: %w", sqliteErr{13, "database or disk is full (13)"}),
+		fmt.Errorf("insert call: %w", sqlStateErr("53100")),
+	} {
+		e := AsError(err)
+		if e.Status != http.StatusInsufficientStorage || e.Code != "insufficient_storage" || !strings.Contains(e.Message, "disk is full") {
+			t.Fatalf("%v: got %+v", err, e)
+		}
+	}
+	if e := AsError(sqliteErr{19, "constraint failed"}); e.Status != 500 {
+		t.Fatalf("a constraint error: %+v", e)
 	}
 }

@@ -80,6 +80,12 @@ type Request struct {
 	// the caller's user, so whether a prompt hits the cache, and how fast
 	// its first token comes, tells nothing about other tenants' prompts).
 	CacheScope string
+	// Tenant names whose request this is (the server sets the API key): the
+	// waiting requests of different tenants are admitted round robin, and
+	// one named tenant holds at most Options.TenantShare of the batch, so
+	// one tenant's burst cannot keep another's first token waiting. ""
+	// (library use) is one tenant without a share cap.
+	Tenant string
 }
 
 // Token is one sampled token.

@@ -43,6 +43,11 @@ type Options struct {
 	MaxBatch     int // sequences run per step (default 32)
 	MaxQueue     int // requests waiting for a batch slot before ErrQueueFull (default 256)
 	PrefillChunk int // prompt tokens fed per step across sequences (default 512)
+	// TenantShare is the most choices of one named tenant (Request.Tenant)
+	// in the batch at once (default MaxBatch - MaxBatch/4): the rest is kept
+	// for other tenants, whose requests then start at the next step instead
+	// of waiting for one of the burst's choices to end.
+	TenantShare int
 	// PrefixCache, when not nil, keeps prompts' KV blocks across requests
 	// (it may be shared by the schedulers of several base models).
 	PrefixCache *PrefixCache
@@ -53,6 +58,7 @@ func (o *Options) defaults() {
 	o.MaxBatch = positiveOr(o.MaxBatch, DefaultMaxBatch)
 	o.MaxQueue = positiveOr(o.MaxQueue, DefaultMaxQueue)
 	o.PrefillChunk = positiveOr(o.PrefillChunk, DefaultPrefillChunk)
+	o.TenantShare = min(positiveOr(o.TenantShare, max(o.MaxBatch-o.MaxBatch/4, 1)), o.MaxBatch)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -97,10 +103,14 @@ type Scheduler struct {
 
 	mu      sync.Mutex
 	waiting []*Generation
-	closed  bool
-	wake    chan struct{}
-	quit    chan struct{}
-	stopped chan struct{}
+	// served orders the tenants for round-robin admission: the admission
+	// count at each tenant's last admission (loop goroutine, under mu).
+	served   map[string]int64
+	admitted int64
+	closed   bool
+	wake     chan struct{}
+	quit     chan struct{}
+	stopped  chan struct{}
 
 	active []*seqState // owned by the loop goroutine
 	rows   []float32   // PromptLogits passes' logits (loop goroutine)
@@ -306,26 +316,40 @@ func (s *Scheduler) safeStep() {
 	s.step()
 }
 
-// admit moves waiting requests into the running batch, in arrival order,
-// while the batch has room.
+// admit moves waiting requests into the running batch while it has room:
+// round robin by tenant (see next), each tenant's requests in arrival order.
 func (s *Scheduler) admit() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.waiting) > 0 {
-		g := s.waiting[0]
+	kept := s.waiting[:0]
+	for _, g := range s.waiting {
 		if g.ctx.Err() != nil {
-			s.waiting = s.waiting[1:]
 			for _, o := range g.outs {
 				o.end(FinishCancelled, nil)
 			}
 			g.signal()
 			continue
 		}
+		kept = append(kept, g)
+	}
+	clear(s.waiting[len(kept):])
+	s.waiting = kept
+	for len(s.waiting) > 0 {
+		i := s.next()
+		if i < 0 {
+			break
+		}
+		g := s.waiting[i]
 		running := s.running()
 		if running > 0 && running+len(g.outs) > s.opts.MaxBatch {
-			return
+			break
 		}
-		s.waiting = s.waiting[1:]
+		s.waiting = slices.Delete(s.waiting, i, i+1)
+		if s.served == nil || len(s.served) > 4*s.opts.MaxQueue {
+			s.served = map[string]int64{} // forget tenants long gone (bounded)
+		}
+		s.admitted++
+		s.served[g.req.Tenant] = s.admitted
 		var lead *seqState
 		for i, o := range g.outs {
 			st := &seqState{
@@ -349,6 +373,33 @@ func (s *Scheduler) admit() {
 		}
 	}
 	s.activeSeqs.Store(int64(s.running()))
+}
+
+// next returns the index in s.waiting of the request to admit next, or -1:
+// the oldest request of the tenant admitted least recently (one never
+// admitted first, then in queue order), among the tenants not at their
+// TenantShare of the batch. Called with s.mu held.
+func (s *Scheduler) next() int {
+	held := map[string]int{}
+	for _, st := range s.active {
+		held[st.gen.req.Tenant] += 1 + len(st.clones)
+	}
+	best, bestServed := -1, int64(0)
+	seen := map[string]bool{}
+	for i, g := range s.waiting {
+		t := g.req.Tenant
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		if t != "" && held[t] > 0 && held[t]+len(g.outs) > s.opts.TenantShare {
+			continue
+		}
+		if sv := s.served[t]; best < 0 || sv < bestServed {
+			best, bestServed = i, sv
+		}
+	}
+	return best
 }
 
 // running returns the number of choices in the batch, counting the clones

@@ -3,12 +3,15 @@ package jobs_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +238,75 @@ func TestAPIOnlyNodeRunsNoJob(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // ten polling intervals
 	if j, _ := f.st.JobByID(context.Background(), id); j.Status != store.StatusQueued {
 		t.Errorf("an API-only node ran a job: %s", j.Status)
+	}
+}
+
+// downAtFailStore is the store of a node that loses the database just as
+// its run fails: recording the failure errors (connection refused).
+type downAtFailStore struct{ store.Database }
+
+func (downAtFailStore) FailJob(context.Context, store.Lease, string) error {
+	return &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+}
+
+// failOnce fails its first run and then trains as next does.
+type failOnce struct {
+	next  jobs.Trainer
+	calls atomic.Int32
+}
+
+func (f *failOnce) Train(ctx context.Context, j jobs.Job, emit func(jobs.Event) error) (jobs.Result, error) {
+	if f.calls.Add(1) == 1 {
+		return jobs.Result{}, errors.New("the trainer failed")
+	}
+	return f.next.Train(ctx, j, emit)
+}
+
+// A run whose end cannot be recorded (the database is down when it fails)
+// leaves the job RUNNING with its request body: when the lease expires
+// another node runs it from the same request and completes it, once (the
+// chaos soak found such jobs FAILED as "the stored request of this job is
+// missing").
+func TestUnrecordedFailureKeepsTheRequest(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	m := f.model(t, "m")
+	var alog syncBuffer
+	a := f.node(downAtFailStore{f.st}, &failOnce{next: &recTrainer{}}, "node-a", &alog)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := submit(t, a, m)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(alog.String(), "record job failure"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node a's run did not fail:\n%s", alog.String())
+		}
+	}
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(f.layout.RequestPath(id)); err != nil {
+		t.Fatalf("the request body of the unrecorded run is gone: %v", err)
+	}
+	if j, _ := f.st.JobByID(ctx, id); j.Status != store.StatusRunning {
+		t.Fatalf("job %s after the unrecorded failure, want RUNNING", j.Status)
+	}
+	b := f.node(f.st, &recTrainer{}, "node-b", io.Discard)
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown(ctx)
+	waitAll(t, f.st, []string{id}, store.StatusCompleted)
+	j, _ := f.st.JobByID(ctx, id)
+	if j.LeaseOwner != "node-b" || j.Attempt != 2 || *j.ToStep != 1 {
+		t.Errorf("job %+v", j)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(f.layout.RequestPath(id)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the request body stays after the job completed")
+		}
 	}
 }

@@ -498,10 +498,16 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	}
 	r.mu.Unlock()
 	bg := context.Background()
-	if !errors.Is(cause, errShutdown) && !errors.Is(cause, store.ErrLeaseLost) {
-		// The job ends here; its request body is no longer needed.
-		defer q.cfg.Storage.Remove(j.RequestPath)
-	}
+	// The request body goes once the job's end is recorded; it stays for
+	// the node that runs the job next when this run's end could not be
+	// recorded (the lease lost, a shutdown, the database unreachable: the
+	// job is still RUNNING and is reclaimed when the lease expires).
+	keepRequest := errors.Is(cause, errShutdown) || errors.Is(cause, store.ErrLeaseLost)
+	defer func() {
+		if !keepRequest {
+			q.cfg.Storage.Remove(j.RequestPath)
+		}
+	}()
 	switch {
 	case errors.Is(cause, errCancelled):
 		log.Info("job cancelled", "duration", time.Since(start))
@@ -518,7 +524,7 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 		}
 	case err != nil:
 		log.Warn("job failed", "err", err, "duration", time.Since(start))
-		q.fail(bg, lease, r, err.Error())
+		keepRequest = !q.fail(bg, lease, r, err.Error())
 	default:
 		// The publish holds the job's row from its lease check to its
 		// commit, so no other node can take the job meanwhile: renewals,
@@ -529,9 +535,10 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 		switch {
 		case errors.Is(err, store.ErrLeaseLost):
 			log.Warn("job's lease lost before its checkpoint was published; output discarded", "err", err)
+			keepRequest = true
 		case err != nil:
 			log.Error("job failed while saving its checkpoint", "err", err)
-			q.fail(bg, lease, r, "saving the new checkpoint failed")
+			keepRequest = !q.fail(bg, lease, r, "saving the new checkpoint failed")
 		default:
 			log.Info("job completed", "to_step", *j.FromStep+1, "duration", time.Since(start))
 		}
@@ -575,19 +582,24 @@ func (q *Queue) renew(ctx context.Context, l store.Lease, r *run) {
 	}
 }
 
-func (q *Queue) fail(ctx context.Context, l store.Lease, r *run, msg string) {
+// fail records the run's job FAILED and reports whether the job's end is
+// recorded (by this or by a cancel); false leaves it to the next claim.
+func (q *Queue) fail(ctx context.Context, l store.Lease, r *run, msg string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ended {
-		return
+		return true
 	}
 	err := q.st.FailJob(ctx, l, q.clientMessage(msg))
 	switch {
 	case errors.Is(err, store.ErrLeaseLost):
 		q.log.Warn("job's lease lost; its failure is not recorded", "job_id", l.JobID, "err", err)
+		return false
 	case err != nil:
-		q.log.Error("record job failure", "job_id", l.JobID, "err", err)
+		q.log.Error("record job failure; the job runs again once its lease expires", "job_id", l.JobID, "err", err)
+		return false
 	}
+	return true
 }
 
 // absPath matches an absolute path that starts a word of a message.

@@ -876,3 +876,31 @@ func postJSON(t *testing.T, env *testEnv, path, body string) rawResp {
 	b, _ := io.ReadAll(resp.Body)
 	return rawResp{resp.StatusCode, string(b), resp.Header, resp.Trailer}
 }
+
+// A key past MaxInflightPerKey requests in flight gets 429 with retry-after
+// (on chat, completions and responses), and is served again once one ends.
+func TestPerKeyInflight429(t *testing.T) {
+	env := newTestEnv(t, Options{MaxInflightPerKey: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	long := `{"model":"flywheel/tiny","max_tokens":1500,"ignore_eos":true,"stream":true,"messages":[{"role":"user","content":"go"}]}`
+	startStream(t, ctx, env, long)
+	startStream(t, ctx, env, long)
+	waitFor(t, func() bool { return env.srv.Stats(tinyID).Active == 2 })
+	for path, body := range map[string]string{
+		"/v1/chat/completions": `{"model":"flywheel/tiny","max_tokens":2,"messages":[{"role":"user","content":"x"}]}`,
+		"/v1/completions":      `{"model":"flywheel/tiny","max_tokens":2,"prompt":"x"}`,
+		"/v1/responses":        `{"model":"flywheel/tiny","max_output_tokens":2,"input":"x"}`,
+	} {
+		r := postJSON(t, env, path, body)
+		if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") != "1" || !strings.Contains(r.body, `"code":"rate_limit_exceeded"`) || !strings.Contains(r.body, "2 inference requests in flight") {
+			t.Fatalf("%s: got %d retry-after %q %s", path, r.status, r.header.Get("Retry-After"), r.body)
+		}
+	}
+	cancel()
+	waitFor(t, func() bool { s := env.srv.Stats(tinyID); return s.Active == 0 && s.Queued == 0 })
+	// The streams' slots are released when their handlers return.
+	waitFor(t, func() bool {
+		return postJSON(t, env, "/v1/chat/completions", `{"model":"flywheel/tiny","max_tokens":2,"messages":[{"role":"user","content":"x"}]}`).status == http.StatusOK
+	})
+}

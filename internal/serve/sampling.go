@@ -184,6 +184,7 @@ func (s *Server) inferRequest(ctx context.Context, p *auth.Principal, pl *sample
 		Penalties:  pl.penalties,
 		NewSampler: s.newSampler,
 		CacheScope: p.UserID, // a user's requests share cached prefixes; tenants never do
+		Tenant:     tenantOf(p),
 	}
 	if pl.format != nil {
 		if maxTokens < pl.format.minCost {

@@ -187,7 +187,11 @@ type Options struct {
 	AdapterCacheSize int           // LoRA adapters kept loaded (default 16)
 	MaxTopLogprobs   int           // largest top_logprobs (default 20)
 	RetryAfter       time.Duration // retry-after of a 429 (default 1s)
-	OpName           string        // call-store op name (default "chat.completions")
+	// MaxInflightPerKey bounds the inference requests one API key has in
+	// flight (default DefaultMaxInflightPerKey; negative: no limit); past
+	// it, 429 with retry-after.
+	MaxInflightPerKey int
+	OpName            string // call-store op name (default "chat.completions")
 	// PrefixCacheMB is the memory budget, in MiB, of the prefix cache that
 	// keeps prompts' KV blocks across requests (infer.PrefixCache), shared
 	// by all base models: 0 takes DefaultPrefixCacheMB, a negative value
@@ -236,6 +240,9 @@ func (o *Options) defaults() {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = time.Second
 	}
+	if o.MaxInflightPerKey == 0 {
+		o.MaxInflightPerKey = DefaultMaxInflightPerKey
+	}
 	if o.MaxPromptBytesPerToken <= 0 {
 		o.MaxPromptBytesPerToken = DefaultMaxPromptBytesPerToken
 	}
@@ -265,6 +272,7 @@ type Server struct {
 	log      *slog.Logger
 	adapters *infer.AdapterCache
 	prefix   *infer.PrefixCache // nil: off
+	inflight *keyLimiter        // inference requests in flight per key
 
 	mu     sync.Mutex
 	models map[string]*lmodel
@@ -289,16 +297,17 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 		prefix:     infer.NewPrefixCache(int64(opts.PrefixCacheMB) << 20),
 		models:     map[string]*lmodel{},
 		newSampler: newEngineSampler,
+		inflight:   &keyLimiter{max: opts.MaxInflightPerKey},
 	}
 }
 
 // Register mounts the handlers in the Bearer-authenticated OpenAI group.
 func (s *Server) Register(rt *httpx.Routes) {
 	mux := rt.In(httpx.OpenAIAPI)
-	mux.HandleFunc("POST /v1/chat/completions", s.handleChat)
-	mux.HandleFunc("POST /v1/chat/completions/", s.handleChat)
-	mux.HandleFunc("POST /v1/completions", s.handleCompletions)
-	mux.HandleFunc("POST /v1/responses", s.handleResponses)
+	mux.HandleFunc("POST /v1/chat/completions", s.perKey(s.handleChat))
+	mux.HandleFunc("POST /v1/chat/completions/", s.perKey(s.handleChat))
+	mux.HandleFunc("POST /v1/completions", s.perKey(s.handleCompletions))
+	mux.HandleFunc("POST /v1/responses", s.perKey(s.handleResponses))
 	mux.HandleFunc("GET /v1/responses/{id}", s.handleGetResponse)
 	mux.HandleFunc("DELETE /v1/responses/{id}", s.handleDeleteResponse)
 	mux.HandleFunc("GET /v1/models", s.handleModels)

@@ -147,7 +147,17 @@ func appendEvent(ctx context.Context, q queryer, jobID, typ string, data any) (E
 	return e, nil
 }
 
-// ClaimNext claims the oldest runnable job for owner.
+// QueuedJobs counts createdBy's QUEUED jobs.
+func (s *sqlDB) QueuedJobs(ctx context.Context, createdBy string) (int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM jobs WHERE created_by = ? AND status = 'QUEUED'", createdBy).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count queued jobs: %w", err)
+	}
+	return n, nil
+}
+
+// ClaimNext claims the oldest runnable job for owner (fewest RUNNING jobs
+// of its user first among the QUEUED).
 func (s *sqlDB) ClaimNext(ctx context.Context, owner string, ttl time.Duration, skip []string) (Job, bool, error) {
 	var j Job
 	var ok bool
@@ -171,7 +181,7 @@ func (s *sqlDB) ClaimNext(ctx context.Context, owner string, ttl time.Duration, 
 			err = tx.QueryRowContext(ctx, `SELECT j.id FROM jobs j WHERE j.status = 'QUEUED'`+skipSQL+`
 				AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.model_id = j.model_id AND r.status = 'RUNNING')
 				AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.model_id = j.model_id AND e.status = 'QUEUED' AND e.id < j.id)
-				ORDER BY j.id LIMIT 1`+s.d.skipLocked, args...).Scan(&id)
+				ORDER BY (SELECT count(*) FROM jobs u WHERE u.created_by = j.created_by AND u.status = 'RUNNING'), j.id LIMIT 1`+s.d.skipLocked, args...).Scan(&id)
 		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -167,12 +168,7 @@ func testRequeueRunning(t *testing.T, open opener) {
 // once, and run each model's jobs in submission order.
 func TestConcurrentClaims(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
-		st, err := store.OpenSQLite(context.Background(), t.TempDir()+"/flywheel.db")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		testConcurrentClaims(t, []store.Database{st})
+		testConcurrentClaims(t, []store.Database{tempSQLite(t)})
 	})
 	t.Run("postgres", func(t *testing.T) {
 		testConcurrentClaims(t, pgNodes(t, pgtest.DSN(t), 4))
@@ -407,4 +403,52 @@ func testLists(t *testing.T, open opener) {
 	if err != nil || !more || len(evs) != 2 {
 		t.Errorf("ListModelEvents: %d %v %v", len(evs), more, err)
 	}
+}
+
+// The queue is fair between users: among runnable QUEUED jobs, those of the
+// user with the fewest RUNNING jobs go first, so a user who queued many jobs
+// first does not hold back another's; QueuedJobs counts a user's queue.
+func TestClaimFairBetweenUsers(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testClaimFair(t, tempSQLite(t)) })
+	t.Run("postgres", func(t *testing.T) {
+		testClaimFair(t, pgNodes(t, pgtest.DSN(t), 1)[0])
+	})
+}
+
+func testClaimFair[S store.Database](t *testing.T, st S) {
+	ctx := context.Background()
+	var users []string
+	for i, user := range []string{"a", "a", "a", "b"} {
+		m := newModel(t, st, fmt.Sprintf("fair%d", i))
+		if _, err := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r", CreatedBy: user}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := st.QueuedJobs(ctx, "a"); err != nil || n != 3 {
+		t.Fatalf("QueuedJobs(a) = %d, %v; want 3", n, err)
+	}
+	for range 4 {
+		j, ok, err := st.ClaimNext(ctx, "node", time.Hour, nil)
+		if err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		users = append(users, j.CreatedBy)
+	}
+	if got := strings.Join(users, ""); got != "abaa" {
+		t.Fatalf("claimed in the order %s, want abaa (b's job before a's second)", got)
+	}
+	if n, err := st.QueuedJobs(ctx, "a"); err != nil || n != 0 {
+		t.Fatalf("QueuedJobs(a) = %d, %v; want 0", n, err)
+	}
+}
+
+// tempSQLite opens a fresh SQLite database, closed when t ends.
+func tempSQLite(t *testing.T) *store.SQLite {
+	t.Helper()
+	st, err := store.OpenSQLite(context.Background(), t.TempDir()+"/flywheel.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

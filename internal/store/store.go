@@ -269,7 +269,12 @@ type Jobs interface {
 	// job, skipping the models in skip. ok is false when none is runnable.
 	// FromStep is the step of the model's latest checkpoint. Concurrent
 	// claims (other nodes) never return the same job.
+	// Among the QUEUED jobs, those of the user (CreatedBy) with the fewest
+	// RUNNING jobs go first, so one user's burst does not hold the queue.
 	ClaimNext(ctx context.Context, owner string, ttl time.Duration, skip []string) (j Job, ok bool, err error)
+	// QueuedJobs counts the QUEUED jobs createdBy submitted (the per-user
+	// queue limit).
+	QueuedJobs(ctx context.Context, createdBy string) (int, error)
 	// RenewLease extends l by ttl from now (ErrLeaseLost when l is no
 	// longer the job's lease).
 	RenewLease(ctx context.Context, l Lease, ttl time.Duration) error

@@ -752,7 +752,7 @@ func fUnique(st *state, v any, args []any, kw map[string]any) (any, error) {
 		}
 		dup := false
 		for _, o := range other {
-			if equal(o, it) {
+			if equal(st, o, it) {
 				dup = true
 				break
 			}
@@ -805,7 +805,7 @@ func fReverse(st *state, v any, args []any, kw map[string]any) (any, error) {
 	return out, nil
 }
 
-func sortItems(items []any, key func(any) (any, error), reverse, caseSensitive bool) ([]any, error) {
+func sortItems(st *state, items []any, key func(any) (any, error), reverse, caseSensitive bool) ([]any, error) {
 	out := append([]any{}, items...)
 	keys := make([]any, len(out))
 	for i, it := range out {
@@ -824,7 +824,7 @@ func sortItems(items []any, key func(any) (any, error), reverse, caseSensitive b
 	}
 	var serr error
 	sort.SliceStable(idx, func(a, b int) bool {
-		c, err := compare(keys[idx[a]], keys[idx[b]])
+		c, err := compare(st, keys[idx[a]], keys[idx[b]])
 		if err != nil {
 			serr = rerr("%s", err.Error())
 		}
@@ -851,7 +851,7 @@ func fSort(st *state, v any, args []any, kw map[string]any) (any, error) {
 	reverse := truthy(arg(args, kw, 0, "reverse", false))
 	cs := truthy(arg(args, kw, 1, "case_sensitive", false))
 	attr := arg(args, kw, 2, "attribute", nil)
-	return sortItems(items, func(x any) (any, error) {
+	return sortItems(st, items, func(x any) (any, error) {
 		if attr == nil {
 			return x, nil
 		}
@@ -871,7 +871,7 @@ func fDictsort(st *state, v any, args []any, kw map[string]any) (any, error) {
 	if by == "value" {
 		pos = 1
 	}
-	return sortItems(dictItems(d), func(x any) (any, error) { return x.(Tuple)[pos], nil }, reverse, cs)
+	return sortItems(st, dictItems(d), func(x any) (any, error) { return x.(Tuple)[pos], nil }, reverse, cs)
 }
 
 func fSum(st *state, v any, args []any, kw map[string]any) (any, error) {
@@ -910,7 +910,7 @@ func fMinMax(isMin bool) filterFunc {
 		}
 		cs := truthy(arg(args, kw, 0, "case_sensitive", false))
 		attr := arg(args, kw, 1, "attribute", nil)
-		sorted, err := sortItems(items, func(x any) (any, error) {
+		sorted, err := sortItems(st, items, func(x any) (any, error) {
 			if attr == nil {
 				return x, nil
 			}
@@ -1065,16 +1065,16 @@ func (st *state) runTest(name string, v any, args []any, kw map[string]any) (boo
 		}
 		return false, nil
 	case "equalto", "eq", "==":
-		return equal(v, a0), nil
+		return equal(st, v, a0), nil
 	case "ne", "!=":
-		return !equal(v, a0), nil
+		return !equal(st, v, a0), nil
 	case "sameas":
-		return v == a0 || (v == nil && a0 == nil), nil
+		return sameAs(v, a0), nil
 	case "lt", "lessthan", "<", "gt", "greaterthan", ">", "le", "<=", "ge", ">=":
 		op := map[string]string{"lt": "<", "lessthan": "<", "<": "<", "gt": ">", "greaterthan": ">", ">": ">", "le": "<=", "<=": "<=", "ge": ">=", ">=": ">="}[name]
-		return compareOp(op, v, a0)
+		return compareOp(st, op, v, a0)
 	case "in":
-		return contains(a0, v)
+		return contains(st, a0, v)
 	case "odd", "even":
 		i, ok := asInt(v)
 		if !ok {
@@ -1108,4 +1108,25 @@ func (st *state) runTest(name string, v any, args []any, kw map[string]any) (boo
 		return false, nil
 	}
 	return false, rerr("no test named '%s'", name)
+}
+
+// sameAs is Python's `is` (the sameas test): the same object, lists and
+// tuples by their backing array (== on them would panic: slices and funcs are
+// not comparable in Go).
+func sameAs(a, b any) bool {
+	switch x := a.(type) {
+	case []any:
+		y, ok := b.([]any)
+		return ok && len(x) == len(y) && (len(x) == 0 || &x[0] == &y[0])
+	case Tuple:
+		y, ok := b.(Tuple)
+		return ok && len(x) == len(y) && (len(x) == 0 || &x[0] == &y[0])
+	case builtinFunc:
+		return false
+	}
+	switch b.(type) {
+	case []any, Tuple, builtinFunc:
+		return false
+	}
+	return a == b
 }

@@ -61,6 +61,7 @@ type state struct {
 	out      *strings.Builder // the top-level output (generation offsets refer to it)
 	b        budget
 	work64   int64 // units of work within steps (see work)
+	visits   int64 // nodes visited by comparisons (see visit)
 }
 
 type span struct{ start, end int }
@@ -511,7 +512,7 @@ func (st *state) eval(e expr, fr *frame) (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			ok, err := compareOp(op, l, r)
+			ok, err := compareOp(st, op, l, r)
 			if err != nil {
 				return nil, err
 			}
@@ -537,16 +538,16 @@ func (st *state) eval(e expr, fr *frame) (any, error) {
 	return nil, rerr("unknown expression %T", e)
 }
 
-func compareOp(op string, l, r any) (bool, error) {
+func compareOp(st *state, op string, l, r any) (bool, error) {
 	switch op {
 	case "==":
-		return equal(l, r), nil
+		return equal(st, l, r), nil
 	case "!=":
-		return !equal(l, r), nil
+		return !equal(st, l, r), nil
 	case "in":
-		return contains(r, l)
+		return contains(st, r, l)
 	case "notin":
-		ok, err := contains(r, l)
+		ok, err := contains(st, r, l)
 		return !ok, err
 	}
 	if u, ok := l.(Undefined); ok {
@@ -555,7 +556,7 @@ func compareOp(op string, l, r any) (bool, error) {
 	if u, ok := r.(Undefined); ok {
 		return false, undefinedErr(u)
 	}
-	c, err := compare(l, r)
+	c, err := compare(st, l, r)
 	if err != nil {
 		return false, rerr("%s", strings.Replace(err.Error(), "'<'", "'"+op+"'", 1))
 	}
@@ -572,7 +573,7 @@ func compareOp(op string, l, r any) (bool, error) {
 	return false, rerr("bad operator %s", op)
 }
 
-func contains(container, item any) (bool, error) {
+func contains(st *state, container, item any) (bool, error) {
 	switch c := container.(type) {
 	case string:
 		s, ok := item.(string)
@@ -585,14 +586,14 @@ func contains(container, item any) (bool, error) {
 		return strings.Contains(c, s), nil
 	case []any:
 		for _, x := range c {
-			if equal(x, item) {
+			if equal(st, x, item) {
 				return true, nil
 			}
 		}
 		return false, nil
 	case Tuple:
 		for _, x := range c {
-			if equal(x, item) {
+			if equal(st, x, item) {
 				return true, nil
 			}
 		}

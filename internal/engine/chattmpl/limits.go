@@ -179,6 +179,23 @@ func (st *state) step() error {
 	return nil
 }
 
+// visit counts one node of a structural traversal (==, in, sorting nested
+// values) and every 1<<12 of them checks the clock and the context, panicking
+// with the limit (run recovers it): such a traversal cannot return an error
+// from every level, and shared parts make it exponential in the values' sizes.
+// A nil st (outside a render) counts nothing.
+func (st *state) visit() {
+	if st == nil {
+		return
+	}
+	st.visits++
+	if st.visits&4095 == 0 {
+		if err := st.checkTime(); err != nil {
+			panic(limitPanic{err.(*LimitError)})
+		}
+	}
+}
+
 // work counts n units of work done inside one step (comparisons of a
 // quadratic filter) and checks the clock every 1<<16 of them.
 func (st *state) work(n int) error {

@@ -16,7 +16,7 @@ func (st *state) callMethod(m *boundMethod, args []any, kw map[string]any) (any,
 	case string:
 		return strMethod(r, m.name, args, kw)
 	case []any:
-		return listMethod(r, m.name, args)
+		return listMethod(st, r, m.name, args)
 	case *loopInfo:
 		switch m.name {
 		case "cycle":
@@ -26,7 +26,7 @@ func (st *state) callMethod(m *boundMethod, args []any, kw map[string]any) (any,
 			return args[r.index0%len(args)], nil
 		case "changed":
 			v := Tuple(args)
-			if r.hasLast && equal(r.last, v) {
+			if r.hasLast && equal(st, r.last, v) {
 				return false, nil
 			}
 			r.last, r.hasLast = v, true
@@ -69,12 +69,12 @@ func dictMethod(d *Dict, name string, args []any, kw map[string]any) (any, error
 	return nil, rerr("'dict' object has no attribute '%s'", name)
 }
 
-func listMethod(l []any, name string, args []any) (any, error) {
+func listMethod(st *state, l []any, name string, args []any) (any, error) {
 	switch name {
 	case "index":
 		if len(args) > 0 {
 			for i, x := range l {
-				if equal(x, args[0]) {
+				if equal(st, x, args[0]) {
 					return i, nil
 				}
 			}
@@ -84,7 +84,7 @@ func listMethod(l []any, name string, args []any) (any, error) {
 		n := 0
 		if len(args) > 0 {
 			for _, x := range l {
-				if equal(x, args[0]) {
+				if equal(st, x, args[0]) {
 					n++
 				}
 			}

@@ -734,7 +734,7 @@ func writeJSON(b *strings.Builder, v any, o jsonOpts, depth int) error {
 			keys = append([]any(nil), keys...)
 			var serr error
 			sort.SliceStable(keys, func(i, j int) bool {
-				c, err := compare(keys[i], keys[j])
+				c, err := compare(nil, keys[i], keys[j]) // keys: strings or scalars
 				if err != nil {
 					serr = err
 				}
@@ -916,7 +916,12 @@ func typeName(v any) string {
 
 // ---------------------------------------------------------------- equality and ordering
 
-func equal(a, b any) bool {
+// equal is Python's ==. st (nil outside a render) counts the nodes it visits:
+// values can share parts (a list holding the same list twice, n times over,
+// has 2^n leaves), so a comparison is not bounded by the values' sizes and is
+// on the render's clock instead (see visit).
+func equal(st *state, a, b any) bool {
+	st.visit()
 	switch x := a.(type) {
 	case nil:
 		return b == nil
@@ -946,10 +951,10 @@ func equal(a, b any) bool {
 		default:
 			return false
 		}
-		return listEq(x, y)
+		return listEq(st, x, y)
 	case Tuple:
 		y, ok := b.(Tuple)
-		return ok && listEq(x, y)
+		return ok && listEq(st, x, y)
 	case *Dict:
 		y, ok := b.(*Dict)
 		if !ok || x.Len() != y.Len() {
@@ -957,7 +962,7 @@ func equal(a, b any) bool {
 		}
 		for i, k := range x.keys {
 			v2, ok := y.Get(k)
-			if !ok || !equal(x.vals[i], v2) {
+			if !ok || !equal(st, x.vals[i], v2) {
 				return false
 			}
 		}
@@ -966,12 +971,12 @@ func equal(a, b any) bool {
 	return a == b
 }
 
-func listEq(x, y []any) bool {
+func listEq(st *state, x, y []any) bool {
 	if len(x) != len(y) {
 		return false
 	}
 	for i := range x {
-		if !equal(x[i], y[i]) {
+		if !equal(st, x[i], y[i]) {
 			return false
 		}
 	}
@@ -1007,8 +1012,10 @@ func asInt(v any) (int, bool) {
 	return 0, false
 }
 
-// compare orders a and b as Python's < does, erroring on unorderable types.
-func compare(a, b any) (int, error) {
+// compare orders a and b as Python's < does, erroring on unorderable types;
+// st is as for equal.
+func compare(st *state, a, b any) (int, error) {
+	st.visit()
 	if sa, ok := a.(string); ok {
 		if sb, ok := b.(string); ok {
 			return strings.Compare(sa, sb), nil
@@ -1040,12 +1047,12 @@ func compare(a, b any) (int, error) {
 	lb, ok2 := asList(b)
 	if ok1 && ok2 {
 		for i := 0; i < len(la) && i < len(lb); i++ {
-			if equal(la[i], lb[i]) {
+			if equal(st, la[i], lb[i]) {
 				continue
 			}
-			return compare(la[i], lb[i])
+			return compare(st, la[i], lb[i])
 		}
-		return compare(len(la), len(lb))
+		return compare(st, len(la), len(lb))
 	}
 	return 0, fmt.Errorf("'<' not supported between instances of '%s' and '%s'", typeName(a), typeName(b))
 }
