@@ -8,6 +8,7 @@
 # on any mismatch; every step is under a timeout and check.py stops its server however it ends.
 # Called by .ci/run; runs alone too (needs Go, and PyPI once per lock).
 set -euo pipefail
+. "$(dirname "$0")/pyvenv.sh"
 cd "$(dirname "$0")/.."
 
 # A real 3.12+ interpreter: ART 0.5.23 has 3.12-only syntax (PEP 695) and its lock pins
@@ -33,18 +34,7 @@ go build -o "$work/flywheel" ./cmd/flywheel
 
 for req in clients/art-python/requirements-*.txt; do
     name="$(basename "$req" .txt)"
-    key="$( (cat "$req"; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)"
-    venv="$cache/$name-$key"
-    if [ ! -f "$venv/.installed" ]; then
-        echo "-- creating $venv"
-        rm -rf "$venv"
-        mkdir -p "$cache"
-        "$py" -m venv "$venv"
-        timeout 900 "$venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$req"
-        touch "$venv/.installed"
-        # older venvs of this lock name are stale
-        find "$cache" -maxdepth 1 -name "$name-*" ! -name "$name-$key" -exec rm -rf {} +
-    fi
+    venv="$(ci_venv "$py" "$req" "$cache" "$name")"
     echo "-- $name"
     # No W&B, no hub: the serverless path must need neither. W&B's own hosts are never
     # tried: WANDB_BASE_URL is a closed loopback port here, and check.py points it at the

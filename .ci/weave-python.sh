@@ -8,6 +8,7 @@
 # lock's hash. Called by .ci/run; runs alone too (needs Go, and PyPI once per lock; without
 # FLYWHEEL_TEST_POSTGRES the PostgreSQL run is skipped, saying so).
 set -euo pipefail
+. "$(dirname "$0")/pyvenv.sh"
 cd "$(dirname "$0")/.."
 
 py=""
@@ -26,17 +27,7 @@ echo "Python: $py ($("$py" -V 2>&1))"
 
 req=clients/weave-python/requirements.txt
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci"
-key="$( (cat "$req"; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)"
-venv="$cache/python-sdks-$key"
-if [ ! -f "$venv/.installed" ]; then
-    echo "-- creating $venv"
-    rm -rf "$venv"
-    mkdir -p "$cache"
-    "$py" -m venv "$venv"
-    timeout 900 "$venv/bin/pip" install -q --disable-pip-version-check --no-input -r "$req"
-    touch "$venv/.installed"
-    find "$cache" -maxdepth 1 -name 'python-sdks-*' ! -name "python-sdks-$key" -exec rm -rf {} +
-fi
+venv="$(ci_venv "$py" "$req" "$cache" python-sdks)"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
