@@ -40,15 +40,12 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from flywheel_server import Server  # noqa: E402
 
 KEY = "fw_art_python_check_0123456789abcdefghijklmn"  # the wandb SDK takes keys of 40+ characters
 BASE_MODEL = "flywheel/tiny"
@@ -64,89 +61,11 @@ def art_version() -> tuple[int, ...]:
     return tuple(int(p) for p in v.split(".")[:3])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """In the server's child process: SIGKILL it when this check dies, however
-    it dies (Linux PR_SET_PDEATHSIG), so no server outlives a killed check."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-class Server:
-    """`flywheel serve` on a loopback port with a temporary data dir."""
-
-    def __init__(self, binary: str) -> None:
-        self.dir = tempfile.mkdtemp(prefix="flywheel-art-python-")
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = os.path.join(self.dir, "server.log")
-        self.log = open(self.log_path, "wb")
-        # info: one line per request, which crash_recovery() watches for; a short lease so
-        # that a job of a killed server is run again soon after the restart.
-        self.args = [binary, "serve", "--addr", f"127.0.0.1:{self.port}", "--data-dir",
-                     os.path.join(self.dir, "data"), "--log-level", "info", "--lease-timeout", "2s"]
-        self.start()
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            self.args, env={**os.environ, "FLYWHEEL_BOOTSTRAP_API_KEY": KEY},
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-
-    def kill9_and_restart(self) -> None:
-        """kill -9 the server, then start it again on the same port and data dir."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=15)
-        self.log.write(b"--- kill -9 and restart ---\n")
-        self.start()
-        self.wait_healthy()
-
-    def wait_healthy(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"flywheel serve exited ({self.proc.returncode}):\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(self.base + "/v1/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("flywheel serve did not become healthy in 60 s:\n" + self.tail())
-
-    def tail(self, n: int = 8000) -> str:
-        self.log.flush()
-        with open(self.log_path, "rb") as f:
-            return f.read()[-n:].decode(errors="replace")
-
-    def get(self, path: str) -> tuple[int, dict]:
-        req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {KEY}"})
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, json.loads(r.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"{}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=15)
-        self.log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+def art_server(binary: str) -> Server:
+    """The shared loopback server (clients/lib) with the check's key; info logs: one line
+    per request, which crash_recovery() watches for; a short lease so that a job of a
+    killed server is run again soon after the restart."""
+    return Server(binary, "--lease-timeout", "2s", key=KEY, log_level="info")
 
 
 def check(cond: bool, msg: str) -> None:
@@ -437,7 +356,7 @@ async def run(binary: str) -> None:
     import openai
     from art.serverless.backend import ServerlessBackend
 
-    server = Server(binary)
+    server = art_server(binary)
     try:
         server.wait_healthy()
         base_path = os.path.join(server.dir, "art")

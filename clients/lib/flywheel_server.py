@@ -36,7 +36,12 @@ def _die_with_parent() -> None:
 
 
 class Server:
-    def __init__(self, binary: str, *extra: str) -> None:
+    """`flywheel serve` on a free loopback port with a temporary data dir.
+
+    key: the bootstrap API key (FLYWHEEL_BOOTSTRAP_API_KEY), or None to let the
+    server write one (read back as admin_key). extra: more `serve` flags."""
+
+    def __init__(self, binary: str, *extra: str, key: str | None = None, log_level: str = "warn") -> None:
         self.binary = binary
         self.dir = tempfile.mkdtemp(prefix="flywheel-pycheck-")
         self.data = os.path.join(self.dir, "data")
@@ -44,16 +49,30 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(self.dir, "server.log")
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--addr", f"127.0.0.1:{self.port}", "--data-dir", self.data,
-             "--log-level", "warn", *extra],
-            env={**os.environ, "FLYWHEEL_BOOTSTRAP_API_KEY": ""},
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        self.args = [binary, "serve", "--addr", f"127.0.0.1:{self.port}", "--data-dir", self.data,
+                     "--log-level", log_level, *extra]
+        self.env = {**os.environ, "FLYWHEEL_BOOTSTRAP_API_KEY": key or ""}
+        self.key_file = None if key else os.path.join(self.data, "admin-api-key")
+        self.start()
         self.wait_healthy()
-        with open(os.path.join(self.data, "admin-api-key")) as f:
-            self.admin_key = f.read().strip()
+        self.admin_key = key
+        if self.key_file:
+            with open(self.key_file) as f:
+                self.admin_key = f.read().strip()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            self.args, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )
+
+    def kill9_and_restart(self) -> None:
+        """kill -9 the server, then start it again on the same port and data dir."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=15)
+        self.log.write(b"--- kill -9 and restart ---\n")
+        self.start()
+        self.wait_healthy()
 
     def wait_healthy(self) -> None:
         deadline = time.monotonic() + 60
@@ -62,12 +81,21 @@ class Server:
                 raise RuntimeError(f"flywheel serve exited ({self.proc.returncode}):\n{self.tail()}")
             try:
                 with urllib.request.urlopen(self.base + "/v1/health", timeout=2) as r:
-                    if r.status == 200 and os.path.exists(os.path.join(self.data, "admin-api-key")):
+                    if r.status == 200 and (self.key_file is None or os.path.exists(self.key_file)):
                         return
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.1)
         raise RuntimeError("flywheel serve did not become healthy in 60 s:\n" + self.tail())
+
+    def get(self, path: str) -> tuple[int, object]:
+        """GET with the admin key as a Bearer token."""
+        req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {self.admin_key}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
 
     def create_key(self, user: str) -> str:
         """A key of a new user (its own entity), made with `flywheel keys create`."""
