@@ -210,11 +210,7 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 	if err != nil {
 		return nil, err
 	}
-	target, err := s.resolve(ctx, p, req.Model)
-	if err != nil {
-		return nil, err
-	}
-	lm, err := s.model(target.BaseModel)
+	target, lm, err := s.resolveModel(ctx, p, req.Model)
 	if err != nil {
 		return nil, err
 	}

@@ -219,11 +219,7 @@ func (s *Server) prepareCompletion(ctx context.Context, p *auth.Principal, req *
 	if err != nil {
 		return nil, err
 	}
-	target, err := s.resolve(ctx, p, req.Model)
-	if err != nil {
-		return nil, err
-	}
-	lm, err := s.model(target.BaseModel)
+	target, lm, err := s.resolveModel(ctx, p, req.Model)
 	if err != nil {
 		return nil, err
 	}

@@ -442,6 +442,20 @@ func ParseModelRef(model string) (ModelRef, bool) {
 	return ref, true
 }
 
+// resolveModel maps a request's model to its target and the loaded base
+// model the target runs on: the first step of every inference route.
+func (s *Server) resolveModel(ctx context.Context, p *auth.Principal, model string) (Target, *lmodel, error) {
+	target, err := s.resolve(ctx, p, model)
+	if err != nil {
+		return Target{}, nil, err
+	}
+	lm, err := s.model(target.BaseModel)
+	if err != nil {
+		return Target{}, nil, err
+	}
+	return target, lm, nil
+}
+
 // resolve maps a request's model to a target.
 func (s *Server) resolve(ctx context.Context, p *auth.Principal, model string) (Target, error) {
 	if strings.TrimSpace(model) == "" {

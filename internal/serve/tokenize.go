@@ -34,12 +34,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, httpx.Invalid("messages", "invalid_value", "give either prompt or messages, not both"))
 		return
 	}
-	target, err := s.resolve(r.Context(), p, req.Model)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	lm, err := s.model(target.BaseModel)
+	_, lm, err := s.resolveModel(r.Context(), p, req.Model)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -119,12 +114,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, httpx.Invalid("tokens", "missing_field", "tokens is required"))
 		return
 	}
-	target, err := s.resolve(r.Context(), p, req.Model)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	lm, err := s.model(target.BaseModel)
+	_, lm, err := s.resolveModel(r.Context(), p, req.Model)
 	if err != nil {
 		writeErr(w, err)
 		return
