@@ -23,12 +23,15 @@ if [ -z "$wheel" ]; then
 fi
 
 venv="$cache/venv-llama"
-if ! "$venv/bin/python" -c 'import llama_cpp, gguf, numpy' 2>/dev/null; then
+# Pinned, so every machine compares against the same llama.cpp; built native (GGML_NATIVE=ON: the
+# venv is this machine's cache), as bench/llama_compare.sh, which uses the same venv, needs for a fair race.
+llama_pins="llama-cpp-python==0.3.36 gguf==0.19.0 numpy==2.4.6"
+if ! "$venv/bin/python" -c 'import llama_cpp, gguf, numpy, sys; sys.exit((llama_cpp.__version__, numpy.__version__) != ("0.3.36", "2.4.6"))' 2>/dev/null; then
     echo "building $venv (llama-cpp-python compiles llama.cpp; this takes a while once)"
     rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv/bin/pip" install --quiet --upgrade pip
-    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" "$venv/bin/pip" install --quiet llama-cpp-python gguf numpy \
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON}" "$venv/bin/pip" install --quiet $llama_pins \
         >"$cache/build-llama.log" 2>&1 || { tail -n 50 "$cache/build-llama.log"; exit 1; }
 fi
 
