@@ -320,7 +320,7 @@ func TestServeFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.app.Workers >= 0 || c.app.LeaseTimeout != 5*time.Second || c.app.NodeID != "n1" || c.app.Database != "postgres://u@h:5432/db" {
+	if c.app.Workers != 0 || c.app.LeaseTimeout != 5*time.Second || c.app.NodeID != "n1" || c.app.Database != "postgres://u@h:5432/db" {
 		t.Errorf("scale-out flags: workers %d, lease %s, node %q, database %q", c.app.Workers, c.app.LeaseTimeout, c.app.NodeID, c.app.Database)
 	}
 	if _, err := parseServe([]string{"--lease-timeout", "10ms"}, &errb); err == nil || !strings.Contains(err.Error(), "--lease-timeout") {

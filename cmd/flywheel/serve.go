@@ -47,7 +47,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	d.register(fs)
 	fs.StringVar(&c.addr, "addr", envOr("FLYWHEEL_ADDR", "127.0.0.1:8080"), "listen address (env FLYWHEEL_ADDR)")
 	fs.StringVar(&c.app.ModelsDir, "models-dir", envOr("FLYWHEEL_MODELS_DIR", ""), "base models directory (env FLYWHEEL_MODELS_DIR; default <data-dir>/models)")
-	fs.IntVar(&c.app.Workers, "workers", envInt("FLYWHEEL_WORKERS", 2), "training jobs run in parallel across models; 0 makes an API-only node (env FLYWHEEL_WORKERS)")
+	fs.IntVar(&c.app.Workers, "workers", envInt("FLYWHEEL_WORKERS", jobs.DefaultWorkers), "training jobs run in parallel across models; 0: none, an API-only node that queues jobs for other nodes (env FLYWHEEL_WORKERS)")
 	fs.StringVar(&c.app.NodeID, "node-id", envOr("FLYWHEEL_NODE_ID", ""), "this node's name in job leases and logs (env FLYWHEEL_NODE_ID; default host-pid-random)")
 	fs.DurationVar(&c.app.LeaseTimeout, "lease-timeout", envDuration("FLYWHEEL_LEASE_TIMEOUT", jobs.DefaultLeaseTimeout), "a job of a node that stopped renewing its lease (it died) is run by another node after this (env FLYWHEEL_LEASE_TIMEOUT)")
 	fs.Int64Var(&c.app.MaxBodyBytes, "max-body-bytes", envInt64("FLYWHEEL_MAX_BODY_BYTES", api.DefaultMaxBodyBytes), "request body limit in bytes (env FLYWHEEL_MAX_BODY_BYTES)")
@@ -86,9 +86,6 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if c.app.LeaseTimeout < time.Second {
 		return c, fmt.Errorf("--lease-timeout must be at least 1s, got %s", c.app.LeaseTimeout)
-	}
-	if c.app.Workers == 0 {
-		c.app.Workers = -1 // app.Config: negative is none, zero the default
 	}
 	c.app.Serve.PrefixCacheMB = c.prefixMB
 	if c.prefixMB == 0 {

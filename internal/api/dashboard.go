@@ -81,11 +81,11 @@ func (s *Server) listModelEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	typ := r.URL.Query().Get("type")
+	typ := store.EventType(r.URL.Query().Get("type"))
 	switch typ {
 	case "":
-		typ = "gradient_step"
-	case "training_started", "gradient_step", "training_ended", "training_failed":
+		typ = store.EventGradientStep
+	case store.EventTrainingStarted, store.EventGradientStep, store.EventTrainingEnded, store.EventTrainingFailed:
 	default:
 		return httpx.Invalid("type", "invalid_value", "type must be training_started, gradient_step, training_ended or training_failed")
 	}

@@ -1,8 +1,6 @@
 package api
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"io"
 	"mime"
@@ -27,9 +25,6 @@ func fileJSON(f store.File) map[string]any {
 		"filename": f.Filename, "purpose": f.Purpose, "status": "processed",
 	}
 }
-
-// maxLine is the longest JSONL line an SFT file may hold.
-const maxLine = 64 << 20
 
 // uploadFile stores an OpenAI Files-style multipart upload (fields "file"
 // and "purpose"). Files for fine-tuning are checked line by line:
@@ -127,40 +122,21 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// checkJSONL validates every non-blank line of an SFT data file with
-// rl.ParseSFTLine, the check the trainer makes. A bad line is a 400 with
-// param and a message naming the line and the field
-// ("line 3: messages[1].role is required").
+// checkJSONL validates an SFT data file with rl.ReadSFTFile, the reader
+// the trainer uses. A bad line is a 400 with param and a message naming the
+// line and the field ("line 3: messages[1].role is required").
 func checkJSONL(path, param string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
-	line, n := 0, 0
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		n++
-		if _, err := rl.ParseSFTLine(b); err != nil {
-			return httpx.Invalid(param, "invalid_file", "line %d: %s", line, httpx.AsError(err).Message)
-		}
+	err = rl.ReadSFTFile(f, func(int, rl.SFTExample) error { return nil })
+	var he *httpx.Error
+	if errors.As(err, &he) {
+		return httpx.Invalid(param, he.Code, "%s", he.Message)
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return httpx.Invalid(param, "invalid_file", "line %d is longer than %d bytes", line+1, maxLine)
-		}
-		return err
-	}
-	if n == 0 {
-		return httpx.Invalid(param, "invalid_file", "file has no JSONL lines")
-	}
-	return nil
+	return err
 }
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) error {

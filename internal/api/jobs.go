@@ -255,11 +255,11 @@ func (s *Server) createRLJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	exp, err := rl.RecordConfig(req.ExperimentalConfig, s.cfg.DefaultLR(m.BaseModel))
+	jc, err := rl.ResolveJob(store.KindRL, m.BaseModel, pending.ID(), req.ExperimentalConfig, nil)
 	if err != nil {
 		return err
 	}
-	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindRL, ExperimentalConfig: exp, CreatedBy: caller.UserID})
+	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindRL, ExperimentalConfig: jc.ExperimentalConfig, CreatedBy: caller.UserID})
 	if err != nil {
 		return err
 	}
@@ -286,7 +286,7 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	req, err := validateSFT(body)
+	req, err := rl.ParseSFTRequest(body)
 	if err != nil {
 		return err
 	}
@@ -294,7 +294,11 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	fileID := strings.TrimPrefix(req.FileID, "file://")
+	jc, err := rl.ResolveJob(store.KindSFT, m.BaseModel, pending.ID(), req.ExperimentalConfig, req.Config)
+	if err != nil {
+		return err
+	}
+	fileID := strings.TrimPrefix(req.TrainingDataURL, "file://")
 	var f store.File
 	if strings.HasPrefix(fileID, wandbPrefix) {
 		f, err = s.resolveArtifactFile(r, fileID, "training_data_url")
@@ -308,19 +312,15 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
-		return httpx.Invalid("training_data_url", "unknown_file", "training_data_url %q is not a file you uploaded (POST /v1/files)", req.FileID)
+		return httpx.Invalid("training_data_url", "unknown_file", "training_data_url %q is not a file you uploaded (POST /v1/files)", req.TrainingDataURL)
 	}
 	if f.Purpose != "fine-tune" { // fine-tune files were checked line by line at upload
 		if err := checkJSONL(f.Path, "training_data_url"); err != nil {
 			return err
 		}
 	}
-	_, exp, err := rl.ResolveSFTExperimentalConfig(req.ExperimentalConfig, pending.ID())
-	if err != nil {
-		return err
-	}
-	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindSFT, FileID: f.ID, Config: req.Config,
-		ExperimentalConfig: exp, CreatedBy: caller.UserID})
+	j, err := pending.Submit(r.Context(), store.Job{ModelID: m.ID, Kind: store.KindSFT, FileID: f.ID, Config: jc.Config,
+		ExperimentalConfig: jc.ExperimentalConfig, CreatedBy: caller.UserID})
 	if err != nil {
 		return err
 	}

@@ -400,3 +400,55 @@ func TestQueuedJobsPerUser429(t *testing.T) {
 	e.must(e.do("POST", "/v1/preview/training-jobs/"+first+"/cancel", e.alice, nil), 200)
 	e.must(e.do("POST", "/v1/preview/training-jobs", e.alice, rlBody(id, 1)), 200)
 }
+
+// A job record shows the config its trainer runs, resolved once at
+// submission: RL and SFT alike, the default learning rate included (an SFT
+// record shows the rate, not null), and the trainer receives exactly the
+// record's config.
+func TestJobRecordIsWhatTheTrainerRuns(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	id := e.createModel("m")
+	rlReq := rlBody(id, 1)
+	rlReq["experimental_config"] = map[string]any{"learning_rate": nil, "ppo": true}
+	rlID := e.must(e.do("POST", "/v1/preview/training-jobs", e.alice, rlReq), 200).body["id"].(string)
+	rlJob := e.waitJob(e.alice, rlID)
+	const data = `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}` + "\n"
+	file := e.must(upload(t, e, e.alice, "t.jsonl", data), 200).body["id"].(string)
+	sftID := e.must(e.do("POST", "/v1/preview/sft-training-jobs", e.alice, map[string]any{"model_id": id, "training_data_url": file,
+		"config": map[string]any{"learning_rate": nil, "epochs": 2}}), 200).body["id"].(string)
+	sftJob := e.waitJob(e.alice, sftID)
+	if rlJob["status"] != "COMPLETED" || sftJob["status"] != "COMPLETED" {
+		t.Fatalf("jobs: %v %v", rlJob, sftJob)
+	}
+	if lr := rlJob["experimental_config"].(map[string]any)["learning_rate"]; lr != 5e-6 {
+		t.Errorf("RL record's learning_rate %v, want 5e-6", lr)
+	}
+	if cfg := sftJob["config"].(map[string]any); cfg["learning_rate"] != 5e-6 || cfg["epochs"] != 2.0 || cfg["batch_size"] != "auto" {
+		t.Errorf("SFT record's config %v, want learning_rate 5e-6", cfg)
+	}
+	e.trainer.mu.Lock()
+	trained := slices.Clone(e.trainer.jobs)
+	e.trainer.mu.Unlock()
+	ran := map[string][2]json.RawMessage{}
+	for _, j := range trained {
+		ran[j.ID] = [2]json.RawMessage{j.Config.ExperimentalConfig, j.Config.Config}
+	}
+	for _, c := range []struct {
+		job  map[string]any
+		keys []string
+	}{{rlJob, []string{"experimental_config"}}, {sftJob, []string{"experimental_config", "config"}}} {
+		for i, k := range c.keys {
+			want, _ := json.Marshal(c.job[k])
+			var got any
+			if err := json.Unmarshal(ran[c.job["id"].(string)][i], &got); err != nil {
+				t.Fatalf("%s: the trainer's %s: %v", c.job["kind"], k, err)
+			}
+			if g, _ := json.Marshal(got); string(g) != string(want) {
+				t.Errorf("%s: the trainer ran %s %s, the record shows %s", c.job["kind"], k, g, want)
+			}
+		}
+	}
+	if len(trained) != 2 || trained[1].Config.SFT.Epochs != 2 || trained[1].Config.SFT.LearningRates[0] != 5e-6 {
+		t.Errorf("the trainer's jobs: %+v", trained)
+	}
+}

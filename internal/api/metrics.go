@@ -95,7 +95,7 @@ func (c *jobCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	if counts, err := c.st.JobCounts(ctx); err == nil {
 		for st, n := range counts {
-			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), st)
+			ch <- prometheus.MustNewConstMetric(descJobs, prometheus.GaugeValue, float64(n), string(st))
 		}
 	}
 	if qs, err := c.st.QueueStats(ctx); err == nil {

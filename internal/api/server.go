@@ -23,7 +23,6 @@ import (
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/httpx"
 	"flywheel/internal/jobs"
-	"flywheel/internal/rl"
 	"flywheel/internal/store"
 )
 
@@ -80,10 +79,6 @@ type Config struct {
 	// DefaultLoRA is the adapter shape used when a create request has no
 	// "lora"; nil means the engine's default.
 	DefaultLoRA func() store.LoRA
-	// DefaultLR returns the RL learning rate used when a job's
-	// experimental_config.learning_rate is null, for a base model; it fills
-	// the job record's experimental_config. Nil means rl.DefaultLearningRate.
-	DefaultLR func(baseModel string) float64
 	// AuthCacheTTL is how long a resolved API key is cached; default 5s,
 	// negative disables the cache.
 	AuthCacheTTL time.Duration
@@ -140,9 +135,6 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 	}
 	if cfg.DefaultLoRA == nil {
 		cfg.DefaultLoRA = DefaultLoRA
-	}
-	if cfg.DefaultLR == nil {
-		cfg.DefaultLR = func(string) float64 { return rl.DefaultLearningRate }
 	}
 	if cfg.BodyReadTimeout <= 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout

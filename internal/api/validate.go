@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"strconv"
@@ -138,57 +137,10 @@ func (f fields) array(key string, required bool) ([]any, bool, error) {
 	return a, true, nil
 }
 
-// sftRequest is a validated SFT training-job request.
-type sftRequest struct {
-	ModelID            string
-	FileID             string
-	Config             json.RawMessage // as the job record shows it, with defaults filled (rl.ParseSFTConfig)
-	ExperimentalConfig json.RawMessage // as sent; rl.ResolveSFTExperimentalConfig reads it
-}
-
-// validateSFT validates an SFT training-job request body.
-func validateSFT(data []byte) (sftRequest, error) {
-	var req sftRequest
-	m, err := decodeGeneric(data)
-	if err != nil {
-		return req, err
-	}
-	f := fields{m: m}
-	if req.ModelID, _, err = f.str("model_id", true); err != nil {
-		return req, err
-	}
-	if req.FileID, _, err = f.str("training_data_url", true); err != nil {
-		return req, err
-	}
-	if req.FileID == "" {
-		return req, valueErr("training_data_url", "must be the id of an uploaded file (file-...) or a W&B artifact logged to flywheel (wandb-artifact:///entity/project/name:vN)")
-	}
-	for _, o := range []struct {
-		key string
-		dst *json.RawMessage
-	}{{"config", &req.Config}, {"experimental_config", &req.ExperimentalConfig}} {
-		v, _, err := f.object(o.key)
-		if err != nil {
-			return req, err
-		}
-		if *o.dst, err = json.Marshal(v); err != nil { // numbers are json.Number: written back as sent
-			return req, fmt.Errorf("encode %s: %w", o.key, err)
-		}
-	}
-	if _, req.Config, err = rl.ParseSFTConfig(req.Config); err != nil {
-		return req, err
-	}
-	if _, _, err = rl.ResolveSFTExperimentalConfig(req.ExperimentalConfig, ""); err != nil {
-		return req, err
-	}
-	return req, nil
-}
-
 // logMetrics computes the /log metrics of api.md for one split: the means
 // over trajectories of reward and of each numeric key of metrics,
-// exception_rate, reward_std_dev (the mean over the groups with more than
-// one trajectory of the population std of their rewards, 0 when there is
-// none, as the ART client computes it) and, for each numeric key of a
+// exception_rate, reward_std_dev (rl.RewardStats, the definition RL jobs
+// report too) and, for each numeric key of a
 // group's own metrics, its mean over the groups that have it as
 // "group_{name}". Keys are "{split}/{name}".
 func logMetrics(m map[string]any) (string, map[string]float64, error) {
@@ -209,8 +161,8 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 	}
 	sums, counts := map[string]float64{}, map[string]int{}
 	gsums, gcounts := map[string]float64{}, map[string]int{}
-	var rewardSum, stdSum float64
-	var nTraj, nExc, nGroups int
+	var rewards rl.RewardStats
+	var nExc int
 	for gi, g := range groups {
 		gp := index("trajectory_groups", gi)
 		gm, ok := g.(map[string]any)
@@ -261,24 +213,7 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 				}
 			}
 		}
-		if len(rs) > 1 {
-			var mean, sq float64
-			for _, r := range rs {
-				mean += r
-			}
-			mean /= float64(len(rs))
-			for _, r := range rs {
-				sq += (r - mean) * (r - mean)
-			}
-			stdSum += math.Sqrt(sq / float64(len(rs)))
-			nGroups++
-		}
-		if len(rs) > 0 {
-			for _, r := range rs {
-				rewardSum += r
-			}
-			nTraj += len(rs)
-		}
+		rewards.AddGroup(rs)
 	}
 	out := map[string]float64{}
 	for k, s := range sums {
@@ -287,12 +222,10 @@ func logMetrics(m map[string]any) (string, map[string]float64, error) {
 	for k, s := range gsums {
 		out[split+"/group_"+k] = s / float64(gcounts[k])
 	}
+	nTraj := rewards.Trajectories()
 	if nTraj > 0 {
-		out[split+"/reward"] = rewardSum / float64(nTraj)
-		out[split+"/reward_std_dev"] = 0
-		if nGroups > 0 {
-			out[split+"/reward_std_dev"] = stdSum / float64(nGroups)
-		}
+		out[split+"/reward"] = rewards.Mean()
+		out[split+"/reward_std_dev"] = rewards.StdDev()
 	}
 	if nTraj+nExc > 0 {
 		out[split+"/exception_rate"] = float64(nExc) / float64(nTraj+nExc)

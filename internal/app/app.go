@@ -43,8 +43,9 @@ type Config struct {
 	Database  string
 	ModelsDir string // base models; default <DataDir>/models; created, with flywheel/tiny written into it
 
-	// Workers is how many training jobs run in parallel across models:
-	// 0 means the default 2, negative none (an API-only node).
+	// Workers is how many training jobs run in parallel across models;
+	// 0 means none, an API-only node (as `flywheel serve --workers 0`;
+	// the CLI's default is jobs.DefaultWorkers).
 	Workers int
 	// NodeID names this node in its job leases (default
 	// jobs.DefaultNodeID); LeaseTimeout is how long a job of a node that
@@ -116,12 +117,6 @@ type App struct {
 	closers []func() // run in reverse order by Close
 
 	readHeaderTimeout, idleTimeout time.Duration
-}
-
-// defaultLRer is implemented by trainers whose default learning rate
-// depends on the base model.
-type defaultLRer interface {
-	DefaultLR(baseModel string) float64
 }
 
 // New builds the service and starts its job queue: jobs interrupted by a
@@ -235,9 +230,6 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	acfg := api.Config{Checkpoints: a.Checkpoints, Storage: a.Storage, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
 		MaxBodyBytes: cfg.MaxBodyBytes, BodyReadTimeout: cfg.BodyReadTimeout, Version: cfg.Version, Logger: cfg.Logger,
 		Links: a.Calls, MaxQueuedJobsPerUser: cfg.MaxQueuedJobsPerUser}
-	if lr, ok := trainer.(defaultLRer); ok {
-		acfg.DefaultLR = lr.DefaultLR // job records show the learning rate the trainer will use
-	}
 	a.handler = api.New(acfg, a.Store, a.Queue, a.Chat, a.Calls, a.Runs, api.RegistrarFunc(ui.Register))
 	a.Calls.ExtendGraphQL(a.handler.WandBGraphQL) // W&B artifacts on the one /graphql
 	if err := a.handler.Registry().Register(a.Chat); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"flywheel/internal/app"
+	"flywheel/internal/jobs"
 	"flywheel/internal/ui"
 )
 
@@ -34,7 +35,7 @@ func do(t *testing.T, url, key, method, path, body string) (int, map[string]any,
 // (x-call-id, choice index); the jobs list and the per-gradient-step history
 // show the job; another tenant sees none of it.
 func TestDashboardProvenance(t *testing.T) {
-	a := newApp(t, app.Config{DataDir: t.TempDir()})
+	a := newApp(t, app.Config{DataDir: t.TempDir(), Workers: jobs.DefaultWorkers})
 	defer a.Close()
 	url, key := serveApp(t, a)
 	if _, err := a.Store.EnsureUser(t.Context(), "bob"); err != nil {
@@ -164,7 +165,7 @@ func TestDashboardProvenance(t *testing.T) {
 // through its middleware, with the dashboard's headers (internal/ui tests
 // the assets and headers themselves).
 func TestUIServed(t *testing.T) {
-	a := newApp(t, app.Config{DataDir: t.TempDir()})
+	a := newApp(t, app.Config{DataDir: t.TempDir(), Workers: jobs.DefaultWorkers})
 	defer a.Close()
 	url, _ := serveApp(t, a)
 	for path, ctype := range map[string]string{"/ui/": "text/html", "/ui/app.js": "javascript", "/ui/chart.js": "javascript", "/ui/style.css": "text/css"} {

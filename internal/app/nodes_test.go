@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"flywheel/internal/app"
+	"flywheel/internal/jobs"
 	"flywheel/internal/pgtest"
 )
 
@@ -16,9 +17,9 @@ import (
 func TestTwoNodesShareKeys(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	dir := t.TempDir()
-	a := newApp(t, app.Config{DataDir: dir, Database: dsn, NodeID: "a"})
+	a := newApp(t, app.Config{DataDir: dir, Database: dsn, NodeID: "a", Workers: jobs.DefaultWorkers})
 	defer a.Close()
-	b := newApp(t, app.Config{DataDir: dir, Database: dsn, NodeID: "b", Workers: -1})
+	b := newApp(t, app.Config{DataDir: dir, Database: dsn, NodeID: "b", Workers: 0})
 	defer b.Close()
 	if b.Queue.Workers() != 0 {
 		t.Errorf("API-only node has %d workers", b.Queue.Workers())

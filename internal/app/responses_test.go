@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"flywheel/internal/app"
+	"flywheel/internal/jobs"
 	"flywheel/internal/pgtest"
 )
 
@@ -69,9 +70,9 @@ func TestResponsesSurviveRestart(t *testing.T) {
 func TestResponsesSharedBetweenNodes(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	dir := t.TempDir()
-	a := newApp(t, app.Config{DataDir: dir, Database: dsn, NodeID: "a"})
+	a := newApp(t, app.Config{DataDir: dir, Database: dsn, NodeID: "a", Workers: jobs.DefaultWorkers})
 	defer a.Close()
-	b := newApp(t, app.Config{DataDir: dir, Database: dsn, NodeID: "b", Workers: -1})
+	b := newApp(t, app.Config{DataDir: dir, Database: dsn, NodeID: "b", Workers: 0})
 	defer b.Close()
 	urlA, keyA := serveApp(t, a)
 	urlB, keyB := serveApp(t, b)

@@ -8,6 +8,7 @@ import (
 	"flywheel/internal/api"
 	"flywheel/internal/app"
 	"flywheel/internal/httpx"
+	"flywheel/internal/jobs"
 )
 
 // Every route of the wired app keeps its group, declared where it is
@@ -18,7 +19,7 @@ import (
 // W&B's file_stream (OpenAI envelope), none for health probes, server
 // info, UI assets, metrics and the W&B upload URLs (a one-use token).
 func TestRouteGroups(t *testing.T) {
-	a := newApp(t, app.Config{DataDir: t.TempDir(), BootstrapKey: "fw_app_test_key_0123456789"})
+	a := newApp(t, app.Config{DataDir: t.TempDir(), BootstrapKey: "fw_app_test_key_0123456789", Workers: jobs.DefaultWorkers})
 	defer a.Close()
 	srv := a.Handler().(*api.Server)
 	none, bearer, callStore, wandb := httpx.Public, httpx.OpenAIAPI, httpx.CallStore, httpx.WandB

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"flywheel/internal/app"
+	"flywheel/internal/jobs"
 	"flywheel/internal/store"
 )
 
@@ -34,7 +35,7 @@ type scale struct {
 func seedScale(tb testing.TB, dir string, steps, calls int) scale {
 	tb.Helper()
 	ctx := context.Background()
-	cfg := app.Config{DataDir: dir, Logger: slog.New(slog.DiscardHandler), BootstrapKey: os.Getenv("FLYWHEEL_BOOTSTRAP_API_KEY")}
+	cfg := app.Config{DataDir: dir, Workers: jobs.DefaultWorkers, Logger: slog.New(slog.DiscardHandler), BootstrapKey: os.Getenv("FLYWHEEL_BOOTSTRAP_API_KEY")}
 	a, err := app.New(ctx, cfg)
 	if err != nil {
 		tb.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"flywheel/internal/app"
+	"flywheel/internal/jobs"
 )
 
 // The http.Server of Serve times out connections that stall: headers that
@@ -18,7 +19,7 @@ import (
 func TestServeTimesOutStalledConnections(t *testing.T) {
 	const key = "fw_app_test_key_0123456789"
 	const timeout = 300 * time.Millisecond
-	a := newApp(t, app.Config{DataDir: t.TempDir(), BootstrapKey: key,
+	a := newApp(t, app.Config{DataDir: t.TempDir(), BootstrapKey: key, Workers: jobs.DefaultWorkers,
 		ReadHeaderTimeout: timeout, IdleTimeout: timeout, BodyReadTimeout: timeout})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

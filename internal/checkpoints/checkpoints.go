@@ -121,49 +121,38 @@ func (m *Manager) Discard(modelID, jobID string) {
 	m.removeAll(m.layout.WorkDir(modelID, jobID), "model_id", modelID, "job_id", jobID)
 }
 
-// Fence tells Publish whether the caller still owns the job whose output
-// it publishes; a non-nil error stops the publish before anything is
-// renamed, and Publish returns it (wrapped).
-//
-// The job queue's fence is the run's lease (store.Jobs.LockLease): it
-// checks that the run still holds the job's lease and keeps the job's row
-// locked until record has committed (or Publish returned), so no other
-// node can claim the job again, and so publish the same step, while this
-// one renames and records; a run whose lease was taken over (its node
-// stalled past the lease timeout) can neither rename over nor record the
-// new owner's step. A cancelled run fails the fence too.
-type Fence func() error
-
-// Publish makes job jobID's work folder checkpoint step of model modelID:
-// it checks the fence and that the folder holds the adapter, replaces a
-// stale step folder left by a crash, renames the work folder into place,
-// then calls record with the checkpoint's folder. record inserts the
-// checkpoint row (the queue does it in the transaction that completes the
-// job); if it fails the folder is removed again and its error returned.
-func (m *Manager) Publish(modelID, jobID string, step int, fence Fence, record func(dir string) error) error {
-	if fence != nil {
-		if err := fence(); err != nil {
-			return fmt.Errorf("publish step %d: %w", step, err)
-		}
-	}
+// Publish makes job jobID's work folder checkpoint step of model modelID
+// and returns the checkpoint's folder: it checks that the folder holds the
+// adapter, replaces a stale step folder left by a crash, and renames the
+// work folder into place. It checks no fence and records no row, so that
+// it never calls back into its caller: the caller holds its fence from
+// before Publish until the checkpoint's row is committed, and calls
+// Unpublish when that fails. The job queue's fence is the run's lease
+// (store.Jobs.LockLease keeps the job's row locked until the transaction
+// that records the checkpoint commits), so no other node can claim the job
+// again, and so publish the same step, while this one renames and
+// records; a run whose lease was taken over can do neither.
+func (m *Manager) Publish(modelID, jobID string, step int) (string, error) {
 	work := m.layout.WorkDir(modelID, jobID)
 	if _, err := os.Stat(filepath.Join(work, AdapterFile)); err != nil {
-		return fmt.Errorf("trainer wrote no %s: %w", AdapterFile, err)
+		return "", fmt.Errorf("trainer wrote no %s: %w", AdapterFile, err)
 	}
 	if err := private(work); err != nil {
-		return fmt.Errorf("publish step %d: %w", step, err)
+		return "", fmt.Errorf("publish step %d: %w", step, err)
 	}
 	dst := m.layout.CheckpointDir(modelID, step)
 	// A folder at dst has no row (rows are recorded after the rename): it is
 	// left by a crash between rename and commit, and is stale.
 	if err := m.storage.PublishDir(work, dst); err != nil {
-		return fmt.Errorf("publish step %d: %w", step, err)
+		return "", fmt.Errorf("publish step %d: %w", step, err)
 	}
-	if err := record(dst); err != nil {
-		m.removeAll(dst, "model_id", modelID, "step", step)
-		return err
-	}
-	return nil
+	return dst, nil
+}
+
+// Unpublish removes the folder of step of model modelID that Publish
+// renamed into place but whose row could not be recorded.
+func (m *Manager) Unpublish(modelID string, step int) {
+	m.removeAll(m.layout.CheckpointDir(modelID, step), "model_id", modelID, "step", step)
 }
 
 // DeleteModel deletes model id with its checkpoints, jobs and metrics, then

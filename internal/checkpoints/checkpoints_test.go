@@ -136,26 +136,19 @@ func TestPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.ck.Publish(m.ID, j.ID, 1, nil, record); err == nil {
+	if _, err := f.ck.Publish(m.ID, j.ID, 1); err == nil {
 		t.Fatal("published a work folder without an adapter")
 	}
 	if err := writeAdapter(work); err != nil {
 		t.Fatal(err)
 	}
 
-	// A fence that says the job is no longer ours stops the publish.
-	lost := errors.New("lease lost")
-	if err := f.ck.Publish(m.ID, j.ID, 1, func() error { return lost }, record); !errors.Is(err, lost) {
-		t.Fatalf("fenced publish: %v", err)
+	// A record that failed takes the folder back out (Unpublish).
+	dir, err := f.ck.Publish(m.ID, j.ID, 1)
+	if err != nil || dir != f.layout.CheckpointDir(m.ID, 1) || !exists(dir) || exists(work) {
+		t.Fatalf("publish: %q %v", dir, err)
 	}
-	if exists(f.layout.CheckpointDir(m.ID, 1)) || !exists(work) {
-		t.Fatal("a fenced publish renamed the work folder")
-	}
-
-	// A failed record takes the folder back out.
-	if err := f.ck.Publish(m.ID, j.ID, 1, nil, func(string) error { return store.ErrConflict }); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("failed record: %v", err)
-	}
+	f.ck.Unpublish(m.ID, 1)
 	if exists(f.layout.CheckpointDir(m.ID, 1)) {
 		t.Fatal("step folder of a failed record remains")
 	}
@@ -166,7 +159,10 @@ func TestPublish(t *testing.T) {
 	stale := f.layout.CheckpointDir(m.ID, 1)
 	os.MkdirAll(stale, 0o755)
 	os.WriteFile(filepath.Join(stale, "junk"), []byte("x"), 0o644)
-	if err := f.ck.Publish(m.ID, j.ID, 1, func() error { return nil }, record); err != nil {
+	if dir, err = f.ck.Publish(m.ID, j.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := record(dir); err != nil {
 		t.Fatal(err)
 	}
 	if exists(filepath.Join(stale, "junk")) || !exists(filepath.Join(stale, checkpoints.AdapterFile)) || exists(work) {
@@ -188,10 +184,9 @@ func TestDelete(t *testing.T) {
 	j := f.claim(t, m)
 	work, _ := f.ck.WorkDir(m.ID, j.ID)
 	writeAdapter(work)
-	if err := f.ck.Publish(m.ID, j.ID, 1, nil, func(dir string) error {
-		_, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
-		return err
-	}); err != nil {
+	if dir, err := f.ck.Publish(m.ID, j.ID, 1); err != nil {
+		t.Fatal(err)
+	} else if _, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -269,10 +264,9 @@ func TestPublishedCheckpointsArePrivate(t *testing.T) {
 	}
 	os.MkdirAll(filepath.Join(work, "sub"), 0o755)
 	os.WriteFile(filepath.Join(work, "sub", "x"), []byte("x"), 0o644)
-	if err := f.ck.Publish(m.ID, j.ID, 1, nil, func(dir string) error {
-		_, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
-		return err
-	}); err != nil {
+	if dir, err := f.ck.Publish(m.ID, j.ID, 1); err != nil {
+		t.Fatal(err)
+	} else if _, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, root := range []string{filepath.Join(f.layout.DataDir, "checkpoints"), f.layout.ModelDir(m.ID)} {

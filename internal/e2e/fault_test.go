@@ -141,7 +141,7 @@ func (l *live) stream(ctx context.Context, model string, maxTokens int) (bool, e
 }
 
 type job struct {
-	Status string `json:"status"`
+	Status store.JobStatus `json:"status"`
 }
 
 func (l *live) job(id string) job {
@@ -150,9 +150,7 @@ func (l *live) job(id string) job {
 	return j
 }
 
-func final(status string) bool {
-	return status == store.StatusCompleted || status == store.StatusFailed || status == store.StatusCancelled
-}
+func final(status store.JobStatus) bool { return status.Ended() }
 
 // openFDs counts this process's open file descriptors (-1 where /proc is
 // missing), leaving out the database's: the connection pool opens up to
@@ -369,8 +367,8 @@ func TestDivergingJobFailsWithoutACheckpoint(t *testing.T) {
 		t.Fatal("job did not end")
 	}
 	var rec struct {
-		Status       string `json:"status"`
-		ErrorMessage string `json:"error_message"`
+		Status       store.JobStatus `json:"status"`
+		ErrorMessage string          `json:"error_message"`
 	}
 	l.do("GET", "/v1/preview/training-jobs/"+j.ID, nil, &rec)
 	var evs struct {

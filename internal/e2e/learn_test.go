@@ -17,6 +17,7 @@ import (
 	"flywheel/internal/app"
 	"flywheel/internal/demo"
 	"flywheel/internal/engine/tiny"
+	"flywheel/internal/jobs"
 )
 
 // testKey is the bootstrap key of user admin in the tests' service.
@@ -40,7 +41,7 @@ func serverBF16(t *testing.T) (string, string) {
 }
 
 func serverIn(t *testing.T, dir string) (string, string) {
-	a, err := app.New(t.Context(), app.Config{DataDir: filepath.Join(dir, "data"), ModelsDir: filepath.Join(dir, "models"),
+	a, err := app.New(t.Context(), app.Config{DataDir: filepath.Join(dir, "data"), ModelsDir: filepath.Join(dir, "models"), Workers: jobs.DefaultWorkers,
 		BootstrapKey: testKey, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 
 	"flywheel/internal/app"
 	"flywheel/internal/engine"
+	"flywheel/internal/jobs"
 )
 
 // runOp is the public operation the client parses (_PublicTrainingOperation).
@@ -464,7 +465,7 @@ func TestTrainingRunBadInput(t *testing.T) {
 func TestTrainingRunSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	start := func() (*artClient, func()) {
-		a, err := app.New(t.Context(), app.Config{DataDir: filepath.Join(dir, "data"), ModelsDir: filepath.Join(dir, "models"),
+		a, err := app.New(t.Context(), app.Config{DataDir: filepath.Join(dir, "data"), ModelsDir: filepath.Join(dir, "models"), Workers: jobs.DefaultWorkers,
 			BootstrapKey: testKey, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)

@@ -238,6 +238,12 @@ func TestSFTLearnsOverHTTP(t *testing.T) {
 			if met["seed"] == nil || met["learning_rate"] != 8e-3 || met["num_gradient_steps"] != float64(n) {
 				t.Errorf("run %d: metrics %v", i, met)
 			}
+			// The record shows the config the trainer ran: the default
+			// rate, not null, and the seed of training_started.
+			cfg, exp := jr.Job["config"].(map[string]any), jr.Job["experimental_config"].(map[string]any)
+			if cfg["learning_rate"] != met["learning_rate"] || exp["seed"] != jr.Start["seed"] || exp["seed"] != met["seed"] {
+				t.Errorf("run %d: record config %v, experimental_config %v; training_started %v, metrics %v", i, cfg, exp, jr.Start, met)
+			}
 			var mean float64
 			for _, l := range jr.Losses {
 				mean += l / float64(n)

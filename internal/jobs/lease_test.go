@@ -167,7 +167,7 @@ func TestStalledNodeCannotPublish(t *testing.T) {
 	evs, _, _ := f.st.ListEvents(ctx, id, store.Page{Limit: 100})
 	var types []string
 	for _, e := range evs {
-		types = append(types, e.Type)
+		types = append(types, string(e.Type))
 	}
 	if got := strings.Join(types, ","); got != "training_started,gradient_step,training_ended" {
 		t.Errorf("events %s", got)
@@ -222,11 +222,11 @@ func testCancelOnAnotherNodeStopsTheRun(t *testing.T, f *fixture) {
 	}
 }
 
-// An API-only node (negative Workers) queues jobs and runs none.
+// An API-only node (Workers 0, as --workers 0) queues jobs and runs none.
 func TestAPIOnlyNodeRunsNoJob(t *testing.T) {
 	f := newFixture(t)
 	m := f.model(t, "m")
-	q := f.queue(&recTrainer{}, -1)
+	q := f.queue(&recTrainer{}, 0)
 	if err := q.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -33,13 +33,15 @@ import (
 	"time"
 
 	"flywheel/internal/checkpoints"
+	"flywheel/internal/rl"
 	"flywheel/internal/store"
 )
 
 // Job is what a Trainer receives: the job, its model and where to read and
 // write checkpoints.
 type Job struct {
-	ID, Kind, ModelID          string // Kind "rl" | "sft"
+	ID, ModelID                string
+	Kind                       store.JobKind
 	Entity, Project, ModelName string
 	BaseModel                  string // base model id = path relative to models dir
 	BaseModelDir               string // absolute path of the base model folder
@@ -48,15 +50,18 @@ type Job struct {
 	// OutDir is an empty work folder; the trainer writes the new checkpoint
 	// (PEFT adapter + optimizer state) here; after success it is published
 	// (renamed into place) as checkpoint FromStep+1.
-	OutDir   string
-	Request  json.RawMessage // the stored, validated request body as the client sent it
+	OutDir string
+	// Config is the job's config as its record shows it (resolved when the
+	// job was submitted, rl.RecordedJob): the trainer runs exactly this.
+	Config   rl.JobConfig
+	Request  json.RawMessage // the stored, validated request body as the client sent it (RL: the trajectories)
 	DataFile string          // SFT: absolute path of the uploaded JSONL file ("" for RL)
 }
 
-// Event is a job event emitted by a trainer ("training_started",
-// "gradient_step").
+// Event is a job event emitted by a trainer (store.EventTrainingStarted,
+// store.EventGradientStep); the store appends the job's final event.
 type Event struct {
-	Type string
+	Type store.EventType
 	Data map[string]any
 }
 
@@ -69,10 +74,12 @@ type Result struct {
 
 // Trainer executes training jobs.
 type Trainer interface {
-	// Train emits "training_started" (data.num_sequences) and one
-	// "gradient_step" per step through emit, and returns when the checkpoint
-	// is written to job.OutDir. ctx is cancelled on job cancel or shutdown;
-	// the trainer returns ctx.Err() between steps.
+	// Train runs job.Config: it emits store.EventTrainingStarted (its
+	// data.num_sequences, the wire's name, is the number of gradient steps
+	// the job will take) and one store.EventGradientStep per step through
+	// emit, and returns when the checkpoint is written to job.OutDir. ctx
+	// is cancelled on job cancel or shutdown; the trainer returns ctx.Err()
+	// between steps. emit is the trainer's only way back into the queue.
 	Train(ctx context.Context, job Job, emit func(Event) error) (Result, error)
 }
 
@@ -88,9 +95,11 @@ type Store interface {
 type Config struct {
 	DataDir   string // absolute; request bodies live under it (see store.Layout)
 	ModelsDir string // absolute; base models live under it
-	// Workers is how many jobs run in parallel (across models): 0 means
-	// the default 2; negative means none, an API-only node that queues
-	// jobs for other nodes to run.
+	// Workers is how many jobs run in parallel (across models); 0 (or
+	// negative) means none: an API-only node that queues jobs for other
+	// nodes to run. Zero means the same as `flywheel serve --workers 0`
+	// (and as a River client without queues); DefaultWorkers is the CLI's
+	// default.
 	Workers int
 	// NodeID names this node in the leases it takes (default: host name,
 	// process id and a random suffix).
@@ -118,6 +127,10 @@ type Config struct {
 	// 2s.
 	PollInterval time.Duration
 }
+
+// DefaultWorkers is the number of jobs a node runs in parallel unless told
+// otherwise (`flywheel serve --workers`).
+const DefaultWorkers = 2
 
 // DefaultLeaseTimeout is the default Config.LeaseTimeout.
 const DefaultLeaseTimeout = 30 * time.Second
@@ -164,12 +177,7 @@ type run struct {
 
 // New returns a queue; call Start to run it.
 func New(st Store, cfg Config) *Queue {
-	switch {
-	case cfg.Workers == 0:
-		cfg.Workers = 2
-	case cfg.Workers < 0:
-		cfg.Workers = 0
-	}
+	cfg.Workers = max(cfg.Workers, 0)
 	if cfg.LeaseTimeout <= 0 {
 		cfg.LeaseTimeout = DefaultLeaseTimeout
 	}
@@ -247,7 +255,7 @@ func (q *Queue) sweepRequests(ctx context.Context) {
 		if err != nil {
 			return errors.Is(err, store.ErrNotFound)
 		}
-		return j.Status != store.StatusQueued && j.Status != store.StatusRunning
+		return j.Status.Ended()
 	})
 	if err != nil {
 		q.log.Warn("jobs: sweeping request bodies", "err", err)
@@ -263,8 +271,9 @@ func (q *Queue) Notify() {
 }
 
 // Submit stores a validated request body and queues the job. j needs
-// ModelID, Kind, and for SFT FileID; ExperimentalConfig and Config are
-// stored as given.
+// ModelID, Kind, the config rl.ResolveJob resolved (ExperimentalConfig,
+// and Config for SFT: stored as given, and run as stored), and for SFT
+// FileID.
 func (q *Queue) Submit(ctx context.Context, j store.Job, body []byte) (store.Job, error) {
 	p, err := q.Prepare()
 	if err != nil {
@@ -652,11 +661,15 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 	if err != nil {
 		return Result{}, errors.New("the stored request of this job is missing; submit the job again")
 	}
+	cfg, err := q.jobConfig(ctx, j, m.BaseModel, req)
+	if err != nil {
+		return Result{}, err
+	}
 	tj := Job{
 		ID: j.ID, Kind: j.Kind, ModelID: j.ModelID,
 		Entity: m.Entity, Project: m.Project, ModelName: m.Name,
 		BaseModel: m.BaseModel, BaseModelDir: filepath.Join(q.cfg.ModelsDir, filepath.FromSlash(m.BaseModel)),
-		FromStep: from.Step, FromDir: from.Dir, Request: req,
+		FromStep: from.Step, FromDir: from.Dir, Config: cfg, Request: req,
 	}
 	if j.Kind == store.KindSFT {
 		f, err := q.st.FileByID(ctx, j.FileID)
@@ -686,30 +699,47 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 	return q.cfg.Trainer.Train(ctx, tj, emit)
 }
 
+// jobConfig is the config the job's record shows, which its trainer runs
+// (rl.RecordedJob). A record an older version wrote holds no resolved
+// config (rl.ErrUnresolved: it left an SFT job's default learning rate
+// null and resolved the config again when the job ran): its config is
+// resolved here from the stored request by the rule submission uses
+// (rl.ResolveJob), recorded on the job under the run's lease, then run,
+// so that its record too shows what ran.
+func (q *Queue) jobConfig(ctx context.Context, j store.Job, baseModel string, req []byte) (rl.JobConfig, error) {
+	cfg, err := rl.RecordedJob(j.Kind, j.ExperimentalConfig, j.Config)
+	if !errors.Is(err, rl.ErrUnresolved) {
+		return cfg, err
+	}
+	exp, sftCfg, perr := rl.SentConfig(j.Kind, req)
+	if perr != nil {
+		return cfg, fmt.Errorf("%w; reading the stored request: %w", err, perr)
+	}
+	if cfg, err = rl.ResolveJob(j.Kind, baseModel, j.ID, exp, sftCfg); err != nil {
+		return cfg, fmt.Errorf("resolving the config of a job submitted by an older version: %w", err)
+	}
+	if err := q.st.RecordJobConfig(ctx, j.Lease(), cfg.ExperimentalConfig, cfg.Config); err != nil {
+		return cfg, err
+	}
+	q.log.Info("job submitted by an older version: its config was resolved at claim and recorded", "job_id", j.ID)
+	return cfg, nil
+}
+
 // complete publishes the work folder as the model's next checkpoint and, in
 // one transaction, records it and marks the job COMPLETED. The run's lock is
 // held throughout, so a cancel on this node either ends the job before (and
 // the output is discarded) or finds it completed; the fence is the run's
-// lease, whose row stays locked from the check to the commit, so no other
-// node claims the job and publishes its step meanwhile. ErrLeaseLost when
-// the lease was lost: the output is discarded.
+// lease, whose row stays locked from the check (LockLease, before the
+// folder is renamed) to the commit, so no other node claims the job and
+// publishes its step meanwhile. ErrLeaseLost when the lease was lost: the
+// output is discarded. The queue calls checkpoints and the store in turn;
+// neither calls back.
 func (q *Queue) complete(ctx context.Context, j store.Job, res Result, r *run) error {
 	step := *j.FromStep + 1
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var lt *store.LeaseTx
-	defer func() {
-		if lt != nil {
-			lt.Rollback() // a no-op once Complete committed
-		}
-	}()
-	fence := func() error {
-		if r.ended {
-			return errCancelled
-		}
-		var err error
-		lt, err = q.st.LockLease(ctx, j.Lease())
-		return err
+	if r.ended {
+		return nil // cancelled at the last moment: the output is discarded
 	}
 	metrics := map[string]float64{}
 	for k, v := range res.Metrics {
@@ -724,14 +754,20 @@ func (q *Queue) complete(ctx context.Context, j store.Job, res Result, r *run) e
 		}
 		jobMetrics[k] = v
 	}
-	err := q.cfg.Checkpoints.Publish(j.ModelID, workName(j), step, fence, func(dir string) error {
-		_, err := lt.Complete(ctx, store.Checkpoint{ModelID: j.ModelID, Step: step, Dir: dir, Metrics: metrics}, jobMetrics)
-		return err
-	})
-	if errors.Is(err, errCancelled) {
-		return nil // cancelled at the last moment: the output is discarded
+	lt, err := q.st.LockLease(ctx, j.Lease())
+	if err != nil {
+		return fmt.Errorf("publish step %d: %w", step, err)
 	}
-	return err
+	defer lt.Rollback() // a no-op once Complete committed
+	dir, err := q.cfg.Checkpoints.Publish(j.ModelID, workName(j), step)
+	if err != nil {
+		return err
+	}
+	if _, err := lt.Complete(ctx, store.Checkpoint{ModelID: j.ModelID, Step: step, Dir: dir, Metrics: metrics}, jobMetrics); err != nil {
+		q.cfg.Checkpoints.Unpublish(j.ModelID, step)
+		return err
+	}
+	return nil
 }
 
 // number converts a numeric metric value to float64; NaN and infinities are

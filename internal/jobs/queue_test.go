@@ -134,7 +134,7 @@ func submit(t *testing.T, q *jobs.Queue, modelID string) string {
 	return j.ID
 }
 
-func waitAll(t *testing.T, st store.Store, ids []string, status string) {
+func waitAll(t *testing.T, st store.Store, ids []string, status store.JobStatus) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for _, id := range ids {
@@ -213,7 +213,7 @@ func testPerModelOrderAndParallelism(t *testing.T, f *fixture) {
 	evs, _, _ := f.st.ListEvents(context.Background(), aIDs[3], store.Page{Limit: 100})
 	var types []string
 	for _, e := range evs {
-		types = append(types, e.Type)
+		types = append(types, string(e.Type))
 	}
 	if len(types) != 3 || types[2] != "training_ended" {
 		t.Errorf("events %v", types)

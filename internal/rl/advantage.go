@@ -9,19 +9,10 @@ import "math"
 // returns too (the job reports their means). A trajectory with A_i = 0
 // teaches nothing and is skipped by the caller.
 func GroupAdvantages(rewards []float64, scale bool) (adv []float64, mean, std float64) {
-	n := float64(len(rewards))
-	if n == 0 {
+	if len(rewards) == 0 {
 		return nil, 0, 0
 	}
-	for _, r := range rewards {
-		mean += r
-	}
-	mean /= n
-	var vr float64
-	for _, r := range rewards {
-		vr += (r - mean) * (r - mean)
-	}
-	std = math.Sqrt(vr / n)
+	mean, std = meanStd(rewards)
 	adv = make([]float64, len(rewards))
 	for i, r := range rewards {
 		adv[i] = r - mean
@@ -30,6 +21,21 @@ func GroupAdvantages(rewards []float64, scale bool) (adv []float64, mean, std fl
 		}
 	}
 	return adv, mean, std
+}
+
+// meanStd is the mean and the population standard deviation of a
+// non-empty group's rewards.
+func meanStd(rewards []float64) (mean, std float64) {
+	n := float64(len(rewards))
+	for _, r := range rewards {
+		mean += r
+	}
+	mean /= n
+	var vr float64
+	for _, r := range rewards {
+		vr += (r - mean) * (r - mean)
+	}
+	return mean, math.Sqrt(vr / n)
 }
 
 // TrajectoryWeight is the weight w_i of every trainable token of a
@@ -71,4 +77,51 @@ func Normalize(toks []Token, balance float64) {
 			toks[i].A /= m
 		}
 	}
+}
+
+// RewardStats are the reward statistics of a set of trajectory groups, as
+// an RL job's metrics (reward, reward_std_dev) and POST .../log (api.md)
+// report them alike: the mean reward over all trajectories, and
+// reward_std_dev, the mean over the groups with more than one trajectory
+// of the population std of their rewards (0 when there is none), as the
+// ART client computes it. A group of one trajectory has no spread to
+// measure, so it does not pull the mean towards 0.
+type RewardStats struct {
+	sum            float64 // of all rewards
+	n              int     // trajectories
+	stdSum         float64 // of the groups' population stds
+	groupsWithPair int     // groups with more than one trajectory
+}
+
+// AddGroup adds one group's rewards.
+func (s *RewardStats) AddGroup(rewards []float64) {
+	for _, r := range rewards {
+		s.sum += r
+	}
+	s.n += len(rewards)
+	if len(rewards) > 1 {
+		_, std := meanStd(rewards)
+		s.stdSum += std
+		s.groupsWithPair++
+	}
+}
+
+// Trajectories is the number of rewards added.
+func (s *RewardStats) Trajectories() int { return s.n }
+
+// Mean is the mean reward over all trajectories (0 when there is none).
+func (s *RewardStats) Mean() float64 {
+	if s.n == 0 {
+		return 0
+	}
+	return s.sum / float64(s.n)
+}
+
+// StdDev is reward_std_dev: the mean population std over the groups with
+// more than one trajectory (0 when there is none).
+func (s *RewardStats) StdDev() float64 {
+	if s.groupsWithPair == 0 {
+		return 0
+	}
+	return s.stdSum / float64(s.groupsWithPair)
 }

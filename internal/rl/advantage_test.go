@@ -52,7 +52,7 @@ func TestLossByHand(t *testing.T) {
 	const den = 3 + 1e-6
 	// Default (CISPO, ε = 1, ε_high = 4: nothing clips):
 	// L = −ρ·A·new·w = [0.375·e^0.2, 0.75, −3·e^−1.8].
-	c, _ := ResolveConfig(nil, DefaultLearningRate)
+	c, _ := resolveConfig(nil, realModelLearningRate)
 	st, g := Loss(c, toks)
 	want := (0.375*math.Exp(0.2) + 0.75 - 3*math.Exp(-1.8)) / 3 // 0.2373765...
 	if math.Abs(st.Loss-want) > 1e-6 || math.Abs(st.Loss-0.2373765) > 1e-6 {
@@ -68,7 +68,7 @@ func TestLossByHand(t *testing.T) {
 	}
 	// PPO (ε = ε_high = 0.2): −min(ρA, clip(ρ)A)·w = [−1.2·0.75, −0.75, +0.8·1.5]:
 	// token 0 clips at 1.2 and token 2 at 0.8 (both count as clipped).
-	c, _ = ResolveConfig([]byte(`{"ppo": true}`), DefaultLearningRate)
+	c, _ = resolveConfig([]byte(`{"ppo": true}`), realModelLearningRate)
 	st, _ = Loss(c, batch())
 	if math.Abs(st.Loss-(-0.9-0.75+1.2)/3) > 1e-6 || st.NumClipped != 2 {
 		t.Fatalf("PPO loss %.9f (want -0.15), clipped %d (want 2)", st.Loss, st.NumClipped)

@@ -8,24 +8,6 @@ import (
 	"flywheel/internal/httpx"
 )
 
-// Default learning rates, used when experimental_config.learning_rate (RL)
-// or config.learning_rate (SFT) is null. Real models take rl.md's 5e-6 for
-// both. The built-in tiny model (a 2-layer, hidden-64 random model) learns
-// nothing visible at that rate, so its documented defaults are larger: 3e-3
-// for RL (the demo's reward rise; at 1e-2 the policy collapsed onto one
-// repeated token within 3 jobs and sometimes fell back to the random
-// model's reward after it: 3 of 64 seeds in BF16; internal/train's
-// TestRLSweep), 8e-3 for SFT, which the trainer decays
-// linearly to a tenth over each job's steps: with batch_size "auto", 16
-// conversations teaching one reply are memorised in 799 of 800 runs over
-// HTTP (5e-3 without the decay: 396 of 400; docs/sft.md). The trainer picks
-// one per base model; the HTTP layer records the RL one the trainer will use.
-const (
-	DefaultLearningRate        = 5e-6
-	DefaultTinyLearningRate    = 3e-3
-	DefaultTinySFTLearningRate = 8e-3
-)
-
 // MaxLearningRate is the largest learning rate a job may ask for, RL and
 // SFT alike. AdamW moves every parameter by about the learning rate per
 // step, so a rate above 1 rewrites a LoRA adapter's weights wholesale each
@@ -90,8 +72,8 @@ type Config struct {
 const configPath = "experimental_config"
 
 // Resolve fills in the defaults of rl.md and checks every range; it is the
-// one place that decides them, for job creation and for the trainer alike.
-// defaultLR is the base model's default learning rate. rl.md's ranges:
+// one place that decides them, when a job is submitted (ResolveJob).
+// defaultLR is the learning rate when it is null (DefaultLearningRate's). rl.md's ranges:
 // numbers finite; epsilon and epsilon_high ≥ 0; advantage_balance in
 // [−1, 1]; learning_rate in (0, MaxLearningRate]; importance_sampling_level one of the four
 // levels; x_k2_tau and kimi_k2_tau equal when both are given. Any finite
@@ -262,29 +244,22 @@ func parseConfig(raw []byte) (ExperimentalConfig, object, error) {
 	return e, o, err
 }
 
-// ResolveConfig parses raw, a job's experimental_config (nil or null: {}),
-// and resolves it (see Resolve): what the trainer runs with.
-func ResolveConfig(raw []byte, defaultLR float64) (Config, error) {
-	e, _, err := parseConfig(raw)
-	if err != nil {
-		return Config{}, err
-	}
-	return e.Resolve(defaultLR)
-}
-
-// RecordConfig validates raw, a job's experimental_config (nil or null:
-// {}), and returns it as the job record shows it (api.md: "with defaults
-// filled in"): every field of rl.md with its value or default —
+// ResolveConfig parses raw, an RL job's experimental_config as sent (nil or
+// null: {}), and resolves it (see Resolve; defaultLR is the learning rate
+// when null, DefaultLearningRate's): the Config the trainer runs, and the
+// object as the job record shows it (api.md: "with defaults filled in"):
+// every field of rl.md with its value or default —
 // max_negative_advantage_importance_sampling_weight and x_k2_tau null when
-// unset — and unknown fields kept as sent.
-func RecordConfig(raw []byte, defaultLR float64) (json.RawMessage, error) {
+// unset — and unknown fields kept as sent. Resolving a recorded object
+// again gives the same Config and record (RecordedJob relies on it).
+func ResolveConfig(raw []byte, defaultLR float64) (Config, json.RawMessage, error) {
 	e, o, err := parseConfig(raw)
 	if err != nil {
-		return nil, err
+		return Config{}, nil, err
 	}
 	c, err := e.Resolve(defaultLR)
 	if err != nil {
-		return nil, err
+		return Config{}, nil, err
 	}
 	out := o.record()
 	out["ppo"], out["epsilon"], out["epsilon_high"] = c.PPO, c.Epsilon, c.EpsilonHigh
@@ -295,9 +270,9 @@ func RecordConfig(raw []byte, defaultLR float64) (json.RawMessage, error) {
 	out["x_k2_tau"] = nullable(e.tau())
 	b, err := json.Marshal(out)
 	if err != nil {
-		return nil, fmt.Errorf("encode experimental_config: %w", err)
+		return Config{}, nil, fmt.Errorf("encode experimental_config: %w", err)
 	}
-	return b, nil
+	return c, b, nil
 }
 
 // nullable is *p, or nil (JSON null) when p is nil.

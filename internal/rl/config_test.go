@@ -29,14 +29,14 @@ func TestRecordConfigDefaults(t *testing.T) {
 		`"learning_rate":0.000005,"mask_prob_ratio":false,"max_negative_advantage_importance_sampling_weight":null,` +
 		`"ppo":false,"precalculate_logprobs":false,"scale_rewards":true,"x_k2_tau":null}`
 	for _, raw := range []string{"", "null", "{}", `{"epsilon": null, "learning_rate": null}`} {
-		got, err := RecordConfig([]byte(raw), DefaultLearningRate)
+		got, err := recordConfig([]byte(raw), realModelLearningRate)
 		if err != nil || string(got) != want {
 			t.Fatalf("%q: got %s, %v; want %s", raw, got, err, want)
 		}
 	}
 	// ppo=true: epsilon 0.2 and epsilon_high = epsilon; the model's default
 	// learning rate; unknown fields kept (numbers as written).
-	got, err := RecordConfig([]byte(`{"ppo": true, "epsilon": 0.3, "custom_extra": 7.50, "x_k2_tau": 0, "max_negative_advantage_importance_sampling_weight": 2}`), DefaultTinyLearningRate)
+	got, err := recordConfig([]byte(`{"ppo": true, "epsilon": 0.3, "custom_extra": 7.50, "x_k2_tau": 0, "max_negative_advantage_importance_sampling_weight": 2}`), tinyRLLearningRate)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +44,13 @@ func TestRecordConfigDefaults(t *testing.T) {
 	if err := json.Unmarshal(got, &m); err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range map[string]any{"ppo": true, "epsilon": 0.3, "epsilon_high": 0.3, "learning_rate": DefaultTinyLearningRate, "custom_extra": 7.5,
+	for k, v := range map[string]any{"ppo": true, "epsilon": 0.3, "epsilon_high": 0.3, "learning_rate": tinyRLLearningRate, "custom_extra": 7.5,
 		"x_k2_tau": 0.0, "max_negative_advantage_importance_sampling_weight": 2.0} {
 		if m[k] != v {
 			t.Errorf("%s = %v, want %v (record %s)", k, m[k], v, got)
 		}
 	}
-	got, _ = RecordConfig([]byte(`{"ppo": true}`), 1e-5)
+	got, _ = recordConfig([]byte(`{"ppo": true}`), 1e-5)
 	m = nil
 	if err := json.Unmarshal(got, &m); err != nil || m["epsilon"] != 0.2 || m["epsilon_high"] != 0.2 || m["learning_rate"] != 1e-5 {
 		t.Fatalf("ppo record %s", got)
@@ -59,7 +59,7 @@ func TestRecordConfigDefaults(t *testing.T) {
 
 // ResolveConfig fills the same defaults for the trainer.
 func TestResolveConfigDefaults(t *testing.T) {
-	c, err := ResolveConfig(nil, 1e-5)
+	c, err := resolveConfig(nil, 1e-5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,15 +67,15 @@ func TestResolveConfigDefaults(t *testing.T) {
 	if c != want {
 		t.Fatalf("defaults: %+v, want %+v", c, want)
 	}
-	c, _ = ResolveConfig([]byte(`{"ppo": true}`), 1e-5)
+	c, _ = resolveConfig([]byte(`{"ppo": true}`), 1e-5)
 	if c.Epsilon != 0.2 || c.EpsilonHigh != 0.2 {
 		t.Fatalf("ppo defaults: %+v", c)
 	}
-	c, _ = ResolveConfig([]byte(`{"ppo": true, "epsilon": 0.3}`), 1e-5)
+	c, _ = resolveConfig([]byte(`{"ppo": true, "epsilon": 0.3}`), 1e-5)
 	if c.EpsilonHigh != 0.3 {
 		t.Fatalf("ppo epsilon_high defaults to epsilon: %+v", c)
 	}
-	c, _ = ResolveConfig([]byte(`{"epsilon": 0.5, "epsilon_high": 2, "learning_rate": 0.1, "importance_sampling_level": "sequence",
+	c, _ = resolveConfig([]byte(`{"epsilon": 0.5, "epsilon_high": 2, "learning_rate": 0.1, "importance_sampling_level": "sequence",
 		"mask_prob_ratio": true, "scale_rewards": false, "precalculate_logprobs": true, "advantage_balance": -0.25,
 		"max_negative_advantage_importance_sampling_weight": 1.5, "x_k2_tau": 0.1}`), 1e-5)
 	want = Config{Epsilon: 0.5, EpsilonHigh: 2, ISLevel: ISSequence, MaskProbRatio: true, MaxNegISWeight: 1.5, Tau: 0.1,
@@ -103,10 +103,10 @@ func TestConfigRanges(t *testing.T) {
 		`{"ppo": null, "epsilon": null, "importance_sampling_level": null}`,
 	}
 	for _, raw := range ok {
-		if _, err := RecordConfig([]byte(raw), DefaultLearningRate); err != nil {
+		if _, err := recordConfig([]byte(raw), realModelLearningRate); err != nil {
 			t.Errorf("%s: %v", raw, err)
 		}
-		if _, err := ResolveConfig([]byte(raw), DefaultLearningRate); err != nil {
+		if _, err := resolveConfig([]byte(raw), realModelLearningRate); err != nil {
 			t.Errorf("trainer %s: %v", raw, err)
 		}
 	}
@@ -135,9 +135,9 @@ func TestConfigRanges(t *testing.T) {
 		{`[]`, "experimental_config", "invalid_type", "experimental_config: expected an object, got an array"},
 	}
 	for _, b := range bad {
-		_, err := RecordConfig([]byte(b.raw), DefaultLearningRate)
+		_, err := recordConfig([]byte(b.raw), realModelLearningRate)
 		wantInvalid(t, b.raw, err, b.path, b.code, b.msg)
-		_, err = ResolveConfig([]byte(b.raw), DefaultLearningRate)
+		_, err = resolveConfig([]byte(b.raw), realModelLearningRate)
 		wantInvalid(t, "trainer "+b.raw, err, b.path, b.code, b.msg)
 	}
 }
@@ -153,11 +153,11 @@ func TestResolveRefusesNonFinite(t *testing.T) {
 
 // kimi_k2_tau is the ART client's name for x_k2_tau.
 func TestKimiK2TauAlias(t *testing.T) {
-	c, err := ResolveConfig([]byte(`{"kimi_k2_tau": 0.5}`), 1e-5)
+	c, err := resolveConfig([]byte(`{"kimi_k2_tau": 0.5}`), 1e-5)
 	if err != nil || c.Tau != 0.5 {
 		t.Fatalf("tau %v, %v", c.Tau, err)
 	}
-	rec, _ := RecordConfig([]byte(`{"kimi_k2_tau": 0.5}`), 1e-5)
+	rec, _ := recordConfig([]byte(`{"kimi_k2_tau": 0.5}`), 1e-5)
 	var m map[string]any
 	json.Unmarshal(rec, &m)
 	if m["x_k2_tau"] != 0.5 || m["kimi_k2_tau"] != 0.5 {
@@ -181,7 +181,7 @@ func TestLaterARTKeys(t *testing.T) {
 		"normalize_advantages": true, "num_trajectories_learning_rate_multiplier_power": 0.0,
 		"packed_sequence_length": null, "plot_tensors": false, "ppo": false, "precalculate_logprobs": false,
 		"scale_learning_rate_by_reward_std_dev": false, "scale_rewards": true, "truncated_importance_sampling": null}`
-	c, err := ResolveConfig([]byte(art0523), DefaultLearningRate)
+	c, err := resolveConfig([]byte(art0523), realModelLearningRate)
 	if err != nil || c.PPO || !c.ScaleRewards || c.Epsilon != 1 || c.EpsilonHigh != 4 {
 		t.Fatalf("ART 0.5.23's defaults: %+v, %v", c, err)
 	}
@@ -196,13 +196,13 @@ func TestLaterARTKeys(t *testing.T) {
 		{`{"normalize_advantages": false, "scale_rewards": false}`, false, false},
 		{`{"loss_fn": null, "normalize_advantages": null}`, false, true},
 	} {
-		c, err := ResolveConfig([]byte(tc.raw), DefaultLearningRate)
+		c, err := resolveConfig([]byte(tc.raw), realModelLearningRate)
 		if err != nil || c.PPO != tc.ppo || c.ScaleRewards != tc.scaled {
 			t.Errorf("%s: ppo %t scale_rewards %t, %v; want %t %t", tc.raw, c.PPO, c.ScaleRewards, err, tc.ppo, tc.scaled)
 		}
 	}
 	// loss_fn "ppo" alone gets ppo's clip defaults, and the record shows the resolved names.
-	got, err := RecordConfig([]byte(`{"loss_fn": "ppo", "normalize_advantages": false}`), DefaultLearningRate)
+	got, err := recordConfig([]byte(`{"loss_fn": "ppo", "normalize_advantages": false}`), realModelLearningRate)
 	var m map[string]any
 	if err != nil || json.Unmarshal(got, &m) != nil || m["ppo"] != true || m["epsilon"] != 0.2 || m["scale_rewards"] != false || m["loss_fn"] != "ppo" {
 		t.Fatalf("record %s, %v", got, err)
@@ -221,9 +221,21 @@ func TestLaterARTKeys(t *testing.T) {
 		{`{"num_trajectories_learning_rate_multiplier_power": 0.5}`, p + "num_trajectories_learning_rate_multiplier_power", "unsupported_value", ""},
 	}
 	for _, b := range bad {
-		_, err := RecordConfig([]byte(b.raw), DefaultLearningRate)
+		_, err := recordConfig([]byte(b.raw), realModelLearningRate)
 		wantInvalid(t, b.raw, err, b.path, b.code, b.msg)
-		_, err = ResolveConfig([]byte(b.raw), DefaultLearningRate)
+		_, err = resolveConfig([]byte(b.raw), realModelLearningRate)
 		wantInvalid(t, "trainer "+b.raw, err, b.path, b.code, b.msg)
 	}
+}
+
+// recordConfig is the job record's experimental_config of ResolveConfig.
+func recordConfig(raw []byte, defaultLR float64) (json.RawMessage, error) {
+	_, rec, err := ResolveConfig(raw, defaultLR)
+	return rec, err
+}
+
+// resolveConfig is the Config of ResolveConfig.
+func resolveConfig(raw []byte, defaultLR float64) (Config, error) {
+	c, _, err := ResolveConfig(raw, defaultLR)
+	return c, err
 }

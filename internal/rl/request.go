@@ -7,11 +7,12 @@ import (
 )
 
 // Request is the body of POST /v1/preview/training-jobs as the trainer
-// reads it (api.md). experimental_config stays raw: ResolveConfig reads it.
+// reads it (api.md). Its experimental_config is not read here: the trainer
+// runs the config the job record holds (JobConfig), resolved once when the
+// job was submitted.
 type Request struct {
-	ModelID            string            `json:"model_id"`
-	TrajectoryGroups   []TrajectoryGroup `json:"trajectory_groups"`
-	ExperimentalConfig json.RawMessage   `json:"experimental_config"`
+	ModelID          string            `json:"model_id"`
+	TrajectoryGroups []TrajectoryGroup `json:"trajectory_groups"`
 }
 
 // TrajectoryGroup is a group of trajectories sampled for one prompt; the

@@ -1,11 +1,13 @@
 package rl
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"strconv"
 	"strings"
 
@@ -13,23 +15,28 @@ import (
 )
 
 // SFTConfig is an SFT job's config (api.md: batch_size int|"auto"|null,
-// learning_rate number|[number]|null, assistant_turns "all"|"last") with
-// its defaults filled in. It lives here beside experimental_config because
-// both job kinds share the default learning rates and the JSON-path errors.
+// learning_rate number|[number]|null, assistant_turns "all"|"last") and
+// its experimental_config.seed, with their defaults filled in. It lives
+// here beside experimental_config because both job kinds share the default
+// learning rates (DefaultLearningRate) and the JSON-path errors.
 type SFTConfig struct {
 	// BatchSize is the number of examples per gradient step; 0 ("auto" or
 	// null) packs examples by the trainer's token budget per step.
 	BatchSize int
 	// LearningRates has one rate per gradient step, the last repeating when
-	// there are more steps; nil (null) means the base model's default.
+	// there are more steps (null: the one default rate). One rate decays
+	// linearly to a tenth over the job's steps; a list is taken as it is.
 	LearningRates []float64
 	// LastTurnOnly is assistant_turns "last": only the last assistant turn
 	// of each example is trained ("all", the default, trains every one).
 	LastTurnOnly bool
 	// Epochs is the number of passes over the file in one job (config.epochs,
 	// an extension: default 1, at most MaxSFTEpochs). Each pass visits the
-	// examples in a new order drawn from the job's seed.
+	// examples in a new order drawn from Seed.
 	Epochs int
+	// Seed is the data order's seed (experimental_config.seed, see
+	// ResolveSFTExperimentalConfig).
+	Seed uint64
 }
 
 // MaxSFTEpochs bounds config.epochs.
@@ -38,12 +45,14 @@ const MaxSFTEpochs = 1000
 // sftConfigPath is where the SFT config sits in a request body.
 const sftConfigPath = "config"
 
-// ParseSFTConfig validates raw, an SFT job's config (nil or null: {}),
+// ResolveSFTConfig validates raw, an SFT job's config (nil or null: {}),
 // and returns it typed and as the job record shows it: unknown fields kept,
-// batch_size "auto" when null, learning_rate null when null,
-// assistant_turns "all" and epochs 1 when null. Errors are *httpx.Error naming the JSON
-// path (config.learning_rate[1]).
-func ParseSFTConfig(raw []byte) (SFTConfig, json.RawMessage, error) {
+// batch_size "auto" when null, learning_rate defaultLR when null
+// (DefaultLearningRate's), assistant_turns "all" and epochs 1 when null.
+// Errors are *httpx.Error naming the JSON path (config.learning_rate[1]).
+// Resolving a recorded config again gives the same config and record.
+// Seed is left zero: ResolveSFTExperimentalConfig decides it.
+func ResolveSFTConfig(raw []byte, defaultLR float64) (SFTConfig, json.RawMessage, error) {
 	var c SFTConfig
 	o, err := decodeObject(sftConfigPath, raw)
 	if err != nil {
@@ -58,7 +67,11 @@ func ParseSFTConfig(raw []byte) (SFTConfig, json.RawMessage, error) {
 	}
 	switch v := o.get("learning_rate"); {
 	case v == nil:
-		out["learning_rate"] = nil
+		if err := checkLearningRate(o.keyPath("learning_rate"), defaultLR); err != nil {
+			return c, nil, err
+		}
+		c.LearningRates = []float64{defaultLR}
+		out["learning_rate"] = defaultLR
 	case isNumber(v):
 		out["learning_rate"] = c.LearningRates[0]
 	default:
@@ -103,7 +116,7 @@ func DefaultSFTSeed(jobID string) uint64 {
 // (experimental_config.seed, an integer in [0, MaxSeed]; null: the job's
 // DefaultSFTSeed) and the object as the job record shows it, the seed
 // filled in and unknown fields kept. It is the one place that decides the
-// seed, for job creation and for the trainer alike.
+// seed, when a job is submitted (ResolveJob).
 func ResolveSFTExperimentalConfig(raw []byte, jobID string) (uint64, json.RawMessage, error) {
 	o, err := decodeObject(configPath, raw)
 	if err != nil {
@@ -295,6 +308,50 @@ func ParseSFTLine(data []byte) (SFTExample, error) {
 	}
 	ex.Tools, err = o.objects("tools", false)
 	return ex, err
+}
+
+// MaxSFTLineBytes is the longest line an SFT training file may hold (64
+// MiB): a longer line is refused at upload and when a job is created on a
+// file uploaded for another purpose, so the trainer never meets one.
+const MaxSFTLineBytes = 64 << 20
+
+// ReadSFTFile reads an SFT training file (JSONL, one example a line) and
+// calls fn with each example and its line number (from 1); blank lines are
+// skipped. Every line is checked by ParseSFTLine. It is the one reader of
+// training files, for the upload's check and the trainer alike. Errors
+// name the line: "line 3: messages[1].role is required", "line 7 is longer
+// than 67108864 bytes", or "the file has no examples", each an
+// *httpx.Error with code invalid_file (the caller sets its param); an
+// error reading r or of fn is returned as it is.
+func ReadSFTFile(r io.Reader, fn func(line int, ex SFTExample) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), MaxSFTLineBytes)
+	line, n := 0, 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		n++
+		ex, err := ParseSFTLine(b)
+		if err != nil {
+			return httpx.Invalid("", "invalid_file", "line %d: %s", line, httpx.AsError(err).Message)
+		}
+		if err := fn(line, ex); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return httpx.Invalid("", "invalid_file", "line %d is longer than %d bytes", line+1, MaxSFTLineBytes)
+		}
+		return err
+	}
+	if n == 0 {
+		return httpx.Invalid("", "invalid_file", "the file has no examples")
+	}
+	return nil
 }
 
 // objects reads key as an array of JSON objects; when required it must be

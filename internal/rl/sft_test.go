@@ -6,21 +6,22 @@ import (
 	"testing"
 )
 
-// An SFT config's defaults, as typed and as the job record shows them.
-func TestParseSFTConfigDefaults(t *testing.T) {
+// An SFT config's defaults, as typed and as the job record shows them: the
+// default learning rate is the one the job runs, not null.
+func TestResolveSFTConfigDefaults(t *testing.T) {
 	for _, raw := range []string{"", "null", "{}", `{"batch_size": null, "learning_rate": null, "assistant_turns": null}`} {
-		c, rec, err := ParseSFTConfig([]byte(raw))
-		if err != nil || c.BatchSize != 0 || c.LearningRates != nil || c.LastTurnOnly || c.Epochs != 1 ||
-			string(rec) != `{"assistant_turns":"all","batch_size":"auto","epochs":1,"learning_rate":null}` {
+		c, rec, err := ResolveSFTConfig([]byte(raw), 0.25)
+		if err != nil || c.BatchSize != 0 || !slices.Equal(c.LearningRates, []float64{0.25}) || c.LastTurnOnly || c.Epochs != 1 ||
+			string(rec) != `{"assistant_turns":"all","batch_size":"auto","epochs":1,"learning_rate":0.25}` {
 			t.Fatalf("%q: %+v %s %v", raw, c, rec, err)
 		}
 	}
-	c, rec, err := ParseSFTConfig([]byte(`{"batch_size": 4, "learning_rate": [1e-3, 2e-3], "assistant_turns": "last", "extra": "kept", "epochs": 3}`))
+	c, rec, err := ResolveSFTConfig([]byte(`{"batch_size": 4, "learning_rate": [1e-3, 2e-3], "assistant_turns": "last", "extra": "kept", "epochs": 3}`), 0.25)
 	if err != nil || c.BatchSize != 4 || !slices.Equal(c.LearningRates, []float64{1e-3, 2e-3}) || !c.LastTurnOnly || c.Epochs != 3 ||
 		string(rec) != `{"assistant_turns":"last","batch_size":4,"epochs":3,"extra":"kept","learning_rate":[0.001,0.002]}` {
 		t.Fatalf("%+v %s %v", c, rec, err)
 	}
-	c, rec, err = ParseSFTConfig([]byte(`{"batch_size": "auto", "learning_rate": 0.5}`))
+	c, rec, err = ResolveSFTConfig([]byte(`{"batch_size": "auto", "learning_rate": 0.5}`), 0.25)
 	if err != nil || c.BatchSize != 0 || !slices.Equal(c.LearningRates, []float64{0.5}) ||
 		string(rec) != `{"assistant_turns":"all","batch_size":"auto","epochs":1,"learning_rate":0.5}` {
 		t.Fatalf("%+v %s %v", c, rec, err)
@@ -28,8 +29,8 @@ func TestParseSFTConfigDefaults(t *testing.T) {
 }
 
 // Each range of the SFT config at its boundary: a 400 naming the path.
-func TestParseSFTConfigRanges(t *testing.T) {
-	if c, _, err := ParseSFTConfig([]byte(`{"batch_size": 1, "learning_rate": 1e-300, "epochs": 1000}`)); err != nil || c.BatchSize != 1 || c.Epochs != MaxSFTEpochs {
+func TestResolveSFTConfigRanges(t *testing.T) {
+	if c, _, err := ResolveSFTConfig([]byte(`{"batch_size": 1, "learning_rate": 1e-300, "epochs": 1000}`), 0.25); err != nil || c.BatchSize != 1 || c.Epochs != MaxSFTEpochs {
 		t.Fatalf("smallest valid values: %+v %v", c, err)
 	}
 	for _, b := range []struct{ raw, path, code, msg string }{
@@ -54,7 +55,7 @@ func TestParseSFTConfigRanges(t *testing.T) {
 		{`{"epochs": 1.5}`, "config.epochs", "invalid_value", ""},
 		{`{"epochs": "2"}`, "config.epochs", "invalid_type", "config.epochs: expected an integer, got a string"},
 	} {
-		_, _, err := ParseSFTConfig([]byte(b.raw))
+		_, _, err := ResolveSFTConfig([]byte(b.raw), 0.25)
 		wantInvalid(t, b.raw, err, b.path, b.code, b.msg)
 	}
 }

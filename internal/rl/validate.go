@@ -5,7 +5,7 @@ import (
 )
 
 // Summary is what Validate extracts from an RL training-job body: enough
-// to look up the model, check experimental_config (RecordConfig) and log the
+// to look up the model, resolve experimental_config (ResolveJob) and log the
 // job's size. The body itself is stored as sent and parsed again by the
 // trainer (ParseRequest).
 type Summary struct {
@@ -20,7 +20,7 @@ type Summary struct {
 // non-empty groups, finite rewards, and that every
 // element of messages_and_choices is either a chat message or a choice.
 // Errors are *httpx.Error naming the JSON path. experimental_config is
-// only checked to be an object here and returned raw for RecordConfig: it
+// only checked to be an object here and returned raw for ResolveJob: it
 // is small, and its ranges depend on the base model's default learning rate.
 func Validate(data []byte) (Summary, error) {
 	s := &scanner{data: data, full: data, path: make([]seg, 0, 16)}

@@ -52,7 +52,7 @@ func FuzzValidateRL(f *testing.F) {
 			if !json.Valid(req.ExperimentalConfig) {
 				t.Fatalf("experimental_config slice is not JSON: %q", req.ExperimentalConfig)
 			}
-			if _, err := RecordConfig(req.ExperimentalConfig, DefaultLearningRate); err != nil {
+			if _, err := recordConfig(req.ExperimentalConfig, realModelLearningRate); err != nil {
 				var he *httpx.Error
 				if !errors.As(err, &he) || he.Status != 400 || !strings.HasPrefix(he.Param, "experimental_config") {
 					t.Fatalf("experimental_config error %v is not a 400 *httpx.Error naming its path", err)

@@ -613,12 +613,17 @@ func (s *Service) publish(ctx context.Context, run store.TrainingRun, sp *Spec, 
 		return nil
 	}
 	ck := &store.Checkpoint{ModelID: m.ID, Step: v}
-	err = s.cfg.Checkpoints.Publish(m.ID, op.ID, v, fence, func(dir string) error {
-		ck.Dir = dir
-		o := *out
-		o.Status, o.Result, o.Checkpoint = store.OpSucceeded, body, ck
-		return s.cfg.Store.FinishOperation(context.WithoutCancel(ctx), s.cfg.NodeID, o)
-	})
+	err = fence()
+	if err == nil {
+		ck.Dir, err = s.cfg.Checkpoints.Publish(m.ID, op.ID, v)
+		if err == nil {
+			o := *out
+			o.Status, o.Result, o.Checkpoint = store.OpSucceeded, body, ck
+			if err = s.cfg.Store.FinishOperation(context.WithoutCancel(ctx), s.cfg.NodeID, o); err != nil {
+				s.cfg.Checkpoints.Unpublish(m.ID, v)
+			}
+		}
+	}
 	if err != nil {
 		s.cfg.Checkpoints.Discard(m.ID, op.ID)
 		var oe *opError

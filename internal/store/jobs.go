@@ -101,7 +101,7 @@ func (s *sqlDB) ListEvents(ctx context.Context, jobID string, page Page) ([]Even
 }
 
 // AppendEvent appends an event to the log of the job l leases.
-func (s *sqlDB) AppendEvent(ctx context.Context, l Lease, typ string, data any) (Event, error) {
+func (s *sqlDB) AppendEvent(ctx context.Context, l Lease, typ EventType, data any) (Event, error) {
 	var e Event
 	err := s.tx(ctx, func(tx *rtx) error {
 		// Shares the job's row with other appends and excludes a claim or
@@ -131,7 +131,7 @@ func (s *sqlDB) holdLease(ctx context.Context, tx *rtx, l Lease, lock string) er
 	return nil
 }
 
-func appendEvent(ctx context.Context, q queryer, jobID, typ string, data any) (Event, error) {
+func appendEvent(ctx context.Context, q queryer, jobID string, typ EventType, data any) (Event, error) {
 	if data == nil {
 		data = map[string]any{}
 	}
@@ -218,6 +218,19 @@ func (s *sqlDB) RenewLease(ctx context.Context, l Lease, ttl time.Duration) erro
 		WHERE id = ? AND status = 'RUNNING' AND attempt = ?`, ttl.Milliseconds(), l.JobID, l.Attempt)
 	if err != nil {
 		return fmt.Errorf("renew lease of job %s: %w", l.JobID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("job %s attempt %d: %w", l.JobID, l.Attempt, ErrLeaseLost)
+	}
+	return nil
+}
+
+// RecordJobConfig sets the job's configs, fenced by its lease.
+func (s *sqlDB) RecordJobConfig(ctx context.Context, l Lease, experimentalConfig, config json.RawMessage) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET experimental_config = ?, config = ?
+		WHERE id = ? AND status = 'RUNNING' AND attempt = ?`, rawOr(experimentalConfig, "{}"), rawOr(config, "{}"), l.JobID, l.Attempt)
+	if err != nil {
+		return fmt.Errorf("record config of job %s: %w", l.JobID, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("job %s attempt %d: %w", l.JobID, l.Attempt, ErrLeaseLost)
@@ -334,7 +347,7 @@ func (t *LeaseTx) Complete(ctx context.Context, ck Checkpoint, metrics map[strin
 	if err := t.s.insertCheckpoint(ctx, t.tx, &ck); err != nil {
 		return ck, err
 	}
-	if _, err := appendEvent(ctx, t.tx, id, "training_ended", map[string]any{"step": ck.Step, "checkpoint_id": ck.ID}); err != nil {
+	if _, err := appendEvent(ctx, t.tx, id, EventTrainingEnded, map[string]any{"step": ck.Step, "checkpoint_id": ck.ID}); err != nil {
 		return ck, err
 	}
 	if err := t.s.wake(ctx, t.tx); err != nil {
@@ -367,7 +380,7 @@ func (s *sqlDB) CompleteJob(ctx context.Context, l Lease, ck Checkpoint, metrics
 }
 
 // FinishJob ends a QUEUED or RUNNING job FAILED or CANCELLED.
-func (s *sqlDB) FinishJob(ctx context.Context, id, status, message string) error {
+func (s *sqlDB) FinishJob(ctx context.Context, id string, status JobStatus, message string) error {
 	if status != StatusFailed && status != StatusCancelled {
 		return fmt.Errorf("finish job: bad status %q", status)
 	}
@@ -385,7 +398,7 @@ func (s *sqlDB) FinishJob(ctx context.Context, id, status, message string) error
 			}
 			return fmt.Errorf("job %s is already %s: %w", id, st, ErrConflict)
 		}
-		if _, err := appendEvent(ctx, tx, id, "training_failed", map[string]any{"error_message": message}); err != nil {
+		if _, err := appendEvent(ctx, tx, id, EventTrainingFailed, map[string]any{"error_message": message}); err != nil {
 			return err
 		}
 		return s.wake(ctx, tx)
@@ -403,7 +416,7 @@ func (s *sqlDB) FailJob(ctx context.Context, l Lease, message string) error {
 			WHERE id = ?`, message, FormatTime(now()), l.JobID); err != nil {
 			return fmt.Errorf("fail job: %w", err)
 		}
-		if _, err := appendEvent(ctx, tx, l.JobID, "training_failed", map[string]any{"error_message": message}); err != nil {
+		if _, err := appendEvent(ctx, tx, l.JobID, EventTrainingFailed, map[string]any{"error_message": message}); err != nil {
 			return err
 		}
 		return s.wake(ctx, tx)
@@ -443,15 +456,18 @@ func (s *sqlDB) QueueStats(ctx context.Context) (QueueStats, error) {
 }
 
 // JobCounts counts jobs per status.
-func (s *sqlDB) JobCounts(ctx context.Context) (map[string]int, error) {
+func (s *sqlDB) JobCounts(ctx context.Context) (map[JobStatus]int, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT status, count(*) FROM jobs GROUP BY status")
 	if err != nil {
 		return nil, fmt.Errorf("job counts: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]int{StatusQueued: 0, StatusRunning: 0, StatusCompleted: 0, StatusFailed: 0, StatusCancelled: 0}
+	out := make(map[JobStatus]int, len(JobStatuses))
+	for _, st := range JobStatuses {
+		out[st] = 0
+	}
 	for rows.Next() {
-		var st string
+		var st JobStatus
 		var n int
 		if err := rows.Scan(&st, &n); err != nil {
 			return nil, fmt.Errorf("job counts: %w", err)

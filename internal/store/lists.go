@@ -18,7 +18,7 @@ type Lists interface {
 	ListJobs(ctx context.Context, entities []string, modelID string, page Page) ([]Job, bool, error)
 	// ListModelEvents lists a page of the events of type typ of all the
 	// model's jobs, in creation order.
-	ListModelEvents(ctx context.Context, modelID, typ string, page Page) ([]Event, bool, error)
+	ListModelEvents(ctx context.Context, modelID string, typ EventType, page Page) ([]Event, bool, error)
 }
 
 var (
@@ -62,7 +62,7 @@ func (s *sqlDB) ListJobs(ctx context.Context, entities []string, modelID string,
 }
 
 // ListModelEvents lists a page of the events of one type across the model's jobs.
-func (s *sqlDB) ListModelEvents(ctx context.Context, modelID, typ string, page Page) ([]Event, bool, error) {
+func (s *sqlDB) ListModelEvents(ctx context.Context, modelID string, typ EventType, page Page) ([]Event, bool, error) {
 	where, order, limit, args := pageClause(page, "e")
 	q := `SELECT e.id, e.job_id, e.type, e.data, e.created_at FROM job_events e
 		WHERE e.job_id IN (SELECT id FROM jobs WHERE model_id = ?) AND e.type = ?` + where + order + fmt.Sprintf(" LIMIT %d", limit+1)

@@ -40,19 +40,51 @@ var (
 	ErrLeaseLost = errors.New("the job's lease was lost")
 )
 
+// JobStatus is a training job's state (api.md's "status"), as River's
+// JobState: a job is QUEUED until a worker claims it, RUNNING while a lease
+// holds it, and ends COMPLETED, FAILED or CANCELLED. The values are the
+// wire's and the database's.
+type JobStatus string
+
 // Job statuses.
 const (
-	StatusQueued    = "QUEUED"
-	StatusRunning   = "RUNNING"
-	StatusCompleted = "COMPLETED"
-	StatusFailed    = "FAILED"
-	StatusCancelled = "CANCELLED"
+	StatusQueued    JobStatus = "QUEUED"
+	StatusRunning   JobStatus = "RUNNING"
+	StatusCompleted JobStatus = "COMPLETED"
+	StatusFailed    JobStatus = "FAILED"
+	StatusCancelled JobStatus = "CANCELLED"
 )
+
+// JobStatuses lists every JobStatus, in the order a job goes through them.
+var JobStatuses = []JobStatus{StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+
+// Ended reports whether a job in status s has ended (no worker runs it and
+// none will).
+func (s JobStatus) Ended() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// JobKind is what a training job trains (api.md's "kind").
+type JobKind string
 
 // Job kinds.
 const (
-	KindRL  = "rl"
-	KindSFT = "sft"
+	KindRL  JobKind = "rl"  // POST /v1/preview/training-jobs
+	KindSFT JobKind = "sft" // POST /v1/preview/sft-training-jobs
+)
+
+// EventType is the type of a job event (api.md's job events, in the order
+// a job emits them: training_started, gradient_step per step, then exactly
+// one of training_ended or training_failed).
+type EventType string
+
+// Job event types. The trainer emits the first two; the store appends the
+// last two when it ends the job.
+const (
+	EventTrainingStarted EventType = "training_started"
+	EventGradientStep    EventType = "gradient_step"
+	EventTrainingEnded   EventType = "training_ended"
+	EventTrainingFailed  EventType = "training_failed"
 )
 
 // User is a person or service that holds API keys.
@@ -117,15 +149,18 @@ type File struct {
 
 // Job is a training job record.
 type Job struct {
-	ID                 string
-	ModelID            string
-	Kind               string // KindRL or KindSFT
-	Status             string
-	RequestPath        string // absolute path of the stored request body
-	RequestBytes       int64
-	FileID             string // SFT: the uploaded data file
+	ID           string
+	ModelID      string
+	Kind         JobKind
+	Status       JobStatus
+	RequestPath  string // absolute path of the stored request body
+	RequestBytes int64
+	FileID       string // SFT: the uploaded data file
+	// ExperimentalConfig and Config (SFT; "{}" for RL) are the job's
+	// config resolved at submission, every default filled in
+	// (rl.ResolveJob): what the record shows and the trainer runs.
 	ExperimentalConfig json.RawMessage
-	Config             json.RawMessage // SFT config with defaults filled
+	Config             json.RawMessage
 	ErrorMessage       string
 	FromStep, ToStep   *int
 	Metrics            map[string]any
@@ -157,7 +192,7 @@ func (j Job) Lease() Lease { return Lease{JobID: j.ID, Owner: j.LeaseOwner, Atte
 type Event struct {
 	ID        string
 	JobID     string
-	Type      string
+	Type      EventType
 	Data      json.RawMessage
 	CreatedAt time.Time
 }
@@ -261,7 +296,7 @@ type Jobs interface {
 	ListEvents(ctx context.Context, jobID string, page Page) ([]Event, bool, error)
 	// AppendEvent appends an event to the log of the job l leases
 	// (ErrLeaseLost when l is no longer its lease).
-	AppendEvent(ctx context.Context, l Lease, typ string, data any) (Event, error)
+	AppendEvent(ctx context.Context, l Lease, typ EventType, data any) (Event, error)
 	// ClaimNext claims the oldest runnable job for node owner with a lease
 	// of ttl and returns it RUNNING: a RUNNING job whose lease expired
 	// (its node died; its partial events are discarded), else the oldest
@@ -278,6 +313,10 @@ type Jobs interface {
 	// RenewLease extends l by ttl from now (ErrLeaseLost when l is no
 	// longer the job's lease).
 	RenewLease(ctx context.Context, l Lease, ttl time.Duration) error
+	// RecordJobConfig sets the experimental_config and config of the job l
+	// leases (ErrLeaseLost when l is no longer its lease): a job recorded
+	// without its resolved config by an older version gets it at claim.
+	RecordJobConfig(ctx context.Context, l Lease, experimentalConfig, config json.RawMessage) error
 	// RequeueRunning puts back to QUEUED the RUNNING jobs that no live node
 	// runs, discarding their partial events, and returns their ids. Used at
 	// start-up. On SQLite (one node) that is every RUNNING job; on a shared
@@ -297,7 +336,7 @@ type Jobs interface {
 	// CANCELLED and appends training_failed carrying message, in one
 	// transaction, whoever runs it (a user's cancel). A job already ended
 	// is left alone and ErrConflict returned.
-	FinishJob(ctx context.Context, id, status, message string) error
+	FinishJob(ctx context.Context, id string, status JobStatus, message string) error
 	// FailJob ends the job l leases FAILED with training_failed carrying
 	// message (ErrLeaseLost when l is no longer its lease).
 	FailJob(ctx context.Context, l Lease, message string) error
@@ -305,7 +344,7 @@ type Jobs interface {
 	ModelTraining(ctx context.Context, modelID string) (bool, error)
 	QueueStats(ctx context.Context) (QueueStats, error)
 	// JobCounts returns the number of jobs per status.
-	JobCounts(ctx context.Context) (map[string]int, error)
+	JobCounts(ctx context.Context) (map[JobStatus]int, error)
 }
 
 // Store is the whole persistence layer.

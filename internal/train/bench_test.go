@@ -180,7 +180,7 @@ func benchRLStep(b *testing.B, shared bool) {
 	}
 	sb := buildBatch(seqs)
 	rl.Normalize(sb.toks, 0)
-	cfgRL, err := rl.ResolveConfig(nil, 1e-5)
+	cfgRL, _, err := rl.ResolveConfig(nil, 1e-5)
 	if err != nil {
 		b.Fatal(err)
 	}

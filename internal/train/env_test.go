@@ -12,6 +12,8 @@ import (
 	"flywheel/internal/engine"
 	"flywheel/internal/engine/tiny"
 	"flywheel/internal/jobs"
+	"flywheel/internal/rl"
+	"flywheel/internal/store"
 )
 
 var (
@@ -71,6 +73,24 @@ type env struct {
 	calls int
 	// baseID is the base model's registry id ("" means flywheel/tiny).
 	baseID string
+	// rlLR, when set, is every RL job's experimental_config.learning_rate.
+	rlLR float64
+}
+
+// resolved is the config of a job of kind with request body body on
+// baseModel as the HTTP layer resolves it at submission and the job record
+// stores it (the trainer runs the record, not the body).
+func resolved(t testing.TB, kind store.JobKind, baseModel, jobID string, body []byte) rl.JobConfig {
+	t.Helper()
+	exp, cfg, err := rl.SentConfig(kind, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jc, err := rl.ResolveJob(kind, baseModel, jobID, exp, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jc
 }
 
 // newEnv sets up flywheel/tiny, as the server ships it, with a step-0
@@ -106,10 +126,23 @@ func (e *env) adapter() *engine.Adapter {
 
 // run executes one job like the queue does: OutDir is a fresh folder that
 // becomes the next step on success.
-func (e *env) run(kind string, req any, dataFile string) (jobs.Result, []jobs.Event, error) {
+func (e *env) run(kind store.JobKind, req any, dataFile string) (jobs.Result, []jobs.Event, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	if e.rlLR > 0 && kind == store.KindRL {
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			e.t.Fatal(err)
+		}
+		exp, _ := m["experimental_config"].(map[string]any)
+		if exp == nil {
+			exp = map[string]any{}
+		}
+		exp["learning_rate"] = e.rlLR
+		m["experimental_config"] = exp
+		body, _ = json.Marshal(m)
 	}
 	e.calls++
 	out := filepath.Join(e.root, fmt.Sprintf("work%d", e.calls))
@@ -120,7 +153,8 @@ func (e *env) run(kind string, req any, dataFile string) (jobs.Result, []jobs.Ev
 	if baseID == "" {
 		baseID = tiny.ID
 	}
-	job := jobs.Job{ID: fmt.Sprintf("job%d", e.calls), Kind: kind, ModelID: "m", BaseModel: baseID,
+	id := fmt.Sprintf("job%d", e.calls)
+	job := jobs.Job{ID: id, Kind: kind, ModelID: "m", BaseModel: baseID, Config: resolved(e.t, kind, baseID, id, body),
 		FromStep: e.step, FromDir: e.dir(e.step), OutDir: out, Request: body, DataFile: dataFile}
 	var evs []jobs.Event
 	res, err := e.ex.Train(e.t.Context(), job, func(ev jobs.Event) error { evs = append(evs, ev); return nil })

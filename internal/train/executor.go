@@ -1,9 +1,24 @@
-// Package train makes training jobs train: the LoRA training forward and a
-// hand-written backward through the Llama-family decoder (layers.go,
-// model.go), trajectory preparation (prepare.go) with the request, config,
-// advantages and loss of package rl, packing (pack.go), AdamW with global-norm
-// clipping and its checkpointed state (optim.go), SFT (sft.go), and the
-// executor that plugs into the job queue (this file).
+// Package train runs training on LoRA adapters. It holds no model code:
+// the training forward that keeps its activations and the hand-written
+// backward are the engine's (engine/net.go, engine/trainpass.go; serving
+// runs the same layers), and model.go only binds them to a session. Here:
+//
+//   - Executor, the jobs.Trainer (this file): it runs an RL or SFT job's
+//     config exactly as the job record holds it (jobs.Job.Config, resolved
+//     once at submission by package rl), writes the new checkpoint into
+//     the job's work folder, and reports through the event sink, its only
+//     way back into the queue;
+//   - RL: trajectories turned into weighted sequences with rl's advantages
+//     (prepare.go), packed into gradient steps (pack.go), trained with
+//     rl's loss;
+//   - SFT: the data order, the batch size and the learning-rate schedule
+//     (sft.go) over the file rl.ReadSFTFile reads;
+//   - AdamW with global-norm clipping and its checkpointed state
+//     (optim.go);
+//   - Learner, the same session driven one call at a time by the
+//     training-run API (learner.go, used by internal/runs);
+//   - the record of the trajectories a checkpoint was trained on
+//     (provenance.go).
 package train
 
 import (
@@ -16,9 +31,9 @@ import (
 	"time"
 
 	"flywheel/internal/engine"
-	"flywheel/internal/engine/tiny"
 	"flywheel/internal/jobs"
 	"flywheel/internal/rl"
+	"flywheel/internal/store"
 )
 
 // DefaultTokensPerStep is the default packing budget (Options.TokensPerStep).
@@ -29,13 +44,6 @@ type Options struct {
 	// TokensPerStep is the packing budget: the most tokens (prompt and
 	// completion, summed over packed sequences) in one gradient step.
 	TokensPerStep int
-	// LearningRate is the default for real models (RL and SFT);
-	// TinyLearningRate for RL on flywheel/tiny (SFT on it takes
-	// rl.DefaultTinySFTLearningRate). They apply when
-	// experimental_config.learning_rate (RL) or config.learning_rate (SFT)
-	// is null; zero means rl.DefaultLearningRate and
-	// rl.DefaultTinyLearningRate.
-	LearningRate, TinyLearningRate float64
 	// MaxSeqLen caps sequence length below the model's context (0: the
 	// model's max_position_embeddings).
 	MaxSeqLen int
@@ -49,12 +57,6 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.TokensPerStep <= 0 {
 		o.TokensPerStep = DefaultTokensPerStep
-	}
-	if o.LearningRate <= 0 {
-		o.LearningRate = rl.DefaultLearningRate
-	}
-	if o.TinyLearningRate <= 0 {
-		o.TinyLearningRate = rl.DefaultTinyLearningRate
 	}
 	if o.ActivationBudget <= 0 {
 		o.ActivationBudget = 2 << 30
@@ -79,15 +81,6 @@ func New(reg *engine.Registry, opts Options) *Executor {
 }
 
 var _ jobs.Trainer = (*Executor)(nil)
-
-// DefaultLR is the default learning rate of RL jobs for a base model (SFT:
-// DefaultSFTLR). The HTTP layer fills job records with it.
-func (e *Executor) DefaultLR(baseModel string) float64 {
-	if baseModel == tiny.ID {
-		return e.opts.TinyLearningRate
-	}
-	return e.opts.LearningRate
-}
 
 // session is one job's training state: the base model, the adapter being
 // trained (aliased by the float32 training model) and the optimizer.
@@ -148,10 +141,13 @@ func (e *Executor) Train(ctx context.Context, job jobs.Job, emit func(jobs.Event
 	if job.OutDir == "" {
 		return jobs.Result{}, errors.New("no output folder for the checkpoint")
 	}
+	if job.Config.Kind != job.Kind {
+		return jobs.Result{}, fmt.Errorf("the job's config is for kind %q, the job is %q", job.Config.Kind, job.Kind)
+	}
 	switch job.Kind {
-	case "rl", "":
+	case store.KindRL:
 		return e.trainRL(ctx, job, emit)
-	case "sft":
+	case store.KindSFT:
 		return e.trainSFT(ctx, job, emit)
 	}
 	return jobs.Result{}, fmt.Errorf("unknown job kind %q", job.Kind)
@@ -242,6 +238,19 @@ func nonFiniteParam(ps []param) (string, bool) {
 	return "", true
 }
 
+// startedEvent is a job's training_started event: data.num_sequences is
+// the number of gradient steps the job will take (api.md, rl.md: the name
+// is the wire's, and ART counts its gradient_step events against it; the
+// job's metrics call the same count num_gradient_steps), with extra fields
+// beside it.
+func startedEvent(steps int, extra map[string]any) jobs.Event {
+	data := map[string]any{"num_sequences": steps}
+	for k, v := range extra {
+		data[k] = v
+	}
+	return jobs.Event{Type: store.EventTrainingStarted, Data: data}
+}
+
 func stepEvent(i int, r stepResult, lr float64, opt *AdamW) jobs.Event {
 	tps := 0.0
 	if r.Seconds > 0 {
@@ -251,7 +260,7 @@ func stepEvent(i int, r stepResult, lr float64, opt *AdamW) jobs.Event {
 	if r.NumRows > 0 {
 		frac = float64(r.NumClipped) / float64(r.NumRows)
 	}
-	return jobs.Event{Type: "gradient_step", Data: map[string]any{
+	return jobs.Event{Type: store.EventGradientStep, Data: map[string]any{
 		"gradient_step": i + 1, "optimizer_step": opt.Step,
 		"loss": finite(r.Loss), "policy_loss": finite(r.Loss), "grad_norm": finite(r.GradNorm),
 		"learning_rate": lr, "num_tokens": r.NumTokens, "num_trainable_tokens": r.NumRows,
@@ -295,10 +304,7 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 	if err != nil {
 		return jobs.Result{}, err
 	}
-	cfg, err := rl.ResolveConfig(req.ExperimentalConfig, e.DefaultLR(job.BaseModel))
-	if err != nil {
-		return jobs.Result{}, err
-	}
+	cfg := job.Config.RL // as the job record shows it
 	s, err := e.open(job)
 	if err != nil {
 		return jobs.Result{}, err
@@ -316,7 +322,7 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 		batches[i] = buildBatch(bin)
 		rl.Normalize(batches[i].toks, cfg.AdvantageBalance)
 	}
-	if err := emit(jobs.Event{Type: "training_started", Data: map[string]any{"num_sequences": len(batches)}}); err != nil {
+	if err := emit(startedEvent(len(batches), nil)); err != nil {
 		return jobs.Result{}, err
 	}
 	if cfg.PrecalculateLogprobs {
@@ -364,7 +370,7 @@ func (e *Executor) trainRL(ctx context.Context, job jobs.Job, emit func(jobs.Eve
 		return jobs.Result{}, err
 	}
 	met := map[string]any{
-		"reward": prep.RewardMean, "reward_std_dev": prep.RewardStd,
+		"reward": prep.Rewards.Mean(), "reward_std_dev": prep.Rewards.StdDev(),
 		"num_trajectories": prep.NumTrajectories, "num_skipped_trajectories": prep.NumSkipped,
 		"num_trajectories_without_logprobs": prep.NumNoLogprobs, "num_truncated": prep.NumTruncated,
 		"num_gradient_steps": len(batches), "num_trainable_tokens": rows, "frac_clipped": 0.0,

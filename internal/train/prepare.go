@@ -319,17 +319,13 @@ type prepared struct {
 	NumSkipped      int // no trainable tokens or zero advantage
 	NumNoLogprobs   int // a choice without logprobs, trained on-policy
 	NumTruncated    int
-	RewardMean      float64
-	RewardStd       float64 // mean over groups of the population std
+	Rewards         rl.RewardStats // the job's reward and reward_std_dev
 }
 
 // prepareRL tokenizes every trajectory and history and assigns advantages
 // and weights (rl.md). It fails when no trajectory has an assistant choice.
 func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen int) (*prepared, error) {
 	p := &prepared{}
-	var rsum float64
-	var stdSum float64
-	ngroups := 0
 	traj := 0
 	anyChoice := false
 	for gi, g := range groups {
@@ -337,16 +333,14 @@ func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen i
 		if n == 0 {
 			continue
 		}
-		ngroups++
 		rewards := make([]float64, n)
 		for ti, t := range g.Trajectories {
 			rewards[ti] = t.Reward
 		}
-		adv, _, sigma := rl.GroupAdvantages(rewards, scaleRewards)
-		stdSum += sigma
+		adv, _, _ := rl.GroupAdvantages(rewards, scaleRewards)
+		p.Rewards.AddGroup(rewards)
 		for ti, t := range g.Trajectories {
 			p.NumTrajectories++
-			rsum += t.Reward
 			traj++
 			A := adv[ti]
 			hists := append([]rl.History{{MessagesAndChoices: t.MessagesAndChoices, Tools: t.Tools}}, t.AdditionalHistories...)
@@ -397,12 +391,6 @@ func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen i
 	}
 	if !anyChoice {
 		return nil, fmt.Errorf("no trainable trajectory: no trajectory has an assistant choice (messages_and_choices holds only chat messages; put the chat completion's choice, with logprobs where sampled with them, where the model answered)")
-	}
-	if p.NumTrajectories > 0 {
-		p.RewardMean = rsum / float64(p.NumTrajectories)
-	}
-	if ngroups > 0 {
-		p.RewardStd = stdSum / float64(ngroups)
 	}
 	return p, nil
 }

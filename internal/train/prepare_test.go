@@ -16,6 +16,7 @@ import (
 	"flywheel/internal/engine/tiny"
 	"flywheel/internal/jobs"
 	"flywheel/internal/rl"
+	"flywheel/internal/store"
 )
 
 // near fails the test unless got is want to a relative 1e-9.
@@ -288,8 +289,8 @@ func TestPrepareRLAdvantages(t *testing.T) {
 	if p.NumTrajectories != 8 || p.NumSkipped != 2 || p.NumNoLogprobs != 1 || len(p.Seqs) != 6 {
 		t.Fatalf("counts: %+v, %d seqs", p, len(p.Seqs))
 	}
-	near(t, "reward mean", p.RewardMean, 4.0/8)
-	near(t, "reward std", p.RewardStd, (0.5+0+0.5)/3)
+	near(t, "reward mean", p.Rewards.Mean(), 4.0/8)
+	near(t, "reward std", p.Rewards.StdDev(), (0.5+0+0.5)/3)
 	wantA := []float64{0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), 0.5 / (0.5 + 1e-6), 0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6)}
 	for i, s := range p.Seqs {
 		near(t, "A", s.A, wantA[i])
@@ -404,10 +405,7 @@ func TestCheckpointContinuesOptimizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := rl.ResolveConfig(rq.ExperimentalConfig, e2.ex.DefaultLR(tiny.ID))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := resolved(t, store.KindRL, tiny.ID, "", body).RL
 	for i := 0; i < 2; i++ {
 		p, _ := prepareRL(&modelCodec{m: s.base}, rq.TrajectoryGroups, true, s.maxLen)
 		sb := buildBatch(p.Seqs)
@@ -442,7 +440,8 @@ func TestCancelStopsBetweenSteps(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	out := t.TempDir()
 	steps := 0
-	_, err := e.ex.Train(ctx, jobs.Job{Kind: "rl", BaseModel: tiny.ID, FromDir: e.dir(0), OutDir: out, Request: body},
+	_, err := e.ex.Train(ctx, jobs.Job{Kind: store.KindRL, BaseModel: tiny.ID, FromDir: e.dir(0), OutDir: out, Request: body,
+		Config: resolved(t, store.KindRL, tiny.ID, "", body)},
 		func(ev jobs.Event) error {
 			if ev.Type == "gradient_step" {
 				steps++

@@ -36,7 +36,9 @@ func TestRLSweep(t *testing.T) {
 	}
 	pass, minRise := 0, 1.0
 	for seed := 1; seed <= seeds; seed++ {
-		r := rlCurve(t, newEnvOn(t, reg(t), Options{TinyLearningRate: lr}), uint64(seed), steps, logf)
+		e := newEnvOn(t, reg(t), Options{})
+		e.rlLR = lr
+		r := rlCurve(t, e, uint64(seed), steps, logf)
 		first, last := rlFirstLast(r)
 		if last >= first+rlRise {
 			pass++

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,20 +8,9 @@ import (
 	"math/rand/v2"
 	"os"
 
-	"flywheel/internal/engine/tiny"
 	"flywheel/internal/jobs"
 	"flywheel/internal/rl"
 )
-
-// SFTRequest is the body of POST /v1/preview/sft-training-jobs as the
-// trainer reads it; config is read by rl.ParseSFTConfig and
-// experimental_config by rl.ResolveSFTExperimentalConfig.
-type SFTRequest struct {
-	ModelID            string          `json:"model_id"`
-	TrainingDataURL    string          `json:"training_data_url"`
-	Config             json.RawMessage `json:"config"`
-	ExperimentalConfig json.RawMessage `json:"experimental_config"`
-}
 
 // sftLine is one example of the training file and its line number.
 type sftLine struct {
@@ -30,8 +18,8 @@ type sftLine struct {
 	Line int
 }
 
-// readSFTFile reads the JSONL examples, each checked by rl.ParseSFTLine
-// (the check the upload made); blank lines are skipped.
+// readSFTFile reads the JSONL examples with rl.ReadSFTFile, the reader the
+// upload's check used.
 func readSFTFile(path string) ([]sftLine, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -39,26 +27,12 @@ func readSFTFile(path string) ([]sftLine, error) {
 	}
 	defer f.Close()
 	var out []sftLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 256<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		t := bytes.TrimSpace(sc.Bytes())
-		if len(t) == 0 {
-			continue
-		}
-		ex, err := rl.ParseSFTLine(t)
-		if err != nil {
-			return nil, fmt.Errorf("training data line %d: %w", line, err)
-		}
+	err = rl.ReadSFTFile(f, func(line int, ex rl.SFTExample) error {
 		out = append(out, sftLine{ex, line})
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("training data: %w", err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("training data: the file has no examples")
 	}
 	return out, nil
 }
@@ -165,8 +139,8 @@ func ceLoss(newLP []float64) (rl.Stats, []float64) {
 // SFT data order and batch size.
 //
 // The examples are visited in a fresh permutation each epoch, drawn from the
-// job's seed (rl.ResolveSFTExperimentalConfig: experimental_config.seed,
-// default derived from the job id), so a job replays exactly; consecutive
+// job's seed (rl.SFTConfig.Seed: experimental_config.seed, default derived
+// from the job id), so a job replays exactly; consecutive
 // examples of the permutation form the gradient steps, which never span two
 // epochs.
 //
@@ -252,8 +226,7 @@ func (p sftPlan) each(step func(epoch int, seqs []*sequence) error) error {
 	return nil
 }
 
-// numSteps is the number of gradient steps (training_started's
-// num_sequences).
+// numSteps is the number of gradient steps (startedEvent's count).
 func (p sftPlan) numSteps() int {
 	n := 0
 	p.each(func(int, []*sequence) error { n++; return nil })
@@ -263,32 +236,11 @@ func (p sftPlan) numSteps() int {
 // sftStream is the PCG stream of SFT data orders.
 const sftStream = 0x5f7_0bde7
 
-// DefaultSFTLR is the default learning rate of SFT jobs for a base model:
-// rl.DefaultTinySFTLearningRate on flywheel/tiny, else the real models'
-// default (Options.LearningRate, rl.md's 5e-6).
-func (e *Executor) DefaultSFTLR(baseModel string) float64 {
-	if baseModel == tiny.ID {
-		return rl.DefaultTinySFTLearningRate
-	}
-	return e.opts.LearningRate
-}
-
 func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Event) error) (jobs.Result, error) {
-	var req SFTRequest
-	if err := json.Unmarshal(job.Request, &req); err != nil {
-		return jobs.Result{}, fmt.Errorf("invalid training request: %w", err)
-	}
-	cfg, _, err := rl.ParseSFTConfig(req.Config)
-	if err != nil {
-		return jobs.Result{}, err
-	}
-	seed, _, err := rl.ResolveSFTExperimentalConfig(req.ExperimentalConfig, job.ID)
-	if err != nil {
-		return jobs.Result{}, err
-	}
-	lrs := cfg.LearningRates
-	if lrs == nil {
-		lrs = []float64{e.DefaultSFTLR(job.BaseModel)}
+	cfg := job.Config.SFT // as the job record shows it
+	lrs, seed := cfg.LearningRates, cfg.Seed
+	if len(lrs) == 0 {
+		return jobs.Result{}, fmt.Errorf("the job's config has no learning rate")
 	}
 	if job.DataFile == "" {
 		return jobs.Result{}, fmt.Errorf("no training data file")
@@ -327,9 +279,7 @@ func (e *Executor) trainSFT(ctx context.Context, job jobs.Job, emit func(jobs.Ev
 	}
 	plan := newSFTPlan(seqs, cfg.Epochs, cfg.BatchSize, e.opts.TokensPerStep, seed)
 	nsteps := plan.numSteps()
-	if err := emit(jobs.Event{Type: "training_started", Data: map[string]any{
-		"num_sequences": nsteps, "seed": seed, "epochs": cfg.Epochs, "batch_size": plan.batch,
-	}}); err != nil {
+	if err := emit(startedEvent(nsteps, map[string]any{"seed": seed, "epochs": cfg.Epochs, "batch_size": plan.batch})); err != nil {
 		return jobs.Result{}, err
 	}
 	var lossSum float64
