@@ -308,8 +308,7 @@ func (c *Config) ModuleShape(module string) (out, in int, ok bool) {
 	if !ok {
 		return 0, 0, false
 	}
-	s := c.ParamShape().Of(r)
-	return s[0], s[1], true
+	return c.ParamShape().MatrixDims(r)
 }
 
 // ModulePrefix is the Hugging Face module path of a layer's projection,

@@ -162,29 +162,42 @@ func (p Param) Matrix() bool { return len(p.Shape) == 2 }
 
 // Of is the shape of role r.
 func (s Shape) Of(r Role) []int {
+	d, rank := s.dims(r)
+	return append([]int(nil), d[:rank]...)
+}
+
+// MatrixDims is (out, in) of a matrix role, without allocating (the
+// adapter checks of every forward batch ask it); ok is false for a vector.
+func (s Shape) MatrixDims(r Role) (out, in int, ok bool) {
+	d, rank := s.dims(r)
+	return d[0], d[1], rank == 2
+}
+
+// dims is role r's dimensions and their number.
+func (s Shape) dims(r Role) (d [2]int, rank int) {
 	H, I, V, D := s.Hidden, s.Intermediate, s.Vocab, s.HeadDim
 	Q, KV := s.Heads*D, s.KVHeads*D
 	switch r {
 	case Embed, LMHead:
-		return []int{V, H}
+		return [2]int{V, H}, 2
 	case AttnNorm, MLPNorm, Norm, Bo:
-		return []int{H}
+		return [2]int{H}, 1
 	case Wq:
-		return []int{Q, H}
+		return [2]int{Q, H}, 2
 	case Wk, Wv:
-		return []int{KV, H}
+		return [2]int{KV, H}, 2
 	case Wo:
-		return []int{H, Q}
+		return [2]int{H, Q}, 2
 	case Bq:
-		return []int{Q}
+		return [2]int{Q}, 1
 	case Bk, Bv:
-		return []int{KV}
+		return [2]int{KV}, 1
 	case QNorm, KNorm:
-		return []int{D}
+		return [2]int{D}, 1
 	case Wgate, Wup:
-		return []int{I, H}
+		return [2]int{I, H}, 2
 	case Wdown:
-		return []int{H, I}
+		return [2]int{H, I}, 2
 	}
 	panic("params: unknown role " + strconv.Itoa(int(r)))
 }

@@ -84,3 +84,21 @@ func TestSplitMix(t *testing.T) {
 		}
 	}
 }
+
+// TestMatrixDims checks the shapes of the projections and that asking
+// allocates nothing (every forward batch checks its adapters with it).
+func TestMatrixDims(t *testing.T) {
+	s := Shape{Hidden: 8, Intermediate: 12, Heads: 4, KVHeads: 2, HeadDim: 3}
+	want := map[Role][2]int{Wq: {12, 8}, Wk: {6, 8}, Wv: {6, 8}, Wo: {8, 12}, Wgate: {12, 8}, Wup: {12, 8}, Wdown: {8, 12}}
+	for r, w := range want {
+		if out, in, ok := s.MatrixDims(r); !ok || [2]int{out, in} != w {
+			t.Errorf("MatrixDims(%d) = %d, %d, %v; want %v", r, out, in, ok, w)
+		}
+	}
+	if _, _, ok := s.MatrixDims(Bq); ok {
+		t.Error("MatrixDims(Bq): want not a matrix")
+	}
+	if n := testing.AllocsPerRun(100, func() { s.MatrixDims(Wdown) }); n != 0 {
+		t.Errorf("MatrixDims allocates %v times", n)
+	}
+}
