@@ -132,7 +132,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	f, ok := params.ArchFeatures(c.Architecture, r.AttentionBias)
 	if !ok {
-		return nil, fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
+		return nil, params.UnsupportedArch(c.Architecture)
 	}
 	c.AttentionBias, c.OutputBias, c.QKNorm = f.QKVBias, f.OBias, f.QKNorm
 	if r.HiddenAct != "" && r.HiddenAct != "silu" {

@@ -337,11 +337,10 @@ func equalShape(a, b []int) bool {
 }
 
 func checkArch(cfg *Config) error {
-	switch cfg.Architecture {
-	case ArchLlama, ArchMistral, ArchQwen2, ArchQwen3:
-		return nil
+	if _, ok := params.ArchFeatures(cfg.Architecture, nil); !ok {
+		return fmt.Errorf("engine: %w", params.UnsupportedArch(cfg.Architecture))
 	}
-	return fmt.Errorf("engine: unsupported architecture %q (supported: %s, %s, %s, %s)", cfg.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
+	return nil
 }
 
 // quantRows checks that a quantized matrix's rows of cols values are whole

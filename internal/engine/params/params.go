@@ -10,6 +10,7 @@
 package params
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 )
@@ -30,6 +31,11 @@ var GGUFArch = map[string]string{ArchLlama: "llama", ArchMistral: "mistral", Arc
 // mistral (Hugging Face's rotate-half RoPE pairs (i, i+D/2), ggml's pairs
 // (2i, 2i+1)); qwen2 and qwen3 files are not permuted.
 func GGUFPermuted(arch string) bool { return arch == ArchLlama || arch == ArchMistral }
+
+// UnsupportedArch is the error for an architecture outside the four.
+func UnsupportedArch(arch string) error {
+	return fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s)", arch, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
+}
 
 // Features are the optional parameters of a model.
 type Features struct {
