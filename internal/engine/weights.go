@@ -298,24 +298,43 @@ const (
 // AllModules lists every LoRA-targetable projection, in layer order.
 var AllModules = []string{ModQ, ModK, ModV, ModO, ModGate, ModUp, ModDown}
 
-// moduleRoles is the parameter of each LoRA-targetable projection.
-var moduleRoles = map[string]params.Role{ModQ: params.Wq, ModK: params.Wk, ModV: params.Wv, ModO: params.Wo,
-	ModGate: params.Wgate, ModUp: params.Wup, ModDown: params.Wdown}
+// moduleRole is the parameter of a LoRA-targetable projection (a switch,
+// not a map: every forward batch asks it for each adapted module).
+func moduleRole(module string) (params.Role, bool) {
+	switch module {
+	case ModQ:
+		return params.Wq, true
+	case ModK:
+		return params.Wk, true
+	case ModV:
+		return params.Wv, true
+	case ModO:
+		return params.Wo, true
+	case ModGate:
+		return params.Wgate, true
+	case ModUp:
+		return params.Wup, true
+	case ModDown:
+		return params.Wdown, true
+	}
+	return 0, false
+}
 
 // ModuleShape returns (out, in) of a projection of a layer.
 func (c *Config) ModuleShape(module string) (out, in int, ok bool) {
-	r, ok := moduleRoles[module]
+	r, ok := moduleRole(module)
 	if !ok {
 		return 0, 0, false
 	}
-	return c.ParamShape().MatrixDims(r)
+	s := params.Shape{Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim}
+	return s.MatrixDims(r)
 }
 
 // ModulePrefix is the Hugging Face module path of a layer's projection,
 // e.g. "model.layers.3.self_attn.q_proj" ("" for a module not in
 // AllModules).
 func ModulePrefix(layer int, module string) string {
-	r, ok := moduleRoles[module]
+	r, ok := moduleRole(module)
 	if !ok {
 		return ""
 	}

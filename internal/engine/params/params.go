@@ -168,42 +168,43 @@ func (p Param) Matrix() bool { return len(p.Shape) == 2 }
 
 // Of is the shape of role r.
 func (s Shape) Of(r Role) []int {
-	d, rank := s.dims(r)
-	return append([]int(nil), d[:rank]...)
+	if out, in, ok := s.MatrixDims(r); ok {
+		return []int{out, in}
+	}
+	return []int{s.vectorLen(r)}
 }
 
-// MatrixDims is (out, in) of a matrix role, without allocating (the
-// adapter checks of every forward batch ask it); ok is false for a vector.
-func (s Shape) MatrixDims(r Role) (out, in int, ok bool) {
-	d, rank := s.dims(r)
-	return d[0], d[1], rank == 2
-}
-
-// dims is role r's dimensions and their number.
-func (s Shape) dims(r Role) (d [2]int, rank int) {
-	H, I, V, D := s.Hidden, s.Intermediate, s.Vocab, s.HeadDim
-	Q, KV := s.Heads*D, s.KVHeads*D
+// MatrixDims is (out, in) of a matrix role, cheaply (the adapter checks
+// of every forward batch ask it); ok is false for a vector role.
+func (s *Shape) MatrixDims(r Role) (out, in int, ok bool) {
 	switch r {
 	case Embed, LMHead:
-		return [2]int{V, H}, 2
-	case AttnNorm, MLPNorm, Norm, Bo:
-		return [2]int{H}, 1
+		return s.Vocab, s.Hidden, true
 	case Wq:
-		return [2]int{Q, H}, 2
+		return s.Heads * s.HeadDim, s.Hidden, true
 	case Wk, Wv:
-		return [2]int{KV, H}, 2
+		return s.KVHeads * s.HeadDim, s.Hidden, true
 	case Wo:
-		return [2]int{H, Q}, 2
-	case Bq:
-		return [2]int{Q}, 1
-	case Bk, Bv:
-		return [2]int{KV}, 1
-	case QNorm, KNorm:
-		return [2]int{D}, 1
+		return s.Hidden, s.Heads * s.HeadDim, true
 	case Wgate, Wup:
-		return [2]int{I, H}, 2
+		return s.Intermediate, s.Hidden, true
 	case Wdown:
-		return [2]int{H, I}, 2
+		return s.Hidden, s.Intermediate, true
+	}
+	return 0, 0, false
+}
+
+// vectorLen is the length of a vector role (norms and biases).
+func (s *Shape) vectorLen(r Role) int {
+	switch r {
+	case AttnNorm, MLPNorm, Norm, Bo:
+		return s.Hidden
+	case Bq:
+		return s.Heads * s.HeadDim
+	case Bk, Bv:
+		return s.KVHeads * s.HeadDim
+	case QNorm, KNorm:
+		return s.HeadDim
 	}
 	panic("params: unknown role " + strconv.Itoa(int(r)))
 }
