@@ -81,7 +81,7 @@ func (s *Server) fileContent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	fh, size, err := s.cfg.Storage.Open(f.Path)
+	fh, err := os.Open(f.Path)
 	if errors.Is(err, os.ErrNotExist) {
 		return httpx.NotFound("the content of file %s is gone", f.ID)
 	}
@@ -89,8 +89,12 @@ func (s *Server) fileContent(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return err
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
 	w.WriteHeader(http.StatusOK)
 	_, err = io.Copy(w, fh)
 	if err != nil {
@@ -109,7 +113,7 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request) error {
 	if err := s.st.DeleteFile(r.Context(), f.ID); err != nil {
 		return err
 	}
-	if err := s.cfg.Storage.Remove(f.Path); err != nil {
+	if err := os.Remove(f.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Warn("files: removing bytes", "file", f.ID, "err", err)
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"id": f.ID, "object": "file", "deleted": true})

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"flywheel/internal/atomicfile"
 	"flywheel/internal/httpx"
 	"flywheel/internal/rl"
 	"flywheel/internal/store"
@@ -44,7 +45,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	id := "file-" + strings.ReplaceAll(store.NewID(), "-", "")
 	dst := s.layout.FilePath(id)
-	var f store.Object // the upload, published at dst once checked
+	var f *atomicfile.File // the upload, published at dst once checked
 	defer func() {
 		if f != nil {
 			f.Abort() // a no-op once committed
@@ -82,7 +83,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 			if f != nil { // a second file part replaces the first
 				f.Abort()
 			}
-			if f, err = s.cfg.Storage.Create(dst); err != nil {
+			if f, err = atomicfile.Create(dst, store.FileMode); err != nil {
 				return err
 			}
 			if size, err = io.Copy(f, part); err != nil {
@@ -111,7 +112,7 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	}
 	rec := store.File{ID: id, UserID: caller.UserID, Filename: filename, Purpose: purpose, Bytes: size, Path: dst}
 	if err := s.st.CreateFile(r.Context(), rec); err != nil {
-		s.cfg.Storage.Remove(dst)
+		os.Remove(dst)
 		return err
 	}
 	rec, err = s.st.FileByID(r.Context(), id)

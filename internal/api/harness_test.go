@@ -152,7 +152,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if workers == 0 {
 		workers = 2
 	}
-	ck := checkpoints.New(st, store.Layout{DataDir: dir}, nil, log, st.Shared())
+	ck := checkpoints.New(st, store.Layout{DataDir: dir}, log, st.Shared())
 	e.q = jobs.New(st, jobs.Config{DataDir: dir, ModelsDir: modelsDir, Workers: workers, Trainer: tr, Checkpoints: ck, Logger: log,
 		PollInterval: 50 * time.Millisecond, Shared: st.Shared()})
 	if err := e.q.Start(ctx); err != nil {

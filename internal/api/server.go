@@ -62,9 +62,7 @@ const DefaultMaxBodyBytes = 256 << 20
 // Config configures the HTTP server.
 type Config struct {
 	// Checkpoints creates and deletes models' checkpoint folders (required).
-	Checkpoints *checkpoints.Manager
-	// Storage keeps uploaded files (default store.SharedFS).
-	Storage      store.Storage
+	Checkpoints  *checkpoints.Manager
 	DataDir      string // absolute data dir (uploaded files)
 	ModelsDir    string // absolute models dir (base models)
 	MaxBodyBytes int64  // request body limit; default DefaultMaxBodyBytes
@@ -144,9 +142,6 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 	}
 	if cfg.AuthCacheTTL == 0 {
 		cfg.AuthCacheTTL = 5 * time.Second
-	}
-	if cfg.Storage == nil {
-		cfg.Storage = store.SharedFS{}
 	}
 	if abs, err := filepath.Abs(cfg.DataDir); err == nil {
 		cfg.DataDir = abs

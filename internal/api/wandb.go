@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
 	"time"
 
+	"flywheel/internal/atomicfile"
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
 	"flywheel/internal/store"
@@ -228,7 +230,7 @@ func (s *Server) createArtifact(r *http.Request, p *auth.Principal, vars map[str
 	a := &s.wandb
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.sweep(pa.created, func(id string) { s.cfg.Storage.Remove(s.layout.FilePath(id)) })
+	a.sweep(pa.created, func(id string) { os.Remove(s.layout.FilePath(id)) })
 	if a.pending == nil {
 		a.pending, a.tokens = map[string]*pendingArtifact{}, map[string]*pendingArtifact{}
 	}
@@ -336,7 +338,7 @@ func (s *Server) handleArtifactUpload(w http.ResponseWriter, r *http.Request) er
 		return nil
 	}
 	dst := s.layout.FilePath(pa.id)
-	f, err := s.cfg.Storage.Create(dst)
+	f, err := atomicfile.Create(dst, store.FileMode)
 	if err != nil {
 		return err
 	}

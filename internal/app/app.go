@@ -99,7 +99,6 @@ type App struct {
 	DataDir, ModelsDir string // absolute
 
 	Store       store.Database
-	Storage     store.Storage    // checkpoints, request bodies and uploads (the data dir: store.SharedFS)
 	Models      *engine.Registry // base models, loaded once, shared by training and inference
 	Calls       *trace.Service   // the call store
 	Chat        *serve.Server    // chat completions, /v1/models, /tokenize
@@ -111,6 +110,7 @@ type App struct {
 	// empty when no user was created or the key came from BootstrapKey.
 	BootstrapKeyFile string
 
+	layout  store.Layout // the data dir's paths
 	handler *api.Server
 	version string
 	log     *slog.Logger
@@ -151,17 +151,15 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 			a = nil
 		}
 	}()
-	var layout store.Layout
-	if a.Store, layout, err = store.OpenDataDir(ctx, cfg.DataDir, cfg.Database); err != nil {
+	if a.Store, a.layout, err = store.OpenDataDir(ctx, cfg.DataDir, cfg.Database); err != nil {
 		return nil, err
 	}
-	a.DataDir = layout.DataDir
-	a.Storage = store.SharedFS{}
+	a.DataDir = a.layout.DataDir
 	a.closers = append(a.closers, func() { a.Store.Close() })
 
 	a.ModelsDir = cfg.ModelsDir
 	if a.ModelsDir == "" {
-		a.ModelsDir = filepath.Join(a.DataDir, "models")
+		a.ModelsDir = a.layout.DefaultModelsDir()
 	}
 	if a.ModelsDir, err = filepath.Abs(a.ModelsDir); err != nil {
 		return nil, fmt.Errorf("models dir: %w", err)
@@ -206,9 +204,9 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	a.Chat = serve.New(a.Models, serve.NewStoreResolver(a.Store), a.Calls, sopts)
 	a.closers = append(a.closers, a.Chat.Close)
 
-	a.Checkpoints = checkpoints.New(a.Store, layout, a.Storage, cfg.Logger, a.Store.Shared())
+	a.Checkpoints = checkpoints.New(a.Store, a.layout, cfg.Logger, a.Store.Shared())
 	a.Queue = jobs.New(a.Store, jobs.Config{DataDir: a.DataDir, ModelsDir: a.ModelsDir, Workers: cfg.Workers,
-		NodeID: cfg.NodeID, LeaseTimeout: cfg.LeaseTimeout, Shared: a.Store.Shared(), Storage: a.Storage,
+		NodeID: cfg.NodeID, LeaseTimeout: cfg.LeaseTimeout, Shared: a.Store.Shared(),
 		Trainer: trainer, Checkpoints: a.Checkpoints, Logger: cfg.Logger})
 	if err := a.Queue.Start(ctx); err != nil {
 		return nil, err
@@ -219,15 +217,15 @@ func New(ctx context.Context, cfg Config) (a *App, err error) {
 	if !ok {
 		return nil, errors.New("app: the store keeps no training runs")
 	}
-	a.Runs = runs.New(runs.Config{Store: rstore, Models: a.Models, ModelsDir: a.ModelsDir, Layout: layout,
-		Storage: a.Storage, Checkpoints: a.Checkpoints, NodeID: cfg.NodeID, Shared: a.Store.Shared(),
+	a.Runs = runs.New(runs.Config{Store: rstore, Models: a.Models, ModelsDir: a.ModelsDir, Layout: a.layout,
+		Checkpoints: a.Checkpoints, NodeID: cfg.NodeID, Shared: a.Store.Shared(),
 		LeaseTTL: cfg.LeaseTimeout, Logger: cfg.Logger})
 	if err := a.Runs.Start(ctx); err != nil {
 		return nil, fmt.Errorf("training runs: %w", err)
 	}
 	a.closers = append(a.closers, a.Runs.Close)
 
-	acfg := api.Config{Checkpoints: a.Checkpoints, Storage: a.Storage, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
+	acfg := api.Config{Checkpoints: a.Checkpoints, DataDir: a.DataDir, ModelsDir: a.ModelsDir,
 		MaxBodyBytes: cfg.MaxBodyBytes, BodyReadTimeout: cfg.BodyReadTimeout, Version: cfg.Version, Logger: cfg.Logger,
 		Links: a.Calls, MaxQueuedJobsPerUser: cfg.MaxQueuedJobsPerUser}
 	a.handler = api.New(acfg, a.Store, a.Queue, a.Chat, a.Calls, a.Runs, api.RegistrarFunc(ui.Register))
@@ -304,7 +302,7 @@ func (a *App) shutdownQueue() {
 // none of them, so the next start bootstraps again instead of leaving an
 // admin nobody can log in as.
 func (a *App) bootstrap(ctx context.Context, key string) error {
-	path := filepath.Join(a.DataDir, "admin-api-key")
+	path := a.layout.AdminKeyPath()
 	wrote := false
 	_, ok, err := a.Store.Bootstrap(ctx, "admin", "bootstrap", key, func(created string) error {
 		if key != "" {
@@ -329,7 +327,7 @@ func (a *App) bootstrap(ctx context.Context, key string) error {
 		a.log.Info("created user admin with the given bootstrap key")
 		return nil
 	}
-	a.log.Info("created user admin; its API key is in the data dir", "file", "admin-api-key")
+	a.log.Info("created user admin; its API key is in the data dir", "file", filepath.Base(path))
 	a.BootstrapKeyFile = path
 	return nil
 }
@@ -340,8 +338,8 @@ func (a *App) bootstrap(ctx context.Context, key string) error {
 // On a data dir shared with other nodes only files older than an hour go:
 // a recent one may be another node's upload in progress.
 func (a *App) sweepUploads() {
-	removed, err := store.Sweep(a.Storage, filepath.Join(a.DataDir, "files"), a.Store.Shared(), func(name string) bool {
-		return strings.HasPrefix(name, ".tmp-") || strings.HasSuffix(name, ".part")
+	removed, err := store.Sweep(a.layout.FilesDir(), a.Store.Shared(), func(name string) bool {
+		return store.IsWork(name) || strings.HasSuffix(name, ".part")
 	})
 	for _, name := range removed {
 		a.log.Info("removed an upload interrupted by a restart", "file", name)

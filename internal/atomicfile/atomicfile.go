@@ -4,7 +4,7 @@
 // is then renamed over the destination. It is the one place in flywheel that
 // writes a file this way.
 //
-// Temporary names start with ".tmp-", so start-up sweeps and directory
+// Temporary names start with TempPrefix, so start-up sweeps and directory
 // listings (which skip hidden entries) recognise leftovers of a crash.
 package atomicfile
 
@@ -15,6 +15,10 @@ import (
 	"os"
 	"path/filepath"
 )
+
+// TempPrefix starts the name of every temporary file (hidden, and
+// recognisable as a crash's leftover).
+const TempPrefix = ".tmp-"
 
 // File is a file being written: a temporary file beside its destination
 // that Commit publishes and Abort drops. Not safe for concurrent use.
@@ -32,7 +36,7 @@ func Create(path string, perm fs.FileMode) (*File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("write %s: %w", path, err)
 	}
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
+	f, err := os.CreateTemp(dir, TempPrefix+filepath.Base(path)+"-*")
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", path, err)
 	}

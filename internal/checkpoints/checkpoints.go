@@ -20,8 +20,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"flywheel/internal/store"
 )
@@ -43,25 +41,20 @@ type Store interface {
 // Manager runs the checkpoint lifecycle over a store and a data dir. Safe
 // for concurrent use; it keeps no state of its own.
 type Manager struct {
-	st      Store
-	layout  store.Layout
-	storage store.Storage
-	log     *slog.Logger
-	shared  bool
+	st     Store
+	layout store.Layout
+	log    *slog.Logger
+	shared bool
 }
 
-// New returns a manager of the checkpoints under layout's data dir, kept in
-// storage (nil: store.SharedFS), whose rows live in st. log may be nil
-// (slog.Default). shared says that other nodes use the same store and data
-// dir (see Sweep).
-func New(st Store, layout store.Layout, storage store.Storage, log *slog.Logger, shared bool) *Manager {
+// New returns a manager of the checkpoints under layout's data dir, whose
+// rows live in st. log may be nil (slog.Default). shared says that other
+// nodes use the same store and data dir (see Sweep).
+func New(st Store, layout store.Layout, log *slog.Logger, shared bool) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
-	if storage == nil {
-		storage = store.SharedFS{}
-	}
-	return &Manager{st: st, layout: layout, storage: storage, log: log, shared: shared}
+	return &Manager{st: st, layout: layout, log: log, shared: shared}
 }
 
 // AdapterError is returned by Create when the step-0 adapter could not be
@@ -81,7 +74,7 @@ func (m *Manager) Create(ctx context.Context, model store.Model, writeAdapter fu
 	modelDir := m.layout.ModelDir(model.ID)
 	work := m.layout.WorkDir(model.ID, createWork)
 	final := m.layout.CheckpointDir(model.ID, 0)
-	if err := m.storage.EmptyDir(work); err != nil {
+	if err := store.EmptyDir(work); err != nil {
 		return store.Model{}, fmt.Errorf("create the folder of model %s: %w", model.ID, err)
 	}
 	if err := writeAdapter(work); err != nil {
@@ -92,7 +85,7 @@ func (m *Manager) Create(ctx context.Context, model store.Model, writeAdapter fu
 		m.removeAll(modelDir, "model_id", model.ID)
 		return store.Model{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
 	}
-	if err := m.storage.PublishDir(work, final); err != nil {
+	if err := store.PublishDir(work, final); err != nil {
 		m.removeAll(modelDir, "model_id", model.ID)
 		return store.Model{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
 	}
@@ -109,7 +102,7 @@ func (m *Manager) Create(ctx context.Context, model store.Model, writeAdapter fu
 // renames it into place; Discard removes it.
 func (m *Manager) WorkDir(modelID, jobID string) (string, error) {
 	dir := m.layout.WorkDir(modelID, jobID)
-	if err := m.storage.EmptyDir(dir); err != nil {
+	if err := store.EmptyDir(dir); err != nil {
 		return "", fmt.Errorf("prepare work folder: %w", err)
 	}
 	return dir, nil
@@ -143,7 +136,7 @@ func (m *Manager) Publish(modelID, jobID string, step int) (string, error) {
 	dst := m.layout.CheckpointDir(modelID, step)
 	// A folder at dst has no row (rows are recorded after the rename): it is
 	// left by a crash between rename and commit, and is stale.
-	if err := m.storage.PublishDir(work, dst); err != nil {
+	if err := store.PublishDir(work, dst); err != nil {
 		return "", fmt.Errorf("publish step %d: %w", step, err)
 	}
 	return dst, nil
@@ -197,8 +190,7 @@ func (m *Manager) Delete(ctx context.Context, modelID string, steps []int) ([]st
 // the step a job is publishing belong to a live run), and a step folder is
 // removed only if, checked after that, it still has no row.
 func (m *Manager) Sweep(ctx context.Context) error {
-	root := filepath.Join(m.layout.DataDir, "checkpoints")
-	models, err := m.storage.List(root)
+	models, err := store.ListDir(m.layout.CheckpointsDir())
 	if err != nil {
 		return fmt.Errorf("sweep checkpoints: %w", err)
 	}
@@ -215,7 +207,7 @@ func (m *Manager) Sweep(ctx context.Context) error {
 
 func (m *Manager) sweepModel(ctx context.Context, modelID string) error {
 	dir := m.layout.ModelDir(modelID)
-	entries, err := m.storage.List(dir)
+	entries, err := store.ListDir(dir)
 	if err != nil {
 		return err
 	}
@@ -242,12 +234,12 @@ func (m *Manager) sweepModel(ctx context.Context, modelID string) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".tmp-") {
+		if store.IsWork(name) {
 			m.log.Info("removing a work folder left by an interrupted run", "model_id", modelID, "folder", name)
 			m.removeAll(filepath.Join(dir, name), "model_id", modelID)
 			continue
 		}
-		step, ok := stepOf(name)
+		step, ok := store.StepOf(name)
 		if !ok || !e.IsDir() {
 			continue
 		}
@@ -297,23 +289,10 @@ func private(dir string) error {
 	})
 }
 
-// stepOf parses a "step-<N>" folder name.
-func stepOf(name string) (int, bool) {
-	s, ok := strings.CutPrefix(name, "step-")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || strconv.Itoa(n) != s {
-		return 0, false
-	}
-	return n, true
-}
-
 // removeAll removes a folder, logging (with the attributes) when it cannot:
 // what is left is garbage that the next Sweep retries, never state.
 func (m *Manager) removeAll(dir string, attrs ...any) {
-	if err := m.storage.Remove(dir); err != nil {
+	if err := os.RemoveAll(dir); err != nil {
 		m.log.Error("remove checkpoint files", append(attrs, "dir", dir, "err", err)...)
 	}
 }

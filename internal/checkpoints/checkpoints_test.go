@@ -31,7 +31,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	layout := store.Layout{DataDir: dir}
-	return &fixture{st: st, layout: layout, ck: checkpoints.New(st, layout, nil, slog.New(slog.DiscardHandler), false)}
+	return &fixture{st: st, layout: layout, ck: checkpoints.New(st, layout, slog.New(slog.DiscardHandler), false)}
 }
 
 // writeAdapter stands in for the engine's adapter writer: it makes dir and
@@ -298,7 +298,7 @@ func TestPublishedCheckpointsArePrivate(t *testing.T) {
 func TestSharedSweepSparesModelsInTraining(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	shared := checkpoints.New(f.st, f.layout, nil, slog.New(slog.DiscardHandler), true)
+	shared := checkpoints.New(f.st, f.layout, slog.New(slog.DiscardHandler), true)
 	m := f.create(t, "m")
 	j := f.claim(t, m)
 	work := f.layout.WorkDir(m.ID, j.ID+".1")

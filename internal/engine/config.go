@@ -2,10 +2,12 @@ package engine
 
 import (
 	"encoding/json"
-	"flywheel/internal/basemodels"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"flywheel/internal/basemodels"
+	"flywheel/internal/engine/params"
 )
 
 // RopeScaling is the `rope_scaling` block of config.json: "linear" divides
@@ -50,10 +52,10 @@ type Config struct {
 
 // Supported architectures.
 const (
-	ArchLlama   = "LlamaForCausalLM"
-	ArchQwen2   = "Qwen2ForCausalLM"
-	ArchQwen3   = "Qwen3ForCausalLM"
-	ArchMistral = "MistralForCausalLM"
+	ArchLlama   = params.ArchLlama
+	ArchQwen2   = params.ArchQwen2
+	ArchQwen3   = params.ArchQwen3
+	ArchMistral = params.ArchMistral
 )
 
 type rawConfig struct {
@@ -128,21 +130,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		TorchDtype:            r.TorchDtype,
 		BOSTokenID:            -1,
 	}
-	switch c.Architecture {
-	case ArchLlama, ArchMistral:
-	case ArchQwen2:
-		c.AttentionBias = true
-	case ArchQwen3:
-		c.QKNorm = true
-	default:
-		return nil, fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s)", c.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
+	f, ok := params.ArchFeatures(c.Architecture, r.AttentionBias)
+	if !ok {
+		return nil, params.UnsupportedArch(c.Architecture)
 	}
-	if r.AttentionBias != nil && c.Architecture != ArchMistral { // Mistral has no biases, whatever the field says
-		c.AttentionBias = *r.AttentionBias
-		// Hugging Face's Llama and Qwen3 put the bias on all four
-		// projections; Qwen2 only on q/k/v.
-		c.OutputBias = c.AttentionBias && (c.Architecture == ArchLlama || c.Architecture == ArchQwen3)
-	}
+	c.AttentionBias, c.OutputBias, c.QKNorm = f.QKVBias, f.OBias, f.QKNorm
 	if r.HiddenAct != "" && r.HiddenAct != "silu" {
 		return nil, fmt.Errorf("unsupported hidden_act %q (only silu)", r.HiddenAct)
 	}
@@ -247,3 +239,13 @@ func (c *Config) QDim() int { return c.NumHeads * c.HeadDim }
 
 // KVDim is the width of each of the key and value projection outputs.
 func (c *Config) KVDim() int { return c.NumKVHeads * c.HeadDim }
+
+// ParamShape is the shape the model's parameter list depends on.
+func (c *Config) ParamShape() params.Shape {
+	return params.Shape{Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Vocab: c.VocabSize, Layers: c.NumLayers,
+		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, Tied: c.TieWordEmbeddings,
+		Features: params.Features{QKVBias: c.AttentionBias, OBias: c.OutputBias, QKNorm: c.QKNorm}}
+}
+
+// Params is the model's parameters in order (see params.List).
+func (c *Config) Params() []params.Param { return params.List(c.ParamShape()) }

@@ -16,7 +16,10 @@
 // lm_head), the tokenizer, the chat template (Template nil and TemplateErr
 // set when the folder has none) and generation_config.json (Gen; EOS()).
 // NewModel and RandomWeights build models in memory for tests and
-// benchmarks. Loaded weights are read-only: never write into them.
+// benchmarks. Which tensors a model has, their names (Hugging Face and
+// GGUF), shapes and initialisation are listed once, in package params
+// (Config.Params); LoadWeights, LoadGGUF, RandomWeights and Weights.Check
+// iterate that list. Loaded weights are read-only: never write into them.
 //
 // # Forward
 //

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"flywheel/internal/engine/params"
 	"flywheel/internal/engine/tiny"
 	"flywheel/internal/safetensors"
 )
@@ -40,10 +41,10 @@ func loadParts(t testing.TB, dir string) *Model {
 }
 
 func randTokens(n, vocab int, seed uint64) []int {
-	r := splitmix{seed}
+	r := params.SplitMix{S: seed}
 	out := make([]int, n)
 	for i := range out {
-		out[i] = int(r.next() % uint64(vocab))
+		out[i] = int(r.Next() % uint64(vocab))
 	}
 	return out
 }
@@ -68,12 +69,12 @@ func relErr32(a, b []float32) float64 {
 
 // randomizeB gives an adapter non-zero B matrices.
 func randomizeB(a *Adapter, seed uint64) {
-	r := splitmix{seed}
+	r := params.SplitMix{S: seed}
 	for _, mods := range a.Layers {
 		for _, m := range AllModules {
 			if p := mods[m]; p != nil {
 				for i := range p.B {
-					p.B[i] = float32(0.1 * (2*r.float64() - 1))
+					p.B[i] = float32(0.1 * (2*r.Float64() - 1))
 				}
 			}
 		}

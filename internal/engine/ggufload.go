@@ -9,6 +9,7 @@ import (
 
 	"flywheel/internal/engine/chattmpl"
 	"flywheel/internal/engine/gguf"
+	"flywheel/internal/engine/params"
 	"flywheel/internal/engine/tokenizer"
 	"flywheel/internal/safetensors"
 )
@@ -27,7 +28,13 @@ import (
 // multiply); norms and biases are float32.
 
 // ggufArchs maps GGUF's general.architecture to the engine's architectures.
-var ggufArchs = map[string]string{"llama": ArchLlama, "mistral": ArchMistral, "qwen2": ArchQwen2, "qwen3": ArchQwen3}
+var ggufArchs = func() map[string]string {
+	m := map[string]string{}
+	for arch, name := range params.GGUFArch {
+		m[name] = arch
+	}
+	return m
+}()
 
 // meta reads typed metadata values, remembering the first error.
 type meta struct {
@@ -128,7 +135,6 @@ func ggufConfig(f *gguf.File) (*Config, error) {
 		RopeTheta:             m.float(p+"rope.freq_base", 10000),
 		BOSTokenID:            -1,
 		SlidingWindow:         m.int(p+"attention.sliding_window", 0, false),
-		QKNorm:                arch == ArchQwen3,
 	}
 	c.NumKVHeads = m.int(p+"attention.head_count_kv", c.NumHeads, false)
 	if m.err != nil {
@@ -174,7 +180,7 @@ func ggufConfig(f *gguf.File) (*Config, error) {
 	default:
 		return nil, fmt.Errorf("unsupported %srope.scaling.type %q (supported: none, linear)", p, st)
 	}
-	if f.Tensor("rope_freqs.weight") != nil {
+	if f.Tensor("rope_freqs.weight") != nil { // not a parameter the engine has
 		return nil, fmt.Errorf("unsupported tensor rope_freqs.weight (per-frequency RoPE factors, as Llama 3.1 files carry)")
 	}
 	if arch != ArchMistral && c.SlidingWindow > 0 {
@@ -183,24 +189,26 @@ func ggufConfig(f *gguf.File) (*Config, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
-	emb := f.Tensor("token_embd.weight")
+	embName := params.GGUFName(params.Embed, -1)
+	emb := f.Tensor(embName)
 	if emb == nil {
-		return nil, fmt.Errorf("missing tensor token_embd.weight")
+		return nil, fmt.Errorf("missing tensor %s", embName)
 	}
 	if len(emb.Dims) != 2 || emb.Dims[0] != uint64(c.HiddenSize) || emb.Dims[1] > math.MaxInt32 {
-		return nil, fmt.Errorf("tensor token_embd.weight has dimensions %v, want [%d, vocabulary]", emb.Dims, c.HiddenSize)
+		return nil, fmt.Errorf("tensor %s has dimensions %v, want [%d, vocabulary]", embName, emb.Dims, c.HiddenSize)
 	}
 	c.VocabSize = int(emb.Dims[1])
 	if n := m.int(p+"vocab_size", c.VocabSize, false); n != c.VocabSize {
-		return nil, fmt.Errorf("%svocab_size %d differs from token_embd.weight's %d rows", p, n, c.VocabSize)
+		return nil, fmt.Errorf("%svocab_size %d differs from %s's %d rows", p, n, embName, c.VocabSize)
 	}
-	c.TieWordEmbeddings = f.Tensor("output.weight") == nil
-	switch arch {
-	case ArchQwen2:
-		c.AttentionBias = true
-	case ArchLlama, ArchQwen3:
-		c.AttentionBias = f.Tensor("blk.0.attn_q.bias") != nil
-		c.OutputBias = f.Tensor("blk.0.attn_output.bias") != nil
+	c.TieWordEmbeddings = f.Tensor(params.GGUFName(params.LMHead, -1)) == nil
+	// The architecture's optional parameters; GGUF has no attention_bias
+	// key, so Llama's and Qwen3's biases are read off the first layer.
+	feat, _ := params.ArchFeatures(arch, nil)
+	c.AttentionBias, c.QKNorm = feat.QKVBias, feat.QKNorm
+	if arch == ArchLlama || arch == ArchQwen3 {
+		c.AttentionBias = f.Tensor(params.GGUFName(params.Bq, 0)) != nil
+		c.OutputBias = f.Tensor(params.GGUFName(params.Bo, 0)) != nil
 	}
 	if m.int(p+"context_length", 1, false) == 0 {
 		c.MaxPositionEmbeddings = 2048
@@ -364,10 +372,10 @@ func LoadGGUF(path string) (*Model, error) {
 	return m, nil
 }
 
-// ggufJob is one tensor to load: its GGUF name, expected ggml dimensions,
+// ggufJob is one tensor to load: its parameter, expected ggml dimensions,
 // and where it goes (f32 for norms and biases, mat for matrices).
 type ggufJob struct {
-	name    string
+	p       params.Param
 	dims    []int // ggml order: row length first
 	f32     *[]float32
 	mat     *Mat
@@ -376,83 +384,48 @@ type ggufJob struct {
 
 // ggufWeights loads f's tensors for cfg.
 func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
-	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
-	Q, KV, D := cfg.QDim(), cfg.KVDim(), cfg.HeadDim
-	// llama.cpp's converter reorders the rows of each head of q and k (and
-	// the values of their biases) for the llama architecture (Hugging Face's rotate-half RoPE pairs (i,
-	// i+D/2); ggml's pairs (2i, 2i+1)); qwen2/qwen3 files are not permuted.
-	permuted := cfg.ModelType == "llama" || cfg.ModelType == "mistral"
+	permuted := params.GGUFPermuted(cfg.Architecture)
 	w := &Weights{Layers: make([]Layer, cfg.NumLayers)}
-	var jobs []ggufJob
-	add := func(name string, dst *[]float32, n int) {
-		jobs = append(jobs, ggufJob{name: name, dims: []int{n}, f32: dst})
-	}
-	addBias := func(name string, dst *[]float32, n, permute int) { // q/k biases are permuted like their rows
-		jobs = append(jobs, ggufJob{name: name, dims: []int{n}, f32: dst, permute: permute})
-	}
-	addMat := func(name string, dst *Mat, rows, cols, permute int) {
-		jobs = append(jobs, ggufJob{name: name, dims: []int{cols, rows}, mat: dst, permute: permute})
-	}
-	addMat("token_embd.weight", &w.Embed, V, H, 0)
-	qh, kh := 0, 0
-	if permuted {
-		qh, kh = cfg.NumHeads, cfg.NumKVHeads
-	}
-	for l := range w.Layers {
-		L := &w.Layers[l]
-		p := "blk." + itoa(l) + "."
-		add(p+"attn_norm.weight", &L.AttnNorm, H)
-		addMat(p+"attn_q.weight", &L.Wq, Q, H, qh)
-		addMat(p+"attn_k.weight", &L.Wk, KV, H, kh)
-		addMat(p+"attn_v.weight", &L.Wv, KV, H, 0)
-		addMat(p+"attn_output.weight", &L.Wo, H, Q, 0)
-		if cfg.AttentionBias {
-			addBias(p+"attn_q.bias", &L.Bq, Q, qh)
-			addBias(p+"attn_k.bias", &L.Bk, KV, kh)
-			add(p+"attn_v.bias", &L.Bv, KV)
+	ps := cfg.Params()
+	jobs := make([]ggufJob, len(ps))
+	for i, p := range ps {
+		j := ggufJob{p: p}
+		for d := len(p.Shape) - 1; d >= 0; d-- {
+			j.dims = append(j.dims, p.Shape[d])
 		}
-		if cfg.OutputBias {
-			add(p+"attn_output.bias", &L.Bo, H)
+		j.f32, j.mat, _ = w.slot(p)
+		if permuted {
+			j.permute = p.RoPEHeads
 		}
-		if cfg.QKNorm {
-			add(p+"attn_q_norm.weight", &L.QNorm, D)
-			add(p+"attn_k_norm.weight", &L.KNorm, D)
-		}
-		add(p+"ffn_norm.weight", &L.MLPNorm, H)
-		addMat(p+"ffn_gate.weight", &L.Wgate, I, H, 0)
-		addMat(p+"ffn_up.weight", &L.Wup, I, H, 0)
-		addMat(p+"ffn_down.weight", &L.Wdown, H, I, 0)
+		jobs[i] = j
 	}
-	add("output_norm.weight", &w.Norm, H)
-	if !cfg.TieWordEmbeddings {
-		addMat("output.weight", &w.LMHead, V, H, 0)
-	}
-	ts := make(map[string]*gguf.Tensor, len(jobs))
-	for _, j := range jobs {
-		t := f.Tensor(j.name)
+	ts := make([]*gguf.Tensor, len(jobs))
+	for i, j := range jobs {
+		name := j.p.GGUF
+		t := f.Tensor(name)
 		if t == nil {
-			return nil, fmt.Errorf("missing tensor %s", j.name)
+			return nil, fmt.Errorf("missing tensor %s", name)
 		}
 		if !ggufDimsEqual(t.Dims, j.dims) {
-			return nil, fmt.Errorf("tensor %s has dimensions %v, want %v", j.name, t.Dims, j.dims)
+			return nil, fmt.Errorf("tensor %s has dimensions %v, want %v", name, t.Dims, j.dims)
 		}
 		if j.f32 != nil && t.Type != gguf.F32 && t.Type != gguf.F16 && t.Type != gguf.BF16 {
-			return nil, fmt.Errorf("tensor %s: unsupported type %s for a norm or bias (want F32, F16 or BF16)", j.name, t.Type)
+			return nil, fmt.Errorf("tensor %s: unsupported type %s for a norm or bias (want F32, F16 or BF16)", name, t.Type)
 		}
 		if j.mat != nil {
 			if _, err := ggufMatType(t); err != nil {
 				return nil, err
 			}
 		}
-		ts[j.name] = t
+		ts[i] = t
 	}
-	for _, j := range jobs {
-		t := ts[j.name]
+	for i, j := range jobs {
+		t := ts[i]
 		var err error
 		switch {
 		case j.f32 != nil:
 			st := ggufFloat32(t)
-			if j.permute > 0 {
+			if j.permute > 0 { // q/k biases are permuted like their rows
 				buf := make([]byte, len(t.Data))
 				permuteRows(buf, t.Data, j.permute, len(t.Data)/j.dims[0])
 				st.Data = buf
@@ -467,23 +440,24 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 			*j.mat, err = ggufMatOf(t, t.Data)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("tensor %s: %w", j.name, err)
+			return nil, fmt.Errorf("tensor %s: %w", j.p.GGUF, err)
 		}
 	}
-	for l := range w.Layers {
-		L := &w.Layers[l]
-		p := "blk." + itoa(l) + "."
-		// Fused parts are copies: their file pages leave the resident set.
-		if L.QKV = fuseMats(&L.Wq, &L.Wk, &L.Wv); L.QKV.Len() > 0 {
-			f.DropPages(ts[p+"attn_v.weight"])
-			if !permuted {
-				f.DropPages(ts[p+"attn_q.weight"])
-				f.DropPages(ts[p+"attn_k.weight"])
-			}
+	// Each layer's q/k/v and gate/up are copied into one buffer when they
+	// share a type (see fuseMats). Fused parts are copies: the file pages
+	// of those used in place leave the resident set (permuted ones already
+	// are copies).
+	for _, g := range w.fuseGroups(ps) {
+		ms := make([]*Mat, len(g.parts))
+		for k, i := range g.parts {
+			ms[k] = jobs[i].mat
 		}
-		if L.GateUp = fuseMats(&L.Wgate, &L.Wup); L.GateUp.Len() > 0 {
-			f.DropPages(ts[p+"ffn_gate.weight"])
-			f.DropPages(ts[p+"ffn_up.weight"])
+		if *g.dst = fuseMats(ms...); g.dst.Len() > 0 {
+			for _, i := range g.parts {
+				if jobs[i].permute == 0 {
+					f.DropPages(ts[i])
+				}
+			}
 		}
 	}
 	if cfg.TieWordEmbeddings {

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/engine/params"
 	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
 )
@@ -139,12 +140,6 @@ type loadJob struct {
 	into  Mat // set: copy (or convert) into this buffer (fused q/k/v, gate/up)
 }
 
-// fuseGroup is matrices LoadWeights stores back to back in one buffer.
-type fuseGroup struct {
-	dst  *Mat
-	jobs []int
-}
-
 // SettingsFile is the model-folder file of flywheel's own per-model
 // settings, e.g. {"weights_dtype": "float32"}.
 const SettingsFile = "flywheel.json"
@@ -215,52 +210,16 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 	if err != nil {
 		return nil, err
 	}
-	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
-	Q, KV, D := cfg.QDim(), cfg.KVDim(), cfg.HeadDim
 	w := &Weights{Layers: make([]Layer, cfg.NumLayers)}
-	var jobs []loadJob
-	var groups []fuseGroup
-	add := func(name string, dst *[]float32, shape ...int) {
-		jobs = append(jobs, loadJob{name: name, shape: shape, f32: dst})
+	ps := cfg.Params()
+	jobs := make([]loadJob, len(ps))
+	for i, p := range ps {
+		vec, mat, _ := w.slot(p)
+		jobs[i] = loadJob{name: p.HF, shape: p.Shape, f32: vec, mat: mat}
 	}
-	addMat := func(name string, dst *Mat, shape ...int) int {
-		jobs = append(jobs, loadJob{name: name, shape: shape, mat: dst})
-		return len(jobs) - 1
-	}
-	addMat("model.embed_tokens.weight", &w.Embed, V, H)
-	for l := range w.Layers {
-		L := &w.Layers[l]
-		p := "model.layers." + itoa(l) + "."
-		add(p+"input_layernorm.weight", &L.AttnNorm, H)
-		// q/k/v and gate/up are copied into one buffer each per layer, so
-		// that the forward pass can run them as one matrix product (see fuse).
-		groups = append(groups, fuseGroup{dst: &L.QKV, jobs: []int{
-			addMat(p+"self_attn.q_proj.weight", &L.Wq, Q, H),
-			addMat(p+"self_attn.k_proj.weight", &L.Wk, KV, H),
-			addMat(p+"self_attn.v_proj.weight", &L.Wv, KV, H)}})
-		addMat(p+"self_attn.o_proj.weight", &L.Wo, H, Q)
-		if cfg.AttentionBias {
-			add(p+"self_attn.q_proj.bias", &L.Bq, Q)
-			add(p+"self_attn.k_proj.bias", &L.Bk, KV)
-			add(p+"self_attn.v_proj.bias", &L.Bv, KV)
-		}
-		if cfg.OutputBias {
-			add(p+"self_attn.o_proj.bias", &L.Bo, H)
-		}
-		if cfg.QKNorm {
-			add(p+"self_attn.q_norm.weight", &L.QNorm, D)
-			add(p+"self_attn.k_norm.weight", &L.KNorm, D)
-		}
-		add(p+"post_attention_layernorm.weight", &L.MLPNorm, H)
-		groups = append(groups, fuseGroup{dst: &L.GateUp, jobs: []int{
-			addMat(p+"mlp.gate_proj.weight", &L.Wgate, I, H),
-			addMat(p+"mlp.up_proj.weight", &L.Wup, I, H)}})
-		addMat(p+"mlp.down_proj.weight", &L.Wdown, H, I)
-	}
-	add("model.norm.weight", &w.Norm, H)
-	if !cfg.TieWordEmbeddings {
-		addMat("lm_head.weight", &w.LMHead, V, H)
-	}
+	// q/k/v and gate/up are copied into one buffer each per layer, so that
+	// the forward pass can run them as one matrix product (see fuse).
+	groups := w.fuseGroups(ps)
 	// Check presence and shapes first, so errors come before any work.
 	ts := make([]*safetensors.Tensor, len(jobs))
 	for i, j := range jobs {
@@ -284,8 +243,8 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 	// The fused buffers: 16-bit when every part is in the same half
 	// precision (and kept), float32 otherwise.
 	for _, g := range groups {
-		ht, n := halfType(ts[g.jobs[0]].DType), 0
-		for _, ji := range g.jobs {
+		ht, n := halfType(ts[g.parts[0]].DType), 0
+		for _, ji := range g.parts {
 			if halfType(ts[ji].DType) != ht {
 				ht = 0
 			}
@@ -298,12 +257,12 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			buf = Mat{F32: make([]float32, n)}
 		}
 		*g.dst = buf
-		lens := make([]int, len(g.jobs))
-		for k, ji := range g.jobs {
+		lens := make([]int, len(g.parts))
+		for k, ji := range g.parts {
 			lens[k] = ts[ji].NumElements()
 		}
 		for k, part := range buf.parts(lens...) {
-			jobs[g.jobs[k]].into = part
+			jobs[g.parts[k]].into = part
 		}
 	}
 	for i, j := range jobs {
@@ -378,11 +337,10 @@ func equalShape(a, b []int) bool {
 }
 
 func checkArch(cfg *Config) error {
-	switch cfg.Architecture {
-	case ArchLlama, ArchMistral, ArchQwen2, ArchQwen3:
-		return nil
+	if _, ok := params.ArchFeatures(cfg.Architecture, nil); !ok {
+		return fmt.Errorf("engine: %w", params.UnsupportedArch(cfg.Architecture))
 	}
-	return fmt.Errorf("engine: unsupported architecture %q (supported: %s, %s, %s, %s)", cfg.Architecture, ArchLlama, ArchMistral, ArchQwen2, ArchQwen3)
+	return nil
 }
 
 // quantRows checks that a quantized matrix's rows of cols values are whole
@@ -402,65 +360,28 @@ func quantRows(name string, m Mat, cols int) error {
 	return nil
 }
 
-type wcheck struct {
-	n         string
-	got, want int
-}
-
-// Check verifies that w has the shapes cfg asks for.
+// Check verifies that w has the shapes cfg asks for: every parameter of
+// cfg.Params() and the LM head (tied or not) with its number of values,
+// quantized matrices in rows of whole blocks, and the layer count.
 func (w *Weights) Check(cfg *Config) error {
-	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
-	Q, KV, D := cfg.QDim(), cfg.KVDim(), cfg.HeadDim
-	bad := func(name string, got, want int) error {
-		return fmt.Errorf("engine: weights: %s has %d values, want %d", name, got, want)
-	}
-	if w.Embed.Len() != V*H {
-		return bad("embed_tokens", w.Embed.Len(), V*H)
-	}
-	if w.LMHead.Len() != V*H {
-		return bad("lm_head", w.LMHead.Len(), V*H)
-	}
-	if err := quantRows("embed_tokens", w.Embed, H); err != nil {
-		return err
-	}
-	if err := quantRows("lm_head", w.LMHead, H); err != nil {
-		return err
-	}
-	if len(w.Norm) != H {
-		return bad("norm", len(w.Norm), H)
-	}
 	if len(w.Layers) != cfg.NumLayers {
 		return fmt.Errorf("engine: weights: %d layers, want %d", len(w.Layers), cfg.NumLayers)
 	}
-	for l := range w.Layers {
-		L := &w.Layers[l]
-		p := "layer " + itoa(l) + " "
-		checks := []wcheck{
-			{"input_layernorm", len(L.AttnNorm), H}, {"q_proj", L.Wq.Len(), Q * H}, {"k_proj", L.Wk.Len(), KV * H},
-			{"v_proj", L.Wv.Len(), KV * H}, {"o_proj", L.Wo.Len(), H * Q}, {"post_attention_layernorm", len(L.MLPNorm), H},
-			{"gate_proj", L.Wgate.Len(), I * H}, {"up_proj", L.Wup.Len(), I * H}, {"down_proj", L.Wdown.Len(), H * I},
+	shape := cfg.ParamShape()
+	shape.Tied = false // a tied LM head (the embedding) has the lm_head shape too
+	for _, p := range params.List(shape) {
+		vec, mat, _ := w.slot(p)
+		n := 0
+		if vec != nil {
+			n = len(*vec)
+		} else {
+			n = mat.Len()
 		}
-		if cfg.AttentionBias {
-			checks = append(checks, wcheck{"q_proj.bias", len(L.Bq), Q}, wcheck{"k_proj.bias", len(L.Bk), KV}, wcheck{"v_proj.bias", len(L.Bv), KV})
+		if n != p.Len() {
+			return fmt.Errorf("engine: weights: %s has %d values, want %d", p.HF, n, p.Len())
 		}
-		if cfg.OutputBias {
-			checks = append(checks, wcheck{"o_proj.bias", len(L.Bo), H})
-		}
-		if cfg.QKNorm {
-			checks = append(checks, wcheck{"q_norm", len(L.QNorm), D}, wcheck{"k_norm", len(L.KNorm), D})
-		}
-		for _, c := range checks {
-			if c.got != c.want {
-				return bad(p+c.n, c.got, c.want)
-			}
-		}
-		for _, m := range []struct {
-			n    string
-			m    Mat
-			cols int
-		}{{"q_proj", L.Wq, H}, {"k_proj", L.Wk, H}, {"v_proj", L.Wv, H}, {"o_proj", L.Wo, Q},
-			{"gate_proj", L.Wgate, H}, {"up_proj", L.Wup, H}, {"down_proj", L.Wdown, I}} {
-			if err := quantRows(p+m.n, m.m, m.cols); err != nil {
+		if mat != nil {
+			if err := quantRows(p.HF, *mat, p.Shape[1]); err != nil {
 				return err
 			}
 		}

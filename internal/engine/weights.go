@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/engine/params"
 	"flywheel/internal/safetensors"
 )
 
@@ -297,52 +298,118 @@ const (
 // AllModules lists every LoRA-targetable projection, in layer order.
 var AllModules = []string{ModQ, ModK, ModV, ModO, ModGate, ModUp, ModDown}
 
-// ModuleShape returns (out, in) of a projection of a layer.
-func (c *Config) ModuleShape(module string) (out, in int, ok bool) {
+// moduleRole is the parameter of a LoRA-targetable projection (a switch,
+// not a map: every forward batch asks it for each adapted module).
+func moduleRole(module string) (params.Role, bool) {
 	switch module {
 	case ModQ:
-		return c.QDim(), c.HiddenSize, true
-	case ModK, ModV:
-		return c.KVDim(), c.HiddenSize, true
+		return params.Wq, true
+	case ModK:
+		return params.Wk, true
+	case ModV:
+		return params.Wv, true
 	case ModO:
-		return c.HiddenSize, c.QDim(), true
-	case ModGate, ModUp:
-		return c.IntermediateSize, c.HiddenSize, true
+		return params.Wo, true
+	case ModGate:
+		return params.Wgate, true
+	case ModUp:
+		return params.Wup, true
 	case ModDown:
-		return c.HiddenSize, c.IntermediateSize, true
+		return params.Wdown, true
 	}
-	return 0, 0, false
+	return 0, false
+}
+
+// ModuleShape returns (out, in) of a projection of a layer.
+func (c *Config) ModuleShape(module string) (out, in int, ok bool) {
+	r, ok := moduleRole(module)
+	if !ok {
+		return 0, 0, false
+	}
+	s := params.Shape{Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim}
+	return s.MatrixDims(r)
 }
 
 // ModulePrefix is the Hugging Face module path of a layer's projection,
-// e.g. "model.layers.3.self_attn.q_proj".
+// e.g. "model.layers.3.self_attn.q_proj" ("" for a module not in
+// AllModules).
 func ModulePrefix(layer int, module string) string {
-	switch module {
-	case ModQ, ModK, ModV, ModO:
-		return "model.layers." + itoa(layer) + ".self_attn." + module
-	default:
-		return "model.layers." + itoa(layer) + ".mlp." + module
+	r, ok := moduleRole(module)
+	if !ok {
+		return ""
 	}
+	return params.Module(r, layer)
 }
 
-func itoa(i int) string {
-	if i == 0 {
-		return "0"
+// slot is where parameter p lives in w: a float32 vector (norms and
+// biases) or a matrix, and for q/k/v and gate/up also the buffer that
+// holds a layer's parts back to back (see Layer.QKV).
+func (w *Weights) slot(p params.Param) (vec *[]float32, mat, fused *Mat) {
+	var L *Layer
+	if p.Layer >= 0 {
+		L = &w.Layers[p.Layer]
 	}
-	var b [20]byte
-	n := len(b)
-	neg := i < 0
-	if neg {
-		i = -i
+	switch p.Role {
+	case params.Embed:
+		return nil, &w.Embed, nil
+	case params.Norm:
+		return &w.Norm, nil, nil
+	case params.LMHead:
+		return nil, &w.LMHead, nil
+	case params.AttnNorm:
+		return &L.AttnNorm, nil, nil
+	case params.Wq:
+		return nil, &L.Wq, &L.QKV
+	case params.Wk:
+		return nil, &L.Wk, &L.QKV
+	case params.Wv:
+		return nil, &L.Wv, &L.QKV
+	case params.Wo:
+		return nil, &L.Wo, nil
+	case params.Bq:
+		return &L.Bq, nil, nil
+	case params.Bk:
+		return &L.Bk, nil, nil
+	case params.Bv:
+		return &L.Bv, nil, nil
+	case params.Bo:
+		return &L.Bo, nil, nil
+	case params.QNorm:
+		return &L.QNorm, nil, nil
+	case params.KNorm:
+		return &L.KNorm, nil, nil
+	case params.MLPNorm:
+		return &L.MLPNorm, nil, nil
+	case params.Wgate:
+		return nil, &L.Wgate, &L.GateUp
+	case params.Wup:
+		return nil, &L.Wup, &L.GateUp
+	case params.Wdown:
+		return nil, &L.Wdown, nil
 	}
-	for i > 0 {
-		n--
-		b[n] = byte('0' + i%10)
-		i /= 10
+	panic(fmt.Sprintf("engine: no slot for parameter %s", p.HF))
+}
+
+// fuseGroup is parameters (by index in their list) that are stored back
+// to back in one buffer, dst.
+type fuseGroup struct {
+	dst   *Mat
+	parts []int
+}
+
+// fuseGroups is the fused buffers of w for the parameter list ps: each
+// layer's q/k/v and gate/up (consecutive in the list).
+func (w *Weights) fuseGroups(ps []params.Param) []fuseGroup {
+	var gs []fuseGroup
+	for i, p := range ps {
+		_, _, f := w.slot(p)
+		switch {
+		case f == nil:
+		case len(gs) > 0 && gs[len(gs)-1].dst == f:
+			gs[len(gs)-1].parts = append(gs[len(gs)-1].parts, i)
+		default:
+			gs = append(gs, fuseGroup{dst: f, parts: []int{i}})
+		}
 	}
-	if neg {
-		n--
-		b[n] = '-'
-	}
-	return string(b[n:])
+	return gs
 }

@@ -51,7 +51,7 @@ func (f *fixture) node(st jobs.Store, tr jobs.Trainer, name string, w io.Writer)
 	log := slog.New(slog.NewTextHandler(w, nil))
 	return jobs.New(st, jobs.Config{DataDir: f.dataDir, ModelsDir: f.dataDir, Workers: 1, Trainer: tr, NodeID: name,
 		LeaseTimeout: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond, Shared: f.st.Shared(),
-		Checkpoints: checkpoints.New(f.st, f.layout, nil, log, f.st.Shared()), Logger: log})
+		Checkpoints: checkpoints.New(f.st, f.layout, log, f.st.Shared()), Logger: log})
 }
 
 func (f *fixture) waitLease(t *testing.T, id, owner string) store.Job {

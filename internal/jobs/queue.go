@@ -32,6 +32,7 @@ import (
 	"sync"
 	"time"
 
+	"flywheel/internal/atomicfile"
 	"flywheel/internal/checkpoints"
 	"flywheel/internal/rl"
 	"flywheel/internal/store"
@@ -116,8 +117,6 @@ type Config struct {
 	// Checkpoints prepares work folders, publishes new checkpoints and
 	// sweeps leftovers at Start (required).
 	Checkpoints *checkpoints.Manager
-	// Storage keeps the request bodies (default store.SharedFS).
-	Storage store.Storage
 	// Trainer runs the jobs. When nil every job fails with a clear error
 	// saying that training is unavailable in this build.
 	Trainer Trainer
@@ -184,9 +183,6 @@ func New(st Store, cfg Config) *Queue {
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID()
 	}
-	if cfg.Storage == nil {
-		cfg.Storage = store.SharedFS{}
-	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 2 * time.Second
 	}
@@ -246,7 +242,7 @@ func (q *Queue) Start(ctx context.Context) error {
 // partial writes cut short by a crash, and bodies of jobs that ended or
 // were deleted with their model. It runs before the HTTP server starts.
 func (q *Queue) sweepRequests(ctx context.Context) {
-	_, err := store.Sweep(q.cfg.Storage, filepath.Join(q.cfg.DataDir, "requests"), q.cfg.Shared, func(name string) bool {
+	_, err := store.Sweep(q.layout.RequestsDir(), q.cfg.Shared, func(name string) bool {
 		id, ok := strings.CutSuffix(name, ".json")
 		if !ok {
 			return true
@@ -289,7 +285,7 @@ func (q *Queue) Submit(ctx context.Context, j store.Job, body []byte) (store.Job
 type Pending struct {
 	q     *Queue
 	id    string
-	f     store.Object
+	f     *atomicfile.File
 	ch    chan []byte
 	done  chan error
 	n     int64
@@ -300,7 +296,7 @@ type Pending struct {
 // background as Write hands it slices of the body.
 func (q *Queue) Prepare() (*Pending, error) {
 	id := store.NewID()
-	f, err := q.cfg.Storage.Create(q.layout.RequestPath(id))
+	f, err := atomicfile.Create(q.layout.RequestPath(id), store.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("store request: %w", err)
 	}
@@ -362,7 +358,7 @@ func (p *Pending) Submit(ctx context.Context, j store.Job) (store.Job, error) {
 	}
 	j, err := p.q.st.CreateJob(ctx, j)
 	if err != nil {
-		p.q.cfg.Storage.Remove(j.RequestPath)
+		os.Remove(j.RequestPath)
 		return j, err
 	}
 	p.q.Notify()
@@ -391,7 +387,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 		r.ended = true
 		r.cancel(errCancelled)
 	} else if j, err := q.st.JobByID(ctx, id); err == nil {
-		q.cfg.Storage.Remove(j.RequestPath) // a queued job's request is no longer needed
+		os.Remove(j.RequestPath) // a queued job's request is no longer needed
 	}
 	return nil
 }
@@ -514,7 +510,7 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	keepRequest := errors.Is(cause, errShutdown) || errors.Is(cause, store.ErrLeaseLost)
 	defer func() {
 		if !keepRequest {
-			q.cfg.Storage.Remove(j.RequestPath)
+			os.Remove(j.RequestPath)
 		}
 	}()
 	switch {
@@ -657,7 +653,7 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 	if q.cfg.Trainer == nil {
 		return Result{}, fmt.Errorf("training is not available in this server build: no trainer is configured for base model %q", m.BaseModel)
 	}
-	req, err := store.ReadAll(q.cfg.Storage, j.RequestPath)
+	req, err := os.ReadFile(j.RequestPath)
 	if err != nil {
 		return Result{}, errors.New("the stored request of this job is missing; submit the job again")
 	}

@@ -122,7 +122,7 @@ func (f *fixture) model(t *testing.T, name string) string {
 func (f *fixture) queue(tr jobs.Trainer, workers int) *jobs.Queue {
 	log := slog.New(slog.DiscardHandler)
 	return jobs.New(f.st, jobs.Config{DataDir: f.dataDir, ModelsDir: f.dataDir, Workers: workers, Trainer: tr, Shared: f.st.Shared(),
-		Checkpoints: checkpoints.New(f.st, f.layout, nil, log, f.st.Shared()), Logger: log, PollInterval: 20 * time.Millisecond})
+		Checkpoints: checkpoints.New(f.st, f.layout, log, f.st.Shared()), Logger: log, PollInterval: 20 * time.Millisecond})
 }
 
 func submit(t *testing.T, q *jobs.Queue, modelID string) string {

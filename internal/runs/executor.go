@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"flywheel/internal/checkpoints"
@@ -52,7 +51,7 @@ func (s *Service) Start(ctx context.Context) error {
 // sweep removes the work folders of learner versions that a crash left
 // (on a shared data dir only old ones: another node may be writing).
 func (s *Service) sweep() {
-	runs, err := s.cfg.Storage.List(s.cfg.Layout.RunsDir())
+	runs, err := store.ListDir(s.cfg.Layout.RunsDir())
 	if err != nil {
 		return
 	}
@@ -60,8 +59,7 @@ func (s *Service) sweep() {
 		if !r.IsDir() {
 			continue
 		}
-		dir := filepath.Join(s.cfg.Layout.RunsDir(), r.Name())
-		removed, err := store.Sweep(s.cfg.Storage, dir, s.cfg.Shared, func(name string) bool { return strings.HasPrefix(name, ".tmp-") })
+		removed, err := store.Sweep(s.cfg.Layout.RunDir(r.Name()), s.cfg.Shared, store.IsWork)
 		for _, name := range removed {
 			s.cfg.Logger.Info("runs: removed a learner version interrupted by a restart", "run", r.Name(), "folder", name)
 		}
@@ -386,14 +384,14 @@ func (s *Service) resolveSourceAs(ctx context.Context, src *CheckpointSource, sp
 // uncommitted one is redone the same).
 func (s *Service) saveVersion(runID string, v int, l *train.Learner) error {
 	work := s.cfg.Layout.RunWorkDir(runID, v, s.cfg.NodeID)
-	if err := s.cfg.Storage.EmptyDir(work); err != nil {
+	if err := store.EmptyDir(work); err != nil {
 		return err
 	}
 	if err := l.Save(work); err != nil {
-		_ = s.cfg.Storage.Remove(work)
+		_ = os.RemoveAll(work)
 		return err
 	}
-	return s.cfg.Storage.PublishDir(work, s.cfg.Layout.RunVersionDir(runID, v))
+	return store.PublishDir(work, s.cfg.Layout.RunVersionDir(runID, v))
 }
 
 // apply executes op and returns its result (out receives the version to
@@ -543,7 +541,7 @@ func (s *Service) prune(ctx context.Context, runID string, v int) {
 			return
 		}
 	}
-	if err := s.cfg.Storage.Remove(s.cfg.Layout.RunVersionDir(runID, v)); err != nil {
+	if err := os.RemoveAll(s.cfg.Layout.RunVersionDir(runID, v)); err != nil {
 		s.cfg.Logger.Warn("runs: remove a superseded learner version", "run", runID, "version", v, "err", err)
 	}
 }

@@ -61,7 +61,7 @@ func newHarnessOn(t testing.TB, dbURL string) *harness {
 // service returns a service of node over the harness's store (not started).
 func (h *harness) service(node string) *Service {
 	return New(Config{Store: h.db.(Store), Models: h.reg, ModelsDir: h.models, Layout: h.layout,
-		Checkpoints: checkpoints.New(h.db, h.layout, nil, slog.New(slog.DiscardHandler), false),
+		Checkpoints: checkpoints.New(h.db, h.layout, slog.New(slog.DiscardHandler), false),
 		NodeID:      node, Logger: slog.New(slog.DiscardHandler)})
 }
 

@@ -54,7 +54,6 @@ type Config struct {
 	Models      *engine.Registry
 	ModelsDir   string
 	Layout      store.Layout
-	Storage     store.Storage
 	Checkpoints *checkpoints.Manager
 	// NodeID names this node's leases (default: a random id).
 	NodeID string
@@ -119,9 +118,6 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.Storage == nil {
-		cfg.Storage = store.SharedFS{}
 	}
 	return &Service{cfg: cfg, wake: make(chan struct{}, 1), sessions: map[string]*session{}}
 }

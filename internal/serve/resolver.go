@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"flywheel/internal/auth"
-	"flywheel/internal/engine"
 	"flywheel/internal/store"
 )
 
@@ -78,22 +75,6 @@ func (r *StoreResolver) List(ctx context.Context, p *auth.Principal) ([]Target, 
 
 func targetOf(m store.Model, step int, dir string) Target {
 	name := fmt.Sprintf("%s/%s/%s", m.Entity, m.Project, m.Name)
-	return Target{Name: name, BaseModel: m.BaseModel, AdapterDir: AdapterDir(dir), Step: step,
+	return Target{Name: name, BaseModel: m.BaseModel, AdapterDir: dir, Step: step,
 		Entity: m.Entity, Project: m.Project, ModelName: m.Name, Created: m.CreatedAt}
-}
-
-// AdapterDir finds the PEFT adapter of a checkpoint folder: the folder
-// itself, or its "adapter" subfolder.
-func AdapterDir(checkpointDir string) string {
-	if checkpointDir == "" {
-		return ""
-	}
-	if _, err := os.Stat(filepath.Join(checkpointDir, engine.AdapterConfigFile)); err == nil {
-		return checkpointDir
-	}
-	sub := filepath.Join(checkpointDir, "adapter")
-	if _, err := os.Stat(filepath.Join(sub, engine.AdapterConfigFile)); err == nil {
-		return sub
-	}
-	return checkpointDir
 }

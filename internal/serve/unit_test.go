@@ -204,7 +204,7 @@ var _ ModelStore = store.Models(nil)
 
 func TestStoreResolver(t *testing.T) {
 	dir := t.TempDir()
-	ck0, ck1 := filepath.Join(dir, "0"), filepath.Join(dir, "1", "adapter")
+	ck0, ck1 := filepath.Join(dir, "0"), filepath.Join(dir, "1")
 	for _, d := range []string{ck0, ck1} {
 		os.MkdirAll(d, 0o755)
 		os.WriteFile(filepath.Join(d, engine.AdapterConfigFile), []byte("{}"), 0o644)
@@ -212,7 +212,7 @@ func TestStoreResolver(t *testing.T) {
 	fs := &fakeStore{
 		models: map[string]store.Model{"alice/p/m": {ID: "m1", Entity: "alice", Project: "p", Name: "m", BaseModel: tinyID, LatestStep: 1},
 			"bob/p/m": {ID: "m2", Entity: "bob", Project: "p", Name: "m", BaseModel: tinyID}},
-		cks: map[string][]store.Checkpoint{"m1": {{Step: 0, Dir: ck0}, {Step: 1, Dir: filepath.Dir(ck1)}}},
+		cks: map[string][]store.Checkpoint{"m1": {{Step: 0, Dir: ck0}, {Step: 1, Dir: ck1}}},
 	}
 	r := NewStoreResolver(fs)
 	p := &auth.Principal{UserName: "alice", PersonalEntity: "alice", Entities: []string{"alice"}}

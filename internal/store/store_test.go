@@ -287,7 +287,7 @@ func TestSweep(t *testing.T) {
 				}
 			}
 		}
-		removed, err := store.Sweep(store.SharedFS{}, dir, shared, func(name string) bool { return strings.HasSuffix(name, ".tmp") })
+		removed, err := store.Sweep(dir, shared, func(name string) bool { return strings.HasSuffix(name, ".tmp") })
 		want := []string{"new.tmp", "old.tmp"}
 		if shared {
 			want = []string{"old.tmp"}
@@ -301,7 +301,7 @@ func TestSweep(t *testing.T) {
 			t.Fatalf("shared=%v: %d entries left", shared, len(left))
 		}
 	}
-	if removed, err := store.Sweep(store.SharedFS{}, filepath.Join(t.TempDir(), "missing"), false, func(string) bool { return true }); removed != nil || err != nil {
+	if removed, err := store.Sweep(filepath.Join(t.TempDir(), "missing"), false, func(string) bool { return true }); removed != nil || err != nil {
 		t.Fatalf("a missing folder: %v %v", removed, err)
 	}
 }

@@ -6,29 +6,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"flywheel/internal/engine/gguf"
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/engine/params"
 	"flywheel/internal/safetensors"
 )
-
-// ggufArch is GGUF's general.architecture of each supported architecture.
-var ggufArch = map[string]string{
-	"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
-	"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
-}
-
-// ggufNames maps the Hugging Face tensor names of a layer to llama.cpp's.
-var ggufNames = map[string]string{
-	"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
-	"self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
-	"self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
-	"self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
-	"self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.bias": "attn_output.bias",
-	"self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
-	"mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
-}
 
 // WriteGGUF writes the model Write(dir, spec) writes as one GGUF file at
 // path, the way llama.cpp's convert_hf_to_gguf.py lays it out: the same
@@ -39,7 +22,7 @@ var ggufNames = map[string]string{
 // For tests: GGUF models without downloads.
 func WriteGGUF(path string, spec Spec, typ gguf.GGMLType) error {
 	spec = spec.withDefaults()
-	arch := ggufArch[spec.Arch]
+	arch := params.GGUFArch[spec.Arch]
 	if arch == "" {
 		return fmt.Errorf("tiny: unsupported architecture %q", spec.Arch)
 	}
@@ -97,33 +80,26 @@ func WriteGGUF(path string, spec Spec, typ gguf.GGMLType) error {
 		gguf.KV{Key: "tokenizer.ggml.add_bos_token", Value: gguf.Bool(false)},
 		gguf.KV{Key: "tokenizer.chat_template", Value: gguf.String(ChatTemplate)},
 	)
-	permute := arch == "llama" || arch == "mistral"
+	permute := params.GGUFPermuted(spec.Arch)
+	ps := params.List(spec.paramShape(tk.VocabSize))
 	var ts []gguf.WriteTensor
-	for _, t := range weightTensors(spec, tk.VocabSize) {
-		name, ok := ggufName(t.Name)
-		if !ok {
-			return fmt.Errorf("tiny: no GGUF name for %s", t.Name)
-		}
+	for i, t := range weightTensors(spec, tk.VocabSize) {
+		p := ps[i]
+		name := p.GGUF
 		v := t.Data
-		q := strings.HasSuffix(name, "attn_q.weight") || strings.HasSuffix(name, "attn_q.bias")
-		k := strings.HasSuffix(name, "attn_k.weight") || strings.HasSuffix(name, "attn_k.bias")
-		if permute && (q || k) {
-			heads := spec.Heads
-			if k {
-				heads = spec.KVHeads
-			}
+		if permute && p.RoPEHeads > 0 {
 			cols := 1 // a bias: one value per row
-			if len(t.Shape) == 2 {
-				cols = t.Shape[1]
+			if p.Matrix() {
+				cols = p.Shape[1]
 			}
-			v = toGGMLRoPE(v, heads, t.Shape[0], cols)
+			v = toGGMLRoPE(v, p.RoPEHeads, p.Shape[0], cols)
 		}
 		// Norms and biases as the folder stores them (spec.DType).
 		wt := gguf.WriteTensor{Name: name, Type: map[string]gguf.GGMLType{"F32": gguf.F32, "F16": gguf.F16, "BF16": gguf.BF16}[spec.DType]}
-		for i := len(t.Shape) - 1; i >= 0; i-- {
-			wt.Dims = append(wt.Dims, uint64(t.Shape[i]))
+		for d := len(p.Shape) - 1; d >= 0; d-- { // ggml order: row length first
+			wt.Dims = append(wt.Dims, uint64(p.Shape[d]))
 		}
-		if len(t.Shape) == 2 {
+		if p.Matrix() {
 			wt.Type = typ
 		}
 		var err error
@@ -140,26 +116,6 @@ func WriteGGUF(path string, spec Spec, typ gguf.GGMLType) error {
 		return fmt.Errorf("tiny: %w", err)
 	}
 	return writeAtomic(path, b)
-}
-
-func ggufName(hf string) (string, bool) {
-	switch hf {
-	case "model.embed_tokens.weight":
-		return "token_embd.weight", true
-	case "model.norm.weight":
-		return "output_norm.weight", true
-	case "lm_head.weight":
-		return "output.weight", true
-	}
-	rest, ok := strings.CutPrefix(hf, "model.layers.")
-	if !ok {
-		return "", false
-	}
-	layer, suffix, ok := strings.Cut(rest, ".")
-	if !ok || ggufNames[suffix] == "" {
-		return "", false
-	}
-	return "blk." + layer + "." + ggufNames[suffix], true
 }
 
 // toGGMLRoPE reorders the rows of each head of a q or k projection

@@ -11,12 +11,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"flywheel/internal/atomicfile"
+	"flywheel/internal/engine/params"
 	"flywheel/internal/safetensors"
 )
 
@@ -62,7 +61,7 @@ type Spec struct {
 // DefaultSpec is the built-in tiny model: hidden 64, 2 layers, 4 heads, 2
 // KV heads, intermediate 128, 2048 positions, a separate lm_head, F32.
 func DefaultSpec() Spec {
-	return Spec{Arch: "LlamaForCausalLM", Hidden: 64, Layers: 2, Heads: 4, KVHeads: 2, Intermediate: 128,
+	return Spec{Arch: params.ArchLlama, Hidden: 64, Layers: 2, Heads: 4, KVHeads: 2, Intermediate: 128,
 		MaxPos: 2048, RopeTheta: 10000, Merges: 1000, Seed: 1, DType: "F32", Untied: true}
 }
 
@@ -205,13 +204,12 @@ func Write(dir string, spec Spec) error {
 
 func configJSON(s Spec, tk Tokens) ([]byte, error) {
 	modelType := map[string]string{
-		"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
-		"Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3",
+		params.ArchLlama: "llama", params.ArchMistral: "mistral", params.ArchQwen2: "qwen2", params.ArchQwen3: "qwen3",
 	}[s.Arch]
 	if modelType == "" {
 		return nil, fmt.Errorf("tiny: unsupported architecture %q", s.Arch)
 	}
-	bias := (s.AttentionBias && s.Arch != "MistralForCausalLM") || s.Arch == "Qwen2ForCausalLM"
+	bias := s.features().QKVBias
 	dtype := map[string]string{"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[s.DType]
 	if dtype == "" {
 		return nil, fmt.Errorf("tiny: unsupported dtype %q", s.DType)
@@ -260,19 +258,6 @@ func configJSON(s Spec, tk Tokens) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// rng is SplitMix64: fully specified, so the weights are the same bytes on
-// every platform and Go version.
-type rng struct{ s uint64 }
-
-func (r *rng) float64() float64 {
-	r.s += 0x9e3779b97f4a7c15
-	z := r.s
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	z ^= z >> 31
-	return float64(z>>11) / (1 << 53)
-}
-
 func writeWeights(dir string, s Spec, vocab int) error {
 	ts := weightTensors(s, vocab)
 	meta := map[string]string{"format": "pt"}
@@ -305,64 +290,46 @@ func writeWeights(dir string, s Spec, vocab int) error {
 	return writeAtomic(filepath.Join(dir, "model.safetensors.index.json"), append(idxJSON, '\n'))
 }
 
-// weightTensors is the tiny model's weights: seeded uniform values of the
-// spec's shapes, in Hugging Face names and layout, stored as s.DType.
+// paramShape is the parameter list's shape of s with a vocabulary of
+// vocab tokens.
+func (s Spec) paramShape(vocab int) params.Shape {
+	return params.Shape{Hidden: s.Hidden, Intermediate: s.Intermediate, Vocab: vocab, Layers: s.Layers,
+		Heads: s.Heads, KVHeads: s.KVHeads, HeadDim: s.HeadDim, Features: s.features(), Tied: !s.Untied}
+}
+
+// features are the optional parameters of s: the architecture's rule
+// (params.ArchFeatures), with s.AttentionBias as config.json's
+// attention_bias when set (Qwen2 has q/k/v biases either way).
+func (s Spec) features() params.Features {
+	var ab *bool
+	if s.AttentionBias {
+		ab = &s.AttentionBias
+	}
+	f, _ := params.ArchFeatures(s.Arch, ab)
+	return f
+}
+
+// weightTensors is the tiny model's weights: each parameter of
+// params.List filled by params.Fill (seeded by s.Seed), in Hugging Face
+// names and layout, stored as s.DType.
+//
+// An untied lm_head is wider than the other weights (std 0.2, not 0.02):
+// with 0.02 the final hidden state (norm ~sqrt(H)) could move a logit by
+// only ~1 nat, too little for the demo's RL loop to change what the model
+// samples. Tied embeddings stay at 0.02: at 0.2 the residual stream would
+// be dominated by the input token's own embedding and the model would just
+// repeat its last token.
 func weightTensors(s Spec, vocab int) []safetensors.WriteTensor {
-	H, I, D := s.Hidden, s.Intermediate, s.HeadDim
-	Q, KV := s.Heads*D, s.KVHeads*D
-	var ts []safetensors.WriteTensor
-	idx := uint64(0)
-	gen := func(name string, center, sd float64, shape ...int) {
-		idx++
-		n := 1
-		for _, d := range shape {
-			n *= d
+	ps := params.List(s.paramShape(vocab))
+	ts := make([]safetensors.WriteTensor, len(ps))
+	for i, p := range ps {
+		in := p.Init
+		if p.Role == params.LMHead {
+			in.SD = 0.2
 		}
-		r := rng{s.Seed*0x100000001b3 ^ idx*0x9e3779b97f4a7c15}
-		a := sd * math.Sqrt(3)
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(center + a*(2*r.float64()-1))
-		}
-		ts = append(ts, safetensors.WriteTensor{Name: name, Shape: shape, Data: v, DType: s.DType})
-	}
-	lin := func(name string, shape ...int) { gen(name, 0, 0.02, shape...) }
-	norm := func(name string, shape ...int) { gen(name, 1, 0.1, shape...) }
-	bias := (s.AttentionBias && s.Arch != "MistralForCausalLM") || s.Arch == "Qwen2ForCausalLM"
-	// An untied lm_head is wider than the other weights (std 0.2, not 0.02):
-	// with 0.02 the final hidden state (norm ~sqrt(H)) could move a logit by
-	// only ~1 nat, too little for the demo's RL loop to change what the model
-	// samples. Tied embeddings stay at 0.02: at 0.2 the residual stream would
-	// be dominated by the input token's own embedding and the model would
-	// just repeat its last token.
-	lin("model.embed_tokens.weight", vocab, H)
-	for l := 0; l < s.Layers; l++ {
-		p := "model.layers." + strconv.Itoa(l) + "."
-		norm(p+"input_layernorm.weight", H)
-		lin(p+"self_attn.q_proj.weight", Q, H)
-		lin(p+"self_attn.k_proj.weight", KV, H)
-		lin(p+"self_attn.v_proj.weight", KV, H)
-		lin(p+"self_attn.o_proj.weight", H, Q)
-		if bias {
-			lin(p+"self_attn.q_proj.bias", Q)
-			lin(p+"self_attn.k_proj.bias", KV)
-			lin(p+"self_attn.v_proj.bias", KV)
-		}
-		if s.AttentionBias && (s.Arch == "" || s.Arch == "LlamaForCausalLM" || s.Arch == "Qwen3ForCausalLM") {
-			lin(p+"self_attn.o_proj.bias", H) // Llama and Qwen3 bias o_proj too
-		}
-		if s.Arch == "Qwen3ForCausalLM" {
-			norm(p+"self_attn.q_norm.weight", D)
-			norm(p+"self_attn.k_norm.weight", D)
-		}
-		norm(p+"post_attention_layernorm.weight", H)
-		lin(p+"mlp.gate_proj.weight", I, H)
-		lin(p+"mlp.up_proj.weight", I, H)
-		lin(p+"mlp.down_proj.weight", H, I)
-	}
-	norm("model.norm.weight", H)
-	if s.Untied {
-		gen("lm_head.weight", 0, 0.2, vocab, H)
+		v := make([]float32, p.Len())
+		params.Fill(v, in, s.Seed*0x100000001b3, i)
+		ts[i] = safetensors.WriteTensor{Name: p.HF, Shape: p.Shape, Data: v, DType: s.DType}
 	}
 	return ts
 }
