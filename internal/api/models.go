@@ -16,13 +16,13 @@ import (
 )
 
 func (s *Server) registerModels() {
-	s.openai.HandleFunc("POST /v1/preview/models", s.h(s.createModel))
-	s.openai.HandleFunc("GET /v1/preview/models", s.h(s.listModels))
-	s.openai.HandleFunc("GET /v1/preview/models/{model_id}", s.h(s.getModel))
-	s.openai.HandleFunc("DELETE /v1/preview/models/{model_id}", s.h(s.deleteModel))
-	s.openai.HandleFunc("GET /v1/preview/models/{model_id}/checkpoints", s.h(s.listCheckpoints))
-	s.openai.HandleFunc("DELETE /v1/preview/models/{model_id}/checkpoints", s.h(s.deleteCheckpoints))
-	s.openai.HandleFunc("POST /v1/preview/models/{model_id}/log", s.h(s.logModel))
+	s.openai.Route("POST /v1/preview/models", s.createModel)
+	s.openai.Route("GET /v1/preview/models", s.listModels)
+	s.openai.Route("GET /v1/preview/models/{model_id}", s.getModel)
+	s.openai.Route("DELETE /v1/preview/models/{model_id}", s.deleteModel)
+	s.openai.Route("GET /v1/preview/models/{model_id}/checkpoints", s.listCheckpoints)
+	s.openai.Route("DELETE /v1/preview/models/{model_id}/checkpoints", s.deleteCheckpoints)
+	s.openai.Route("POST /v1/preview/models/{model_id}/log", s.logModel)
 }
 
 func modelJSON(m store.Model) map[string]any {
@@ -290,7 +290,7 @@ func (s *Server) logModel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	data, err := io.ReadAll(r.Body)
+	data, err := httpx.ReadBody(r, nil)
 	if err != nil {
 		return err
 	}

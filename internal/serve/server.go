@@ -115,7 +115,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -557,14 +556,6 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, list)
-}
-
-func readBody(r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		return nil, httpx.AsError(err)
-	}
-	return b, nil
 }
 
 // rawField returns the raw JSON of a top-level field of body.
