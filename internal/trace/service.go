@@ -123,20 +123,6 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 	return s, nil
 }
 
-// Migrate applies the call store's embedded SQL migrations that are not yet
-// recorded in trace_schema_migrations, in db's dialect (PostgreSQL for pgx's
-// database/sql driver, else SQLite). It is safe to call concurrently from
-// several processes: on SQLite each migration runs in a write transaction; on
-// PostgreSQL the whole run holds an advisory lock, so nodes starting
-// together apply each migration once.
-func Migrate(ctx context.Context, db *sql.DB) error {
-	d, err := dialectFor(db, "")
-	if err != nil {
-		return err
-	}
-	return migrate(ctx, db, d)
-}
-
 // migrationLockKey is the PostgreSQL advisory lock held while the call
 // store migrates (an arbitrary constant: "flywheel trace" in ASCII, 8 bytes).
 const migrationLockKey int64 = 0x666c797472616365
