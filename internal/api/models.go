@@ -155,7 +155,7 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 		avail, _ := basemodels.List(s.cfg.ModelsDir)
 		return httpx.Invalid("base_model", "unknown_base_model", "base model %q is not in the models dir (available: %s)", *req.BaseModel, strings.Join(avail, ", "))
 	}
-	lora := s.cfg.DefaultLoRA()
+	lora := defaultLoRA()
 	if req.LoRA != nil {
 		if req.LoRA.Rank != nil {
 			lora.Rank = *req.LoRA.Rank
@@ -176,7 +176,7 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 	h := fnv.New64a()
 	io.WriteString(h, m.ID)
 	created, err := s.ck.Create(ctx, m, func(dir string) error {
-		return s.cfg.NewAdapter(baseDir, m.BaseModel, lora, h.Sum64(), dir)
+		return writeInitialAdapter(baseDir, m.BaseModel, lora, h.Sum64(), dir)
 	})
 	if err != nil {
 		var ae *checkpoints.AdapterError

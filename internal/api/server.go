@@ -74,12 +74,6 @@ type Config struct {
 	// Registry receives the server's metrics; a new registry (with Go and
 	// process collectors) when nil. It is served at /metrics.
 	Registry *prometheus.Registry
-	// NewAdapter writes the untrained step-0 adapter of a new model into
-	// dir. Nil means the engine's (WriteInitialAdapter).
-	NewAdapter func(baseModelDir, baseModel string, lora store.LoRA, seed uint64, dir string) error
-	// DefaultLoRA is the adapter shape used when a create request has no
-	// "lora"; nil means the engine's default.
-	DefaultLoRA func() store.LoRA
 	// DefaultLR returns the RL learning rate used when a job's
 	// experimental_config.learning_rate is null, for a base model; it fills
 	// the job record's experimental_config. Nil means rl.DefaultLearningRate.
@@ -134,12 +128,6 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.NewAdapter == nil {
-		cfg.NewAdapter = WriteInitialAdapter
-	}
-	if cfg.DefaultLoRA == nil {
-		cfg.DefaultLoRA = DefaultLoRA
 	}
 	if cfg.DefaultLR == nil {
 		cfg.DefaultLR = func(string) float64 { return rl.DefaultLearningRate }

@@ -36,6 +36,17 @@ func newFixture(t *testing.T) *fixture {
 
 // writeAdapter stands in for the engine's adapter writer: it makes dir and
 // puts an adapter file in it.
+// completeJob publishes a job's checkpoint as the job queue does:
+// LockLease, then Complete under it.
+func completeJob(ctx context.Context, st store.Jobs, l store.Lease, ck store.Checkpoint, metrics map[string]any) (store.Checkpoint, error) {
+	t, err := st.LockLease(ctx, l)
+	if err != nil {
+		return ck, err
+	}
+	defer t.Rollback()
+	return t.Complete(ctx, ck, metrics)
+}
+
 func writeAdapter(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -127,7 +138,7 @@ func TestPublish(t *testing.T) {
 	m := f.create(t, "m")
 	j := f.claim(t, m)
 	record := func(dir string) error {
-		_, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
+		_, err := completeJob(ctx, f.st, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
 		return err
 	}
 
@@ -189,7 +200,7 @@ func TestDelete(t *testing.T) {
 	work, _ := f.ck.WorkDir(m.ID, j.ID)
 	writeAdapter(work)
 	if err := f.ck.Publish(m.ID, j.ID, 1, nil, func(dir string) error {
-		_, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
+		_, err := completeJob(ctx, f.st, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -270,7 +281,7 @@ func TestPublishedCheckpointsArePrivate(t *testing.T) {
 	os.MkdirAll(filepath.Join(work, "sub"), 0o755)
 	os.WriteFile(filepath.Join(work, "sub", "x"), []byte("x"), 0o644)
 	if err := f.ck.Publish(m.ID, j.ID, 1, nil, func(dir string) error {
-		_, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
+		_, err := completeJob(ctx, f.st, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)
