@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"flywheel/internal/api"
-	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
 )
 
@@ -17,13 +16,13 @@ import (
 var callStoreStub = api.RegistrarFunc(func(rt *httpx.Routes) {
 	rt.Prefix(httpx.CallStore, "/call/")
 	mux, openai := rt.In(httpx.CallStore), rt.In(httpx.OpenAIAPI)
-	mux.HandleFunc("POST /call/read", func(w http.ResponseWriter, r *http.Request) {
-		p, ok := auth.FromContext(r.Context())
-		if !ok {
-			httpx.WriteReason(w, httpx.Errorf(500, "no principal"))
-			return
+	mux.Route("POST /call/read", func(w http.ResponseWriter, r *http.Request) error {
+		p, err := httpx.Principal(r)
+		if err != nil {
+			return err
 		}
 		httpx.WriteJSON(w, 200, map[string]any{"user": p.UserName, "entities": p.Entities})
+		return nil
 	})
 	openai.HandleFunc("GET /v1/boom", func(w http.ResponseWriter, r *http.Request) {
 		panic("secret internal detail")
