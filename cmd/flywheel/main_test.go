@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"flywheel/internal/app"
 	"flywheel/internal/jobs"
 	"flywheel/internal/pgtest"
 	"flywheel/internal/serve"
@@ -24,14 +23,27 @@ import (
 )
 
 // TestMain doubles as the server process of the restart tests: with
-// FLYWHEEL_TEST_CHILD set, the test binary runs "flywheel serve" with a
-// slow stand-in trainer instead of running tests.
+// FLYWHEEL_TEST_CHILD set, the test binary runs "flywheel serve ARGS" with
+// a slow stand-in trainer instead of running tests.
 func TestMain(m *testing.M) {
 	if os.Getenv("FLYWHEEL_TEST_CHILD") == "1" {
-		configure = func(c *app.Config) { c.Trainer = slowTrainer{} }
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+		os.Exit(serveSlowTrainer(os.Args[2:]))
 	}
 	os.Exit(m.Run())
+}
+
+// serveSlowTrainer is serveCmd with slowTrainer as the trainer.
+func serveSlowTrainer(args []string) int {
+	c, err := parseServe(args, os.Stderr)
+	if err == nil {
+		c.app.Trainer = slowTrainer{}
+		err = c.serve(os.Stderr)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "flywheel serve: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 // slowTrainer takes 3 steps of 150 ms per job and writes a checkpoint.

@@ -23,10 +23,6 @@ import (
 	"flywheel/internal/trace"
 )
 
-// configure adjusts the service's configuration before it is built. The
-// restart tests (main_test.go) use it to put in a slow stand-in trainer.
-var configure = func(*app.Config) {}
-
 // serveConfig is what `flywheel serve` runs with: the service's
 // configuration and the CLI's own settings.
 type serveConfig struct {
@@ -136,13 +132,18 @@ func serveCmd(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return c.serve(stderr)
+}
+
+// serve builds the service c describes and serves it until SIGINT or
+// SIGTERM.
+func (c *serveConfig) serve(stderr io.Writer) error {
 	log, err := c.logger(stderr)
 	if err != nil {
 		return err
 	}
 	slog.SetDefault(log)
 	c.app.Logger = log
-	configure(&c.app)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

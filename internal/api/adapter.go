@@ -7,8 +7,9 @@ import (
 	"flywheel/internal/store"
 )
 
-// DefaultLoRA is the engine's default adapter shape.
-func DefaultLoRA() store.LoRA {
+// defaultLoRA is the adapter shape of a model created without "lora": the
+// engine's default.
+func defaultLoRA() store.LoRA {
 	lc := engine.DefaultLoRAConfig()
 	return store.LoRA{Rank: lc.Rank, Alpha: lc.Alpha, TargetModules: lc.TargetModules}
 }
@@ -18,9 +19,9 @@ func validateLoRA(l store.LoRA) error {
 	return engine.LoRAConfig{Rank: l.Rank, Alpha: l.Alpha, TargetModules: l.TargetModules}.Validate()
 }
 
-// WriteInitialAdapter writes the untrained adapter of a new model (step 0:
+// writeInitialAdapter writes the untrained adapter of a new model (step 0:
 // B = 0, so the adapted model equals the base) in PEFT layout into dir.
-func WriteInitialAdapter(baseModelDir, baseModel string, l store.LoRA, seed uint64, dir string) error {
+func writeInitialAdapter(baseModelDir, baseModel string, l store.LoRA, seed uint64, dir string) error {
 	cfg, err := engine.ReadConfig(baseModelDir)
 	if err != nil {
 		return fmt.Errorf("read base model config: %w", err)

@@ -27,9 +27,9 @@ type ChoiceLinker interface {
 // jobs across models, a model's per-gradient-step history, and what trained
 // a checkpoint. Same auth and tenancy as every /v1 route.
 func (s *Server) registerDashboard() {
-	s.openai.HandleFunc("GET /v1/preview/training-jobs", s.h(s.listJobs))
-	s.openai.HandleFunc("GET /v1/preview/models/{model_id}/events", s.h(s.listModelEvents))
-	s.openai.HandleFunc("GET /v1/preview/models/{model_id}/checkpoints/{step}/trajectories", s.h(s.listTrajectories))
+	s.openai.Route("GET /v1/preview/training-jobs", s.listJobs)
+	s.openai.Route("GET /v1/preview/models/{model_id}/events", s.listModelEvents)
+	s.openai.Route("GET /v1/preview/models/{model_id}/checkpoints/{step}/trajectories", s.listTrajectories)
 }
 
 func (s *Server) lists() (store.Lists, error) {

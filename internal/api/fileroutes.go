@@ -16,9 +16,9 @@ import (
 )
 
 func (s *Server) registerFileRoutes() {
-	s.openai.HandleFunc("GET /v1/files", s.h(s.listFiles))
-	s.openai.HandleFunc("GET /v1/files/{file_id}/content", s.h(s.fileContent))
-	s.openai.HandleFunc("DELETE /v1/files/{file_id}", s.h(s.deleteFile))
+	s.openai.Route("GET /v1/files", s.listFiles)
+	s.openai.Route("GET /v1/files/{file_id}/content", s.fileContent)
+	s.openai.Route("DELETE /v1/files/{file_id}", s.deleteFile)
 }
 
 // filePurposes are the purposes OpenAI accepts on upload. Only "fine-tune"

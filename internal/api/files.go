@@ -15,8 +15,8 @@ import (
 )
 
 func (s *Server) registerFiles() {
-	s.openai.HandleFunc("POST /v1/files", s.h(s.uploadFile))
-	s.openai.HandleFunc("GET /v1/files/{file_id}", s.h(s.getFile))
+	s.openai.Route("POST /v1/files", s.uploadFile)
+	s.openai.Route("GET /v1/files/{file_id}", s.getFile)
 	s.registerFileRoutes()
 }
 

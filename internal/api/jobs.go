@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -17,115 +16,11 @@ import (
 )
 
 func (s *Server) registerJobs() {
-	s.openai.HandleFunc("POST /v1/preview/training-jobs", s.h(s.createRLJob))
-	s.openai.HandleFunc("POST /v1/preview/sft-training-jobs", s.h(s.createSFTJob))
-	s.openai.HandleFunc("GET /v1/preview/training-jobs/{job_id}", s.h(s.getJob))
-	s.openai.HandleFunc("GET /v1/preview/training-jobs/{job_id}/events", s.h(s.listEvents))
-	s.openai.HandleFunc("POST /v1/preview/training-jobs/{job_id}/cancel", s.h(s.cancelJob))
-}
-
-// flushEvery is how much of a body readBody accumulates before handing it
-// on (to the request file, and to validation running beside the read).
-const flushEvery = 1 << 20
-
-// readBody reads the whole request body, handing each filled megabyte to
-// sink as it arrives so the body can be written to disk while it is still
-// being read. When Content-Length is known the buffer grows geometrically as
-// bytes arrive up to exactly that size (growBody), so an announced body that
-// never comes costs nothing. The body limit applies through
-// http.MaxBytesReader.
-func readBody(r *http.Request, sink func([]byte)) ([]byte, error) {
-	if r.ContentLength <= 0 {
-		b, err := io.ReadAll(r.Body)
-		if err == nil && sink != nil {
-			sink(b)
-		}
-		return b, err
-	}
-	if sink == nil {
-		sink = func([]byte) {}
-	}
-	buf, off, err := growBody(r.Body, r.ContentLength, sink)
-	if err != nil {
-		return nil, err
-	}
-	if err := fillBody(r.Body, buf, off, func(from, to int) { sink(buf[from:to]) }); err != nil {
-		return nil, err
-	}
-	return buf, nil
-}
-
-// firstBodyBuffer is the buffer a body with a Content-Length starts in.
-const firstBodyBuffer = 64 << 10
-
-// growBody reads the start of a body of the announced size into a buffer
-// that doubles as bytes arrive, until the buffer has the announced size: it
-// returns that buffer and how much of it is filled (at least an eighth).
-// Memory follows what the client sent (8x at most), never what it announced. sink gets every flushEvery bytes as in fillBody.
-func growBody(body io.Reader, size int64, sink func([]byte)) ([]byte, int, error) {
-	buf := make([]byte, min(size, firstBodyBuffer))
-	off, done := 0, 0
-	for {
-		if off == len(buf) {
-			if int64(len(buf)) == size {
-				break
-			}
-			// Double, or take the announced size once an eighth of it
-			// has arrived: at most 8x what arrived is held, and the
-			// copies add up to a quarter of the body.
-			n := 2 * int64(len(buf))
-			if int64(len(buf)) >= size/8 {
-				n = size
-			}
-			next := make([]byte, min(size, n))
-			copy(next, buf[:off])
-			buf = next
-			if int64(len(buf)) == size {
-				break
-			}
-		}
-		n, err := body.Read(buf[off:])
-		off += n
-		if off-done >= flushEvery {
-			sink(buf[done:off])
-			done = off
-		}
-		if int64(off) == size {
-			break
-		}
-		if err == io.EOF {
-			return nil, 0, httpx.Invalid("", "invalid_json", "request body is shorter than its Content-Length")
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-	}
-	if done < off {
-		sink(buf[done:off])
-	}
-	return buf, off, nil
-}
-
-// fillBody reads body into buf[off:], calling flushed(from, to) each time at
-// least flushEvery more bytes have arrived and once at the end, so that
-// buf[:to] is complete when it is called.
-func fillBody(body io.Reader, buf []byte, off int, flushed func(from, to int)) error {
-	done := off
-	for off < len(buf) {
-		n, err := body.Read(buf[off:min(off+flushEvery, len(buf))])
-		off += n
-		if off-done >= flushEvery || off == len(buf) {
-			flushed(done, off)
-			done = off
-		}
-		if err == io.EOF && off < len(buf) {
-			return httpx.Invalid("", "invalid_json", "request body is shorter than its Content-Length")
-		}
-		if err != nil && err != io.EOF {
-			return err
-		}
-	}
-	return nil
+	s.openai.Route("POST /v1/preview/training-jobs", s.createRLJob)
+	s.openai.Route("POST /v1/preview/sft-training-jobs", s.createSFTJob)
+	s.openai.Route("GET /v1/preview/training-jobs/{job_id}", s.getJob)
+	s.openai.Route("GET /v1/preview/training-jobs/{job_id}/events", s.listEvents)
+	s.openai.Route("POST /v1/preview/training-jobs/{job_id}/cancel", s.cancelJob)
 }
 
 // readValidateRL reads an RL training-job body and validates it while it
@@ -136,20 +31,20 @@ func fillBody(body io.Reader, buf []byte, off int, flushed func(from, to int)) e
 // and validated after.
 func readValidateRL(r *http.Request, sink func([]byte)) ([]byte, rl.Summary, error) {
 	if r.ContentLength <= 0 {
-		body, err := readBody(r, sink)
+		body, err := httpx.ReadBody(r, sink)
 		if err != nil {
 			return nil, rl.Summary{}, err
 		}
 		req, err := rl.Validate(body)
 		return body, req, err
 	}
-	// The start arrives into a growing buffer (growBody); validation streams
+	// The start arrives into a growing buffer (httpx.GrowBody); validation streams
 	// over the rest, in the buffer of the announced size.
-	buf, off, err := growBody(r.Body, r.ContentLength, sink)
+	buf, off, err := httpx.GrowBody(r.Body, r.ContentLength, sink)
 	if err != nil {
 		return nil, rl.Summary{}, err
 	}
-	arrived := make(chan int, len(buf)/flushEvery+3) // never blocks the reader
+	arrived := make(chan int, len(buf)/httpx.FlushEvery+3) // never blocks the reader
 	arrived <- off
 	type result struct {
 		req   rl.Summary
@@ -165,7 +60,7 @@ func readValidateRL(r *http.Request, sink func([]byte)) ([]byte, rl.Summary, err
 		}()
 		res.req, res.err = rl.ValidateStream(buf, arrived)
 	}()
-	rerr := fillBody(r.Body, buf, off, func(from, to int) {
+	rerr := httpx.FillBody(r.Body, buf, off, func(from, to int) {
 		sink(buf[from:to])
 		arrived <- to
 	})
@@ -282,7 +177,7 @@ func (s *Server) createSFTJob(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer pending.Discard()
-	body, err := readBody(r, pending.Write)
+	body, err := httpx.ReadBody(r, pending.Write)
 	if err != nil {
 		return err
 	}

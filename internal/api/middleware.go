@@ -21,16 +21,6 @@ import (
 	"flywheel/internal/store"
 )
 
-type ctxKey int
-
-const requestIDKey ctxKey = iota
-
-// RequestID returns the request id of the request being served.
-func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey).(string)
-	return id
-}
-
 // writeError writes err in the envelope of the request's route group
 // (httpx.Group, chosen where the route is registered); OpenAI's when the
 // request did not come through the middleware.
@@ -118,7 +108,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		w.Header().Set("X-Request-Id", id)
 		route, group := s.rt.Lookup(r)
 		info := &reqInfo{group: group}
-		ctx := context.WithValue(r.Context(), requestIDKey, id)
+		ctx := httpx.WithRequestID(r.Context(), id)
 		ctx = context.WithValue(ctx, infoKey{}, info)
 		r = r.WithContext(ctx)
 		sw := &statusWriter{ResponseWriter: w}
@@ -212,7 +202,7 @@ func (s *Server) authenticate(r *http.Request, mode httpx.Auth) (*auth.Principal
 		if errors.Is(err, store.ErrUnauthorized) {
 			return nil, unauthorized("invalid API key")
 		}
-		s.log.Error("authenticate", "request_id", RequestID(r.Context()), "err", err)
+		s.log.Error("authenticate", "request_id", httpx.RequestID(r.Context()), "err", err)
 		return nil, &httpx.Error{Status: http.StatusServiceUnavailable, Message: "authentication is temporarily unavailable", Code: "unavailable"}
 	}
 	return p, nil

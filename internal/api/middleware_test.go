@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"flywheel/internal/api"
-	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
 )
 
@@ -17,13 +16,13 @@ import (
 var callStoreStub = api.RegistrarFunc(func(rt *httpx.Routes) {
 	rt.Prefix(httpx.CallStore, "/call/")
 	mux, openai := rt.In(httpx.CallStore), rt.In(httpx.OpenAIAPI)
-	mux.HandleFunc("POST /call/read", func(w http.ResponseWriter, r *http.Request) {
-		p, ok := auth.FromContext(r.Context())
-		if !ok {
-			httpx.WriteReason(w, httpx.Errorf(500, "no principal"))
-			return
+	mux.Route("POST /call/read", func(w http.ResponseWriter, r *http.Request) error {
+		p, err := httpx.Principal(r)
+		if err != nil {
+			return err
 		}
 		httpx.WriteJSON(w, 200, map[string]any{"user": p.UserName, "entities": p.Entities})
+		return nil
 	})
 	openai.HandleFunc("GET /v1/boom", func(w http.ResponseWriter, r *http.Request) {
 		panic("secret internal detail")
@@ -115,8 +114,11 @@ func TestRequestIDRecoveryAndNotFound(t *testing.T) {
 	e.must(e.do("GET", "/v1/preview/models", e.alice, nil), 200)
 }
 
+// The server has one body limit (Config.MaxBodyBytes), the same for every
+// route group: over it a job request is 413 in the OpenAI envelope and a
+// call-store request 413 in {"reason"}, with or without Content-Length.
 func TestBodyLimit(t *testing.T) {
-	e := newEnv(t, envOpts{maxBody: 1024})
+	e := newEnv(t, envOpts{maxBody: 1024, wandb: true})
 	id := e.createModel("m")
 	big := rlBody(id, 40)
 	r := e.do("POST", "/v1/preview/training-jobs", e.alice, big)
@@ -130,6 +132,21 @@ func TestBodyLimit(t *testing.T) {
 	if r := e.send(req); r.status != 413 {
 		t.Errorf("chunked over the limit: %d %s", r.status, r.raw)
 	}
+	start := map[string]any{"start": map[string]any{"project_id": "alice/p", "op_name": "op", "started_at": "2025-01-01T00:00:00Z",
+		"attributes": map[string]any{}, "inputs": map[string]any{"blob": strings.Repeat("x", 4096)}}}
+	r = e.do("POST", "/call/start", e.alice, start)
+	if reason, _ := r.body["reason"].(string); r.status != 413 || !strings.Contains(reason, "limit of 1024 bytes") {
+		t.Errorf("call store over the limit: %d %s", r.status, r.raw)
+	}
+	req, _ = http.NewRequest("POST", e.url+"/call/start", io.MultiReader(strings.NewReader(mustJSON(start))))
+	req.ContentLength = -1
+	req.Header.Set("Authorization", "Bearer "+e.alice)
+	if r := e.send(req); r.status != 413 || r.body["reason"] == nil {
+		t.Errorf("call store, chunked over the limit: %d %s", r.status, r.raw)
+	}
+	// Under the limit the call store takes it.
+	start["start"].(map[string]any)["inputs"] = map[string]any{}
+	e.must(e.do("POST", "/call/start", e.alice, start), 200)
 }
 
 func TestSystemCheckAndMetrics(t *testing.T) {

@@ -16,13 +16,13 @@ import (
 )
 
 func (s *Server) registerModels() {
-	s.openai.HandleFunc("POST /v1/preview/models", s.h(s.createModel))
-	s.openai.HandleFunc("GET /v1/preview/models", s.h(s.listModels))
-	s.openai.HandleFunc("GET /v1/preview/models/{model_id}", s.h(s.getModel))
-	s.openai.HandleFunc("DELETE /v1/preview/models/{model_id}", s.h(s.deleteModel))
-	s.openai.HandleFunc("GET /v1/preview/models/{model_id}/checkpoints", s.h(s.listCheckpoints))
-	s.openai.HandleFunc("DELETE /v1/preview/models/{model_id}/checkpoints", s.h(s.deleteCheckpoints))
-	s.openai.HandleFunc("POST /v1/preview/models/{model_id}/log", s.h(s.logModel))
+	s.openai.Route("POST /v1/preview/models", s.createModel)
+	s.openai.Route("GET /v1/preview/models", s.listModels)
+	s.openai.Route("GET /v1/preview/models/{model_id}", s.getModel)
+	s.openai.Route("DELETE /v1/preview/models/{model_id}", s.deleteModel)
+	s.openai.Route("GET /v1/preview/models/{model_id}/checkpoints", s.listCheckpoints)
+	s.openai.Route("DELETE /v1/preview/models/{model_id}/checkpoints", s.deleteCheckpoints)
+	s.openai.Route("POST /v1/preview/models/{model_id}/log", s.logModel)
 }
 
 func modelJSON(m store.Model) map[string]any {
@@ -155,7 +155,7 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 		avail, _ := basemodels.List(s.cfg.ModelsDir)
 		return httpx.Invalid("base_model", "unknown_base_model", "base model %q is not in the models dir (available: %s)", *req.BaseModel, strings.Join(avail, ", "))
 	}
-	lora := s.cfg.DefaultLoRA()
+	lora := defaultLoRA()
 	if req.LoRA != nil {
 		if req.LoRA.Rank != nil {
 			lora.Rank = *req.LoRA.Rank
@@ -176,7 +176,7 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 	h := fnv.New64a()
 	io.WriteString(h, m.ID)
 	created, err := s.ck.Create(ctx, m, func(dir string) error {
-		return s.cfg.NewAdapter(baseDir, m.BaseModel, lora, h.Sum64(), dir)
+		return writeInitialAdapter(baseDir, m.BaseModel, lora, h.Sum64(), dir)
 	})
 	if err != nil {
 		var ae *checkpoints.AdapterError
@@ -290,7 +290,7 @@ func (s *Server) logModel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	data, err := io.ReadAll(r.Body)
+	data, err := httpx.ReadBody(r, nil)
 	if err != nil {
 		return err
 	}

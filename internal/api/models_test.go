@@ -144,7 +144,11 @@ func addSteps(t *testing.T, e *env, modelID string, n int) {
 		if _, err := e.st.DB().Exec("UPDATE jobs SET status='RUNNING', attempt=1 WHERE id=?", j.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.st.CompleteJob(context.Background(), store.Lease{JobID: j.ID, Attempt: 1}, store.Checkpoint{ModelID: modelID, Step: step, Dir: dir}, nil); err != nil {
+		lt, err := e.st.LockLease(context.Background(), store.Lease{JobID: j.ID, Attempt: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lt.Complete(context.Background(), store.Checkpoint{ModelID: modelID, Step: step, Dir: dir}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

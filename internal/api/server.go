@@ -32,7 +32,7 @@ import (
 // httpx.Principal returns the caller.
 //
 // A registrar names the group of every route where it mounts it
-// (rt.In(httpx.CallStore).HandleFunc(...)): the group decides the route's
+// (rt.In(httpx.CallStore).Route(...)): the group decides the route's
 // authentication and error envelope. A route mounted without a group is
 // denied (401), and a path no route matches is a 404, so nothing is public
 // unless its registrar says so (httpx.Public).
@@ -71,12 +71,6 @@ type Config struct {
 	// Registry receives the server's metrics; a new registry (with Go and
 	// process collectors) when nil. It is served at /metrics.
 	Registry *prometheus.Registry
-	// NewAdapter writes the untrained step-0 adapter of a new model into
-	// dir. Nil means the engine's (WriteInitialAdapter).
-	NewAdapter func(baseModelDir, baseModel string, lora store.LoRA, seed uint64, dir string) error
-	// DefaultLoRA is the adapter shape used when a create request has no
-	// "lora"; nil means the engine's default.
-	DefaultLoRA func() store.LoRA
 	// AuthCacheTTL is how long a resolved API key is cached; default 5s,
 	// negative disables the cache.
 	AuthCacheTTL time.Duration
@@ -128,12 +122,6 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.NewAdapter == nil {
-		cfg.NewAdapter = WriteInitialAdapter
-	}
-	if cfg.DefaultLoRA == nil {
-		cfg.DefaultLoRA = DefaultLoRA
-	}
 	if cfg.BodyReadTimeout <= 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
@@ -155,7 +143,9 @@ func New(cfg Config, st store.Store, q Queue, extra ...Registrar) *Server {
 		auth: newAuthCache(cfg.AuthCacheTTL), started: time.Now(),
 	}
 	s.rt = httpx.NewRoutes(s.mux)
-	s.public, s.openai = s.rt.In(httpx.Public), s.rt.In(httpx.OpenAIAPI)
+	s.rt.SetLogger(cfg.Logger)
+	s.public = s.rt.In(httpx.Public).MapErrors(storeErrors)
+	s.openai = s.rt.In(httpx.OpenAIAPI).MapErrors(storeErrors)
 	s.metrics = newMetrics(cfg.Registry, st)
 	s.routes()
 	for _, r := range extra {
@@ -214,33 +204,18 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	writeError(w, r, httpx.NotFound("no route for %s %s", r.Method, r.URL.Path))
 }
 
-// handlerFunc is a handler that returns its error; see (*Server).h.
-type handlerFunc func(w http.ResponseWriter, r *http.Request) error
-
-// h adapts a handlerFunc: a returned error is written in the route group's
-// envelope. Store sentinels become 404/409; any other error that is not an
-// *httpx.Error is logged and answered as an opaque 500.
-func (s *Server) h(fn handlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		err := fn(w, r)
-		if err == nil {
-			return
-		}
-		var he *httpx.Error
-		switch {
-		case errors.As(err, &he):
-		case errors.Is(err, store.ErrNotFound):
-			err = httpx.NotFound("not found")
-		case errors.Is(err, store.ErrConflict):
-			err = &httpx.Error{Status: http.StatusConflict, Message: "conflict", Code: "conflict"}
-		case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-			return // the client went away
-		default:
-			var mbe *http.MaxBytesError
-			if !errors.As(err, &mbe) {
-				s.log.Error("request failed", "request_id", RequestID(r.Context()), "route", r.Pattern, "err", err)
-			}
-		}
-		writeError(w, r, err)
+// storeErrors is this package's domain-to-HTTP error mapping (the
+// handler adapter, httpx.GroupMux.Route, applies it): the store's
+// sentinels become 404 and 409.
+func storeErrors(err error) error {
+	var he *httpx.Error
+	switch {
+	case errors.As(err, &he):
+		return he
+	case errors.Is(err, store.ErrNotFound):
+		return httpx.NotFound("not found")
+	case errors.Is(err, store.ErrConflict):
+		return &httpx.Error{Status: http.StatusConflict, Message: "conflict", Code: "conflict"}
 	}
+	return err
 }

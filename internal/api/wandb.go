@@ -447,6 +447,6 @@ func (s *Server) handleFileStream(w http.ResponseWriter, r *http.Request) error 
 
 func (s *Server) registerWandB() {
 	// Public: the path holds the upload's one-use secret token.
-	s.public.HandleFunc("PUT /wandb/uploads/{token}", s.h(s.handleArtifactUpload))
-	s.rt.In(httpx.WandB).HandleFunc("POST /files/{entity}/{project}/{run}/file_stream", s.h(s.handleFileStream))
+	s.public.Route("PUT /wandb/uploads/{token}", s.handleArtifactUpload)
+	s.rt.In(httpx.WandB).MapErrors(storeErrors).Route("POST /files/{entity}/{project}/{run}/file_stream", s.handleFileStream)
 }

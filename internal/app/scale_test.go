@@ -66,7 +66,11 @@ func seedScale(tb testing.TB, dir string, steps, calls int) scale {
 			tb.Fatal(err)
 		}
 		reward := float64(i) / float64(steps)
-		if _, err := st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ID: store.NewID(), ModelID: m.ID, Step: i + 1, Dir: dir + "/none",
+		lt, err := st.LockLease(ctx, j.Lease())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := lt.Complete(ctx, store.Checkpoint{ID: store.NewID(), ModelID: m.ID, Step: i + 1, Dir: dir + "/none",
 			Metrics: map[string]float64{"reward": reward, "loss": loss}}, map[string]any{"reward": reward}); err != nil {
 			tb.Fatal(err)
 		}

@@ -36,6 +36,17 @@ func newFixture(t *testing.T) *fixture {
 
 // writeAdapter stands in for the engine's adapter writer: it makes dir and
 // puts an adapter file in it.
+// completeJob publishes a job's checkpoint as the job queue does:
+// LockLease, then Complete under it.
+func completeJob(ctx context.Context, st store.Jobs, l store.Lease, ck store.Checkpoint, metrics map[string]any) (store.Checkpoint, error) {
+	t, err := st.LockLease(ctx, l)
+	if err != nil {
+		return ck, err
+	}
+	defer t.Rollback()
+	return t.Complete(ctx, ck, metrics)
+}
+
 func writeAdapter(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -127,7 +138,7 @@ func TestPublish(t *testing.T) {
 	m := f.create(t, "m")
 	j := f.claim(t, m)
 	record := func(dir string) error {
-		_, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
+		_, err := completeJob(ctx, f.st, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil)
 		return err
 	}
 
@@ -186,7 +197,7 @@ func TestDelete(t *testing.T) {
 	writeAdapter(work)
 	if dir, err := f.ck.Publish(m.ID, j.ID, 1); err != nil {
 		t.Fatal(err)
-	} else if _, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil); err != nil {
+	} else if _, err := completeJob(ctx, f.st, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -266,7 +277,7 @@ func TestPublishedCheckpointsArePrivate(t *testing.T) {
 	os.WriteFile(filepath.Join(work, "sub", "x"), []byte("x"), 0o644)
 	if dir, err := f.ck.Publish(m.ID, j.ID, 1); err != nil {
 		t.Fatal(err)
-	} else if _, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil); err != nil {
+	} else if _, err := completeJob(ctx, f.st, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, root := range []string{filepath.Join(f.layout.DataDir, "checkpoints"), f.layout.ModelDir(m.ID)} {

@@ -359,7 +359,12 @@ func TestDivergingJobFailsWithoutACheckpoint(t *testing.T) {
 	l := startLive(t)
 	id := l.createModel("d")
 	body, _ := json.Marshal(rlJob(id, 1e30))
-	j, err := l.a.Queue.Submit(t.Context(), store.Job{ModelID: id, Kind: store.KindRL}, body)
+	p, err := l.a.Queue.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Write(body)
+	j, err := p.Submit(t.Context(), store.Job{ModelID: id, Kind: store.KindRL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,9 @@ import (
 // (code "invalid_type"); a body over the server's limit is a 413. Unknown
 // fields are ignored, as the wire contract requires.
 func DecodeJSON(r *http.Request, v any) error {
-	data, err := io.ReadAll(r.Body)
+	data, err := ReadBody(r, nil)
 	if err != nil {
-		return AsError(err)
+		return err
 	}
 	return UnmarshalJSON(data, v)
 }

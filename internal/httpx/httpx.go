@@ -1,7 +1,11 @@
-// Package httpx holds the small HTTP helpers every handler group shares:
-// JSON responses, the two error envelopes of the wire contract (OpenAI's under
-// /v1, {"reason"} under the call store), and strict JSON decoding whose errors
-// name the JSON path of the offending field.
+// Package httpx holds what every handler group shares: the route groups
+// (Routes, Group: each route's authentication and error envelope, declared
+// where it is mounted), the one handler adapter (GroupMux.Route: a handler
+// returns its error, the adapter answers it in the group's envelope), the
+// one way to get the caller (Principal), the one body reader (ReadBody),
+// JSON responses, the two error envelopes of the wire contract (OpenAI's
+// under /v1, {"reason"} under the call store), and strict JSON decoding
+// whose errors name the JSON path of the offending field.
 package httpx
 
 import (

@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -76,6 +77,7 @@ func (g Group) WriteError(w http.ResponseWriter, err error) {
 // paths no pattern matches) is declared the same way.
 type Routes struct {
 	mux      *http.ServeMux
+	log      *slog.Logger // where the handler adapter logs failed requests
 	mu       sync.RWMutex
 	groups   map[string]Group // by pattern
 	prefixes map[string]Group // by path prefix ending in "/"
@@ -84,6 +86,23 @@ type Routes struct {
 // NewRoutes wraps mux.
 func NewRoutes(mux *http.ServeMux) *Routes {
 	return &Routes{mux: mux, groups: map[string]Group{}, prefixes: map[string]Group{}}
+}
+
+// SetLogger sets where the handler adapter (GroupMux.Route) logs the
+// requests that failed with a 5xx; slog.Default() until set.
+func (rt *Routes) SetLogger(l *slog.Logger) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.log = l
+}
+
+func (rt *Routes) logger() *slog.Logger {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	if rt.log == nil {
+		return slog.Default()
+	}
+	return rt.log
 }
 
 // Mux returns the underlying mux (to serve it).
@@ -138,8 +157,24 @@ func (rt *Routes) Lookup(r *http.Request) (string, Group) {
 
 // GroupMux mounts routes in one group.
 type GroupMux struct {
-	rt *Routes
-	g  Group
+	rt     *Routes
+	g      Group
+	mapErr func(error) error // a package's domain errors to *Error; nil: none
+}
+
+// MapErrors returns a mux of the same group whose Route handlers pass a
+// returned error through mapErr before it is answered: where a package
+// turns its domain errors (a store's not-found) into *Error once, instead
+// of in every handler. Errors mapErr leaves alone are answered as AsError
+// says.
+func (m *GroupMux) MapErrors(mapErr func(error) error) *GroupMux {
+	return &GroupMux{rt: m.rt, g: m.g, mapErr: mapErr}
+}
+
+// Route mounts fn at pattern in the group through the handler adapter: an
+// error fn returns is answered in the group's envelope (see HandlerFunc).
+func (m *GroupMux) Route(pattern string, fn HandlerFunc) {
+	m.Handle(pattern, m.adapt(fn))
 }
 
 // Handle mounts h at pattern in the group.

@@ -25,13 +25,6 @@ var (
 	ErrClosed = errors.New("infer: scheduler closed")
 )
 
-// Sampler draws the next token of one choice from its logits: the token,
-// its logprob under the distribution it was drawn from and the requested
-// most likely alternatives. *engine.Sampler implements it.
-type Sampler interface {
-	Sample(logits []float32) (id int, logprob float32, top []engine.TokenLogprob)
-}
-
 // Constraint restricts the tokens one choice may generate (e.g. to a
 // grammar). A constraint belongs to one choice; the constraints of
 // different choices are called concurrently.
@@ -72,9 +65,6 @@ type Request struct {
 	PromptLogits func(pos int, row []float32)
 	// NewConstraint makes each choice's constraint; nil: unconstrained.
 	NewConstraint func() Constraint
-	// NewSampler makes each choice's sampler from its Sampling entry; nil:
-	// engine.NewSampler.
-	NewSampler func(engine.SamplingParams) Sampler
 	// CacheScope keeps the prefix cache's blocks apart: a request reuses
 	// only blocks that requests of the same scope computed (the server sets
 	// the caller's user, so whether a prompt hits the cache, and how fast

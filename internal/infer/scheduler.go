@@ -174,9 +174,6 @@ func (s *Scheduler) Submit(ctx context.Context, r Request) (*Generation, error) 
 	case slices.Contains(r.Stop, ""):
 		return nil, errors.New("infer: empty stop string")
 	}
-	if r.NewSampler == nil {
-		r.NewSampler = func(p engine.SamplingParams) Sampler { return engine.NewSampler(p) }
-	}
 	g := newGeneration(ctx, r)
 	s.mu.Lock()
 	if s.closed {
@@ -245,7 +242,7 @@ type seqState struct {
 	out     *choiceOut
 	seq     *engine.Seq // nil for a clone until its leader's prompt is prefilled
 	clones  []*seqState // choices waiting for this leader's prefill
-	sampler Sampler
+	sampler *engine.Sampler
 	cons    Constraint    // nil: unconstrained
 	pen     *penaltyState // nil: no penalties or bias
 	pending []int         // prompt tokens not yet fed
@@ -355,7 +352,7 @@ func (s *Scheduler) admit() {
 			st := &seqState{
 				gen:     g,
 				out:     o,
-				sampler: g.req.NewSampler(g.req.Sampling[i]),
+				sampler: engine.NewSampler(g.req.Sampling[i]),
 				text:    textOutput{dec: s.tok.NewStreamDecoder(), stop: g.req.Stop},
 			}
 			if g.req.NewConstraint != nil {

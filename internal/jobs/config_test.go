@@ -59,17 +59,17 @@ func TestTrainerRunsTheRecordedConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cur, err := q.Submit(ctx, store.Job{ModelID: m, Kind: store.KindRL, ExperimentalConfig: resolved.ExperimentalConfig},
+		cur, err := submitBody(ctx, q, store.Job{ModelID: m, Kind: store.KindRL, ExperimentalConfig: resolved.ExperimentalConfig},
 			[]byte(`{"model_id": "`+m+`", "experimental_config": {"learning_rate": 0.5}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		oldRL, err := q.Submit(ctx, store.Job{ModelID: m, Kind: store.KindRL, ExperimentalConfig: json.RawMessage(`{}`)},
+		oldRL, err := submitBody(ctx, q, store.Job{ModelID: m, Kind: store.KindRL, ExperimentalConfig: json.RawMessage(`{}`)},
 			[]byte(`{"model_id": "`+m+`", "experimental_config": {"ppo": true}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		oldSFT, err := q.Submit(ctx, store.Job{ModelID: m, Kind: store.KindSFT, FileID: "file-1",
+		oldSFT, err := submitBody(ctx, q, store.Job{ModelID: m, Kind: store.KindSFT, FileID: "file-1",
 			Config:             json.RawMessage(`{"assistant_turns":"last","batch_size":"auto","epochs":2,"learning_rate":null}`),
 			ExperimentalConfig: json.RawMessage(`{"seed":5}`)},
 			[]byte(`{"model_id": "`+m+`", "training_data_url": "file-1", "config": {"epochs": 2, "assistant_turns": "last"}, "experimental_config": {"seed": 5}}`))
@@ -120,4 +120,14 @@ func equalJSON(t *testing.T, a, b json.RawMessage) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
+}
+
+// submitBody queues j with body as its stored request, as the API does.
+func submitBody(ctx context.Context, q *jobs.Queue, j store.Job, body []byte) (store.Job, error) {
+	p, err := q.Prepare()
+	if err != nil {
+		return j, err
+	}
+	p.Write(body)
+	return p.Submit(ctx, j)
 }

@@ -266,19 +266,6 @@ func (q *Queue) Notify() {
 	}
 }
 
-// Submit stores a validated request body and queues the job. j needs
-// ModelID, Kind, the config rl.ResolveJob resolved (ExperimentalConfig,
-// and Config for SFT: stored as given, and run as stored), and for SFT
-// FileID.
-func (q *Queue) Submit(ctx context.Context, j store.Job, body []byte) (store.Job, error) {
-	p, err := q.Prepare()
-	if err != nil {
-		return j, err
-	}
-	p.Write(body)
-	return p.Submit(ctx, j)
-}
-
 // Pending is a job whose request body is being written to disk while the
 // HTTP layer still reads and validates it, so that large payloads are not
 // read, checked and written one after the other. Call Submit or Discard.
@@ -341,8 +328,9 @@ func (p *Pending) Discard() {
 	}
 }
 
-// Submit waits for the request file, publishes it, and queues the job (see
-// Queue.Submit for the fields of j). The file is not flushed to disk: like
+// Submit waits for the request file, publishes it, and queues the job. j
+// needs ModelID, Kind, and for SFT FileID; ExperimentalConfig and Config
+// are stored as given. The file is not flushed to disk: like
 // the job's row (the database runs with synchronous=NORMAL) it survives a
 // crash of the process, not necessarily a power loss.
 func (p *Pending) Submit(ctx context.Context, j store.Job) (store.Job, error) {

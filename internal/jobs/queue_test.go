@@ -127,7 +127,12 @@ func (f *fixture) queue(tr jobs.Trainer, workers int) *jobs.Queue {
 
 func submit(t *testing.T, q *jobs.Queue, modelID string) string {
 	t.Helper()
-	j, err := q.Submit(context.Background(), store.Job{ModelID: modelID, Kind: store.KindRL}, []byte(`{"model_id": "`+modelID+`"}`))
+	p, err := q.Prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Write([]byte(`{"model_id": "` + modelID + `"}`))
+	j, err := p.Submit(context.Background(), store.Job{ModelID: modelID, Kind: store.KindRL})
 	if err != nil {
 		t.Fatal(err)
 	}

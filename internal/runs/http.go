@@ -2,7 +2,6 @@ package runs
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -15,20 +14,15 @@ import (
 // match a suffix inside a segment ("{run_id}:close"), so the handlers split
 // the ":verb" off the last segment themselves.
 func (s *Service) Register(rt *httpx.Routes) {
-	mux := rt.In(httpx.OpenAIAPI)
-	mux.Handle("POST /v1/training/runs:resolve", answer(s.resolve))
-	mux.Handle("GET /v1/training/runs/{run}", answer(s.getRun))
-	mux.Handle("POST /v1/training/runs/{run}", answer(s.runVerb))
-	mux.Handle("POST /v1/training/runs/{run}/{kind}", answer(s.command))
-	mux.Handle("GET /v1/training/runs/{run}/operations/{op}", answer(s.getOperation))
-	mux.Handle("POST /v1/training/runs/{run}/operations/{op}", answer(s.operationVerb))
-	mux.Handle("GET /v1/training/runs/{run}/operations/{op}/result", answer(s.result))
-	mux.Handle("POST /v1/training/runs/{run}/operations/{op}/{verb}", answer(s.resultVerb))
-}
-
-// body reads a request body, at most MaxBodyBytes (413 beyond).
-func (s *Service) body(r *http.Request) ([]byte, error) {
-	return io.ReadAll(http.MaxBytesReader(nil, r.Body, s.cfg.MaxBodyBytes))
+	mux := rt.In(httpx.OpenAIAPI).MapErrors(errorFor)
+	mux.Route("POST /v1/training/runs:resolve", s.resolve)
+	mux.Route("GET /v1/training/runs/{run}", s.getRun)
+	mux.Route("POST /v1/training/runs/{run}", s.runVerb)
+	mux.Route("POST /v1/training/runs/{run}/{kind}", s.command)
+	mux.Route("GET /v1/training/runs/{run}/operations/{op}", s.getOperation)
+	mux.Route("POST /v1/training/runs/{run}/operations/{op}", s.operationVerb)
+	mux.Route("GET /v1/training/runs/{run}/operations/{op}/result", s.result)
+	mux.Route("POST /v1/training/runs/{run}/operations/{op}/{verb}", s.resultVerb)
 }
 
 // runView is a run on the wire.
@@ -99,110 +93,96 @@ func viewOp(o store.TrainingOperation) opView {
 	return v
 }
 
-// answer adapts a handler that returns its answer (written as JSON, 200)
-// or an error (the OpenAI envelope).
-func answer(f func(r *http.Request) (any, error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		v, err := f(r)
-		if err != nil {
-			httpx.WriteOpenAIError(w, err)
-			return
-		}
-		if raw, ok := v.(json.RawMessage); ok {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(raw)
-			return
-		}
-		httpx.WriteJSON(w, http.StatusOK, v)
-	}
-}
-
 func noRoute(r *http.Request) error {
 	return httpx.NotFound("no route %s %s", r.Method, r.URL.Path)
 }
 
-func (s *Service) resolve(r *http.Request) (any, error) {
+func (s *Service) resolve(w http.ResponseWriter, r *http.Request) error {
 	caller, perr := httpx.Principal(r)
 	if perr != nil {
-		return nil, perr
+		return perr
 	}
-	body, err := s.body(r)
+	body, err := httpx.ReadBody(r, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	run, err := s.Resolve(r.Context(), caller, body)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return viewRun(run), nil
+	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
+	return nil
 }
 
-func (s *Service) getRun(r *http.Request) (any, error) {
+func (s *Service) getRun(w http.ResponseWriter, r *http.Request) error {
 	caller, perr := httpx.Principal(r)
 	if perr != nil {
-		return nil, perr
+		return perr
 	}
 	id := r.PathValue("run")
 	if strings.Contains(id, ":") {
-		return nil, noRoute(r)
+		return noRoute(r)
 	}
 	run, err := s.runOf(r.Context(), caller, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return viewRun(run), nil
+	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
+	return nil
 }
 
 // runVerb is POST /v1/training/runs/{run_id}:close {request_id}.
-func (s *Service) runVerb(r *http.Request) (any, error) {
+func (s *Service) runVerb(w http.ResponseWriter, r *http.Request) error {
 	caller, perr := httpx.Principal(r)
 	if perr != nil {
-		return nil, perr
+		return perr
 	}
 	id, verb, _ := strings.Cut(r.PathValue("run"), ":")
 	if verb != "close" {
-		return nil, noRoute(r)
+		return noRoute(r)
 	}
 	run, err := s.runOf(r.Context(), caller, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	body, err := s.body(r)
+	body, err := httpx.ReadBody(r, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
 		var req RequestIDOnly
 		if err := httpx.UnmarshalJSON(body, &req); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if run, err = s.cfg.Store.CloseRun(r.Context(), run.ID); err != nil {
-		return nil, errorFor(err)
+		return err
 	}
-	return viewRun(run), nil
+	httpx.WriteJSON(w, http.StatusOK, viewRun(run))
+	return nil
 }
 
-func (s *Service) command(r *http.Request) (any, error) {
+func (s *Service) command(w http.ResponseWriter, r *http.Request) error {
 	caller, perr := httpx.Principal(r)
 	if perr != nil {
-		return nil, perr
+		return perr
 	}
 	kind := r.PathValue("kind")
 	switch kind {
 	case KindForward, KindForwardBackward, KindOptimStep, KindSaveState, KindLoadState, KindSaveSampler:
 	default:
-		return nil, httpx.NotFound("unknown training-run command %q", kind)
+		return httpx.NotFound("unknown training-run command %q", kind)
 	}
-	body, err := s.body(r)
+	body, err := httpx.ReadBody(r, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	op, err := s.Submit(r.Context(), caller, r.PathValue("run"), kind, body)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return viewOp(op), nil
+	httpx.WriteJSON(w, http.StatusOK, viewOp(op))
+	return nil
 }
 
 // operation loads an operation of a run the caller may see.
@@ -217,71 +197,76 @@ func (s *Service) operation(r *http.Request, opID string) (store.TrainingOperati
 	}
 	op, err := s.cfg.Store.TrainingOperationByID(r.Context(), run.ID, opID)
 	if err != nil {
-		return op, errorFor(err)
+		return op, err
 	}
 	return op, nil
 }
 
-func (s *Service) getOperation(r *http.Request) (any, error) {
+func (s *Service) getOperation(w http.ResponseWriter, r *http.Request) error {
 	op, err := s.operation(r, r.PathValue("op"))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return viewOp(op), nil
+	httpx.WriteJSON(w, http.StatusOK, viewOp(op))
+	return nil
 }
 
 // operationVerb is POST …/operations/{op}:cancel.
-func (s *Service) operationVerb(r *http.Request) (any, error) {
+func (s *Service) operationVerb(w http.ResponseWriter, r *http.Request) error {
 	id, verb, _ := strings.Cut(r.PathValue("op"), ":")
 	if verb != "cancel" {
-		return nil, noRoute(r)
+		return noRoute(r)
 	}
 	op, err := s.operation(r, id)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if op, err = s.cfg.Store.CancelOperation(r.Context(), op.RunID, op.ID); err != nil {
-		return nil, errorFor(err)
+		return err
 	}
-	return viewOp(op), nil
+	httpx.WriteJSON(w, http.StatusOK, viewOp(op))
+	return nil
 }
 
-func (s *Service) result(r *http.Request) (any, error) {
+func (s *Service) result(w http.ResponseWriter, r *http.Request) error {
 	op, err := s.operation(r, r.PathValue("op"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	switch {
 	case op.ResultReleased:
-		return nil, &httpx.Error{Status: http.StatusGone, Code: "result_released", Message: "the operation's result was released"}
+		return &httpx.Error{Status: http.StatusGone, Code: "result_released", Message: "the operation's result was released"}
 	case op.Status != store.OpSucceeded || op.Result == nil:
-		return nil, &httpx.Error{Status: http.StatusConflict, Code: "no_result", Message: "the operation is " + op.Status + " and has no result"}
+		return &httpx.Error{Status: http.StatusConflict, Code: "no_result", Message: "the operation is " + op.Status + " and has no result"}
 	}
-	return op.Result, nil
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(op.Result) // stored as the JSON it is answered as
+	return nil
 }
 
 // resultVerb is POST …/operations/{op}/result:release {request_id}.
-func (s *Service) resultVerb(r *http.Request) (any, error) {
+func (s *Service) resultVerb(w http.ResponseWriter, r *http.Request) error {
 	if r.PathValue("verb") != "result:release" {
-		return nil, noRoute(r)
+		return noRoute(r)
 	}
-	body, err := s.body(r)
+	body, err := httpx.ReadBody(r, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var req RequestIDOnly
 	if err := httpx.UnmarshalJSON(body, &req); err != nil {
-		return nil, err
+		return err
 	}
 	if err := checkIdentifier("request_id", req.RequestID); err != nil {
-		return nil, err
+		return err
 	}
 	op, err := s.operation(r, r.PathValue("op"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := s.cfg.Store.ReleaseResult(r.Context(), op.RunID, op.ID); err != nil {
-		return nil, errorFor(err)
+		return err
 	}
-	return map[string]any{"operation_id": op.ID, "request_id": req.RequestID, "released": true}, nil
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"operation_id": op.ID, "request_id": req.RequestID, "released": true})
+	return nil
 }

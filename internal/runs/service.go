@@ -62,9 +62,7 @@ type Config struct {
 	Shared bool
 	// LeaseTTL is how long a run's lease outlives its last renewal (30 s).
 	LeaseTTL time.Duration
-	// MaxBodyBytes bounds a command's body (64 MiB).
-	MaxBodyBytes int64
-	Logger       *slog.Logger
+	Logger   *slog.Logger
 }
 
 // Service serves the routes and executes the operations.
@@ -113,9 +111,6 @@ func New(cfg Config) *Service {
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 30 * time.Second
 	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 64 << 20
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -129,7 +124,9 @@ func fingerprint(body []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// errorFor maps store errors to the wire.
+// errorFor maps store errors to the wire: this package's domain-to-HTTP
+// mapping, applied by the handler adapter to every route's error
+// (httpx.GroupMux.MapErrors).
 func errorFor(err error) error {
 	var se *store.SequenceError
 	switch {

@@ -241,9 +241,6 @@ func openWith(path string, parse func(string, []byte) (*File, error)) (*File, er
 	return sf, nil
 }
 
-// Parse reads a safetensors file already in memory (no mapping).
-func Parse(data []byte) (*File, error) { return parse("<memory>", data) }
-
 func parse(path string, data []byte) (*File, error) {
 	if len(data) < 8 {
 		return nil, fmt.Errorf("safetensors: %s: file too short", path)

@@ -182,7 +182,6 @@ func (s *Server) inferRequest(ctx context.Context, p *auth.Principal, pl *sample
 		StopIDs:    pl.stopIDs,
 		IgnoreEOS:  pl.ignoreEOS,
 		Penalties:  pl.penalties,
-		NewSampler: s.newSampler,
 		CacheScope: p.UserID, // a user's requests share cached prefixes; tenants never do
 		Tenant:     tenantOf(p),
 	}

@@ -115,7 +115,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -282,9 +281,6 @@ type Server struct {
 	baseIDs   map[string]bool
 	baseAt    time.Time
 	baseOrder []string
-
-	// newSampler makes each choice's sampler (tests replace it).
-	newSampler func(engine.SamplingParams) infer.Sampler
 }
 
 // New returns a server over the models of reg. resolver (trained models)
@@ -293,11 +289,10 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 	opts.defaults()
 	return &Server{
 		reg: reg, resolver: resolver, recorder: recorder, opts: opts, log: opts.Logger,
-		adapters:   infer.NewAdapterCache(opts.AdapterCacheSize),
-		prefix:     infer.NewPrefixCache(int64(opts.PrefixCacheMB) << 20),
-		models:     map[string]*lmodel{},
-		newSampler: newEngineSampler,
-		inflight:   &keyLimiter{max: opts.MaxInflightPerKey},
+		adapters: infer.NewAdapterCache(opts.AdapterCacheSize),
+		prefix:   infer.NewPrefixCache(int64(opts.PrefixCacheMB) << 20),
+		models:   map[string]*lmodel{},
+		inflight: &keyLimiter{max: opts.MaxInflightPerKey},
 	}
 }
 
@@ -343,9 +338,6 @@ func (s *Server) Stats(baseModel string) Stats {
 	}
 	return m.sched.Stats()
 }
-
-// newEngineSampler is the sampler of a choice: engine.Sampler.
-func newEngineSampler(p engine.SamplingParams) infer.Sampler { return engine.NewSampler(p) }
 
 // model returns the loaded base model with its scheduler.
 func (s *Server) model(id string) (*lmodel, error) {
@@ -557,14 +549,6 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, list)
-}
-
-func readBody(r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		return nil, httpx.AsError(err)
-	}
-	return b, nil
 }
 
 // rawField returns the raw JSON of a top-level field of body.

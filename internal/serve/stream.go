@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"time"
 
@@ -71,9 +70,9 @@ func readRequest(w http.ResponseWriter, r *http.Request, v any) (*auth.Principal
 		writeErr(w, err)
 		return nil, nil, false
 	}
-	body, err := io.ReadAll(r.Body)
+	body, err := httpx.ReadBody(r, nil)
 	if err != nil {
-		writeErr(w, httpx.AsError(err))
+		writeErr(w, err)
 		return nil, nil, false
 	}
 	if err := httpx.UnmarshalJSON(body, v); err != nil {

@@ -17,7 +17,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req TokenizeRequest
-	body, err := readBody(r)
+	body, err := httpx.ReadBody(r, nil)
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -84,7 +84,7 @@ func benchClaims(b *testing.B, nodes []store.Database) {
 						continue
 					}
 					claimed.Add(1)
-					if _, err := node.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: j.ModelID, Step: *j.FromStep + 1, Dir: "/d"}, nil); err != nil {
+					if _, err := completeJob(ctx, node, j.Lease(), store.Checkpoint{ModelID: j.ModelID, Step: *j.FromStep + 1, Dir: "/d"}, nil); err != nil {
 						errc <- err
 						return
 					}

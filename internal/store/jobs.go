@@ -369,16 +369,6 @@ func (t *LeaseTx) Rollback() {
 	}
 }
 
-// CompleteJob records the job's checkpoint and ends it COMPLETED.
-func (s *sqlDB) CompleteJob(ctx context.Context, l Lease, ck Checkpoint, metrics map[string]any) (Checkpoint, error) {
-	t, err := s.LockLease(ctx, l)
-	if err != nil {
-		return ck, err
-	}
-	defer t.Rollback()
-	return t.Complete(ctx, ck, metrics)
-}
-
 // FinishJob ends a QUEUED or RUNNING job FAILED or CANCELLED.
 func (s *sqlDB) FinishJob(ctx context.Context, id string, status JobStatus, message string) error {
 	if status != StatusFailed && status != StatusCancelled {

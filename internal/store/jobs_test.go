@@ -87,7 +87,7 @@ func testLeaseExpiryAndFencing(t *testing.T, open opener) {
 	if err := st.RenewLease(ctx, lost, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("renew a lost lease: %v", err)
 	}
-	if _, err := st.CompleteJob(ctx, lost, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/a/1"}, nil); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := completeJob(ctx, st, lost, store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/a/1"}, nil); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("complete with a lost lease: %v", err)
 	}
 	if err := st.FailJob(ctx, lost, "x"); !errors.Is(err, store.ErrLeaseLost) {
@@ -99,7 +99,7 @@ func testLeaseExpiryAndFencing(t *testing.T, open opener) {
 	if _, err := st.AppendEvent(ctx, b.Lease(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.CompleteJob(ctx, b.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/b/1"}, nil); err != nil {
+	if _, err := completeJob(ctx, st, b.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/b/1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	cks, _, _ := st.ListCheckpoints(ctx, m.ID, store.Page{Limit: -1})
@@ -227,7 +227,7 @@ func testConcurrentClaims[S store.Database](t *testing.T, nodes []S) {
 					mu.Lock()
 					delete(running, j.ModelID)
 					mu.Unlock()
-					if _, err := st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: j.ModelID, Step: *j.FromStep + 1, Dir: "/d"}, nil); err != nil {
+					if _, err := completeJob(ctx, st, j.Lease(), store.Checkpoint{ModelID: j.ModelID, Step: *j.FromStep + 1, Dir: "/d"}, nil); err != nil {
 						errc <- err
 						return
 					}

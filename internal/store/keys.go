@@ -60,15 +60,6 @@ func hashKey(key string) []byte {
 	return h[:]
 }
 
-// CountUsers returns the number of users.
-func (s *sqlDB) CountUsers(ctx context.Context) (int, error) {
-	var n int
-	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM users").Scan(&n); err != nil {
-		return 0, fmt.Errorf("count users: %w", err)
-	}
-	return n, nil
-}
-
 func validName(name string) error {
 	if name == "" {
 		return errors.New("name is empty")

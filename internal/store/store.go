@@ -214,8 +214,6 @@ type QueueStats struct {
 
 // Keys manages users, entities, memberships and API keys.
 type Keys interface {
-	// CountUsers returns how many users exist.
-	CountUsers(ctx context.Context) (int, error)
 	// EnsureUser creates the user and its personal entity (same name) if
 	// missing and returns the user.
 	EnsureUser(ctx context.Context, name string) (User, error)
@@ -330,8 +328,6 @@ type Jobs interface {
 	// checkpoint happens under it, so no other node can claim the job again
 	// meanwhile.
 	LockLease(ctx context.Context, l Lease) (*LeaseTx, error)
-	// CompleteJob is LockLease followed by Complete.
-	CompleteJob(ctx context.Context, l Lease, ck Checkpoint, metrics map[string]any) (Checkpoint, error)
 	// FinishJob ends a QUEUED or RUNNING job with status FAILED or
 	// CANCELLED and appends training_failed carrying message, in one
 	// transaction, whoever runs it (a user's cancel). A job already ended

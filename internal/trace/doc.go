@@ -16,10 +16,13 @@
 // New applies the package's own migrations (embedded SQL files per dialect,
 // recorded in trace_schema_migrations) to the shared database, SQLite or
 // PostgreSQL (Options.Dialect; see dialect.go and docs/call-store.md); its tables are
-// trace_projects, trace_calls, trace_prices, trace_objects and trace_files. Handlers take the caller from
-// auth.FromContext (401 without one); a project of an entity the caller is not
-// a member of is 403; projects are created on the first write. Errors are
-// {"reason": "..."} with 400, 401, 403, 413 or 500 (never Go internals).
+// trace_projects, trace_calls, trace_prices, trace_objects and trace_files. Routes are
+// mounted in the httpx.CallStore group through httpx's handler adapter;
+// handlers take the caller from httpx.Principal (401 without one) and the
+// body from httpx.ReadBody, under the server's one body limit (413 above
+// it); a project of an entity the caller is not a member of is 403;
+// projects are created on the first write. Errors are {"reason": "..."}
+// with 400, 401, 403, 413 or 500 (never Go internals).
 //
 // # Storage
 //

@@ -26,19 +26,18 @@ const maxFormFieldBytes = 4 << 10
 // fields project_id and file (its filename is not kept: the content is what
 // is addressed). The form is read part by part; the file is bounded by
 // Options.MaxFileBytes (413 naming the field).
-func (s *Service) handleFileCreate(w http.ResponseWriter, r *http.Request) {
+func (s *Service) handleFileCreate(w http.ResponseWriter, r *http.Request) error {
 	p, err := httpx.Principal(r)
 	if err != nil {
-		httpx.WriteReason(w, err)
-		return
+		return err
 	}
 	digest, err := s.fileCreate(w, r, p)
 	if err != nil {
-		s.writeErr(w, r, err)
-		return
+		return err
 	}
 	buf := append([]byte(`{"digest": `), appendPyString(nil, digest)...)
 	writeRaw(w, http.StatusOK, "application/json", append(buf, "}\n"...))
+	return nil
 }
 
 func (s *Service) fileCreate(w http.ResponseWriter, r *http.Request, p *auth.Principal) (string, error) {

@@ -546,7 +546,7 @@ func (s *Service) handleObjsQuery(w http.ResponseWriter, r *http.Request, p *aut
 	for n := 0; rows.Next(); n++ {
 		o, err := scanObj(rows)
 		if err != nil {
-			return fmt.Errorf("%w: %v", errHeadersSent, err)
+			return fmt.Errorf("%w: %v", httpx.ErrResponseStarted, err)
 		}
 		line = line[:0]
 		if n > 0 {
@@ -557,7 +557,7 @@ func (s *Service) handleObjsQuery(w http.ResponseWriter, r *http.Request, p *aut
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%w: %v", errHeadersSent, err)
+		return fmt.Errorf("%w: %v", httpx.ErrResponseStarted, err)
 	}
 	bw.WriteString("]}\n")
 	_ = bw.Flush()

@@ -310,7 +310,7 @@ func (s *Service) streamCalls(ctx context.Context, w http.ResponseWriter, q stri
 	for rows.Next() {
 		c, err := rs.scan(rows)
 		if err != nil {
-			return fmt.Errorf("%w: %v", errHeadersSent, err)
+			return fmt.Errorf("%w: %v", httpx.ErrResponseStarted, err)
 		}
 		line = line[:0]
 		if !lines && n > 0 {
@@ -331,7 +331,7 @@ func (s *Service) streamCalls(ctx context.Context, w http.ResponseWriter, q stri
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%w: %v", errHeadersSent, err)
+		return fmt.Errorf("%w: %v", httpx.ErrResponseStarted, err)
 	}
 	if !lines {
 		bw.WriteString("]}\n")

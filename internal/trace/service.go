@@ -7,7 +7,6 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -47,9 +46,6 @@ type Options struct {
 	IsServedModel func(modelID string) bool
 	// BaseModels lists the base model ids the service serves.
 	BaseModels []string
-	// MaxBodyBytes caps request bodies (413 above it). The foundation's
-	// middleware usually applies a smaller limit first. Default 64 MiB.
-	MaxBodyBytes int64
 	// MaxObjectBytes caps an object's value (its stored JSON text) on
 	// /obj/create (413 above it). Default DefaultMaxObjectBytes (16 MiB).
 	MaxObjectBytes int
@@ -114,9 +110,6 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.opts.MaxBodyBytes <= 0 {
-		s.opts.MaxBodyBytes = 64 << 20
-	}
 	s.started = s.now().UTC()
 	ctx := context.Background()
 	if err := migrate(ctx, db, d); err != nil {
@@ -128,20 +121,6 @@ func New(db *sql.DB, opts Options) (*Service, error) {
 		}
 	}
 	return s, nil
-}
-
-// Migrate applies the call store's embedded SQL migrations that are not yet
-// recorded in trace_schema_migrations, in db's dialect (PostgreSQL for pgx's
-// database/sql driver, else SQLite). It is safe to call concurrently from
-// several processes: on SQLite each migration runs in a write transaction; on
-// PostgreSQL the whole run holds an advisory lock, so nodes starting
-// together apply each migration once.
-func Migrate(ctx context.Context, db *sql.DB) error {
-	d, err := dialectFor(db, "")
-	if err != nil {
-		return err
-	}
-	return migrate(ctx, db, d)
 }
 
 // migrationLockKey is the PostgreSQL advisory lock held while the call
@@ -171,42 +150,42 @@ func migrate(ctx context.Context, db *sql.DB, d *dialect) error {
 func (s *Service) Register(rt *httpx.Routes) {
 	rt.Prefix(httpx.CallStore, "/call/", "/calls/", "/cost/", "/obj/", "/objs/", "/file/", "/table/", "/feedback/", "/refs/")
 	mux := rt.In(httpx.CallStore)
-	mux.HandleFunc("POST /call/read", s.handle(s.handleRead))
-	mux.HandleFunc("POST /call/start", s.handle(s.handleStart))
-	mux.HandleFunc("POST /call/end", s.handle(s.handleEnd))
-	mux.HandleFunc("POST /call/upsert_batch", s.handle(s.handleUpsertBatch))
-	mux.HandleFunc("POST /call/update", s.handle(s.handleUpdate))
-	mux.HandleFunc("POST /calls/delete", s.handle(s.handleDelete))
-	mux.HandleFunc("POST /calls/query", s.handle(s.handleQuery))
-	mux.HandleFunc("POST /calls/stream_query", s.handle(s.handleStreamQuery))
-	mux.HandleFunc("GET /calls/projects", s.handle(s.handleProjects))
-	mux.HandleFunc("POST /cost/create", s.handle(s.handleCostCreate))
-	mux.HandleFunc("POST /cost/query", s.handle(s.handleCostQuery))
-	mux.HandleFunc("POST /cost/purge", s.handle(s.handleCostPurge))
-	mux.HandleFunc("POST /obj/create", s.handle(s.handleObjCreate))
-	mux.HandleFunc("POST /obj/read", s.handle(s.handleObjRead))
-	mux.HandleFunc("POST /objs/query", s.handle(s.handleObjsQuery))
-	mux.HandleFunc("POST /calls/query_stats", s.handle(s.handleQueryStats))
-	mux.HandleFunc("POST /obj/delete", s.handle(s.handleObjDelete))
-	mux.HandleFunc("POST /refs/read_batch", s.handle(s.handleRefsReadBatch))
-	mux.HandleFunc("POST /table/create", s.handle(s.handleTableCreate))
-	mux.HandleFunc("POST /table/create_from_digests", s.handle(s.handleTableCreateFromDigests))
-	mux.HandleFunc("POST /table/update", s.handle(s.handleTableUpdate))
-	mux.HandleFunc("POST /table/query", s.handle(s.handleTableQuery))
-	mux.HandleFunc("POST /table/query_stats", s.handle(s.handleTableQueryStats))
-	mux.HandleFunc("POST /table/query_stats_batch", s.handle(s.handleTableQueryStatsBatch))
-	mux.HandleFunc("POST /feedback/create", s.handle(s.handleFeedbackCreate))
-	mux.HandleFunc("POST /feedback/batch/create", s.handle(s.handleFeedbackBatchCreate))
-	mux.HandleFunc("POST /feedback/query", s.handle(s.handleFeedbackQuery))
-	mux.HandleFunc("POST /feedback/purge", s.handle(s.handleFeedbackPurge))
-	mux.HandleFunc("POST /graphql", s.handle(s.handleGraphQL))
-	mux.HandleFunc("POST /otel/v1/traces", s.handle(s.handleOtelExport))
+	mux.Route("POST /call/read", withBody(s.handleRead))
+	mux.Route("POST /call/start", withBody(s.handleStart))
+	mux.Route("POST /call/end", withBody(s.handleEnd))
+	mux.Route("POST /call/upsert_batch", withBody(s.handleUpsertBatch))
+	mux.Route("POST /call/update", withBody(s.handleUpdate))
+	mux.Route("POST /calls/delete", withBody(s.handleDelete))
+	mux.Route("POST /calls/query", withBody(s.handleQuery))
+	mux.Route("POST /calls/stream_query", withBody(s.handleStreamQuery))
+	mux.Route("GET /calls/projects", withBody(s.handleProjects))
+	mux.Route("POST /cost/create", withBody(s.handleCostCreate))
+	mux.Route("POST /cost/query", withBody(s.handleCostQuery))
+	mux.Route("POST /cost/purge", withBody(s.handleCostPurge))
+	mux.Route("POST /obj/create", withBody(s.handleObjCreate))
+	mux.Route("POST /obj/read", withBody(s.handleObjRead))
+	mux.Route("POST /objs/query", withBody(s.handleObjsQuery))
+	mux.Route("POST /calls/query_stats", withBody(s.handleQueryStats))
+	mux.Route("POST /obj/delete", withBody(s.handleObjDelete))
+	mux.Route("POST /refs/read_batch", withBody(s.handleRefsReadBatch))
+	mux.Route("POST /table/create", withBody(s.handleTableCreate))
+	mux.Route("POST /table/create_from_digests", withBody(s.handleTableCreateFromDigests))
+	mux.Route("POST /table/update", withBody(s.handleTableUpdate))
+	mux.Route("POST /table/query", withBody(s.handleTableQuery))
+	mux.Route("POST /table/query_stats", withBody(s.handleTableQueryStats))
+	mux.Route("POST /table/query_stats_batch", withBody(s.handleTableQueryStatsBatch))
+	mux.Route("POST /feedback/create", withBody(s.handleFeedbackCreate))
+	mux.Route("POST /feedback/batch/create", withBody(s.handleFeedbackBatchCreate))
+	mux.Route("POST /feedback/query", withBody(s.handleFeedbackQuery))
+	mux.Route("POST /feedback/purge", withBody(s.handleFeedbackPurge))
+	mux.Route("POST /graphql", withBody(s.handleGraphQL))
+	mux.Route("POST /otel/v1/traces", withBody(s.handleOtelExport))
 	// Weave's Python SDK (0.52+) writes calls here.
-	mux.HandleFunc("POST /v2/{entity}/{project}/calls/complete", s.handle(s.handleCallsComplete))
-	mux.HandleFunc("POST /v2/{entity}/{project}/call/start", s.handle(s.handleStart))
-	mux.HandleFunc("POST /v2/{entity}/{project}/call/end", s.handle(s.handleEnd))
-	mux.HandleFunc("POST /file/create", s.handleFileCreate)
-	mux.HandleFunc("POST /file/content", s.handle(s.handleFileContent))
+	mux.Route("POST /v2/{entity}/{project}/calls/complete", withBody(s.handleCallsComplete))
+	mux.Route("POST /v2/{entity}/{project}/call/start", withBody(s.handleStart))
+	mux.Route("POST /v2/{entity}/{project}/call/end", withBody(s.handleEnd))
+	mux.Route("POST /file/create", s.handleFileCreate)
+	mux.Route("POST /file/content", withBody(s.handleFileContent))
 	// The Weave SDKs probe these before logging; they need no key.
 	public := rt.In(httpx.Public)
 	public.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
@@ -217,59 +196,25 @@ func (s *Service) Register(rt *httpx.Routes) {
 	})
 }
 
+// handlerFunc is a call-store handler: it gets the caller and the whole
+// request body, which every call-store route but /file/create needs first.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, p *auth.Principal, body []byte) error
 
-// handle does what every route shares: the principal (401), the body read
-// under the size cap (413), and the {"reason"} error envelope.
-func (s *Service) handle(h handlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+// withBody gives h the caller (401 without one) and the request body (under
+// the server's one body limit, 413 above it); its errors are answered by
+// the handler adapter in the call store's {"reason"} envelope.
+func withBody(h handlerFunc) httpx.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		p, err := httpx.Principal(r)
 		if err != nil {
-			httpx.WriteReason(w, err)
-			return
+			return err
 		}
-		body, err := readBody(w, r, s.opts.MaxBodyBytes)
+		body, err := httpx.ReadBody(r, nil)
 		if err != nil {
-			s.writeErr(w, r, err)
-			return
+			return err
 		}
-		if err := h(w, r, p, body); err != nil {
-			s.writeErr(w, r, err)
-		}
+		return h(w, r, p, body)
 	}
-}
-
-var errHeadersSent = errors.New("response already started")
-
-func (s *Service) writeErr(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, errHeadersSent) {
-		s.log.Error("trace: error after the response started", "path", r.URL.Path, "err", err)
-		return
-	}
-	e := httpx.AsError(err)
-	if e.Status >= 500 {
-		s.log.Error("trace: request failed", "path", r.URL.Path, "err", err)
-	}
-	httpx.WriteReason(w, e)
-}
-
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	if r.ContentLength > limit {
-		return nil, &httpx.Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body exceeds the limit of %d bytes", limit), Code: "body_too_large"}
-	}
-	rd := http.MaxBytesReader(w, r.Body, limit)
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	if _, err := buf.ReadFrom(rd); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, httpx.AsError(err)
-		}
-		return nil, httpx.Errorf(http.StatusBadRequest, "could not read the request body")
-	}
-	return buf.Bytes(), nil
 }
 
 // decodeAt decodes data into v; errors are 400s whose reason names the JSON

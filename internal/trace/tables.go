@@ -496,7 +496,7 @@ func (s *Service) handleTableQuery(w http.ResponseWriter, r *http.Request, p *au
 		var idx int64
 		var d string
 		if err := rows.Scan(&idx, &d, &val); err != nil {
-			return fmt.Errorf("%w: %v", errHeadersSent, err)
+			return fmt.Errorf("%w: %v", httpx.ErrResponseStarted, err)
 		}
 		line = appendTableRow(line[:0], n, idx, d, val)
 		if _, err := bw.Write(line); err != nil {
@@ -504,7 +504,7 @@ func (s *Service) handleTableQuery(w http.ResponseWriter, r *http.Request, p *au
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("%w: %v", errHeadersSent, err)
+		return fmt.Errorf("%w: %v", httpx.ErrResponseStarted, err)
 	}
 	bw.WriteString("]}\n")
 	_ = bw.Flush()

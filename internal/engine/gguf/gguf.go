@@ -176,23 +176,6 @@ func (a *Array) Ints() ([]int64, bool) {
 	return out, true
 }
 
-// Floats returns the elements of a numeric array as float64.
-func (a *Array) Floats() ([]float64, bool) {
-	sz := a.Elem.size()
-	if sz == 0 || a.Elem == TypeBool {
-		return nil, false
-	}
-	out := make([]float64, a.Len)
-	for k := range out {
-		f, ok := decodeScalar(a.Elem, a.raw[k*sz:]).Float()
-		if !ok {
-			return nil, false
-		}
-		out[k] = f
-	}
-	return out, true
-}
-
 func decodeScalar(t ValueType, b []byte) Value {
 	v := Value{Type: t}
 	switch t {
@@ -290,10 +273,6 @@ func Open(path string) (*File, error) {
 
 // Parse parses a GGUF file already in memory (tensor data are views of data).
 func Parse(data []byte) (*File, error) { return parse("<memory>", data) }
-
-// Guarded reports whether the mapping is protected against the file being
-// truncated while mapped (see package safetensors).
-func (f *File) Guarded() bool { return f.mapped != nil && f.mapped.Guarded() }
 
 // DropPages tells the kernel that t's mapped bytes are not needed any more
 // (after copying or converting them), so they leave the resident set.

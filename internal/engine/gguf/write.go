@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 )
 
 // Values to write. Each makes the Value a file read back would hold.
@@ -14,9 +13,6 @@ func String(s string) Value { return Value{Type: TypeString, s: s} }
 
 // Uint32 is a uint32 value.
 func Uint32(x uint32) Value { return Value{Type: TypeUint32, u: uint64(x)} }
-
-// Int32 is an int32 value.
-func Int32(x int32) Value { return Value{Type: TypeInt32, i: int64(x)} }
 
 // Uint64 is a uint64 value.
 func Uint64(x uint64) Value { return Value{Type: TypeUint64, u: x} }
@@ -144,13 +140,4 @@ func appendFixed(b []byte, size int, x uint64) []byte {
 		b = append(b, byte(x>>(8*k)))
 	}
 	return b
-}
-
-// WriteFile writes Encode's file to path (tests).
-func WriteFile(path string, kvs []KV, tensors []WriteTensor) error {
-	b, err := Encode(kvs, tensors)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
 }
