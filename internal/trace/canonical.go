@@ -1,13 +1,13 @@
 package trace
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"flywheel/internal/jsonlex"
 )
 
 // Canonical JSON.
@@ -25,9 +25,10 @@ import (
 //     exponent as Python's repr of the float64 (1.0, 1e-05, 1e+16,
 //     100000.0), overflow as Infinity / -Infinity.
 //
-// The canonicaliser is a single pass over the bytes and also validates them.
-
-var errBadJSON = errors.New("invalid JSON")
+// The canonicaliser is a single pass over the bytes (lexed by jsonlex) and
+// also validates them. Strings decode in jsonlex's WTF8 mode: invalid UTF-8
+// bytes are kept until appendPyString writes them as U+FFFD, and a lone
+// surrogate escape is kept so that it is written back as that escape.
 
 type canon struct {
 	in  []byte
@@ -63,20 +64,10 @@ func canonicalize(data []byte, sortKeys bool) ([]byte, error) {
 	return c.out, nil
 }
 
-func (c *canon) errf(format string, args ...any) error {
-	return fmt.Errorf("%w at byte %d: %s", errBadJSON, c.pos, fmt.Sprintf(format, args...))
-}
+// errf is malformed JSON at the cursor.
+func (c *canon) errf(msg string) error { return &jsonlex.SyntaxError{Offset: c.pos, Msg: msg} }
 
-func (c *canon) skipWS() {
-	for c.pos < len(c.in) {
-		switch c.in[c.pos] {
-		case ' ', '\t', '\n', '\r':
-			c.pos++
-		default:
-			return
-		}
-	}
-}
+func (c *canon) skipWS() { c.pos = jsonlex.SkipSpace(c.in, c.pos) }
 
 func (c *canon) value() error {
 	if c.pos >= len(c.in) {
@@ -103,15 +94,16 @@ func (c *canon) value() error {
 	case b == '-' || (b >= '0' && b <= '9'):
 		return c.number()
 	default:
-		return c.errf("unexpected character %q", b)
+		return c.errf("expected a value")
 	}
 }
 
 func (c *canon) lit(s string) error {
-	if len(c.in)-c.pos < len(s) || string(c.in[c.pos:c.pos+len(s)]) != s {
-		return c.errf("invalid literal")
+	end, err := jsonlex.ScanLiteral(c.in, c.pos, s)
+	c.pos = end
+	if err != nil {
+		return err
 	}
-	c.pos += len(s)
 	c.out = append(c.out, s...)
 	return nil
 }
@@ -268,111 +260,16 @@ func (c *canon) array() error {
 	}
 }
 
-// str decodes a JSON string at c.pos into UTF-16-ish code points kept as a Go
-// string where lone surrogates are preserved as WTF-8 style sequences via
-// the private marker below.
+// str reads the string at c.pos (a '"'), decoded in WTF8 mode (see above).
 func (c *canon) str() (string, error) {
-	c.pos++ // opening quote
-	start := c.pos
-	// fast path: no escapes, all printable ASCII or valid UTF-8
-	for c.pos < len(c.in) {
-		b := c.in[c.pos]
-		if b == '"' {
-			s := string(c.in[start:c.pos])
-			c.pos++
-			return s, nil
-		}
-		if b == '\\' || b < 0x20 {
-			break
-		}
-		c.pos++
+	end, esc, err := jsonlex.ScanString(c.in, c.pos)
+	if err != nil {
+		c.pos = end
+		return "", err
 	}
-	buf := []byte(string(c.in[start:c.pos]))
-	for c.pos < len(c.in) {
-		b := c.in[c.pos]
-		switch {
-		case b == '"':
-			c.pos++
-			return string(buf), nil
-		case b < 0x20:
-			return "", c.errf("control character in string")
-		case b == '\\':
-			if c.pos+1 >= len(c.in) {
-				return "", c.errf("unexpected end of input in string")
-			}
-			e := c.in[c.pos+1]
-			c.pos += 2
-			switch e {
-			case '"', '\\', '/':
-				buf = append(buf, e)
-			case 'b':
-				buf = append(buf, '\b')
-			case 'f':
-				buf = append(buf, '\f')
-			case 'n':
-				buf = append(buf, '\n')
-			case 'r':
-				buf = append(buf, '\r')
-			case 't':
-				buf = append(buf, '\t')
-			case 'u':
-				r, ok := c.hex4()
-				if !ok {
-					return "", c.errf("invalid \\u escape")
-				}
-				if utf16.IsSurrogate(r) {
-					if r < 0xdc00 && c.pos+6 <= len(c.in) && c.in[c.pos] == '\\' && c.in[c.pos+1] == 'u' {
-						save := c.pos
-						c.pos += 2
-						r2, ok2 := c.hex4()
-						if ok2 && r2 >= 0xdc00 && r2 <= 0xdfff {
-							buf = utf8.AppendRune(buf, utf16.DecodeRune(r, r2))
-							continue
-						}
-						c.pos = save
-					}
-					buf = appendLoneSurrogate(buf, r)
-					continue
-				}
-				buf = utf8.AppendRune(buf, r)
-			default:
-				return "", c.errf("invalid escape")
-			}
-		default:
-			buf = append(buf, b)
-			c.pos++
-		}
-	}
-	return "", c.errf("unexpected end of input in string")
-}
-
-func (c *canon) hex4() (rune, bool) {
-	if c.pos+4 > len(c.in) {
-		return 0, false
-	}
-	var r rune
-	for i := 0; i < 4; i++ {
-		h := c.in[c.pos+i]
-		switch {
-		case h >= '0' && h <= '9':
-			r = r<<4 | rune(h-'0')
-		case h >= 'a' && h <= 'f':
-			r = r<<4 | rune(h-'a'+10)
-		case h >= 'A' && h <= 'F':
-			r = r<<4 | rune(h-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	c.pos += 4
-	return r, true
-}
-
-// Lone surrogates cannot live in valid UTF-8; they are kept as the 3-byte
-// "WTF-8" encoding (ED A0..BF xx), which appendPyString recognises and writes
-// back as \udXXX, as Python does.
-func appendLoneSurrogate(buf []byte, r rune) []byte {
-	return append(buf, 0xED, byte(0x80|(r>>6)&0x3F), byte(0x80|r&0x3F))
+	raw := c.in[c.pos+1 : end-1]
+	c.pos = end
+	return jsonlex.Unquote(raw, esc, jsonlex.WTF8), nil
 }
 
 const hexdigits = "0123456789abcdef"
@@ -432,46 +329,10 @@ func appendPyString(out []byte, s string) []byte {
 
 func (c *canon) number() error {
 	start := c.pos
-	isFloat := false
-	if c.in[c.pos] == '-' {
-		c.pos++
-	}
-	if c.pos >= len(c.in) {
-		return c.errf("invalid number")
-	}
-	if c.in[c.pos] == '0' {
-		c.pos++
-	} else if c.in[c.pos] >= '1' && c.in[c.pos] <= '9' {
-		for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
-			c.pos++
-		}
-	} else {
-		return c.errf("invalid number")
-	}
-	if c.pos < len(c.in) && c.in[c.pos] == '.' {
-		isFloat = true
-		c.pos++
-		d := c.pos
-		for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
-			c.pos++
-		}
-		if c.pos == d {
-			return c.errf("invalid number")
-		}
-	}
-	if c.pos < len(c.in) && (c.in[c.pos] == 'e' || c.in[c.pos] == 'E') {
-		isFloat = true
-		c.pos++
-		if c.pos < len(c.in) && (c.in[c.pos] == '+' || c.in[c.pos] == '-') {
-			c.pos++
-		}
-		d := c.pos
-		for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
-			c.pos++
-		}
-		if c.pos == d {
-			return c.errf("invalid number")
-		}
+	end, isFloat, err := jsonlex.ScanNumber(c.in, c.pos)
+	c.pos = end
+	if err != nil {
+		return err
 	}
 	lit := c.in[start:c.pos]
 	if !isFloat {
@@ -570,126 +431,28 @@ type rawMember struct {
 }
 
 // splitObject splits a JSON object into its members in order. It is meant
-// for stored (canonical, already validated) text: values are delimited
-// structurally, not re-validated. It returns ok=false when data is not an
+// for stored (canonical) text, which may hold Infinity, -Infinity and NaN
+// where a float overflowed. It returns ok=false when data is not such an
 // object.
 func splitObject(data []byte) ([]rawMember, bool) {
-	c := canon{in: data}
-	c.skipWS()
-	if c.pos >= len(c.in) || c.in[c.pos] != '{' {
+	r := jsonlex.Reader{Data: data, Mode: jsonlex.WTF8, MaxDepth: maxJSONDepth}
+	if r.Peek() != '{' {
 		return nil, false
 	}
-	c.pos++
 	ms := make([]rawMember, 0, 4)
-	c.skipWS()
-	if c.pos < len(c.in) && c.in[c.pos] == '}' {
-		return ms, true
-	}
-	for {
-		c.skipWS()
-		if c.pos >= len(c.in) || c.in[c.pos] != '"' {
-			return nil, false
-		}
-		key, err := c.str()
-		if err != nil {
-			return nil, false
-		}
-		c.skipWS()
-		if c.pos >= len(c.in) || c.in[c.pos] != ':' {
-			return nil, false
-		}
-		c.pos++
-		c.skipWS()
-		vs := c.pos
-		end, ok := skipStructural(data, vs)
-		if !ok {
-			return nil, false
-		}
-		c.pos = end
-		ms = append(ms, rawMember{Key: key, Value: data[vs:end]})
-		c.skipWS()
-		if c.pos >= len(c.in) {
-			return nil, false
-		}
-		if c.in[c.pos] == ',' {
-			c.pos++
-			continue
-		}
-		if c.in[c.pos] == '}' {
-			return ms, true
-		}
+	err := r.Object(func(key string) error {
+		start := r.Pos
+		end, err := jsonlex.SkipValue(data, start, maxJSONDepth, true)
+		r.Pos = end
+		ms = append(ms, rawMember{Key: key, Value: data[start:end]})
+		return err
+	})
+	if err != nil {
 		return nil, false
 	}
-}
-
-// skipStructural returns the end of the JSON value starting at i, matching
-// brackets and skipping strings; it does not validate scalars.
-func skipStructural(data []byte, i int) (int, bool) {
-	depth := 0
-	for i < len(data) {
-		switch data[i] {
-		case '"':
-			i++
-			for i < len(data) && data[i] != '"' {
-				if data[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			if i >= len(data) {
-				return 0, false
-			}
-			i++
-			if depth == 0 {
-				return i, true
-			}
-		case '{', '[':
-			depth++
-			i++
-		case '}', ']':
-			if depth == 0 { // ends a scalar member of the enclosing value
-				return i, true
-			}
-			depth--
-			i++
-			if depth == 0 {
-				return i, true
-			}
-		case ',', ' ', '\t', '\n', '\r', ':':
-			if depth == 0 {
-				return i, true
-			}
-			i++
-		default:
-			i++
-		}
-	}
-	if depth == 0 {
-		return i, true
-	}
-	return 0, false
+	return ms, true
 }
 
 // jsonKindOf reports the kind of the JSON value in data: 'o' object, 'a'
 // array, 's' string, 'n' number, 'b' boolean, 'z' null, 0 when empty.
-func jsonKindOf(data []byte) byte {
-	for _, b := range data {
-		switch b {
-		case ' ', '\t', '\n', '\r':
-			continue
-		case '{':
-			return 'o'
-		case '[':
-			return 'a'
-		case '"':
-			return 's'
-		case 't', 'f':
-			return 'b'
-		case 'n':
-			return 'z'
-		default:
-			return 'n'
-		}
-	}
-	return 0
-}
+var jsonKindOf = jsonlex.KindOfValue

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 )
 
 // dec is a single-pass JSON decoder for the write path (start, end,
@@ -13,9 +14,8 @@ import (
 // while reading them, and reports type errors with the JSON path, so each
 // byte of a batch is looked at once. Unknown fields are skipped (validated).
 type dec struct {
-	c       canon
-	scratch []byte
-	arena   []byte // canonical values of this body, sub-sliced (capacity-limited) into ops
+	c     canon
+	arena []byte // canonical values of this body, sub-sliced (capacity-limited) into ops
 }
 
 func newDec(data []byte) *dec { return &dec{c: canon{in: data}} }
@@ -38,29 +38,14 @@ func (d *dec) syntax(err error) error {
 	return httpx.Invalid("", "invalid_json", "malformed JSON: %s", err.Error())
 }
 
-func (d *dec) gotName() string {
-	switch d.peek() {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "bool"
-	case 'n':
-		return "null"
-	case 0:
-		return "end of input"
-	}
-	return "number"
-}
-
+// typeErr is the 400 for a value at path that is not want (see
+// httpx.TypeMismatch); at the top level, the body.
 func (d *dec) typeErr(path, want string) error {
+	got := jsonlex.KindOf(d.peek())
 	if path == "" {
-		return httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", d.gotName())
+		return httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", got)
 	}
-	return httpx.Invalid(path, "invalid_type", "expected %s, got %s", want, d.gotName())
+	return httpx.TypeMismatch(path, want, got)
 }
 
 // begin checks the body is not empty.
@@ -196,16 +181,14 @@ func (d *dec) optInt(path string) (*int64, error) {
 		return nil, d.typeErr(path, "an integer")
 	}
 	start := d.c.pos
-	save := d.c.out
-	d.c.out = d.scratch[:0]
-	err := d.c.number()
-	d.scratch, d.c.out = d.c.out, save
+	end, _, err := jsonlex.ScanNumber(d.c.in, start)
+	d.c.pos = end
 	if err != nil {
 		return nil, d.syntax(err)
 	}
-	v, perr := strconv.ParseInt(string(d.c.in[start:d.c.pos]), 10, 64)
+	v, perr := strconv.ParseInt(string(d.c.in[start:end]), 10, 64)
 	if perr != nil {
-		return nil, httpx.Invalid(path, "invalid_type", "expected an integer, got number %s", d.c.in[start:d.c.pos])
+		return nil, httpx.Invalid(path, "invalid_type", "%s: expected an integer, got number %s", path, d.c.in[start:end])
 	}
 	return &v, nil
 }
@@ -243,10 +226,8 @@ func (d *dec) canonical() ([]byte, error) {
 
 // skip reads and validates a value, discarding it.
 func (d *dec) skip() error {
-	save := d.c.out
-	d.c.out = d.scratch[:0]
-	err := d.c.value()
-	d.scratch, d.c.out = d.c.out, save
+	end, err := jsonlex.SkipValue(d.c.in, d.c.pos, maxJSONDepth, false)
+	d.c.pos = end
 	if err != nil {
 		return d.syntax(err)
 	}
