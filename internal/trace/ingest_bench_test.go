@@ -58,10 +58,19 @@ func decodeBenchBatch(b *testing.B, body []byte) int {
 	return n
 }
 
+// reportCPU reports the process's CPU time per op since c0 (steadier than
+// wall time on a shared machine).
+func reportCPU(b *testing.B, c0 time.Duration, n int) {
+	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(n), "cpu-µs/op")
+}
+
 func BenchmarkIngestDecodeUpsertBatch(b *testing.B) {
 	body := benchIngestBatch()
 	b.SetBytes(int64(len(body)))
+	c0, n := cpuTime(), 0
+	defer func() { reportCPU(b, c0, n) }()
 	for b.Loop() {
+		n++
 		if n := decodeBenchBatch(b, body); n != 2*benchBatch {
 			b.Fatalf("decoded %d requests", n)
 		}
@@ -74,7 +83,10 @@ func BenchmarkIngestCanonicalize(b *testing.B) {
 	body := append(benchIngestBatch()[:0:0], benchIngestBatch()...)
 	body = append(body[:len(body)-1], `, "text": "caf\u00e9 \ud83d\ude00 \"quoted\"\n日本語 line\ttab", "nums": [1, -0, 2.5, 1e-05, 123456789.125, 3e300]}`...)
 	b.SetBytes(int64(len(body)))
+	c0, n := cpuTime(), 0
+	defer func() { reportCPU(b, c0, n) }()
 	for b.Loop() {
+		n++
 		if _, err := Canonicalize(body); err != nil {
 			b.Fatal(err)
 		}
@@ -84,7 +96,10 @@ func BenchmarkIngestCanonicalize(b *testing.B) {
 func BenchmarkIngestCanonicalSorted(b *testing.B) {
 	body := benchIngestBatch()
 	b.SetBytes(int64(len(body)))
+	c0, n := cpuTime(), 0
+	defer func() { reportCPU(b, c0, n) }()
 	for b.Loop() {
+		n++
 		if _, err := canonicalSorted(body); err != nil {
 			b.Fatal(err)
 		}
