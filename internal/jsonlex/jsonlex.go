@@ -41,8 +41,12 @@ func IsSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\
 // SkipSpace returns the offset of the first byte at or after i that is not
 // whitespace (len(d) when there is none).
 func SkipSpace(d []byte, i int) int {
-	for i < len(d) && d[i] <= ' ' && IsSpace(d[i]) {
-		i++
+	for ; i < len(d); i++ {
+		switch d[i] {
+		case ' ', '\t', '\n', '\r':
+		default:
+			return i
+		}
 	}
 	return i
 }

@@ -247,16 +247,15 @@ func (p Path) Mismatch(want string, got Kind) string {
 type PathStack struct{ segs []seg }
 
 type seg struct {
-	key   string
-	idx   int
-	isIdx bool
+	key string
+	idx int // -1 for a member
 }
 
 // PushKey enters member key.
-func (s *PathStack) PushKey(key string) { s.segs = append(s.segs, seg{key: key}) }
+func (s *PathStack) PushKey(key string) { s.segs = append(s.segs, seg{key: key, idx: -1}) }
 
-// PushIndex enters element i.
-func (s *PathStack) PushIndex(i int) { s.segs = append(s.segs, seg{idx: i, isIdx: true}) }
+// PushIndex enters element i (i >= 0).
+func (s *PathStack) PushIndex(i int) { s.segs = append(s.segs, seg{idx: i}) }
 
 // SetIndex moves the innermost element to index i.
 func (s *PathStack) SetIndex(i int) { s.segs[len(s.segs)-1].idx = i }
@@ -274,7 +273,7 @@ func (s *PathStack) Truncate(n int) { s.segs = s.segs[:n] }
 func (s *PathStack) Path() Path {
 	var p Path
 	for _, sg := range s.segs {
-		if sg.isIdx {
+		if sg.idx >= 0 {
 			p = p.Index(sg.idx)
 		} else {
 			p = p.Key(sg.key)
