@@ -31,14 +31,19 @@ import (
 // surrogate escape is kept so that it is written back as that escape.
 
 type canon struct {
-	in  []byte
-	pos int
+	// the cursor: Data and Pos; strings decode in WTF8 mode (see above)
+	jsonlex.Reader
 	out []byte
 	// scratch for object members, reused by nested objects through the stack
 	depth int
 	// sortKeys orders object members by key (Python's sort_keys=True: code
 	// point order, which is UTF-8 byte order), as object digests need.
 	sortKeys bool
+}
+
+// newCanon is a canonicaliser reading data.
+func newCanon(data []byte) canon {
+	return canon{Reader: jsonlex.Reader{Data: data, Mode: jsonlex.WTF8, MaxDepth: maxJSONDepth}}
 }
 
 const maxJSONDepth = 512
@@ -52,34 +57,31 @@ func Canonicalize(data []byte) ([]byte, error) { return canonicalize(data, false
 func canonicalSorted(data []byte) ([]byte, error) { return canonicalize(data, true) }
 
 func canonicalize(data []byte, sortKeys bool) ([]byte, error) {
-	c := canon{in: data, out: make([]byte, 0, len(data)+len(data)/8+8), sortKeys: sortKeys}
+	c := newCanon(data)
+	c.out, c.sortKeys = make([]byte, 0, len(data)+len(data)/8+8), sortKeys
 	c.skipWS()
 	if err := c.value(); err != nil {
 		return nil, err
 	}
-	c.skipWS()
-	if c.pos != len(c.in) {
-		return nil, c.errf("unexpected data after the JSON value")
+	if err := c.End(); err != nil {
+		return nil, err
 	}
 	return c.out, nil
 }
 
-// errf is malformed JSON at the cursor.
-func (c *canon) errf(msg string) error { return &jsonlex.SyntaxError{Offset: c.pos, Msg: msg} }
-
-func (c *canon) skipWS() { c.pos = jsonlex.SkipSpace(c.in, c.pos) }
+func (c *canon) skipWS() { c.Peek() }
 
 func (c *canon) value() error {
-	if c.pos >= len(c.in) {
-		return c.errf("unexpected end of input")
+	if c.Pos >= len(c.Data) {
+		return c.Errorf("unexpected end of input")
 	}
-	switch b := c.in[c.pos]; {
+	switch b := c.Data[c.Pos]; {
 	case b == '{':
 		return c.object()
 	case b == '[':
 		return c.array()
 	case b == '"':
-		s, err := c.str()
+		s, err := c.String()
 		if err != nil {
 			return err
 		}
@@ -94,14 +96,12 @@ func (c *canon) value() error {
 	case b == '-' || (b >= '0' && b <= '9'):
 		return c.number()
 	default:
-		return c.errf("expected a value")
+		return c.Errorf("expected a value")
 	}
 }
 
 func (c *canon) lit(s string) error {
-	end, err := jsonlex.ScanLiteral(c.in, c.pos, s)
-	c.pos = end
-	if err != nil {
+	if err := c.Literal(s); err != nil {
 		return err
 	}
 	c.out = append(c.out, s...)
@@ -116,15 +116,15 @@ type member struct {
 func (c *canon) object() error {
 	c.depth++
 	if c.depth > maxJSONDepth {
-		return c.errf("nesting too deep")
+		return c.Errorf("nesting too deep")
 	}
 	defer func() { c.depth-- }()
 	objStart := len(c.out)
-	c.pos++ // {
+	c.Pos++ // {
 	c.out = append(c.out, '{')
 	c.skipWS()
-	if c.pos < len(c.in) && c.in[c.pos] == '}' {
-		c.pos++
+	if c.Pos < len(c.Data) && c.Data[c.Pos] == '}' {
+		c.Pos++
 		c.out = append(c.out, '}')
 		return nil
 	}
@@ -133,23 +133,23 @@ func (c *canon) object() error {
 	dup := false
 	for {
 		c.skipWS()
-		if c.pos >= len(c.in) || c.in[c.pos] != '"' {
-			return c.errf("expected a string key")
+		if c.Pos >= len(c.Data) || c.Data[c.Pos] != '"' {
+			return c.Errorf("expected a string key")
 		}
 		if len(members) > 0 {
 			c.out = append(c.out, ", "...)
 		}
 		mStart := len(c.out)
-		key, err := c.str()
+		key, err := c.String()
 		if err != nil {
 			return err
 		}
 		c.out = appendPyString(c.out, key)
 		c.skipWS()
-		if c.pos >= len(c.in) || c.in[c.pos] != ':' {
-			return c.errf("expected ':'")
+		if c.Pos >= len(c.Data) || c.Data[c.Pos] != ':' {
+			return c.Errorf("expected ':'")
 		}
-		c.pos++
+		c.Pos++
 		c.out = append(c.out, ": "...)
 		c.skipWS()
 		if err := c.value(); err != nil {
@@ -185,18 +185,18 @@ func (c *canon) object() error {
 			members = append(members, m)
 		}
 		c.skipWS()
-		if c.pos >= len(c.in) {
-			return c.errf("unexpected end of input in object")
+		if c.Pos >= len(c.Data) {
+			return c.Errorf("unexpected end of input in object")
 		}
-		if c.in[c.pos] == ',' {
-			c.pos++
+		if c.Data[c.Pos] == ',' {
+			c.Pos++
 			continue
 		}
-		if c.in[c.pos] == '}' {
-			c.pos++
+		if c.Data[c.Pos] == '}' {
+			c.Pos++
 			break
 		}
-		return c.errf("expected ',' or '}'")
+		return c.Errorf("expected ',' or '}'")
 	}
 	if c.sortKeys && len(members) > 1 {
 		sort.SliceStable(members, func(i, j int) bool { return members[i].key < members[j].key })
@@ -222,14 +222,14 @@ func (c *canon) object() error {
 func (c *canon) array() error {
 	c.depth++
 	if c.depth > maxJSONDepth {
-		return c.errf("nesting too deep")
+		return c.Errorf("nesting too deep")
 	}
 	defer func() { c.depth-- }()
-	c.pos++
+	c.Pos++
 	c.out = append(c.out, '[')
 	c.skipWS()
-	if c.pos < len(c.in) && c.in[c.pos] == ']' {
-		c.pos++
+	if c.Pos < len(c.Data) && c.Data[c.Pos] == ']' {
+		c.Pos++
 		c.out = append(c.out, ']')
 		return nil
 	}
@@ -244,32 +244,20 @@ func (c *canon) array() error {
 			return err
 		}
 		c.skipWS()
-		if c.pos >= len(c.in) {
-			return c.errf("unexpected end of input in array")
+		if c.Pos >= len(c.Data) {
+			return c.Errorf("unexpected end of input in array")
 		}
-		if c.in[c.pos] == ',' {
-			c.pos++
+		if c.Data[c.Pos] == ',' {
+			c.Pos++
 			continue
 		}
-		if c.in[c.pos] == ']' {
-			c.pos++
+		if c.Data[c.Pos] == ']' {
+			c.Pos++
 			c.out = append(c.out, ']')
 			return nil
 		}
-		return c.errf("expected ',' or ']'")
+		return c.Errorf("expected ',' or ']'")
 	}
-}
-
-// str reads the string at c.pos (a '"'), decoded in WTF8 mode (see above).
-func (c *canon) str() (string, error) {
-	end, esc, err := jsonlex.ScanString(c.in, c.pos)
-	if err != nil {
-		c.pos = end
-		return "", err
-	}
-	raw := c.in[c.pos+1 : end-1]
-	c.pos = end
-	return jsonlex.Unquote(raw, esc, jsonlex.WTF8), nil
 }
 
 const hexdigits = "0123456789abcdef"
@@ -328,13 +316,10 @@ func appendPyString(out []byte, s string) []byte {
 }
 
 func (c *canon) number() error {
-	start := c.pos
-	end, isFloat, err := jsonlex.ScanNumber(c.in, c.pos)
-	c.pos = end
+	lit, isFloat, err := c.Number()
 	if err != nil {
 		return err
 	}
-	lit := c.in[start:c.pos]
 	if !isFloat {
 		if string(lit) == "-0" {
 			c.out = append(c.out, '0')
@@ -345,7 +330,7 @@ func (c *canon) number() error {
 	}
 	f, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil && !math.IsInf(f, 0) {
-		return c.errf("invalid number")
+		return c.Errorf("invalid number")
 	}
 	c.out = appendPyFloat(c.out, f)
 	return nil

@@ -18,13 +18,13 @@ type dec struct {
 	arena []byte // canonical values of this body, sub-sliced (capacity-limited) into ops
 }
 
-func newDec(data []byte) *dec { return &dec{c: canon{in: data}} }
+func newDec(data []byte) *dec { return &dec{c: newCanon(data)} }
 
 func (d *dec) ws() { d.c.skipWS() }
 
 func (d *dec) peek() byte {
-	if d.c.pos < len(d.c.in) {
-		return d.c.in[d.c.pos]
+	if d.c.Pos < len(d.c.Data) {
+		return d.c.Data[d.c.Pos]
 	}
 	return 0
 }
@@ -50,7 +50,7 @@ func (d *dec) typeErr(path, want string) error {
 
 // begin checks the body is not empty.
 func (d *dec) begin() error {
-	if len(bytes.TrimSpace(d.c.in)) == 0 {
+	if len(bytes.TrimSpace(d.c.Data)) == 0 {
 		return httpx.Invalid("", "invalid_json", "request body is empty; expected a JSON object")
 	}
 	return nil
@@ -59,8 +59,8 @@ func (d *dec) begin() error {
 // finish checks nothing but whitespace follows the top-level value.
 func (d *dec) finish() error {
 	d.ws()
-	if d.c.pos != len(d.c.in) {
-		return httpx.Invalid("", "invalid_json", "malformed JSON: unexpected data after the JSON value at byte %d", d.c.pos)
+	if d.c.Pos != len(d.c.Data) {
+		return httpx.Invalid("", "invalid_json", "malformed JSON: unexpected data after the JSON value at byte %d", d.c.Pos)
 	}
 	return nil
 }
@@ -69,47 +69,17 @@ func (d *dec) finish() error {
 // positioned at the value; fn must consume the value.
 func (d *dec) object(path string, fn func(key string) error) error {
 	d.ws()
-	if d.peek() != '{' {
-		if d.peek() == 0 {
-			return d.syntax(d.c.errf("unexpected end of input"))
-		}
+	switch d.peek() {
+	case '{':
+	case 0:
+		return d.syntax(d.c.Errorf("unexpected end of input"))
+	default:
 		return d.typeErr(path, "an object")
 	}
-	d.c.pos++
-	d.ws()
-	if d.peek() == '}' {
-		d.c.pos++
-		return nil
+	if err := d.c.Object(fn); err != nil {
+		return d.syntax(err)
 	}
-	for {
-		d.ws()
-		if d.peek() != '"' {
-			return d.syntax(d.c.errf("expected a string key"))
-		}
-		key, err := d.c.str()
-		if err != nil {
-			return d.syntax(err)
-		}
-		d.ws()
-		if d.peek() != ':' {
-			return d.syntax(d.c.errf("expected ':'"))
-		}
-		d.c.pos++
-		d.ws()
-		if err := fn(key); err != nil {
-			return err
-		}
-		d.ws()
-		switch d.peek() {
-		case ',':
-			d.c.pos++
-		case '}':
-			d.c.pos++
-			return nil
-		default:
-			return d.syntax(d.c.errf("expected ',' or '}'"))
-		}
-	}
+	return nil
 }
 
 // array reads an array, calling fn for each element.
@@ -118,28 +88,10 @@ func (d *dec) array(path string, fn func(i int) error) error {
 	if d.peek() != '[' {
 		return d.typeErr(path, "an array")
 	}
-	d.c.pos++
-	d.ws()
-	if d.peek() == ']' {
-		d.c.pos++
-		return nil
+	if err := d.c.Array(fn); err != nil {
+		return d.syntax(err)
 	}
-	for i := 0; ; i++ {
-		d.ws()
-		if err := fn(i); err != nil {
-			return err
-		}
-		d.ws()
-		switch d.peek() {
-		case ',':
-			d.c.pos++
-		case ']':
-			d.c.pos++
-			return nil
-		default:
-			return d.syntax(d.c.errf("expected ',' or ']'"))
-		}
-	}
+	return nil
 }
 
 func (d *dec) null() bool {
@@ -162,7 +114,7 @@ func (d *dec) optString(path string) (*string, error) {
 		}
 		return nil, d.typeErr(path, "a string")
 	}
-	s, err := d.c.str()
+	s, err := d.c.String()
 	if err != nil {
 		return nil, d.syntax(err)
 	}
@@ -180,15 +132,13 @@ func (d *dec) optInt(path string) (*int64, error) {
 		}
 		return nil, d.typeErr(path, "an integer")
 	}
-	start := d.c.pos
-	end, _, err := jsonlex.ScanNumber(d.c.in, start)
-	d.c.pos = end
+	text, _, err := d.c.Number()
 	if err != nil {
 		return nil, d.syntax(err)
 	}
-	v, perr := strconv.ParseInt(string(d.c.in[start:end]), 10, 64)
+	v, perr := strconv.ParseInt(string(text), 10, 64)
 	if perr != nil {
-		return nil, httpx.Invalid(path, "invalid_type", "%s: expected an integer, got number %s", path, d.c.in[start:end])
+		return nil, httpx.Invalid(path, "invalid_type", "%s: expected an integer, got number %s", path, text)
 	}
 	return &v, nil
 }
@@ -196,11 +146,11 @@ func (d *dec) optInt(path string) (*int64, error) {
 // checkValue validates the value at the cursor without consuming it, so a
 // type error is not reported for malformed JSON.
 func (d *dec) checkValue() error {
-	save := d.c.pos
+	save := d.c.Pos
 	if err := d.skip(); err != nil {
 		return err
 	}
-	d.c.pos = save
+	d.c.Pos = save
 	return nil
 }
 
@@ -210,7 +160,7 @@ func (d *dec) checkValue() error {
 // values in the old array, still valid).
 func (d *dec) canonical() ([]byte, error) {
 	if d.arena == nil {
-		d.arena = make([]byte, 0, len(d.c.in)+len(d.c.in)/8+64)
+		d.arena = make([]byte, 0, len(d.c.Data)+len(d.c.Data)/8+64)
 	}
 	save := d.c.out
 	start := len(d.arena)
@@ -226,9 +176,7 @@ func (d *dec) canonical() ([]byte, error) {
 
 // skip reads and validates a value, discarding it.
 func (d *dec) skip() error {
-	end, err := jsonlex.SkipValue(d.c.in, d.c.pos, maxJSONDepth, false)
-	d.c.pos = end
-	if err != nil {
+	if _, err := d.c.Skip(); err != nil {
 		return d.syntax(err)
 	}
 	return nil
