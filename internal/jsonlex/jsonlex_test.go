@@ -105,7 +105,7 @@ func TestReaderPathKind(t *testing.T) {
 		Path("").Mismatch("a JSON object", Array) != "expected a JSON object, got an array" {
 		t.Errorf("path %q", p)
 	}
-	var st PathStack
+	st := MakePathStack(1) // grows past its room
 	st.PushKey("trajectory_groups")
 	st.PushIndex(0)
 	st.SetIndex(3)

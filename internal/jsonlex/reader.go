@@ -251,6 +251,9 @@ type seg struct {
 	idx int // -1 for a member
 }
 
+// MakePathStack is an empty stack with room for n levels before it grows.
+func MakePathStack(n int) PathStack { return PathStack{segs: make([]seg, 0, n)} }
+
 // PushKey enters member key.
 func (s *PathStack) PushKey(key string) { s.segs = append(s.segs, seg{key: key, idx: -1}) }
 

@@ -24,7 +24,7 @@ type Summary struct {
 // only checked to be an object here and returned raw for RecordConfig: it
 // is small, and its ranges depend on the base model's default learning rate.
 func Validate(data []byte) (Summary, error) {
-	s := &scanner{data: data, full: data}
+	s := &scanner{data: data, full: data, path: jsonlex.MakePathStack(16)}
 	return s.rl()
 }
 
@@ -42,7 +42,7 @@ func ValidateStream(body []byte, arrived <-chan int) (Summary, error) {
 // validateStreamAhead is ValidateStream keeping ahead bytes in the
 // window (tests use tiny values to cut tokens at every position).
 func validateStreamAhead(body []byte, arrived <-chan int, ahead int) (Summary, error) {
-	s := &scanner{data: body[:0], full: body, more: arrived, ahead: ahead}
+	s := &scanner{data: body[:0], full: body, more: arrived, ahead: ahead, path: jsonlex.MakePathStack(16)}
 	req, err := s.rl()
 	if err != nil && len(s.data) < len(body) {
 		s.wait(len(body))
