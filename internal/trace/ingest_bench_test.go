@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -58,50 +59,37 @@ func decodeBenchBatch(b *testing.B, body []byte) int {
 	return n
 }
 
-// reportCPU reports the process's CPU time per op since c0 (steadier than
-// wall time on a shared machine).
-func reportCPU(b *testing.B, c0 time.Duration, n int) {
+// benchIngest runs op over body b.N times and reports the process's CPU
+// time per op besides wall time (steadier on a shared machine).
+func benchIngest(b *testing.B, body []byte, op func(body []byte) error) {
+	b.SetBytes(int64(len(body)))
+	c0, n := cpuTime(), 0
+	for b.Loop() {
+		n++
+		if err := op(body); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(n), "cpu-µs/op")
 }
 
 func BenchmarkIngestDecodeUpsertBatch(b *testing.B) {
-	body := benchIngestBatch()
-	b.SetBytes(int64(len(body)))
-	c0, n := cpuTime(), 0
-	defer func() { reportCPU(b, c0, n) }()
-	for b.Loop() {
-		n++
+	benchIngest(b, benchIngestBatch(), func(body []byte) error {
 		if n := decodeBenchBatch(b, body); n != 2*benchBatch {
-			b.Fatalf("decoded %d requests", n)
+			return fmt.Errorf("decoded %d requests", n)
 		}
-	}
+		return nil
+	})
 }
 
 func BenchmarkIngestCanonicalize(b *testing.B) {
 	// the batch as one value: objects, arrays, strings, numbers, literals;
 	// plus escapes and non-ASCII text, as model outputs carry
-	body := append(benchIngestBatch()[:0:0], benchIngestBatch()...)
+	body := benchIngestBatch()
 	body = append(body[:len(body)-1], `, "text": "caf\u00e9 \ud83d\ude00 \"quoted\"\n日本語 line\ttab", "nums": [1, -0, 2.5, 1e-05, 123456789.125, 3e300]}`...)
-	b.SetBytes(int64(len(body)))
-	c0, n := cpuTime(), 0
-	defer func() { reportCPU(b, c0, n) }()
-	for b.Loop() {
-		n++
-		if _, err := Canonicalize(body); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchIngest(b, body, func(body []byte) error { _, err := Canonicalize(body); return err })
 }
 
 func BenchmarkIngestCanonicalSorted(b *testing.B) {
-	body := benchIngestBatch()
-	b.SetBytes(int64(len(body)))
-	c0, n := cpuTime(), 0
-	defer func() { reportCPU(b, c0, n) }()
-	for b.Loop() {
-		n++
-		if _, err := canonicalSorted(body); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchIngest(b, benchIngestBatch(), func(body []byte) error { _, err := canonicalSorted(body); return err })
 }
