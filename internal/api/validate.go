@@ -6,9 +6,9 @@ import (
 	"errors"
 	"io"
 	"math"
-	"strconv"
 
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 	"flywheel/internal/rl"
 )
 
@@ -34,41 +34,35 @@ func decodeGeneric(data []byte) (map[string]any, error) {
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", typeName(v))
+		return nil, httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", kindOf(v))
 	}
 	return m, nil
 }
 
-func typeName(v any) string {
+// kindOf is the JSON kind of a value decodeGeneric produced.
+func kindOf(v any) jsonlex.Kind {
 	switch v.(type) {
 	case nil:
-		return "null"
+		return jsonlex.Null
 	case bool:
-		return "a boolean"
+		return jsonlex.Bool
 	case json.Number, float64:
-		return "a number"
+		return jsonlex.Number
 	case string:
-		return "a string"
+		return jsonlex.String
 	case []any:
-		return "an array"
+		return jsonlex.Array
 	case map[string]any:
-		return "an object"
+		return jsonlex.Object
 	}
-	return "a value"
+	return jsonlex.Invalid
 }
 
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
+func join(path, key string) string { return string(jsonlex.Path(path).Key(key)) }
 
-func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+func index(path string, i int) string { return string(jsonlex.Path(path).Index(i)) }
 
-func typeErr(path, want string, got any) error {
-	return httpx.Invalid(path, "invalid_type", "%s: expected %s, got %s", path, want, typeName(got))
-}
+func typeErr(path, want string, got any) error { return httpx.TypeMismatch(path, want, kindOf(got)) }
 
 func valueErr(path, format string, args ...any) error {
 	return httpx.Invalid(path, "invalid_value", path+": "+format, args...)

@@ -9,6 +9,7 @@ import (
 
 	"flywheel/internal/engine/tiny"
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 	"flywheel/internal/store"
 )
 
@@ -192,7 +193,7 @@ func ParseSFTRequest(body []byte) (SFTRequest, error) {
 	case !json.Valid(data):
 		return req, httpx.Invalid("", "invalid_json", "malformed JSON: the request body is not a JSON value")
 	case data[0] != '{':
-		return req, httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", kindName(data[0]))
+		return req, httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", jsonlex.KindOf(data[0]))
 	}
 	o, err := decodeObject("", data)
 	if err != nil {

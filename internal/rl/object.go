@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 )
 
 // object is a small JSON object of a request (experimental_config, an SFT
@@ -28,7 +29,7 @@ func decodeObject(path string, data []byte) (object, error) {
 		if !json.Valid(data) {
 			return o, httpx.Invalid(path, "invalid_json", "%s: malformed JSON", path)
 		}
-		return o, httpx.Invalid(path, "invalid_type", "%s: expected an object, got %s", path, kindName(data[0]))
+		return o, httpx.TypeMismatch(path, "an object", jsonlex.KindOf(data[0]))
 	}
 	if err := json.Unmarshal(data, &o.raw); err != nil {
 		return o, httpx.Invalid(path, "invalid_json", "%s: %s", path, err.Error())
@@ -36,12 +37,7 @@ func decodeObject(path string, data []byte) (object, error) {
 	return o, nil
 }
 
-func (o object) keyPath(key string) string {
-	if o.path == "" {
-		return key
-	}
-	return o.path + "." + key
-}
+func (o object) keyPath(key string) string { return string(jsonlex.Path(o.path).Key(key)) }
 
 // get returns the raw value of key, nil when absent or null.
 func (o object) get(key string) json.RawMessage {
@@ -119,7 +115,7 @@ func isNumber(v json.RawMessage) bool { return v[0] == '-' || v[0] >= '0' && v[0
 
 // typeError reports that the value v at path is not of the wanted JSON type.
 func typeError(path, want string, v json.RawMessage) error {
-	return httpx.Invalid(path, "invalid_type", "%s: expected %s, got %s", path, want, kindName(v[0]))
+	return httpx.TypeMismatch(path, want, jsonlex.KindOf(v[0]))
 }
 
 // valueError reports a value at path outside its range or set.

@@ -1,17 +1,15 @@
 package rl
 
 import (
-	"encoding/binary"
-	"encoding/json"
-	"math/bits"
+	"errors"
 	"strconv"
-	"strings"
 
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 )
 
-// scanner is a small, allocation-free JSON walker over a byte slice. It
-// validates syntax as it goes and keeps the JSON path of where it is, so a
+// scanner is a small, allocation-free JSON walker over a byte slice, on
+// jsonlex's tokens. It validates syntax as it goes and keeps the JSON path of where it is, so a
 // schema written on top of it can report errors such as
 // "trajectory_groups[3].trajectories[0].reward". Training payloads are large
 // (tens of MB), so this walks the bytes once without building values;
@@ -23,7 +21,7 @@ import (
 type scanner struct {
 	data  []byte
 	pos   int
-	path  []seg
+	path  jsonlex.PathStack
 	depth int
 
 	full  []byte     // the whole body; data is full[:n]
@@ -65,37 +63,14 @@ func (s *scanner) wait(n int) {
 	}
 }
 
-// seg is one step of a JSON path: an object key or an array index.
-type seg struct {
-	key string // "" for an array index
-	idx int
-}
-
 // maxDepth bounds nesting so hostile input cannot exhaust the stack.
 const maxDepth = 256
 
-func (s *scanner) push(key string)    { s.path = append(s.path, seg{key: key}) }
-func (s *scanner) pushIdx(i int)      { s.path = append(s.path, seg{idx: i}) }
-func (s *scanner) pop()               { s.path = s.path[:len(s.path)-1] }
-func (s *scanner) setIdx(i int)       { s.path[len(s.path)-1].idx = i }
-func (s *scanner) pathString() string { return pathOf(s.path) }
-
-func pathOf(p []seg) string {
-	var b strings.Builder
-	for _, sg := range p {
-		if sg.key == "" {
-			b.WriteByte('[')
-			b.WriteString(strconv.Itoa(sg.idx))
-			b.WriteByte(']')
-			continue
-		}
-		if b.Len() > 0 {
-			b.WriteByte('.')
-		}
-		b.WriteString(sg.key)
-	}
-	return b.String()
-}
+func (s *scanner) push(key string)    { s.path.PushKey(key) }
+func (s *scanner) pushIdx(i int)      { s.path.PushIndex(i) }
+func (s *scanner) pop()               { s.path.Pop() }
+func (s *scanner) setIdx(i int)       { s.path.SetIndex(i) }
+func (s *scanner) pathString() string { return string(s.path.Path()) }
 
 // syntaxErr is a malformed-JSON error at the current byte.
 func (s *scanner) syntaxErr(what string) error {
@@ -105,6 +80,16 @@ func (s *scanner) syntaxErr(what string) error {
 	return httpx.Invalid(s.pathString(), "invalid_json", "malformed JSON at byte %d: %s", s.pos, what)
 }
 
+// lexErr is syntaxErr for a jsonlex error, at its offset.
+func (s *scanner) lexErr(err error) error {
+	var se *jsonlex.SyntaxError
+	if !errors.As(err, &se) {
+		return err
+	}
+	s.pos = se.Offset
+	return s.syntaxErr(se.Msg)
+}
+
 // typeErr reports that the value at the current path has the wrong type.
 func (s *scanner) typeErr(want string) error {
 	switch c := s.peek(); {
@@ -112,31 +97,12 @@ func (s *scanner) typeErr(want string) error {
 	default:
 		return s.syntaxErr("expected a value")
 	}
-	p := s.pathString()
-	return httpx.Invalid(p, "invalid_type", "%s: expected %s, got %s", p, want, kindName(s.peek()))
+	return httpx.TypeMismatch(s.pathString(), want, jsonlex.KindOf(s.peek()))
 }
 
 func (s *scanner) invalid(code, format string, args ...any) error {
 	p := s.pathString()
 	return httpx.Invalid(p, code, p+": "+format, args...)
-}
-
-func kindName(c byte) string {
-	switch c {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	case 0:
-		return "nothing"
-	}
-	return "a number"
 }
 
 // ws skips whitespace. Most values follow ": " or ", " or nothing, so the
@@ -148,16 +114,7 @@ func (s *scanner) ws() {
 	s.wsSlow()
 }
 
-func (s *scanner) wsSlow() {
-	for s.pos < len(s.data) {
-		switch s.data[s.pos] {
-		case ' ', '\t', '\n', '\r':
-			s.pos++
-		default:
-			return
-		}
-	}
-}
+func (s *scanner) wsSlow() { s.pos = jsonlex.SkipSpace(s.data, s.pos) }
 
 // space skips one ' ', the usual separator after ':' and ',', so that the
 // next peek takes its fast path.
@@ -187,74 +144,13 @@ func (s *scanner) str() ([]byte, bool, error) {
 	if s.peek() != '"' {
 		return nil, false, s.syntaxErr("expected a string")
 	}
-	s.pos++
 	start := s.pos
-	esc := false
-	d := s.data
-	for i := s.pos; i < len(d); i++ {
-		// Fast path: skip 8 plain bytes at a time (no quote, backslash or
-		// control character among them), then jump straight to the first
-		// special byte of the word: the lowest set bit of the mask is exact
-		// (the borrow false positives of hasZero/hasLess only appear above a
-		// byte that really matches).
-		for i+8 <= len(d) {
-			w := binary.LittleEndian.Uint64(d[i:])
-			if m := hasZero(w^(lo8*'"')) | hasZero(w^(lo8*'\\')) | hasLess(w, 0x20); m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
-			}
-			i += 8
-		}
-		if i >= len(d) {
-			break
-		}
-		c := d[i]
-		if c == '"' {
-			s.pos = i + 1
-			return d[start:i], esc, nil
-		}
-		if c == '\\' {
-			esc = true
-			i++
-			if i >= len(d) {
-				break
-			}
-			switch d[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if i+4 >= len(d) || !isHex(d[i+1]) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) {
-					s.pos = i
-					return nil, false, s.syntaxErr("invalid \\u escape in string")
-				}
-				i += 4
-			default:
-				s.pos = i
-				return nil, false, s.syntaxErr("invalid escape in string")
-			}
-			continue
-		}
-		if c < 0x20 {
-			s.pos = i
-			return nil, false, s.syntaxErr("control character in string")
-		}
+	end, esc, err := jsonlex.ScanString(s.data, start)
+	if err != nil {
+		return nil, false, s.lexErr(err)
 	}
-	s.pos = len(d)
-	return nil, false, s.syntaxErr("unterminated string")
-}
-
-const (
-	lo8 = 0x0101010101010101
-	hi8 = 0x8080808080808080
-)
-
-// hasZero is non-zero when a byte of w is zero.
-func hasZero(w uint64) uint64 { return (w - lo8) & ^w & hi8 }
-
-// hasLess is non-zero when a byte of w is less than n (n <= 128).
-func hasLess(w uint64, n byte) uint64 { return (w - lo8*uint64(n)) & ^w & hi8 }
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+	s.pos = end
+	return s.data[start+1 : end-1], esc, nil
 }
 
 // num consumes a number and returns its text. A number that reaches the
@@ -264,45 +160,9 @@ func (s *scanner) num() ([]byte, error) {
 	s.ws()
 	d := s.data
 	start := s.pos
-	i := s.pos
-	if i < len(d) && d[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(d) && d[i] == '0':
-		i++
-	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-	default:
-		s.pos = i
-		return nil, s.syntaxErr("invalid number")
-	}
-	if i < len(d) && d[i] == '.' {
-		i++
-		j := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		if i == j {
-			s.pos = i
-			return nil, s.syntaxErr("invalid number")
-		}
-	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		j := i
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-		if i == j {
-			s.pos = i
-			return nil, s.syntaxErr("invalid number")
-		}
+	i, _, err := jsonlex.ScanNumber(d, start)
+	if err != nil {
+		return nil, s.lexErr(err)
 	}
 	s.pos = i
 	if i == len(d) && len(d) < len(s.full) {
@@ -312,10 +172,11 @@ func (s *scanner) num() ([]byte, error) {
 }
 
 func (s *scanner) lit(word string) error {
-	if len(s.data)-s.pos < len(word) || string(s.data[s.pos:s.pos+len(word)]) != word {
-		return s.syntaxErr("invalid literal")
+	end, err := jsonlex.ScanLiteral(s.data, s.pos, word)
+	if err != nil {
+		return s.lexErr(err)
 	}
-	s.pos += len(word)
+	s.pos = end
 	return nil
 }
 
@@ -366,12 +227,8 @@ func (s *scanner) object(fn func(key []byte) error) error {
 		if err != nil {
 			return err
 		}
-		if esc {
-			var u string
-			if err := jsonUnquote(key, &u); err != nil {
-				return s.syntaxErr("invalid key")
-			}
-			key = []byte(u)
+		if esc { // as encoding/json decodes it
+			key = jsonlex.AppendUnquoted(nil, key, jsonlex.Replace)
 		}
 		if s.peek() != ':' {
 			return s.syntaxErr("expected ':' after object key")
@@ -524,12 +381,4 @@ func (s *scanner) end() error {
 		return s.syntaxErr("unexpected data after the JSON value")
 	}
 	return nil
-}
-
-// jsonUnquote decodes the raw contents of a JSON string (rare path: keys
-// written with escapes).
-func jsonUnquote(raw []byte, out *string) error {
-	q := make([]byte, 0, len(raw)+2)
-	q = append(append(append(q, '"'), raw...), '"')
-	return json.Unmarshal(q, out)
 }

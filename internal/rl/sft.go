@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 )
 
 // SFTConfig is an SFT job's config (api.md: batch_size int|"auto"|null,
@@ -261,7 +262,7 @@ func ParseSFTLine(data []byte) (SFTExample, error) {
 		if len(data) == 0 || !json.Valid(data) {
 			return ex, httpx.Invalid("", "invalid_json", "not a JSON value")
 		}
-		return ex, httpx.Invalid("", "invalid_type", "expected a JSON object, got %s", kindName(data[0]))
+		return ex, httpx.TypeMismatch("", "a JSON object", jsonlex.KindOf(data[0]))
 	}
 	o, err := decodeObject("", data)
 	if err != nil {

@@ -2,6 +2,7 @@ package rl
 
 import (
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 )
 
 // Summary is what Validate extracts from an RL training-job body: enough
@@ -23,7 +24,7 @@ type Summary struct {
 // only checked to be an object here and returned raw for ResolveJob: it
 // is small, and its ranges depend on the base model's default learning rate.
 func Validate(data []byte) (Summary, error) {
-	s := &scanner{data: data, full: data, path: make([]seg, 0, 16)}
+	s := &scanner{data: data, full: data, path: jsonlex.MakePathStack(16)}
 	return s.rl()
 }
 
@@ -41,7 +42,7 @@ func ValidateStream(body []byte, arrived <-chan int) (Summary, error) {
 // validateStreamAhead is ValidateStream keeping ahead bytes in the
 // window (tests use tiny values to cut tokens at every position).
 func validateStreamAhead(body []byte, arrived <-chan int, ahead int) (Summary, error) {
-	s := &scanner{data: body[:0], full: body, more: arrived, ahead: ahead, path: make([]seg, 0, 16)}
+	s := &scanner{data: body[:0], full: body, more: arrived, ahead: ahead, path: jsonlex.MakePathStack(16)}
 	req, err := s.rl()
 	if err != nil && len(s.data) < len(body) {
 		s.wait(len(body))
@@ -61,7 +62,7 @@ func (s *scanner) rl() (Summary, error) {
 			return req, httpx.Invalid("", "invalid_json", "request body is empty; expected a JSON object")
 		}
 		if c == '[' || c == '"' || c == 't' || c == 'f' || c == 'n' || c == '-' || c >= '0' && c <= '9' {
-			return req, httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", kindName(c))
+			return req, httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", jsonlex.KindOf(c))
 		}
 		return req, s.syntaxErr("expected a JSON object")
 	}
@@ -93,7 +94,7 @@ func (s *scanner) rl() (Summary, error) {
 			if err := s.wantObject(true, func([]byte) error { return s.skip() }); err != nil {
 				return err
 			}
-			if raw := trimWS(s.data[start:s.pos]); len(raw) > 0 && raw[0] == '{' {
+			if raw := s.data[jsonlex.SkipSpace(s.data, start):s.pos]; len(raw) > 0 && raw[0] == '{' {
 				req.ExperimentalConfig = raw
 			}
 			s.pop()
@@ -122,13 +123,6 @@ func (s *scanner) rl() (Summary, error) {
 		return req, httpx.Invalid("trajectory_groups", "missing_field", "trajectory_groups is required")
 	}
 	return req, nil
-}
-
-func trimWS(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
-		b = b[1:]
-	}
-	return b
 }
 
 // group validates one TrajectoryGroup.
@@ -334,7 +328,7 @@ func (s *scanner) scanFields(m *mcFields) error {
 
 // eagerLogprobs validates a logprobs value in place (see scanFields).
 func (s *scanner) eagerLogprobs(m *mcFields) error {
-	start, depth, n := s.pos, s.depth, len(s.path)
+	start, depth, n := s.pos, s.depth, s.path.Len()
 	s.push("logprobs")
 	err := s.object(s.logprobsKey)
 	if err == nil {
@@ -346,7 +340,8 @@ func (s *scanner) eagerLogprobs(m *mcFields) error {
 		return err
 	}
 	m.lpErr, m.lpChecked = err, true
-	s.pos, s.depth, s.path = start, depth, s.path[:n]
+	s.pos, s.depth = start, depth
+	s.path.Truncate(n)
 	return s.skip()
 }
 
@@ -440,8 +435,7 @@ func (s *scanner) kindIs(key string, f field, want string, ok ...byte) error {
 	}
 	s.push(key)
 	defer s.pop()
-	p := s.pathString()
-	return httpx.Invalid(p, "invalid_type", "%s: expected %s, got %s", p, want, kindName(f.kind))
+	return httpx.TypeMismatch(s.pathString(), want, jsonlex.KindOf(f.kind))
 }
 
 // logprobsKey validates the keys of a choice's logprobs object: "content"

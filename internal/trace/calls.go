@@ -652,11 +652,11 @@ func (s *Service) handleUpsertBatch(w http.ResponseWriter, r *http.Request, p *a
 					}
 				case "req":
 					if mode == nil {
-						st := d.c.pos
+						st := d.c.Pos
 						if err := d.skip(); err != nil {
 							return err
 						}
-						pending = d.c.in[st:d.c.pos]
+						pending = d.c.Data[st:d.c.Pos]
 						return nil
 					}
 					var err error
@@ -921,11 +921,11 @@ func (s *Service) handleCallsComplete(w http.ResponseWriter, r *http.Request, p 
 				}
 				return d.typeErr(prefix, "an object")
 			}
-			st := d.c.pos
+			st := d.c.Pos
 			if err := d.skip(); err != nil {
 				return err
 			}
-			item := d.c.in[st:d.c.pos]
+			item := d.c.Data[st:d.c.Pos]
 			sreq, err := newDec(item).decodeStartReq(prefix, false)
 			if err != nil {
 				return err

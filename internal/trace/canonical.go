@@ -1,13 +1,13 @@
 package trace
 
 import (
-	"errors"
-	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"flywheel/internal/jsonlex"
 )
 
 // Canonical JSON.
@@ -25,19 +25,25 @@ import (
 //     exponent as Python's repr of the float64 (1.0, 1e-05, 1e+16,
 //     100000.0), overflow as Infinity / -Infinity.
 //
-// The canonicaliser is a single pass over the bytes and also validates them.
-
-var errBadJSON = errors.New("invalid JSON")
+// The canonicaliser is a single pass over the bytes (lexed by jsonlex) and
+// also validates them. Strings decode in jsonlex's WTF8 mode: invalid UTF-8
+// bytes are kept until appendPyString writes them as U+FFFD, and a lone
+// surrogate escape is kept so that it is written back as that escape.
 
 type canon struct {
-	in  []byte
-	pos int
+	// the cursor: Data and Pos; strings decode in WTF8 mode (see above)
+	jsonlex.Reader
 	out []byte
 	// scratch for object members, reused by nested objects through the stack
 	depth int
 	// sortKeys orders object members by key (Python's sort_keys=True: code
 	// point order, which is UTF-8 byte order), as object digests need.
 	sortKeys bool
+}
+
+// newCanon is a canonicaliser reading data.
+func newCanon(data []byte) canon {
+	return canon{Reader: jsonlex.Reader{Data: data, Mode: jsonlex.WTF8, MaxDepth: maxJSONDepth}}
 }
 
 const maxJSONDepth = 512
@@ -51,44 +57,31 @@ func Canonicalize(data []byte) ([]byte, error) { return canonicalize(data, false
 func canonicalSorted(data []byte) ([]byte, error) { return canonicalize(data, true) }
 
 func canonicalize(data []byte, sortKeys bool) ([]byte, error) {
-	c := canon{in: data, out: make([]byte, 0, len(data)+len(data)/8+8), sortKeys: sortKeys}
+	c := newCanon(data)
+	c.out, c.sortKeys = make([]byte, 0, len(data)+len(data)/8+8), sortKeys
 	c.skipWS()
 	if err := c.value(); err != nil {
 		return nil, err
 	}
-	c.skipWS()
-	if c.pos != len(c.in) {
-		return nil, c.errf("unexpected data after the JSON value")
+	if err := c.End(); err != nil {
+		return nil, err
 	}
 	return c.out, nil
 }
 
-func (c *canon) errf(format string, args ...any) error {
-	return fmt.Errorf("%w at byte %d: %s", errBadJSON, c.pos, fmt.Sprintf(format, args...))
-}
-
-func (c *canon) skipWS() {
-	for c.pos < len(c.in) {
-		switch c.in[c.pos] {
-		case ' ', '\t', '\n', '\r':
-			c.pos++
-		default:
-			return
-		}
-	}
-}
+func (c *canon) skipWS() { c.Peek() }
 
 func (c *canon) value() error {
-	if c.pos >= len(c.in) {
-		return c.errf("unexpected end of input")
+	if c.Pos >= len(c.Data) {
+		return c.Errorf("unexpected end of input")
 	}
-	switch b := c.in[c.pos]; {
+	switch b := c.Data[c.Pos]; {
 	case b == '{':
 		return c.object()
 	case b == '[':
 		return c.array()
 	case b == '"':
-		s, err := c.str()
+		s, err := c.String()
 		if err != nil {
 			return err
 		}
@@ -103,15 +96,14 @@ func (c *canon) value() error {
 	case b == '-' || (b >= '0' && b <= '9'):
 		return c.number()
 	default:
-		return c.errf("unexpected character %q", b)
+		return c.Errorf("expected a value")
 	}
 }
 
 func (c *canon) lit(s string) error {
-	if len(c.in)-c.pos < len(s) || string(c.in[c.pos:c.pos+len(s)]) != s {
-		return c.errf("invalid literal")
+	if err := c.Literal(s); err != nil {
+		return err
 	}
-	c.pos += len(s)
 	c.out = append(c.out, s...)
 	return nil
 }
@@ -124,15 +116,15 @@ type member struct {
 func (c *canon) object() error {
 	c.depth++
 	if c.depth > maxJSONDepth {
-		return c.errf("nesting too deep")
+		return c.Errorf("nesting too deep")
 	}
 	defer func() { c.depth-- }()
 	objStart := len(c.out)
-	c.pos++ // {
+	c.Pos++ // {
 	c.out = append(c.out, '{')
 	c.skipWS()
-	if c.pos < len(c.in) && c.in[c.pos] == '}' {
-		c.pos++
+	if c.Pos < len(c.Data) && c.Data[c.Pos] == '}' {
+		c.Pos++
 		c.out = append(c.out, '}')
 		return nil
 	}
@@ -141,23 +133,23 @@ func (c *canon) object() error {
 	dup := false
 	for {
 		c.skipWS()
-		if c.pos >= len(c.in) || c.in[c.pos] != '"' {
-			return c.errf("expected a string key")
+		if c.Pos >= len(c.Data) || c.Data[c.Pos] != '"' {
+			return c.Errorf("expected a string key")
 		}
 		if len(members) > 0 {
 			c.out = append(c.out, ", "...)
 		}
 		mStart := len(c.out)
-		key, err := c.str()
+		key, err := c.String()
 		if err != nil {
 			return err
 		}
 		c.out = appendPyString(c.out, key)
 		c.skipWS()
-		if c.pos >= len(c.in) || c.in[c.pos] != ':' {
-			return c.errf("expected ':'")
+		if c.Pos >= len(c.Data) || c.Data[c.Pos] != ':' {
+			return c.Errorf("expected ':'")
 		}
-		c.pos++
+		c.Pos++
 		c.out = append(c.out, ": "...)
 		c.skipWS()
 		if err := c.value(); err != nil {
@@ -193,18 +185,18 @@ func (c *canon) object() error {
 			members = append(members, m)
 		}
 		c.skipWS()
-		if c.pos >= len(c.in) {
-			return c.errf("unexpected end of input in object")
+		if c.Pos >= len(c.Data) {
+			return c.Errorf("unexpected end of input in object")
 		}
-		if c.in[c.pos] == ',' {
-			c.pos++
+		if c.Data[c.Pos] == ',' {
+			c.Pos++
 			continue
 		}
-		if c.in[c.pos] == '}' {
-			c.pos++
+		if c.Data[c.Pos] == '}' {
+			c.Pos++
 			break
 		}
-		return c.errf("expected ',' or '}'")
+		return c.Errorf("expected ',' or '}'")
 	}
 	if c.sortKeys && len(members) > 1 {
 		sort.SliceStable(members, func(i, j int) bool { return members[i].key < members[j].key })
@@ -230,14 +222,14 @@ func (c *canon) object() error {
 func (c *canon) array() error {
 	c.depth++
 	if c.depth > maxJSONDepth {
-		return c.errf("nesting too deep")
+		return c.Errorf("nesting too deep")
 	}
 	defer func() { c.depth-- }()
-	c.pos++
+	c.Pos++
 	c.out = append(c.out, '[')
 	c.skipWS()
-	if c.pos < len(c.in) && c.in[c.pos] == ']' {
-		c.pos++
+	if c.Pos < len(c.Data) && c.Data[c.Pos] == ']' {
+		c.Pos++
 		c.out = append(c.out, ']')
 		return nil
 	}
@@ -252,127 +244,20 @@ func (c *canon) array() error {
 			return err
 		}
 		c.skipWS()
-		if c.pos >= len(c.in) {
-			return c.errf("unexpected end of input in array")
+		if c.Pos >= len(c.Data) {
+			return c.Errorf("unexpected end of input in array")
 		}
-		if c.in[c.pos] == ',' {
-			c.pos++
+		if c.Data[c.Pos] == ',' {
+			c.Pos++
 			continue
 		}
-		if c.in[c.pos] == ']' {
-			c.pos++
+		if c.Data[c.Pos] == ']' {
+			c.Pos++
 			c.out = append(c.out, ']')
 			return nil
 		}
-		return c.errf("expected ',' or ']'")
+		return c.Errorf("expected ',' or ']'")
 	}
-}
-
-// str decodes a JSON string at c.pos into UTF-16-ish code points kept as a Go
-// string where lone surrogates are preserved as WTF-8 style sequences via
-// the private marker below.
-func (c *canon) str() (string, error) {
-	c.pos++ // opening quote
-	start := c.pos
-	// fast path: no escapes, all printable ASCII or valid UTF-8
-	for c.pos < len(c.in) {
-		b := c.in[c.pos]
-		if b == '"' {
-			s := string(c.in[start:c.pos])
-			c.pos++
-			return s, nil
-		}
-		if b == '\\' || b < 0x20 {
-			break
-		}
-		c.pos++
-	}
-	buf := []byte(string(c.in[start:c.pos]))
-	for c.pos < len(c.in) {
-		b := c.in[c.pos]
-		switch {
-		case b == '"':
-			c.pos++
-			return string(buf), nil
-		case b < 0x20:
-			return "", c.errf("control character in string")
-		case b == '\\':
-			if c.pos+1 >= len(c.in) {
-				return "", c.errf("unexpected end of input in string")
-			}
-			e := c.in[c.pos+1]
-			c.pos += 2
-			switch e {
-			case '"', '\\', '/':
-				buf = append(buf, e)
-			case 'b':
-				buf = append(buf, '\b')
-			case 'f':
-				buf = append(buf, '\f')
-			case 'n':
-				buf = append(buf, '\n')
-			case 'r':
-				buf = append(buf, '\r')
-			case 't':
-				buf = append(buf, '\t')
-			case 'u':
-				r, ok := c.hex4()
-				if !ok {
-					return "", c.errf("invalid \\u escape")
-				}
-				if utf16.IsSurrogate(r) {
-					if r < 0xdc00 && c.pos+6 <= len(c.in) && c.in[c.pos] == '\\' && c.in[c.pos+1] == 'u' {
-						save := c.pos
-						c.pos += 2
-						r2, ok2 := c.hex4()
-						if ok2 && r2 >= 0xdc00 && r2 <= 0xdfff {
-							buf = utf8.AppendRune(buf, utf16.DecodeRune(r, r2))
-							continue
-						}
-						c.pos = save
-					}
-					buf = appendLoneSurrogate(buf, r)
-					continue
-				}
-				buf = utf8.AppendRune(buf, r)
-			default:
-				return "", c.errf("invalid escape")
-			}
-		default:
-			buf = append(buf, b)
-			c.pos++
-		}
-	}
-	return "", c.errf("unexpected end of input in string")
-}
-
-func (c *canon) hex4() (rune, bool) {
-	if c.pos+4 > len(c.in) {
-		return 0, false
-	}
-	var r rune
-	for i := 0; i < 4; i++ {
-		h := c.in[c.pos+i]
-		switch {
-		case h >= '0' && h <= '9':
-			r = r<<4 | rune(h-'0')
-		case h >= 'a' && h <= 'f':
-			r = r<<4 | rune(h-'a'+10)
-		case h >= 'A' && h <= 'F':
-			r = r<<4 | rune(h-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	c.pos += 4
-	return r, true
-}
-
-// Lone surrogates cannot live in valid UTF-8; they are kept as the 3-byte
-// "WTF-8" encoding (ED A0..BF xx), which appendPyString recognises and writes
-// back as \udXXX, as Python does.
-func appendLoneSurrogate(buf []byte, r rune) []byte {
-	return append(buf, 0xED, byte(0x80|(r>>6)&0x3F), byte(0x80|r&0x3F))
 }
 
 const hexdigits = "0123456789abcdef"
@@ -431,49 +316,10 @@ func appendPyString(out []byte, s string) []byte {
 }
 
 func (c *canon) number() error {
-	start := c.pos
-	isFloat := false
-	if c.in[c.pos] == '-' {
-		c.pos++
+	lit, isFloat, err := c.Number()
+	if err != nil {
+		return err
 	}
-	if c.pos >= len(c.in) {
-		return c.errf("invalid number")
-	}
-	if c.in[c.pos] == '0' {
-		c.pos++
-	} else if c.in[c.pos] >= '1' && c.in[c.pos] <= '9' {
-		for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
-			c.pos++
-		}
-	} else {
-		return c.errf("invalid number")
-	}
-	if c.pos < len(c.in) && c.in[c.pos] == '.' {
-		isFloat = true
-		c.pos++
-		d := c.pos
-		for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
-			c.pos++
-		}
-		if c.pos == d {
-			return c.errf("invalid number")
-		}
-	}
-	if c.pos < len(c.in) && (c.in[c.pos] == 'e' || c.in[c.pos] == 'E') {
-		isFloat = true
-		c.pos++
-		if c.pos < len(c.in) && (c.in[c.pos] == '+' || c.in[c.pos] == '-') {
-			c.pos++
-		}
-		d := c.pos
-		for c.pos < len(c.in) && c.in[c.pos] >= '0' && c.in[c.pos] <= '9' {
-			c.pos++
-		}
-		if c.pos == d {
-			return c.errf("invalid number")
-		}
-	}
-	lit := c.in[start:c.pos]
 	if !isFloat {
 		if string(lit) == "-0" {
 			c.out = append(c.out, '0')
@@ -484,7 +330,7 @@ func (c *canon) number() error {
 	}
 	f, err := strconv.ParseFloat(string(lit), 64)
 	if err != nil && !math.IsInf(f, 0) {
-		return c.errf("invalid number")
+		return c.Errorf("invalid number")
 	}
 	c.out = appendPyFloat(c.out, f)
 	return nil
@@ -570,126 +416,28 @@ type rawMember struct {
 }
 
 // splitObject splits a JSON object into its members in order. It is meant
-// for stored (canonical, already validated) text: values are delimited
-// structurally, not re-validated. It returns ok=false when data is not an
+// for stored (canonical) text, which may hold Infinity, -Infinity and NaN
+// where a float overflowed. It returns ok=false when data is not such an
 // object.
 func splitObject(data []byte) ([]rawMember, bool) {
-	c := canon{in: data}
-	c.skipWS()
-	if c.pos >= len(c.in) || c.in[c.pos] != '{' {
+	r := jsonlex.Reader{Data: data, Mode: jsonlex.WTF8, MaxDepth: maxJSONDepth}
+	if r.Peek() != '{' {
 		return nil, false
 	}
-	c.pos++
 	ms := make([]rawMember, 0, 4)
-	c.skipWS()
-	if c.pos < len(c.in) && c.in[c.pos] == '}' {
-		return ms, true
-	}
-	for {
-		c.skipWS()
-		if c.pos >= len(c.in) || c.in[c.pos] != '"' {
-			return nil, false
-		}
-		key, err := c.str()
-		if err != nil {
-			return nil, false
-		}
-		c.skipWS()
-		if c.pos >= len(c.in) || c.in[c.pos] != ':' {
-			return nil, false
-		}
-		c.pos++
-		c.skipWS()
-		vs := c.pos
-		end, ok := skipStructural(data, vs)
-		if !ok {
-			return nil, false
-		}
-		c.pos = end
-		ms = append(ms, rawMember{Key: key, Value: data[vs:end]})
-		c.skipWS()
-		if c.pos >= len(c.in) {
-			return nil, false
-		}
-		if c.in[c.pos] == ',' {
-			c.pos++
-			continue
-		}
-		if c.in[c.pos] == '}' {
-			return ms, true
-		}
+	err := r.Object(func(key string) error {
+		start := r.Pos
+		end, err := jsonlex.SkipValue(data, start, maxJSONDepth, true)
+		r.Pos = end
+		ms = append(ms, rawMember{Key: key, Value: data[start:end]})
+		return err
+	})
+	if err != nil {
 		return nil, false
 	}
-}
-
-// skipStructural returns the end of the JSON value starting at i, matching
-// brackets and skipping strings; it does not validate scalars.
-func skipStructural(data []byte, i int) (int, bool) {
-	depth := 0
-	for i < len(data) {
-		switch data[i] {
-		case '"':
-			i++
-			for i < len(data) && data[i] != '"' {
-				if data[i] == '\\' {
-					i++
-				}
-				i++
-			}
-			if i >= len(data) {
-				return 0, false
-			}
-			i++
-			if depth == 0 {
-				return i, true
-			}
-		case '{', '[':
-			depth++
-			i++
-		case '}', ']':
-			if depth == 0 { // ends a scalar member of the enclosing value
-				return i, true
-			}
-			depth--
-			i++
-			if depth == 0 {
-				return i, true
-			}
-		case ',', ' ', '\t', '\n', '\r', ':':
-			if depth == 0 {
-				return i, true
-			}
-			i++
-		default:
-			i++
-		}
-	}
-	if depth == 0 {
-		return i, true
-	}
-	return 0, false
+	return ms, true
 }
 
 // jsonKindOf reports the kind of the JSON value in data: 'o' object, 'a'
 // array, 's' string, 'n' number, 'b' boolean, 'z' null, 0 when empty.
-func jsonKindOf(data []byte) byte {
-	for _, b := range data {
-		switch b {
-		case ' ', '\t', '\n', '\r':
-			continue
-		case '{':
-			return 'o'
-		case '[':
-			return 'a'
-		case '"':
-			return 's'
-		case 't', 'f':
-			return 'b'
-		case 'n':
-			return 'z'
-		default:
-			return 'n'
-		}
-	}
-	return 0
-}
+var jsonKindOf = jsonlex.KindOfValue

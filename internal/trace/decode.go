@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 )
 
 // dec is a single-pass JSON decoder for the write path (start, end,
@@ -13,18 +14,17 @@ import (
 // while reading them, and reports type errors with the JSON path, so each
 // byte of a batch is looked at once. Unknown fields are skipped (validated).
 type dec struct {
-	c       canon
-	scratch []byte
-	arena   []byte // canonical values of this body, sub-sliced (capacity-limited) into ops
+	c     canon
+	arena []byte // canonical values of this body, sub-sliced (capacity-limited) into ops
 }
 
-func newDec(data []byte) *dec { return &dec{c: canon{in: data}} }
+func newDec(data []byte) *dec { return &dec{c: newCanon(data)} }
 
 func (d *dec) ws() { d.c.skipWS() }
 
 func (d *dec) peek() byte {
-	if d.c.pos < len(d.c.in) {
-		return d.c.in[d.c.pos]
+	if d.c.Pos < len(d.c.Data) {
+		return d.c.Data[d.c.Pos]
 	}
 	return 0
 }
@@ -38,34 +38,19 @@ func (d *dec) syntax(err error) error {
 	return httpx.Invalid("", "invalid_json", "malformed JSON: %s", err.Error())
 }
 
-func (d *dec) gotName() string {
-	switch d.peek() {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case '"':
-		return "string"
-	case 't', 'f':
-		return "bool"
-	case 'n':
-		return "null"
-	case 0:
-		return "end of input"
-	}
-	return "number"
-}
-
+// typeErr is the 400 for a value at path that is not want (see
+// httpx.TypeMismatch); at the top level, the body.
 func (d *dec) typeErr(path, want string) error {
+	got := jsonlex.KindOf(d.peek())
 	if path == "" {
-		return httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", d.gotName())
+		return httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", got)
 	}
-	return httpx.Invalid(path, "invalid_type", "expected %s, got %s", want, d.gotName())
+	return httpx.TypeMismatch(path, want, got)
 }
 
 // begin checks the body is not empty.
 func (d *dec) begin() error {
-	if len(bytes.TrimSpace(d.c.in)) == 0 {
+	if len(bytes.TrimSpace(d.c.Data)) == 0 {
 		return httpx.Invalid("", "invalid_json", "request body is empty; expected a JSON object")
 	}
 	return nil
@@ -74,8 +59,8 @@ func (d *dec) begin() error {
 // finish checks nothing but whitespace follows the top-level value.
 func (d *dec) finish() error {
 	d.ws()
-	if d.c.pos != len(d.c.in) {
-		return httpx.Invalid("", "invalid_json", "malformed JSON: unexpected data after the JSON value at byte %d", d.c.pos)
+	if d.c.Pos != len(d.c.Data) {
+		return httpx.Invalid("", "invalid_json", "malformed JSON: unexpected data after the JSON value at byte %d", d.c.Pos)
 	}
 	return nil
 }
@@ -84,47 +69,17 @@ func (d *dec) finish() error {
 // positioned at the value; fn must consume the value.
 func (d *dec) object(path string, fn func(key string) error) error {
 	d.ws()
-	if d.peek() != '{' {
-		if d.peek() == 0 {
-			return d.syntax(d.c.errf("unexpected end of input"))
-		}
+	switch d.peek() {
+	case '{':
+	case 0:
+		return d.syntax(d.c.Errorf("unexpected end of input"))
+	default:
 		return d.typeErr(path, "an object")
 	}
-	d.c.pos++
-	d.ws()
-	if d.peek() == '}' {
-		d.c.pos++
-		return nil
+	if err := d.c.Object(fn); err != nil {
+		return d.syntax(err)
 	}
-	for {
-		d.ws()
-		if d.peek() != '"' {
-			return d.syntax(d.c.errf("expected a string key"))
-		}
-		key, err := d.c.str()
-		if err != nil {
-			return d.syntax(err)
-		}
-		d.ws()
-		if d.peek() != ':' {
-			return d.syntax(d.c.errf("expected ':'"))
-		}
-		d.c.pos++
-		d.ws()
-		if err := fn(key); err != nil {
-			return err
-		}
-		d.ws()
-		switch d.peek() {
-		case ',':
-			d.c.pos++
-		case '}':
-			d.c.pos++
-			return nil
-		default:
-			return d.syntax(d.c.errf("expected ',' or '}'"))
-		}
-	}
+	return nil
 }
 
 // array reads an array, calling fn for each element.
@@ -133,28 +88,10 @@ func (d *dec) array(path string, fn func(i int) error) error {
 	if d.peek() != '[' {
 		return d.typeErr(path, "an array")
 	}
-	d.c.pos++
-	d.ws()
-	if d.peek() == ']' {
-		d.c.pos++
-		return nil
+	if err := d.c.Array(fn); err != nil {
+		return d.syntax(err)
 	}
-	for i := 0; ; i++ {
-		d.ws()
-		if err := fn(i); err != nil {
-			return err
-		}
-		d.ws()
-		switch d.peek() {
-		case ',':
-			d.c.pos++
-		case ']':
-			d.c.pos++
-			return nil
-		default:
-			return d.syntax(d.c.errf("expected ',' or ']'"))
-		}
-	}
+	return nil
 }
 
 func (d *dec) null() bool {
@@ -177,7 +114,7 @@ func (d *dec) optString(path string) (*string, error) {
 		}
 		return nil, d.typeErr(path, "a string")
 	}
-	s, err := d.c.str()
+	s, err := d.c.String()
 	if err != nil {
 		return nil, d.syntax(err)
 	}
@@ -195,17 +132,13 @@ func (d *dec) optInt(path string) (*int64, error) {
 		}
 		return nil, d.typeErr(path, "an integer")
 	}
-	start := d.c.pos
-	save := d.c.out
-	d.c.out = d.scratch[:0]
-	err := d.c.number()
-	d.scratch, d.c.out = d.c.out, save
+	text, _, err := d.c.Number()
 	if err != nil {
 		return nil, d.syntax(err)
 	}
-	v, perr := strconv.ParseInt(string(d.c.in[start:d.c.pos]), 10, 64)
+	v, perr := strconv.ParseInt(string(text), 10, 64)
 	if perr != nil {
-		return nil, httpx.Invalid(path, "invalid_type", "expected an integer, got number %s", d.c.in[start:d.c.pos])
+		return nil, httpx.Invalid(path, "invalid_type", "%s: expected an integer, got number %s", path, text)
 	}
 	return &v, nil
 }
@@ -213,11 +146,11 @@ func (d *dec) optInt(path string) (*int64, error) {
 // checkValue validates the value at the cursor without consuming it, so a
 // type error is not reported for malformed JSON.
 func (d *dec) checkValue() error {
-	save := d.c.pos
+	save := d.c.Pos
 	if err := d.skip(); err != nil {
 		return err
 	}
-	d.c.pos = save
+	d.c.Pos = save
 	return nil
 }
 
@@ -227,7 +160,7 @@ func (d *dec) checkValue() error {
 // values in the old array, still valid).
 func (d *dec) canonical() ([]byte, error) {
 	if d.arena == nil {
-		d.arena = make([]byte, 0, len(d.c.in)+len(d.c.in)/8+64)
+		d.arena = make([]byte, 0, len(d.c.Data)+len(d.c.Data)/8+64)
 	}
 	save := d.c.out
 	start := len(d.arena)
@@ -243,11 +176,7 @@ func (d *dec) canonical() ([]byte, error) {
 
 // skip reads and validates a value, discarding it.
 func (d *dec) skip() error {
-	save := d.c.out
-	d.c.out = d.scratch[:0]
-	err := d.c.value()
-	d.scratch, d.c.out = d.c.out, save
-	if err != nil {
+	if _, err := d.c.Skip(); err != nil {
 		return d.syntax(err)
 	}
 	return nil

@@ -17,6 +17,7 @@ import (
 
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 	"flywheel/internal/names"
 	"flywheel/internal/sqlmigrate"
 )
@@ -245,14 +246,13 @@ func decodeAt(data []byte, v any, prefix string) error {
 	return httpx.Invalid(prefix, "invalid_json", "malformed JSON: %s", err.Error())
 }
 
+// joinPath is the JSON path of member field of the object at prefix (the
+// object itself when field is empty).
 func joinPath(prefix, field string) string {
-	switch {
-	case prefix == "":
-		return field
-	case field == "":
+	if field == "" {
 		return prefix
 	}
-	return prefix + "." + field
+	return string(jsonlex.Path(prefix).Key(field))
 }
 
 // splitProjectID validates an external project id "entity/project".

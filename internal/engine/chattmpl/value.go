@@ -1,7 +1,6 @@
 package chattmpl
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"flywheel/internal/jsonlex"
 )
 
 // Template values follow Python's data model as Jinja2 sees it:
@@ -119,294 +120,69 @@ type Namespace struct {
 
 // ParseJSON decodes JSON into template values keeping object key order
 // (objects become *Dict, arrays []any, integers int, other numbers float64).
+// Strings with invalid UTF-8 get one U+FFFD for each run of bad bytes, and
+// lone surrogate escapes U+FFFD.
 func ParseJSON(data []byte) (any, error) {
-	p := jsonParser{b: data}
-	p.ws()
-	v, err := p.value(0)
+	r := jsonlex.Reader{Data: data, Mode: jsonlex.ReplaceRuns, MaxDepth: maxJSONDepth}
+	v, err := jsonValue(&r)
+	if err == nil {
+		err = r.End()
+	}
 	if err != nil {
-		return nil, err
-	}
-	p.ws()
-	if p.i != len(p.b) {
-		return nil, p.errf("trailing data after JSON value")
+		return nil, fmt.Errorf("chattmpl: %w", err)
 	}
 	return v, nil
 }
 
-type jsonParser struct {
-	b []byte
-	i int
-}
+// maxJSONDepth bounds the nesting of parsed JSON, as encoding/json does.
+const maxJSONDepth = 10_000
 
-func (p *jsonParser) errf(format string, a ...any) error {
-	return fmt.Errorf("chattmpl: invalid JSON at offset %d: %s", p.i, fmt.Sprintf(format, a...))
-}
-
-func (p *jsonParser) ws() {
-	for p.i < len(p.b) {
-		switch p.b[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-func (p *jsonParser) value(depth int) (any, error) {
-	if depth > 10000 {
-		return nil, p.errf("nesting too deep")
-	}
-	if p.i >= len(p.b) {
-		return nil, p.errf("unexpected end of input")
-	}
-	switch c := p.b[p.i]; {
+// jsonValue builds the template value at the reader.
+func jsonValue(r *jsonlex.Reader) (any, error) {
+	switch c := r.Peek(); {
 	case c == '{':
-		p.i++
 		d := NewDict()
-		p.ws()
-		if p.i < len(p.b) && p.b[p.i] == '}' {
-			p.i++
-			return d, nil
-		}
-		for {
-			p.ws()
-			if p.i >= len(p.b) || p.b[p.i] != '"' {
-				return nil, p.errf("expected object key")
-			}
-			k, err := p.str()
-			if err != nil {
-				return nil, err
-			}
-			p.ws()
-			if p.i >= len(p.b) || p.b[p.i] != ':' {
-				return nil, p.errf("expected ':'")
-			}
-			p.i++
-			p.ws()
-			v, err := p.value(depth + 1)
-			if err != nil {
-				return nil, err
-			}
+		err := r.Object(func(k string) error {
+			v, err := jsonValue(r)
 			d.Set(k, v)
-			p.ws()
-			if p.i >= len(p.b) {
-				return nil, p.errf("unexpected end of input")
-			}
-			if p.b[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if p.b[p.i] == '}' {
-				p.i++
-				return d, nil
-			}
-			return nil, p.errf("expected ',' or '}'")
-		}
+			return err
+		})
+		return d, err
 	case c == '[':
-		p.i++
 		l := []any{}
-		p.ws()
-		if p.i < len(p.b) && p.b[p.i] == ']' {
-			p.i++
-			return l, nil
-		}
-		for {
-			p.ws()
-			v, err := p.value(depth + 1)
-			if err != nil {
-				return nil, err
-			}
+		err := r.Array(func(int) error {
+			v, err := jsonValue(r)
 			l = append(l, v)
-			p.ws()
-			if p.i >= len(p.b) {
-				return nil, p.errf("unexpected end of input")
-			}
-			if p.b[p.i] == ',' {
-				p.i++
-				continue
-			}
-			if p.b[p.i] == ']' {
-				p.i++
-				return l, nil
-			}
-			return nil, p.errf("expected ',' or ']'")
-		}
+			return err
+		})
+		return l, err
 	case c == '"':
-		return p.str()
+		return r.String()
 	case c == 't':
-		return p.lit("true", true)
+		return true, r.Literal("true")
 	case c == 'f':
-		return p.lit("false", false)
+		return false, r.Literal("false")
 	case c == 'n':
-		return p.lit("null", nil)
-	case c == '-' || (c >= '0' && c <= '9'):
-		return p.number()
-	}
-	return nil, p.errf("unexpected character %q", p.b[p.i])
-}
-
-func (p *jsonParser) lit(word string, v any) (any, error) {
-	if !bytes.HasPrefix(p.b[p.i:], []byte(word)) {
-		return nil, p.errf("invalid literal")
-	}
-	p.i += len(word)
-	return v, nil
-}
-
-func (p *jsonParser) number() (any, error) {
-	start := p.i
-	if p.b[p.i] == '-' {
-		p.i++
-	}
-	digits := func() int {
-		n := 0
-		for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-			p.i++
-			n++
+		return nil, r.Literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		text, isFloat, err := r.Number()
+		if err != nil {
+			return nil, err
 		}
-		return n
-	}
-	if p.i < len(p.b) && p.b[p.i] == '0' {
-		p.i++
-	} else if digits() == 0 {
-		return nil, p.errf("invalid number")
-	}
-	isFloat := false
-	if p.i < len(p.b) && p.b[p.i] == '.' {
-		p.i++
-		isFloat = true
-		if digits() == 0 {
-			return nil, p.errf("invalid number")
-		}
-	}
-	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
-		p.i++
-		isFloat = true
-		if p.i < len(p.b) && (p.b[p.i] == '+' || p.b[p.i] == '-') {
-			p.i++
-		}
-		if digits() == 0 {
-			return nil, p.errf("invalid number")
-		}
-	}
-	s := string(p.b[start:p.i])
-	if !isFloat {
-		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return int(i), nil
-		}
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil && !errors.Is(err, strconv.ErrRange) {
-		return nil, p.errf("invalid number %s", s)
-	}
-	return f, nil
-}
-
-func (p *jsonParser) str() (string, error) {
-	p.i++ // opening quote
-	start := p.i
-	// Fast path: no escapes.
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		if c == '"' {
-			s := p.b[start:p.i]
-			p.i++
-			if utf8.Valid(s) {
-				return string(s), nil
+		if !isFloat {
+			if i, err := strconv.ParseInt(string(text), 10, 64); err == nil {
+				return int(i), nil
 			}
-			return strings.ToValidUTF8(string(s), "\uFFFD"), nil
 		}
-		if c == '\\' || c < 0x20 {
-			break
+		f, err := strconv.ParseFloat(string(text), 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return nil, r.Errorf("invalid number " + string(text))
 		}
-		p.i++
+		return f, nil
+	case c == 0:
+		return nil, r.Errorf("unexpected end of input")
 	}
-	var b strings.Builder
-	b.Write(p.b[start:p.i])
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			p.i++
-			s := b.String()
-			if !utf8.ValidString(s) {
-				s = strings.ToValidUTF8(s, "\uFFFD")
-			}
-			return s, nil
-		case c < 0x20:
-			return "", p.errf("control character in string")
-		case c != '\\':
-			b.WriteByte(c)
-			p.i++
-			continue
-		}
-		if p.i+1 >= len(p.b) {
-			break
-		}
-		e := p.b[p.i+1]
-		p.i += 2
-		switch e {
-		case '"', '\\', '/':
-			b.WriteByte(e)
-		case 'b':
-			b.WriteByte('\b')
-		case 'f':
-			b.WriteByte('\f')
-		case 'n':
-			b.WriteByte('\n')
-		case 'r':
-			b.WriteByte('\r')
-		case 't':
-			b.WriteByte('\t')
-		case 'u':
-			r, ok := p.hex4()
-			if !ok {
-				return "", p.errf("bad \\u escape")
-			}
-			if utf16.IsSurrogate(r) {
-				if p.i+1 < len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
-					save := p.i
-					p.i += 2
-					r2, ok := p.hex4()
-					if ok {
-						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-							b.WriteRune(d)
-							continue
-						}
-					}
-					p.i = save
-				}
-				r = utf8.RuneError
-			}
-			b.WriteRune(r)
-		default:
-			return "", p.errf("bad escape \\%c", e)
-		}
-	}
-	return "", p.errf("unterminated string")
-}
-
-func (p *jsonParser) hex4() (rune, bool) {
-	if p.i+4 > len(p.b) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range p.b[p.i : p.i+4] {
-		r <<= 4
-		switch {
-		case c >= '0' && c <= '9':
-			r |= rune(c - '0')
-		case c >= 'a' && c <= 'f':
-			r |= rune(c - 'a' + 10)
-		case c >= 'A' && c <= 'F':
-			r |= rune(c - 'A' + 10)
-		default:
-			return 0, false
-		}
-	}
-	p.i += 4
-	return r, true
+	return nil, r.Errorf("expected a value")
 }
 
 // FromGo converts ordinary Go values (maps, slices, json.RawMessage, numbers)
@@ -854,7 +630,7 @@ func writeJSONString(b *strings.Builder, s string, ascii bool) {
 			}
 			r, n := utf8.DecodeRuneInString(s[i:])
 			if r >= 0x10000 {
-				r1, r2 := utf16Surrogates(r)
+				r1, r2 := utf16.EncodeRune(r)
 				writeU(b, r1)
 				writeU(b, r2)
 			} else {
@@ -869,11 +645,6 @@ func writeJSONString(b *strings.Builder, s string, ascii bool) {
 	}
 	b.WriteString(s[start:])
 	b.WriteByte('"')
-}
-
-func utf16Surrogates(r rune) (rune, rune) {
-	r -= 0x10000
-	return 0xd800 + (r>>10)&0x3ff, 0xdc00 + r&0x3ff
 }
 
 func writeU(b *strings.Builder, r rune) {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"flywheel/internal/jsonlex"
+
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -76,23 +78,55 @@ func parseComponent(raw json.RawMessage, what string) (*componentJSON, error) {
 	return &c, nil
 }
 
+// newReader reads a part of tokenizer.json: the big parts (vocab and merges:
+// hundreds of thousands of strings) are walked with jsonlex, several times
+// faster than encoding/json's reflection; the small parts are handed to
+// encoding/json as raw slices. Strings decode as encoding/json's do (invalid
+// UTF-8 and lone surrogates become U+FFFD).
+func newReader(data []byte) *jsonlex.Reader {
+	return &jsonlex.Reader{Data: data, Mode: jsonlex.Replace, MaxDepth: 10000}
+}
+
+// readInt reads a JSON integer (a token id).
+func readInt(sc *jsonlex.Reader) (int, error) {
+	text, isFloat, err := sc.Number()
+	if err != nil {
+		return 0, err
+	}
+	n, perr := strconv.Atoi(string(text))
+	if isFloat || perr != nil {
+		return 0, fmt.Errorf("%s: want an integer", text)
+	}
+	return n, nil
+}
+
+// rawStr reads a merge's token: its bytes as they are in the input when it
+// has no escapes (aliasing the input, so not to be kept), else decoded.
+func rawStr(sc *jsonlex.Reader) ([]byte, error) {
+	raw, esc, err := sc.RawString()
+	if esc {
+		raw = jsonlex.AppendUnquoted(nil, raw, jsonlex.Replace)
+	}
+	return raw, err
+}
+
 // parseFile reads the top level of tokenizer.json, keeping the big model
 // vocab and merges as raw slices.
 func parseFile(data []byte) (*fileJSON, error) {
 	f := &fileJSON{}
-	sc := &scanner{data: data}
-	if sc.peek() != '{' {
+	sc := newReader(data)
+	if sc.Peek() != '{' {
 		return nil, errors.New("malformed tokenizer.json: not a JSON object")
 	}
-	err := sc.object(func(key string) error {
+	err := sc.Object(func(key string) error {
 		if key == "model" {
-			if sc.peek() == 'n' {
-				_, err := sc.skip()
+			if sc.Peek() == 'n' {
+				_, err := sc.Skip()
 				return err
 			}
 			f.Model = &modelJSON{}
-			return sc.object(func(k string) error {
-				raw, err := sc.skip()
+			return sc.Object(func(k string) error {
+				raw, err := sc.Skip()
 				if err != nil {
 					return err
 				}
@@ -121,7 +155,7 @@ func parseFile(data []byte) (*fileJSON, error) {
 				return nil
 			})
 		}
-		raw, err := sc.skip()
+		raw, err := sc.Skip()
 		if err != nil {
 			return err
 		}
@@ -141,8 +175,8 @@ func parseFile(data []byte) (*fileJSON, error) {
 		}
 		return nil
 	})
-	if err == nil && sc.peek() != 0 {
-		err = errTrailing
+	if err == nil {
+		err = sc.End()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("malformed tokenizer.json: %w", err)
@@ -152,13 +186,13 @@ func parseFile(data []byte) (*fileJSON, error) {
 
 // parseVocab reads the BPE vocab object {"token": id, ...}.
 func parseVocab(raw []byte) (map[string]int, error) {
-	sc := &scanner{data: raw}
-	if sc.peek() != '{' {
+	sc := newReader(raw)
+	if sc.Peek() != '{' {
 		return nil, errors.New("malformed BPE vocab: want an object of token -> id")
 	}
 	vocab := make(map[string]int, len(raw)/16)
-	err := sc.object(func(tok string) error {
-		id, err := sc.integer()
+	err := sc.Object(func(tok string) error {
+		id, err := readInt(sc)
 		if err != nil {
 			return fmt.Errorf("id of %q: %w", tok, err)
 		}
@@ -356,7 +390,7 @@ func (t *Tokenizer) parseMerges(raw json.RawMessage) error {
 	if isNull(raw) {
 		return nil
 	}
-	sc := &scanner{data: raw}
+	sc := newReader(raw)
 	rank := 0
 	var buf []byte
 	add := func(a, b []byte) error {
@@ -371,12 +405,12 @@ func (t *Tokenizer) parseMerges(raw json.RawMessage) error {
 		rank++
 		return nil
 	}
-	err := sc.array(func() error {
-		if sc.peek() == '[' {
+	err := sc.Array(func(int) error {
+		if sc.Peek() == '[' {
 			var pair [2][]byte
 			n := 0
-			err := sc.array(func() error {
-				s, err := sc.rawStr()
+			err := sc.Array(func(int) error {
+				s, err := rawStr(sc)
 				if err != nil {
 					return err
 				}
@@ -394,7 +428,7 @@ func (t *Tokenizer) parseMerges(raw json.RawMessage) error {
 			}
 			return add(pair[0], pair[1])
 		}
-		s, err := sc.rawStr()
+		s, err := rawStr(sc)
 		if err != nil {
 			return err
 		}

@@ -20,7 +20,7 @@ func initNFCInert() {
 	nfcInertOnce.Do(func() {
 		var buf [4]byte
 		for r := rune(0x80); r < 0x10000; r++ {
-			if r >= 0xD800 && r <= 0xDFFF {
+			if !utf8.ValidRune(r) { // a surrogate
 				continue
 			}
 			n := utf8.EncodeRune(buf[:], r)
