@@ -2,7 +2,7 @@
 # The race (issue 23): flywheel and TRL's GRPOTrainer train SmolLM2-135M-Instruct (the Q4_1 GGUF;
 # TRL gets its dequantised tensors) on bench/race/task.py with the same prompts, group size, steps,
 # learning rate, LoRA and sampling settings, one after the other on this machine; then
-# bench/race/report.py writes the side-by-side table and plot into docs/benchmarks.md and
+# bench/race/report.py writes the side-by-side table and plot into docs/benchmarks/race.md and
 # docs/benchmarks/race.png.
 #
 #   bash bench/race/run.sh [steps=10] [eval_every=2] [eval_size=100]
@@ -52,4 +52,4 @@ mkdir -p docs/benchmarks
 cp "$work/fw.json" docs/benchmarks/race-flywheel.json
 cp "$work/trl.json" docs/benchmarks/race-trl.json
 "$venv/bin/python" bench/race/report.py "$work/fw.json" "$work/trl.json" --png docs/benchmarks/race.png \
-	--md docs/benchmarks.md --cpu "$cpu" --cmd "bash bench/race/run.sh $steps $every $esize (lr $lr, seed $seed)"
+	--md docs/benchmarks/race.md --cpu "$cpu" --cmd "bash bench/race/run.sh $steps $every $esize (lr $lr, seed $seed)"
