@@ -16,19 +16,13 @@ import (
 	"flywheel/internal/par"
 )
 
-// Model is a base model as a scheduler runs it.
+// Model is a base model as a scheduler runs it; the scheduler decides its
+// generation rules from it (Rules).
 type Model struct {
 	Engine *engine.Model // with a tokenizer
-	// MaxLen is the context length (prompt and generated tokens); 0 or more
-	// than the model's: Engine.MaxContext().
+	// MaxLen caps the context length (prompt and generated tokens); 0 or
+	// more than the model's: Engine.MaxContext().
 	MaxLen int
-	// EOS are the tokens that end a choice unless Request.IgnoreEOS; nil:
-	// Engine.EOS().
-	EOS []int
-	// KeepSpecial are special tokens whose text is output (e.g. tool-call
-	// markers); the text of other special tokens is left out
-	// (skip_special_tokens).
-	KeepSpecial []int
 }
 
 // The scheduler's defaults (an Options field left at zero takes them).
@@ -96,9 +90,10 @@ type Stats struct {
 type Scheduler struct {
 	m      *engine.Model
 	tok    *tokenizer.Tokenizer
-	maxLen int
-	eos    map[int]bool
-	keep   map[int]bool
+	rules  *Rules
+	maxLen int          // rules.MaxLen()
+	eos    map[int]bool // rules' end tokens
+	keep   map[int]bool // rules' kept special tokens
 	opts   Options
 
 	mu      sync.Mutex
@@ -140,22 +135,9 @@ func NewScheduler(m Model, opts Options) (*Scheduler, error) {
 
 // newScheduler builds a scheduler without starting its loop.
 func newScheduler(m Model, opts Options) *Scheduler {
-	s := &Scheduler{m: m.Engine, tok: m.Engine.Tokenizer, maxLen: m.Engine.MaxContext(), eos: map[int]bool{}, keep: map[int]bool{}, opts: opts,
+	r := newRules(m)
+	return &Scheduler{m: m.Engine, tok: m.Engine.Tokenizer, rules: r, maxLen: r.maxLen, eos: r.eosSet, keep: r.keep, opts: opts,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
-	if m.MaxLen > 0 && m.MaxLen < s.maxLen {
-		s.maxLen = m.MaxLen
-	}
-	eos := m.EOS
-	if eos == nil {
-		eos = m.Engine.EOS()
-	}
-	for _, id := range eos {
-		s.eos[id] = true
-	}
-	for _, id := range m.KeepSpecial {
-		s.keep[id] = true
-	}
-	return s
 }
 
 // Submit queues a request; its choices join the batch in arrival order as
@@ -210,8 +192,8 @@ func (s *Scheduler) Close() {
 // Options returns the scheduler's options, defaults filled in.
 func (s *Scheduler) Options() Options { return s.opts }
 
-// MaxLen is the context length the scheduler enforces.
-func (s *Scheduler) MaxLen() int { return s.maxLen }
+// Rules are the generation rules the scheduler enforces.
+func (s *Scheduler) Rules() *Rules { return s.rules }
 
 // Stats returns the scheduler's counters.
 func (s *Scheduler) Stats() Stats {

@@ -517,7 +517,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	if t.Entity == "" {
 		s.mu.Lock()
 		if lm, ok := s.models[t.BaseModel]; ok {
-			card.MaxModelLen = lm.maxLen
+			card.MaxModelLen = lm.maxLen()
 		}
 		s.mu.Unlock()
 	} else {
@@ -540,7 +540,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		card := ModelCard{ID: id, Object: "model", OwnedBy: "flywheel", Root: id}
 		s.mu.Lock()
 		if lm, ok := s.models[id]; ok {
-			card.MaxModelLen = lm.maxLen
+			card.MaxModelLen = lm.maxLen()
 		}
 		s.mu.Unlock()
 		list.Data = append(list.Data, card)
