@@ -5,7 +5,7 @@
 //
 // # Use
 //
-//	s, err := infer.NewScheduler(infer.Model{Engine: m}, infer.Options{MaxBatch: 32})
+//	s, err := infer.NewScheduler(m, infer.Options{MaxBatch: 32})
 //	gen, err := s.Submit(ctx, infer.Request{Prompt: ids, Sampling: params, MaxTokens: 64})
 //	for {
 //		ev := gen.Poll(0) // new tokens and text of choice 0

@@ -76,7 +76,7 @@ func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 	}
 	opts := Options{MaxBatch: 8}
 
-	s := startScheduler(t, Model{Engine: lm}, opts)
+	s := startScheduler(t, lm, opts)
 	alone, aloneT := ttftSteps(t, s, "b", prompt)
 	cancel := flood(s, "a", 6)
 	if got := s.Stats().MaxBatch; got != 6 {
@@ -91,7 +91,7 @@ func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 
 	// The control: one FIFO queue makes the request wait for the flood's
 	// 24 completions of 200 tokens (at least two rounds of the batch).
-	fifo := startScheduler(t, Model{Engine: lm}, opts)
+	fifo := startScheduler(t, lm, opts)
 	cancel = flood(fifo, "", 8)
 	defer cancel()
 	if waited, _ := ttftSteps(t, fifo, "", prompt); waited < 200 {
@@ -103,7 +103,7 @@ func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 // tenants a (three queued first) and b (two) run a, b, a, b, a.
 func TestAdmissionRoundRobinByTenant(t *testing.T) {
 	lm := tinyLM(t)
-	s := newScheduler(Model{Engine: lm}, func() Options { o := Options{MaxBatch: 1}; o.defaults(); return o }())
+	s := newScheduler(lm, func() Options { o := Options{MaxBatch: 1}; o.defaults(); return o }())
 	prompt := lm.Tokenizer.Encode("hi", false)
 	var gens []*Generation
 	for _, tenant := range []string{"a", "a", "a", "b", "b"} {

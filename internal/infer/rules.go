@@ -1,6 +1,10 @@
 package infer
 
-import "slices"
+import (
+	"slices"
+
+	"flywheel/internal/engine"
+)
 
 // The tool-call markers of the chat formats the server parses: Hermes/Qwen
 // write a call as <tool_call>{...}</tool_call>, the Llama 3.1 family opens
@@ -34,7 +38,7 @@ func FinishReason(finish string, toolCalls bool) string {
 // decides these and its HTTP layer reads them):
 //
 //   - the context length: the model's (engine.Model.MaxContext), capped by
-//     Model.MaxLen;
+//     Options.MaxLen;
 //   - the tokens that end a choice: the end-of-sequence ids the model's files
 //     declare (engine.Model.EOS) and the token the chat template closes a
 //     turn with (e.g. <|im_end|> when the config names another);
@@ -56,12 +60,12 @@ type Rules struct {
 	keep    map[int]bool
 }
 
-// newRules decides m's rules.
-func newRules(m Model) *Rules {
-	e, tok := m.Engine, m.Engine.Tokenizer
+// newRules decides the rules of e, its context capped at maxLen (0: none).
+func newRules(e *engine.Model, maxLen int) *Rules {
+	tok := e.Tokenizer
 	r := &Rules{maxLen: e.MaxContext(), eosSet: map[int]bool{}, keep: map[int]bool{}}
-	if m.MaxLen > 0 && m.MaxLen < r.maxLen {
-		r.maxLen = m.MaxLen
+	if maxLen > 0 && maxLen < r.maxLen {
+		r.maxLen = maxLen
 	}
 	addEOS := func(id int) {
 		if !r.eosSet[id] {

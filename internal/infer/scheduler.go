@@ -16,15 +16,6 @@ import (
 	"flywheel/internal/par"
 )
 
-// Model is a base model as a scheduler runs it; the scheduler decides its
-// generation rules from it (Rules).
-type Model struct {
-	Engine *engine.Model // with a tokenizer
-	// MaxLen caps the context length (prompt and generated tokens); 0 or
-	// more than the model's: Engine.MaxContext().
-	MaxLen int
-}
-
 // The scheduler's defaults (an Options field left at zero takes them).
 const (
 	DefaultMaxBatch     = 32
@@ -37,6 +28,9 @@ type Options struct {
 	MaxBatch     int // sequences run per step (default 32)
 	MaxQueue     int // requests waiting for a batch slot before ErrQueueFull (default 256)
 	PrefillChunk int // prompt tokens fed per step across sequences (default 512)
+	// MaxLen caps the context length (prompt and generated tokens); 0 or
+	// more than the model's: the model's (engine.Model.MaxContext).
+	MaxLen int
 	// TenantShare is the most choices of one named tenant (Request.Tenant)
 	// in the batch at once (default MaxBatch - MaxBatch/4): the rest is kept
 	// for other tenants, whose requests then start at the next step instead
@@ -122,9 +116,10 @@ type Scheduler struct {
 	prefixToks atomic.Int64
 }
 
-// NewScheduler starts the scheduler of m; Close stops it.
-func NewScheduler(m Model, opts Options) (*Scheduler, error) {
-	if m.Engine == nil || m.Engine.Tokenizer == nil {
+// NewScheduler starts the scheduler of base model m (with a tokenizer),
+// deciding its generation rules (Rules); Close stops it.
+func NewScheduler(m *engine.Model, opts Options) (*Scheduler, error) {
+	if m == nil || m.Tokenizer == nil {
 		return nil, errors.New("infer: the model has no tokenizer")
 	}
 	opts.defaults()
@@ -134,9 +129,9 @@ func NewScheduler(m Model, opts Options) (*Scheduler, error) {
 }
 
 // newScheduler builds a scheduler without starting its loop.
-func newScheduler(m Model, opts Options) *Scheduler {
-	r := newRules(m)
-	return &Scheduler{m: m.Engine, tok: m.Engine.Tokenizer, rules: r, maxLen: r.maxLen, eos: r.eosSet, keep: r.keep, opts: opts,
+func newScheduler(m *engine.Model, opts Options) *Scheduler {
+	r := newRules(m, opts.MaxLen)
+	return &Scheduler{m: m, tok: m.Tokenizer, rules: r, maxLen: r.maxLen, eos: r.eosSet, keep: r.keep, opts: opts,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
 }
 

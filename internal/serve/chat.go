@@ -16,6 +16,7 @@ import (
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
 	"flywheel/internal/rl"
+	"flywheel/internal/trace"
 )
 
 // chatPlan is a validated chat completion request: what the rest of the
@@ -473,7 +474,7 @@ func (s *Server) recordCall(reqCtx context.Context, p *auth.Principal, target Ta
 		s.log.Warn("serve: record call failed", "project", project, "err", err)
 		return ""
 	}
-	if l, ok := s.recorder.(ChoiceLinker); ok && fps != nil {
+	if l, ok := s.recorder.(trace.ChoiceLinker); ok && fps != nil {
 		if err := l.LinkChoices(ctx, project, id, fps); err != nil {
 			s.log.Warn("serve: link choices to their call failed", "project", project, "err", err)
 		}

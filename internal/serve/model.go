@@ -41,8 +41,8 @@ func newLModel(m *engine.Model, opts *Options, prefix *infer.PrefixCache) (*lmod
 	if m.Template != nil {
 		l.format = detectToolFormat(m.Template.Source())
 	}
-	sched, err := infer.NewScheduler(infer.Model{Engine: m, MaxLen: opts.MaxModelLen},
-		infer.Options{MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, PrefillChunk: opts.PrefillChunk, PrefixCache: prefix, Logger: opts.Logger})
+	sched, err := infer.NewScheduler(m, infer.Options{MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, PrefillChunk: opts.PrefillChunk,
+		MaxLen: opts.MaxModelLen, PrefixCache: prefix, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("serve: model %s: %w", m.ID, err)
 	}

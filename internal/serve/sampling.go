@@ -162,7 +162,7 @@ func (s *Server) inferRequest(ctx context.Context, p *auth.Principal, pl *sample
 	if maxTokens == 0 {
 		maxTokens = defaultMax
 		if maxTokens <= 0 {
-			maxTokens = lm.maxLen() - len(prompt)
+			maxTokens = lm.rules.Room(len(prompt))
 		}
 	}
 	if len(prompt)+maxTokens > lm.maxLen() || maxTokens < 1 {
