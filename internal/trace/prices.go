@@ -512,25 +512,26 @@ func (s *Service) SetProviderPrice(ctx context.Context, provider, modelID string
 		eff = s.now()
 	}
 	defer s.invalidatePrices()
-	return setDefaultPrice(ctx, s.db, s.d, &Price{LLMID: modelID, PromptTokenCost: promptCost, CompletionTokenCost: completionCost,
-		PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: provider, EffectiveDate: eff.UnixMicro()}, s.now(), &s.writeMu)
+	return s.setDefaultPrice(ctx, &Price{LLMID: modelID, PromptTokenCost: promptCost, CompletionTokenCost: completionCost,
+		PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: provider, EffectiveDate: eff.UnixMicro()})
 }
 
-func setDefaultPrice(ctx context.Context, db *sql.DB, d *dialect, p *Price, now time.Time, mu interface {
-	Lock()
-	Unlock()
-}) error {
+// setDefaultPrice inserts default-level price p, or replaces the costs of
+// the one of the same model, provider and effective date.
+func (s *Service) setDefaultPrice(ctx context.Context, p *Price) error {
+	d := s.d
 	if p.LLMID == "" {
 		return errors.New("trace: model id is required")
 	}
 	if p.PromptTokenCost < 0 || p.CompletionTokenCost < 0 {
 		return errors.New("trace: token costs must not be negative")
 	}
-	if mu != nil && !d.postgres {
-		mu.Lock()
-		defer mu.Unlock()
+	if !d.postgres {
+		s.writeMu.Lock()
+		defer s.writeMu.Unlock()
 	}
-	return runTx(ctx, db, func(tx *sql.Tx) error {
+	now := s.now()
+	return runTx(ctx, s.db, func(tx *sql.Tx) error {
 		if d.postgres {
 			// nodes loading one prices file at start: one row per model,
 			// provider and date, not one per node
@@ -590,13 +591,6 @@ func DefaultPrices(ctx context.Context, db *sql.DB) ([]*Price, error) {
 // (in effect for every call), so loading the same file again changes nothing.
 func (s *Service) LoadPricesFile(ctx context.Context, path string) (int, error) {
 	defer s.invalidatePrices()
-	return loadPricesFile(ctx, s.db, s.d, path, s.now(), &s.writeMu)
-}
-
-func loadPricesFile(ctx context.Context, db *sql.DB, d *dialect, path string, now time.Time, mu interface {
-	Lock()
-	Unlock()
-}) (int, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("trace: prices file: %w", err)
@@ -642,7 +636,7 @@ func loadPricesFile(ctx context.Context, db *sql.DB, d *dialect, path string, no
 		if err != nil {
 			return 0, fmt.Errorf("trace: prices file %s: %v", path, err)
 		}
-		if err := setDefaultPrice(ctx, db, d, p, now, mu); err != nil {
+		if err := s.setDefaultPrice(ctx, p); err != nil {
 			return 0, err
 		}
 	}
