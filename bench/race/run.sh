@@ -2,7 +2,7 @@
 # The race (issue 23): flywheel and TRL's GRPOTrainer train SmolLM2-135M-Instruct (the Q4_1 GGUF;
 # TRL gets its dequantised tensors) on bench/race/task.py with the same prompts, group size, steps,
 # learning rate, LoRA and sampling settings, one after the other on this machine; then
-# bench/race/report.py writes the side-by-side table and plot into docs/benchmarks.md and
+# bench/race/report.py writes the side-by-side table and plot into docs/benchmarks/race.md and
 # docs/benchmarks/race.png.
 #
 #   bash bench/race/run.sh [steps=10] [eval_every=2] [eval_size=100]
@@ -65,5 +65,5 @@ first="${seeds%% *}"
 spread=()
 for seed in $seeds; do spread+=(--seed-logs "$work/fw-$seed.json" "$work/trl-$seed.json"); done
 "$venv/bin/python" bench/race/report.py "$work/fw-$first.json" "$work/trl-$first.json" "${spread[@]}" \
-	--png docs/benchmarks/race.png --md "${FLYWHEEL_RACE_MD:-docs/benchmarks.md}" --cpu "$cpu" \
+	--png docs/benchmarks/race.png --md "${FLYWHEEL_RACE_MD:-docs/benchmarks/race.md}" --cpu "$cpu" \
 	--cmd "FLYWHEEL_RACE_SEEDS=\"$seeds\" bash bench/race/run.sh $steps $every $esize (lr $lr)"

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -10,18 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
 	"flywheel/internal/rl"
 	"flywheel/internal/store"
 	"flywheel/internal/trace"
 )
-
-// ChoiceLinker finds the recorded calls that sampled choices, by
-// rl.ChoiceFingerprint, among the caller's projects (*trace.Service).
-type ChoiceLinker interface {
-	ChoiceLinks(ctx context.Context, p *auth.Principal, fingerprints []string) (map[string]trace.ChoiceLink, error)
-}
 
 // The read routes the dashboard (internal/ui) needs beyond the contract:
 // jobs across models, a model's per-gradient-step history, and what trained

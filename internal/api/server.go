@@ -24,6 +24,7 @@ import (
 	"flywheel/internal/httpx"
 	"flywheel/internal/jobs"
 	"flywheel/internal/store"
+	"flywheel/internal/trace"
 )
 
 // Registrar mounts a package's routes on the root mux, with Go 1.22
@@ -81,7 +82,7 @@ type Config struct {
 	BodyReadTimeout time.Duration
 	// Links finds the calls behind trained-on choices (the checkpoint
 	// trajectories route); nil: choices show no call.
-	Links ChoiceLinker
+	Links trace.ChoiceLinker
 	// MaxQueuedJobsPerUser bounds the QUEUED training jobs of one user;
 	// past it a job request is 429 with retry-after (default
 	// DefaultMaxQueuedJobsPerUser; negative: no limit).

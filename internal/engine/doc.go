@@ -53,5 +53,6 @@
 // under the distribution it was sampled from: softmax(logits/temperature)
 // after temperature and before the top-k/top-p/min-p truncation; for greedy
 // decoding it is the temperature-1 distribution, log_softmax(logits). Stop
-// strings and max tokens are the caller's; EOS() gives the stop token ids.
+// strings and max tokens are the caller's; EOS() gives the end-of-sequence ids
+// the files declare (infer.Rules decides which tokens end a choice).
 package engine

@@ -367,7 +367,6 @@ func LoadGGUF(path string) (*Model, error) {
 		m.TemplateErr = fmt.Errorf("engine: %s: chat template: %w", path, terr)
 	}
 	m.Gen = DefaultGenerationConfig(cfg)
-	addTemplateEOS(&m.Gen, tmpl, tok)
 	// The mapping stays for the model's life: its tensors are used in place.
 	return m, nil
 }
@@ -572,13 +571,3 @@ func byteView(m Mat) []byte {
 }
 
 func copyMat(dst, src Mat) { copy(byteView(dst), byteView(src)) }
-
-// addTemplateEOS adds the chat template's eos token to the ids that end
-// generation (a chat turn ends with it even when the config names another).
-func addTemplateEOS(g *GenerationConfig, tmpl *chattmpl.Template, tok *tokenizer.Tokenizer) {
-	if tmpl != nil && tmpl.EOSToken() != "" {
-		if id, ok := tok.TokenToID(tmpl.EOSToken()); ok && !containsInt(g.EOSTokenIDs, id) {
-			g.EOSTokenIDs = append(g.EOSTokenIDs, id)
-		}
-	}
-}

@@ -84,7 +84,6 @@ func Load(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	addTemplateEOS(&gen, tmpl, tok)
 	m.Gen = gen
 	return m, nil
 }
@@ -93,8 +92,10 @@ func Load(dir string) (*Model, error) {
 // by serving and training.
 func (m *Model) Net() *Net[float32] { return m.net }
 
-// EOS returns the token ids that end generation: config.json's eos ids
-// merged with generation_config.json's and the tokenizer's eos_token.
+// EOS returns the end-of-sequence ids the model's files declare:
+// config.json's eos ids merged with generation_config.json's (a GGUF file's
+// eos and eot keys). Which tokens end a choice is infer's rule
+// (infer.Rules: these and the chat template's end-of-turn token).
 func (m *Model) EOS() []int { return m.Gen.EOSTokenIDs }
 
 // MaxContext is the longest sequence the model accepts
@@ -104,7 +105,7 @@ func (m *Model) MaxContext() int { return m.Config.MaxPositionEmbeddings }
 // GenerationConfig holds the generation defaults of a model folder
 // (generation_config.json), used where a request leaves a setting out.
 type GenerationConfig struct {
-	EOSTokenIDs []int   // config.json's eos ids, then generation_config.json's, then tokenizer_config.json's eos_token
+	EOSTokenIDs []int   // config.json's eos ids, then generation_config.json's
 	BOSTokenID  int     // -1 when absent
 	Temperature float64 // default 1
 	TopP        float64 // default 1 (no nucleus truncation)

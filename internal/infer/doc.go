@@ -5,7 +5,7 @@
 //
 // # Use
 //
-//	s, err := infer.NewScheduler(infer.Model{Engine: m}, infer.Options{MaxBatch: 32})
+//	s, err := infer.NewScheduler(m, infer.Options{MaxBatch: 32})
 //	gen, err := s.Submit(ctx, infer.Request{Prompt: ids, Sampling: params, MaxTokens: 64})
 //	for {
 //		ev := gen.Poll(0) // new tokens and text of choice 0
@@ -58,13 +58,13 @@
 //
 // Tokens are detokenised incrementally (tokenizer.StreamDecoder: bytes of a
 // character split across tokens are held back until complete); special
-// tokens produce no text except those in Model.KeepSpecial. A choice ends
-// with FinishStop on an end-of-sequence token (Model.EOS, unless
+// tokens produce no text except those Rules keep (the tool-call markers).
+// A choice ends with FinishStop on an end token (Rules.EOS, unless
 // Request.IgnoreEOS), on one of Request.StopIDs, or on a stop string
 // (Request.Stop): the text up to the stop string is output, the stop string
 // and what follows are not. Text that may begin a stop string is held back
 // until it is decided (HeldPrefix). A choice ends with FinishLength after
-// Request.MaxTokens tokens or at the context length; held-back text is then
+// Request.MaxTokens tokens or at the context length (Rules.MaxLen); held-back text is then
 // output after all. Every sampled token, the one that ends the choice
 // included, is in the choice's Tokens.
 //

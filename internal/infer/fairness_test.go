@@ -77,7 +77,7 @@ func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 	}
 	opts := Options{MaxBatch: 8}
 
-	s := newScheduler(Model{Engine: lm}, func() Options { o := opts; o.defaults(); return o }())
+	s := newScheduler(lm, func() Options { o := opts; o.defaults(); return o }())
 	alone := ttftSteps(t, s, "b", prompt)
 	cancel := flood(s, "a", 6)
 	if got := s.Stats().MaxBatch; got != 6 {
@@ -92,7 +92,7 @@ func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 
 	// The control: one FIFO queue makes the request wait for the flood's
 	// 24 completions of 200 tokens (at least two rounds of the batch).
-	fifo := newScheduler(Model{Engine: lm}, func() Options { o := opts; o.defaults(); return o }())
+	fifo := newScheduler(lm, func() Options { o := opts; o.defaults(); return o }())
 	cancel = flood(fifo, "", 8)
 	defer drain(fifo, cancel)
 	if waited := ttftSteps(t, fifo, "", prompt); waited < 200 {
@@ -104,7 +104,7 @@ func TestTenantBurstDoesNotDelayAnother(t *testing.T) {
 // tenants a (three queued first) and b (two) run a, b, a, b, a.
 func TestAdmissionRoundRobinByTenant(t *testing.T) {
 	lm := tinyLM(t)
-	s := newScheduler(Model{Engine: lm}, func() Options { o := Options{MaxBatch: 1}; o.defaults(); return o }())
+	s := newScheduler(lm, func() Options { o := Options{MaxBatch: 1}; o.defaults(); return o }())
 	prompt := lm.Tokenizer.Encode("hi", false)
 	var gens []*Generation
 	for _, tenant := range []string{"a", "a", "a", "b", "b"} {

@@ -19,7 +19,7 @@ func (panicConstraint) Advance(int) bool         { return false }
 // process down, and the scheduler goes on serving the next request.
 func TestStepPanicFailsRunningChoicesOnly(t *testing.T) {
 	lm := tinyLM(t)
-	s := startScheduler(t, Model{Engine: lm}, Options{Logger: slog.New(slog.DiscardHandler)})
+	s := startScheduler(t, lm, Options{Logger: slog.New(slog.DiscardHandler)})
 	prompt := lm.Tokenizer.Encode("hi", false)
 	g, err := s.Submit(context.Background(), Request{Prompt: prompt, Sampling: greedy(2), MaxTokens: 3,
 		NewConstraint: func() Constraint { return panicConstraint{} }})

@@ -100,8 +100,8 @@ func seeded(n int) []engine.SamplingParams {
 func TestPrefixCacheExact(t *testing.T) {
 	m := tinyLM(t)
 	a := testAdapter(t, m, 1)
-	off := startScheduler(t, Model{Engine: m}, Options{})
-	on := startScheduler(t, Model{Engine: m}, Options{PrefixCache: NewPrefixCache(64 << 20)})
+	off := startScheduler(t, m, Options{})
+	on := startScheduler(t, m, Options{PrefixCache: NewPrefixCache(64 << 20)})
 	k := uint64(0)
 	for _, ad := range []*engine.Adapter{nil, a} {
 		for _, sp := range [][]engine.SamplingParams{greedy(3), seeded(3)} {
@@ -135,8 +135,8 @@ func TestPrefixCacheExact(t *testing.T) {
 // computed while decoding, which rounds differently from a prefill).
 func TestPrefixCacheMultiTurn(t *testing.T) {
 	m := tinyLM(t)
-	off := startScheduler(t, Model{Engine: m}, Options{})
-	on := startScheduler(t, Model{Engine: m}, Options{PrefixCache: NewPrefixCache(64 << 20)})
+	off := startScheduler(t, m, Options{})
+	on := startScheduler(t, m, Options{PrefixCache: NewPrefixCache(64 << 20)})
 	conv := randPrompt(m, 90, 2)
 	for turn := range 4 {
 		r := Request{Prompt: conv, Sampling: greedy(1), MaxTokens: 20, IgnoreEOS: true}
@@ -163,8 +163,8 @@ func TestPrefixCacheAdapters(t *testing.T) {
 	m := tinyLM(t)
 	a, b := testAdapter(t, m, 1), testAdapter(t, m, 2)
 	aAgain := testAdapter(t, m, 1)
-	off := startScheduler(t, Model{Engine: m}, Options{})
-	on := startScheduler(t, Model{Engine: m}, Options{PrefixCache: NewPrefixCache(64 << 20)})
+	off := startScheduler(t, m, Options{})
+	on := startScheduler(t, m, Options{PrefixCache: NewPrefixCache(64 << 20)})
 	prompt := randPrompt(m, 70, 3)
 	req := func(ad *engine.Adapter) Request {
 		return Request{Prompt: prompt, Adapter: ad, Sampling: seeded(2), MaxTokens: 8, IgnoreEOS: true}
@@ -190,7 +190,7 @@ func TestPrefixCacheAdapters(t *testing.T) {
 // hit; the same scope hits as before.
 func TestPrefixCacheScopes(t *testing.T) {
 	m := tinyLM(t)
-	on := startScheduler(t, Model{Engine: m}, Options{PrefixCache: NewPrefixCache(64 << 20)})
+	on := startScheduler(t, m, Options{PrefixCache: NewPrefixCache(64 << 20)})
 	prompt := randPrompt(m, 70, 4)
 	req := func(scope string) Request {
 		return Request{Prompt: prompt, Sampling: seeded(1), MaxTokens: 4, IgnoreEOS: true, CacheScope: scope}
@@ -215,7 +215,7 @@ func TestPrefixCacheEviction(t *testing.T) {
 	m := tinyLM(t)
 	block := int64(4 * PrefixBlockTokens * m.KVFloatsPerToken())
 	pc := NewPrefixCache(6 * block)
-	s := startScheduler(t, Model{Engine: m}, Options{PrefixCache: pc})
+	s := startScheduler(t, m, Options{PrefixCache: pc})
 	x, y := randPrompt(m, 65, 4), randPrompt(m, 65, 5) // 4 full blocks each
 	run := func(p []int) int64 {
 		before := s.Stats().PrefixHitTokens
@@ -240,7 +240,7 @@ func TestPrefixCacheEviction(t *testing.T) {
 		t.Fatal("a cache with no budget")
 	}
 	tiny := NewPrefixCache(block - 1) // not even one block: nothing cached
-	s2 := startScheduler(t, Model{Engine: m}, Options{PrefixCache: tiny})
+	s2 := startScheduler(t, m, Options{PrefixCache: tiny})
 	generate(t, s2, Request{Prompt: x, Sampling: greedy(1), MaxTokens: 1})
 	if st := tiny.Stats(); st.Blocks != 0 || st.Bytes != 0 {
 		t.Fatalf("cache below one block: %+v", st)
@@ -255,8 +255,8 @@ func TestPrefixCacheEviction(t *testing.T) {
 func TestPrefixCacheConcurrent(t *testing.T) {
 	m := tinyLM(t)
 	a := testAdapter(t, m, 1)
-	off := startScheduler(t, Model{Engine: m}, Options{})
-	on := startScheduler(t, Model{Engine: m}, Options{PrefillChunk: 64, PrefixCache: NewPrefixCache(64 << 20)})
+	off := startScheduler(t, m, Options{})
+	on := startScheduler(t, m, Options{PrefillChunk: 64, PrefixCache: NewPrefixCache(64 << 20)})
 	shared := randPrompt(m, 200, 6)
 	const N = 8
 	reqs := make([]Request, N)

@@ -16,7 +16,7 @@ import (
 // logits); the blocks it prefilled go to the cache for later requests.
 func TestPromptLogits(t *testing.T) {
 	m := tinyLM(t)
-	s := startScheduler(t, Model{Engine: m}, Options{PrefixCache: NewPrefixCache(64 << 20), PrefillChunk: 100})
+	s := startScheduler(t, m, Options{PrefixCache: NewPrefixCache(64 << 20), PrefillChunk: 100})
 	prompt := make([]int, 3*PromptLogitsChunk+5+2*PrefixBlockTokens)
 	for i := range prompt {
 		prompt[i] = (i*7 + 3) % m.Config.VocabSize

@@ -16,21 +16,6 @@ import (
 	"flywheel/internal/par"
 )
 
-// Model is a base model as a scheduler runs it.
-type Model struct {
-	Engine *engine.Model // with a tokenizer
-	// MaxLen is the context length (prompt and generated tokens); 0 or more
-	// than the model's: Engine.MaxContext().
-	MaxLen int
-	// EOS are the tokens that end a choice unless Request.IgnoreEOS; nil:
-	// Engine.EOS().
-	EOS []int
-	// KeepSpecial are special tokens whose text is output (e.g. tool-call
-	// markers); the text of other special tokens is left out
-	// (skip_special_tokens).
-	KeepSpecial []int
-}
-
 // The scheduler's defaults (an Options field left at zero takes them).
 const (
 	DefaultMaxBatch     = 32
@@ -43,6 +28,9 @@ type Options struct {
 	MaxBatch     int // sequences run per step (default 32)
 	MaxQueue     int // requests waiting for a batch slot before ErrQueueFull (default 256)
 	PrefillChunk int // prompt tokens fed per step across sequences (default 512)
+	// MaxLen caps the context length (prompt and generated tokens); 0 or
+	// more than the model's: the model's (engine.Model.MaxContext).
+	MaxLen int
 	// TenantShare is the most choices of one named tenant (Request.Tenant)
 	// in the batch at once (default MaxBatch - MaxBatch/4): the rest is kept
 	// for other tenants, whose requests then start at the next step instead
@@ -96,9 +84,10 @@ type Stats struct {
 type Scheduler struct {
 	m      *engine.Model
 	tok    *tokenizer.Tokenizer
-	maxLen int
-	eos    map[int]bool
-	keep   map[int]bool
+	rules  *Rules
+	maxLen int          // rules.MaxLen()
+	eos    map[int]bool // rules' end tokens
+	keep   map[int]bool // rules' kept special tokens
 	opts   Options
 
 	mu      sync.Mutex
@@ -127,9 +116,10 @@ type Scheduler struct {
 	prefixToks atomic.Int64
 }
 
-// NewScheduler starts the scheduler of m; Close stops it.
-func NewScheduler(m Model, opts Options) (*Scheduler, error) {
-	if m.Engine == nil || m.Engine.Tokenizer == nil {
+// NewScheduler starts the scheduler of base model m (with a tokenizer),
+// deciding its generation rules (Rules); Close stops it.
+func NewScheduler(m *engine.Model, opts Options) (*Scheduler, error) {
+	if m == nil || m.Tokenizer == nil {
 		return nil, errors.New("infer: the model has no tokenizer")
 	}
 	opts.defaults()
@@ -139,23 +129,10 @@ func NewScheduler(m Model, opts Options) (*Scheduler, error) {
 }
 
 // newScheduler builds a scheduler without starting its loop.
-func newScheduler(m Model, opts Options) *Scheduler {
-	s := &Scheduler{m: m.Engine, tok: m.Engine.Tokenizer, maxLen: m.Engine.MaxContext(), eos: map[int]bool{}, keep: map[int]bool{}, opts: opts,
+func newScheduler(m *engine.Model, opts Options) *Scheduler {
+	r := newRules(m, opts.MaxLen)
+	return &Scheduler{m: m, tok: m.Tokenizer, rules: r, maxLen: r.maxLen, eos: r.eosSet, keep: r.keep, opts: opts,
 		wake: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
-	if m.MaxLen > 0 && m.MaxLen < s.maxLen {
-		s.maxLen = m.MaxLen
-	}
-	eos := m.EOS
-	if eos == nil {
-		eos = m.Engine.EOS()
-	}
-	for _, id := range eos {
-		s.eos[id] = true
-	}
-	for _, id := range m.KeepSpecial {
-		s.keep[id] = true
-	}
-	return s
 }
 
 // Submit queues a request; its choices join the batch in arrival order as
@@ -207,8 +184,8 @@ func (s *Scheduler) Close() {
 // Options returns the scheduler's options, defaults filled in.
 func (s *Scheduler) Options() Options { return s.opts }
 
-// MaxLen is the context length the scheduler enforces.
-func (s *Scheduler) MaxLen() int { return s.maxLen }
+// Rules are the generation rules the scheduler enforces.
+func (s *Scheduler) Rules() *Rules { return s.rules }
 
 // Stats returns the scheduler's counters.
 func (s *Scheduler) Stats() Stats {

@@ -43,7 +43,7 @@ func tinyLM(t testing.TB) *engine.Model {
 	return tinyModel
 }
 
-func startScheduler(t *testing.T, m Model, opts Options) *Scheduler {
+func startScheduler(t *testing.T, m *engine.Model, opts Options) *Scheduler {
 	t.Helper()
 	s, err := NewScheduler(m, opts)
 	if err != nil {
@@ -97,7 +97,7 @@ func ids(toks []Token) []int {
 // the text the tokenizer decodes.
 func TestSchedulerGreedyMatchesEngine(t *testing.T) {
 	m := tinyLM(t)
-	s := startScheduler(t, Model{Engine: m}, Options{PrefillChunk: 7})
+	s := startScheduler(t, m, Options{PrefillChunk: 7})
 	prompts := []string{"Once upon a time", "The quick brown fox jumps over", "hello"}
 	gens := make([]*Generation, len(prompts))
 	for i, p := range prompts {
@@ -175,7 +175,7 @@ func forcing(toks []int, end int) func() Constraint {
 // end token is in the tokens but not the text.
 func TestConstraintForcesTokens(t *testing.T) {
 	m := tinyLM(t)
-	s := startScheduler(t, Model{Engine: m}, Options{})
+	s := startScheduler(t, m, Options{})
 	forced := m.Tokenizer.Encode(" forced words", false)
 	end := m.EOS()[0]
 	sampling := []engine.SamplingParams{{Temperature: 1}, {Temperature: 1}, {Temperature: 1}}
@@ -210,7 +210,7 @@ func TestConstraintForcesTokens(t *testing.T) {
 // no streamed piece ever showed part of it.
 func TestStopStringAcrossTokens(t *testing.T) {
 	m := tinyLM(t)
-	s := startScheduler(t, Model{Engine: m}, Options{})
+	s := startScheduler(t, m, Options{})
 	text := " the cat sat on the mat and then the dog"
 	forced := m.Tokenizer.Encode(text, false)
 	// a stop string from the last two bytes of one token to the first two
@@ -265,7 +265,7 @@ func TestStopStringAcrossTokens(t *testing.T) {
 // start is output when the choice ends by length.
 func TestHeldTextFlushedAtLength(t *testing.T) {
 	m := tinyLM(t)
-	s := startScheduler(t, Model{Engine: m}, Options{})
+	s := startScheduler(t, m, Options{})
 	text := " a small test"
 	forced := m.Tokenizer.Encode(text, false)
 	g, err := s.Submit(context.Background(), Request{Prompt: m.Tokenizer.Encode("Go", false), Sampling: greedy(1), MaxTokens: len(forced),
@@ -283,7 +283,7 @@ func TestHeldTextFlushedAtLength(t *testing.T) {
 // text), and so does an EOS token unless IgnoreEOS.
 func TestStopIDsAndEOS(t *testing.T) {
 	m := tinyLM(t)
-	s := startScheduler(t, Model{Engine: m}, Options{})
+	s := startScheduler(t, m, Options{})
 	forced := m.Tokenizer.Encode(" one two three four", false)
 	for _, c := range []struct {
 		name     string
@@ -312,7 +312,7 @@ func TestStopIDsAndEOS(t *testing.T) {
 // FinishCancelled and the batch empties.
 func TestCancel(t *testing.T) {
 	m := tinyLM(t)
-	s := startScheduler(t, Model{Engine: m}, Options{MaxBatch: 2})
+	s := startScheduler(t, m, Options{MaxBatch: 2})
 	long := Request{Prompt: m.Tokenizer.Encode("Go on and on", false), Sampling: greedy(2), MaxTokens: 1500, IgnoreEOS: true}
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	running, err := s.Submit(ctx1, long)
@@ -356,7 +356,7 @@ func TestCancel(t *testing.T) {
 // TestSubmitErrors: a full queue, an invalid request, a closed scheduler.
 func TestSubmitErrors(t *testing.T) {
 	m := tinyLM(t)
-	s := newScheduler(Model{Engine: m}, Options{MaxBatch: 1, MaxQueue: 1}) // loop not started: nothing is admitted
+	s := newScheduler(m, Options{MaxBatch: 1, MaxQueue: 1}) // loop not started: nothing is admitted
 	r := Request{Prompt: []int{1, 2}, Sampling: greedy(1), MaxTokens: 4}
 	if _, err := s.Submit(context.Background(), r); err != nil {
 		t.Fatal(err)
@@ -370,7 +370,7 @@ func TestSubmitErrors(t *testing.T) {
 		}
 	}
 
-	s2 := startScheduler(t, Model{Engine: m}, Options{})
+	s2 := startScheduler(t, m, Options{})
 	g, err := s2.Submit(context.Background(), Request{Prompt: []int{1, 2}, Sampling: greedy(1), MaxTokens: 1500, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)

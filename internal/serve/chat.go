@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,22 +16,23 @@ import (
 	"flywheel/internal/httpx"
 	"flywheel/internal/infer"
 	"flywheel/internal/rl"
+	"flywheel/internal/trace"
 )
 
-// finishToolCalls is the finish_reason of a choice that stopped with tool
-// calls in its output (infer's reasons are the others).
-const finishToolCalls = "tool_calls"
-
-// chatPlan is a validated chat completion request.
+// chatPlan is a validated chat completion request: what the rest of the
+// request's path reads instead of the request itself, which parsing leaves
+// as it was decoded.
 type chatPlan struct {
 	samplePlan
-	req           *ChatRequest
+	model         string
+	messages      []ChatMessage // the request's, "developer" read as "system"
+	kwargs        json.RawMessage
+	addGen        bool
+	continueFinal bool
 	tools         []Tool
 	toolsRaw      json.RawMessage
 	toolChoice    string // "none", "auto", "required", "function"
 	forcedName    string
-	addGen        bool
-	continueFinal bool
 }
 
 var toolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_.:-]{1,64}$`)
@@ -44,10 +46,11 @@ func unsupported(param, format string, args ...any) error {
 	return httpx.Invalid(param, "unsupported_value", format, args...)
 }
 
-// parseChat validates a request. Every value the server cannot honour is an
-// error that names it.
+// parseChat validates a request (body is its raw JSON, whose tools array
+// is kept as written). Every value the server cannot honour is an error
+// that names it. Each part of the plan is filled by one function below;
+// req is not modified.
 func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) {
-	pl := &chatPlan{req: req, addGen: true}
 	if strings.TrimSpace(req.Model) == "" {
 		return nil, httpx.Invalid("model", "missing_field", "model is required")
 	}
@@ -57,11 +60,56 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 	if err := checkFieldLimits(req); err != nil {
 		return nil, err
 	}
-	for i, m := range req.Messages {
+	pl := &chatPlan{model: req.Model, kwargs: req.ChatTemplateKwargs}
+	var err error
+	if pl.messages, err = chatMessages(req.Messages); err != nil {
+		return nil, err
+	}
+	sp, err := chatSampling(req, opts)
+	if err != nil {
+		return nil, err
+	}
+	pl.samplePlan = *sp
+	if pl.addGen, pl.continueFinal, err = templateOptions(req); err != nil {
+		return nil, err
+	}
+	names, err := checkTools(req.Tools)
+	if err != nil {
+		return nil, err
+	}
+	pl.tools = req.Tools
+	if len(req.Tools) > 0 {
+		var x struct {
+			Tools json.RawMessage `json:"tools"`
+		}
+		_ = json.Unmarshal(body, &x)
+		pl.toolsRaw = x.Tools
+	}
+	if pl.toolChoice, pl.forcedName, err = toolChoice(req.ToolChoice, names); err != nil {
+		return nil, err
+	}
+	if forced, _ := pl.forcedFunctions(); forced != nil {
+		pl.format = nil // a forced tool call takes precedence over response_format
+	}
+	if pl.promptLogprobs >= 0 && pl.stream {
+		return nil, unsupported("prompt_logprobs", "prompt_logprobs is not supported with stream on chat completions (it is on /v1/completions)")
+	}
+	return pl, nil
+}
+
+// chatMessages checks the messages' roles and contents and returns them as
+// the template reads them: "developer" (OpenAI's newer name) as "system".
+// The request's slice is returned when no role changes, else a copy.
+func chatMessages(msgs []ChatMessage) ([]ChatMessage, error) {
+	out, copied := msgs, false
+	for i, m := range msgs {
 		switch m.Role {
 		case "system", "user", "assistant", "tool":
 		case "developer":
-			req.Messages[i].Role = "system"
+			if !copied {
+				out, copied = slices.Clone(msgs), true
+			}
+			out[i].Role = "system"
 		case "":
 			return nil, httpx.Invalid(fmt.Sprintf("messages[%d].role", i), "missing_field", "messages[%d].role is required", i)
 		default:
@@ -71,17 +119,24 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 			return nil, err
 		}
 	}
+	return out, nil
+}
+
+// chatSampling validates the sampling fields: the shared ones
+// (parseSampling; max_completion_tokens, when given, in place of
+// max_tokens) and chat's logprobs and top_logprobs.
+func chatSampling(req *ChatRequest, opts *Options) (*samplePlan, error) {
+	sr := req.SamplingRequest
+	maxParam := "max_completion_tokens"
 	if req.MaxCompletionTokens != nil {
-		req.MaxTokens = req.MaxCompletionTokens
+		sr.MaxTokens = req.MaxCompletionTokens
+	} else if req.MaxTokens != nil {
+		maxParam = "max_tokens"
 	}
-	sp, err := parseSampling(&req.SamplingRequest, opts, "max_completion_tokens")
+	pl, err := parseSampling(&sr, opts, maxParam)
 	if err != nil {
 		return nil, err
 	}
-	if req.MaxCompletionTokens == nil && req.MaxTokens != nil {
-		sp.maxTokensParam = "max_tokens"
-	}
-	pl.samplePlan = *sp
 	if req.Logprobs != nil {
 		pl.logprobs = *req.Logprobs
 	}
@@ -94,23 +149,36 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 		}
 		pl.topLogprobs = *req.TopLogprobs
 	}
+	return pl, nil
+}
+
+// templateOptions validates the vLLM template fields: chat_template_kwargs
+// (an object), and whether the prompt ends with a generation prompt
+// (add_generation_prompt, default true) or continues the final message.
+func templateOptions(req *ChatRequest) (addGen, continueFinal bool, err error) {
 	if !isNull(req.ChatTemplateKwargs) {
 		if t := bytes.TrimSpace(req.ChatTemplateKwargs); t[0] != '{' {
-			return nil, httpx.Invalid("chat_template_kwargs", "invalid_type", "chat_template_kwargs: expected an object")
+			return false, false, httpx.Invalid("chat_template_kwargs", "invalid_type", "chat_template_kwargs: expected an object")
 		}
 	}
 	if req.ContinueFinalMessage != nil && *req.ContinueFinalMessage {
-		pl.continueFinal = true
-		pl.addGen = false
 		if req.AddGenerationPrompt != nil && *req.AddGenerationPrompt {
-			return nil, httpx.Invalid("continue_final_message", "invalid_value", "continue_final_message and add_generation_prompt cannot both be true")
+			return false, false, httpx.Invalid("continue_final_message", "invalid_value", "continue_final_message and add_generation_prompt cannot both be true")
 		}
-	} else if req.AddGenerationPrompt != nil {
-		pl.addGen = *req.AddGenerationPrompt
+		return false, true, nil
 	}
-	// tools
+	if req.AddGenerationPrompt != nil {
+		return *req.AddGenerationPrompt, false, nil
+	}
+	return true, false, nil
+}
+
+// checkTools validates the tool definitions (a strict function's schema is
+// compiled, so that one the server cannot enforce is refused up front, as
+// OpenAI does) and returns their names.
+func checkTools(tools []Tool) (map[string]bool, error) {
 	names := map[string]bool{}
-	for i, t := range req.Tools {
+	for i, t := range tools {
 		if t.Type != "function" {
 			return nil, unsupported(fmt.Sprintf("tools[%d].type", i), "tools[%d].type %q is not supported (only \"function\")", i, t.Type)
 		}
@@ -121,60 +189,53 @@ func parseChat(req *ChatRequest, body []byte, opts *Options) (*chatPlan, error) 
 			return nil, httpx.Invalid(fmt.Sprintf("tools[%d].function.parameters", i), "invalid_type", "tools[%d].function.parameters: expected a JSON schema object", i)
 		}
 		if t.Function.Strict != nil && *t.Function.Strict {
-			// refused up front, forced or not, as OpenAI does
 			if _, err := compileSchema(t.Function.Parameters, true, fmt.Sprintf("tools[%d].function.parameters", i)); err != nil {
 				return nil, schemaHTTPError(err)
 			}
 		}
 		names[t.Function.Name] = true
 	}
-	pl.tools = req.Tools
-	if len(req.Tools) > 0 {
-		var x struct {
-			Tools json.RawMessage `json:"tools"`
+	return names, nil
+}
+
+// toolChoice validates tool_choice against the tools' names: "none" (the
+// default without tools), "auto" (the default with), "required", or a named
+// function ("function" and its name).
+func toolChoice(raw json.RawMessage, names map[string]bool) (choice, forced string, err error) {
+	choice = "none"
+	if len(names) > 0 {
+		choice = "auto"
+	}
+	if isNull(raw) {
+		return choice, "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "none", "auto", "required":
+		default:
+			return "", "", unsupported("tool_choice", "tool_choice %q is not supported (none, auto, required, or a named function)", s)
 		}
-		_ = json.Unmarshal(body, &x)
-		pl.toolsRaw = x.Tools
-	}
-	pl.toolChoice = "none"
-	if len(req.Tools) > 0 {
-		pl.toolChoice = "auto"
-	}
-	if !isNull(req.ToolChoice) {
-		var s string
-		if json.Unmarshal(req.ToolChoice, &s) == nil {
-			switch s {
-			case "none", "auto", "required":
-			default:
-				return nil, unsupported("tool_choice", "tool_choice %q is not supported (none, auto, required, or a named function)", s)
-			}
-			pl.toolChoice = s
-		} else {
-			var named struct {
-				Type     string `json:"type"`
-				Function struct {
-					Name string `json:"name"`
-				} `json:"function"`
-			}
-			if err := json.Unmarshal(req.ToolChoice, &named); err != nil || named.Type != "function" || named.Function.Name == "" {
-				return nil, httpx.Invalid("tool_choice", "invalid_value", `tool_choice: expected "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`)
-			}
-			if !names[named.Function.Name] {
-				return nil, httpx.Invalid("tool_choice.function.name", "invalid_value", "tool_choice names function %q, which is not among the tools", named.Function.Name)
-			}
-			pl.toolChoice, pl.forcedName = "function", named.Function.Name
+		choice = s
+	} else {
+		var named struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
 		}
-		if pl.toolChoice != "none" && len(req.Tools) == 0 {
-			return nil, httpx.Invalid("tool_choice", "invalid_value", "tool_choice %q requires tools", pl.toolChoice)
+		if err := json.Unmarshal(raw, &named); err != nil || named.Type != "function" || named.Function.Name == "" {
+			return "", "", httpx.Invalid("tool_choice", "invalid_value", `tool_choice: expected "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`)
 		}
+		if !names[named.Function.Name] {
+			return "", "", httpx.Invalid("tool_choice.function.name", "invalid_value", "tool_choice names function %q, which is not among the tools", named.Function.Name)
+		}
+		choice, forced = "function", named.Function.Name
 	}
-	if forced, _ := pl.forcedFunctions(); forced != nil {
-		pl.format = nil // a forced tool call takes precedence over response_format
+	if choice != "none" && len(names) == 0 {
+		return "", "", httpx.Invalid("tool_choice", "invalid_value", "tool_choice %q requires tools", choice)
 	}
-	if pl.promptLogprobs >= 0 && pl.stream {
-		return nil, unsupported("prompt_logprobs", "prompt_logprobs is not supported with stream on chat completions (it is on /v1/completions)")
-	}
-	return pl, nil
+	return choice, forced, nil
 }
 
 // forcedFunctions returns the functions a forced tool choice allows and
@@ -217,11 +278,11 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 	if err := pl.checkVocab(lm); err != nil {
 		return nil, err
 	}
-	if err := lm.checkPromptBytes("messages", "the messages, tools and chat_template_kwargs are", promptBytes(req.Messages, pl.toolsRaw, req.ChatTemplateKwargs)); err != nil {
+	if err := lm.checkPromptBytes("messages", "the messages, tools and chat_template_kwargs are", promptBytes(pl.messages, pl.toolsRaw, pl.kwargs)); err != nil {
 		return nil, err
 	}
-	text, err := lm.render(chatInput{ctx: ctx, messages: req.Messages, tools: pl.toolsRaw, addGenerationPrompt: pl.addGen,
-		continueFinalMessage: pl.continueFinal, kwargs: req.ChatTemplateKwargs})
+	text, err := lm.render(chatInput{ctx: ctx, messages: pl.messages, tools: pl.toolsRaw, addGenerationPrompt: pl.addGen,
+		continueFinalMessage: pl.continueFinal, kwargs: pl.kwargs})
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +366,7 @@ func (s *Server) answer(w http.ResponseWriter, target Target, resp any, err erro
 
 // buildResponse assembles the finished choices.
 func (s *Server) buildResponse(pr *prepared, id string, created int64) (*ChatCompletion, error) {
-	resp := &ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: pr.plan.req.Model,
+	resp := &ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: pr.plan.model,
 		SystemFingerprint: pr.target.fingerprint(), Choices: make([]Choice, pr.gen.N())}
 	usage := &Usage{PromptTokens: len(pr.req.Prompt)}
 	for i := range resp.Choices {
@@ -322,9 +383,7 @@ func (s *Server) buildResponse(pr *prepared, id string, created int64) (*ChatCom
 			if len(calls) > 0 {
 				content = c
 				ch.Message.ToolCalls = calls
-				if finish == infer.FinishStop {
-					ch.FinishReason = finishToolCalls
-				}
+				ch.FinishReason = infer.FinishReason(finish, true)
 			}
 		}
 		ch.Message.Content = content
@@ -377,7 +436,7 @@ func (s *Server) record(pr *prepared, p *auth.Principal, started time.Time, body
 		u.CompletionTokens = pr.gen.TokenCount()
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	}
-	return s.recordCall(pr.ctx, p, pr.target, pr.plan.req.Model, s.opts.OpName, started, body, output, u, fps, exception)
+	return s.recordCall(pr.ctx, p, pr.target, pr.plan.model, s.opts.OpName, started, body, output, u, fps, exception)
 }
 
 // recordCall stores a call (inputs = the request body, output = the
@@ -415,7 +474,7 @@ func (s *Server) recordCall(reqCtx context.Context, p *auth.Principal, target Ta
 		s.log.Warn("serve: record call failed", "project", project, "err", err)
 		return ""
 	}
-	if l, ok := s.recorder.(ChoiceLinker); ok && fps != nil {
+	if l, ok := s.recorder.(trace.ChoiceLinker); ok && fps != nil {
 		if err := l.LinkChoices(ctx, project, id, fps); err != nil {
 			s.log.Warn("serve: link choices to their call failed", "project", project, "err", err)
 		}

@@ -130,13 +130,13 @@ func promptBytes(msgs []ChatMessage, tools, kwargs json.RawMessage) int {
 // its tokenization, before it is rendered or tokenized (a 50 MB prompt would
 // otherwise be tokenized in full only to be refused).
 func (l *lmodel) checkPromptBytes(param, what string, n int) error {
-	limit := int64(l.maxLen) * int64(l.bytesPerToken)
+	limit := int64(l.maxLen()) * int64(l.bytesPerToken)
 	if int64(n) <= limit {
 		return nil
 	}
 	return &httpx.Error{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
 		Message: fmt.Sprintf("%s %d bytes; this model's maximum context length is %d tokens, which allows at most %d bytes (%d per token) before tokenization. Please reduce the length of the %s.",
-			what, n, l.maxLen, limit, l.bytesPerToken, param)}
+			what, n, l.maxLen(), limit, l.bytesPerToken, param)}
 }
 
 // templateError is the answer to a chat template that failed to render:

@@ -16,16 +16,13 @@ import (
 )
 
 // lmodel is a loaded base model with what serving derives from it, and its
-// inference scheduler.
+// inference scheduler. The generation rules (context length, end tokens,
+// kept special tokens) are the scheduler's (infer.Rules); serving reads them.
 type lmodel struct {
 	id     string
 	m      *engine.Model
 	tok    *tokenizer.Tokenizer
-	maxLen int
-	eos    []int
-	eosSet map[int]bool
-	endIDs []int        // tokens a forced tool call ends with: the template's end-of-turn token, else every EOS
-	keep   map[int]bool // special tokens whose text stays in the output (tool-call markers)
+	rules  *infer.Rules
 	format toolFormat
 	sched  *infer.Scheduler
 
@@ -40,53 +37,21 @@ func newLModel(m *engine.Model, opts *Options, prefix *infer.PrefixCache) (*lmod
 	if m.Tokenizer == nil {
 		return nil, fmt.Errorf("model %s has no tokenizer", m.ID)
 	}
-	l := &lmodel{id: m.ID, m: m, tok: m.Tokenizer, maxLen: m.MaxContext(), eosSet: map[int]bool{}, keep: map[int]bool{},
-		limits: opts.TemplateLimits, bytesPerToken: opts.MaxPromptBytesPerToken}
-	if opts.MaxModelLen > 0 && opts.MaxModelLen < l.maxLen {
-		l.maxLen = opts.MaxModelLen
-	}
-	for _, id := range m.EOS() {
-		if !l.eosSet[id] {
-			l.eosSet[id] = true
-			l.eos = append(l.eos, id)
-		}
-	}
+	l := &lmodel{id: m.ID, m: m, tok: m.Tokenizer, limits: opts.TemplateLimits, bytesPerToken: opts.MaxPromptBytesPerToken}
 	if m.Template != nil {
-		// The EOS token the template closes assistant turns with ends
-		// generation too (e.g. <|im_end|> when the config names another).
-		if eos := m.Template.EOSToken(); eos != "" {
-			if id, ok := l.tok.SpecialTokenID(eos); ok {
-				if !l.eosSet[id] {
-					l.eosSet[id] = true
-					l.eos = append(l.eos, id)
-				}
-				l.endIDs = []int{id}
-			}
-		}
 		l.format = detectToolFormat(m.Template.Source())
-		for _, marker := range []string{hermesOpen, hermesClose, pythonTag} {
-			if id, ok := l.tok.AddedTokenID(marker); ok {
-				l.keep[id] = true
-			}
-		}
 	}
-	if l.endIDs == nil {
-		l.endIDs = l.eos
-	}
-	keep := make([]int, 0, len(l.keep))
-	for id := range l.keep {
-		keep = append(keep, id)
-	}
-	sched, err := infer.NewScheduler(infer.Model{Engine: m, MaxLen: l.maxLen, EOS: l.eos, KeepSpecial: keep},
-		infer.Options{MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, PrefillChunk: opts.PrefillChunk, PrefixCache: prefix, Logger: opts.Logger})
+	sched, err := infer.NewScheduler(m, infer.Options{MaxBatch: opts.MaxBatch, MaxQueue: opts.MaxQueue, PrefillChunk: opts.PrefillChunk,
+		MaxLen: opts.MaxModelLen, PrefixCache: prefix, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("serve: model %s: %w", m.ID, err)
 	}
-	l.sched = sched
+	l.sched, l.rules = sched, sched.Rules()
 	return l, nil
 }
 
-func (l *lmodel) isEOS(id int) bool { return l.eosSet[id] }
+// maxLen is the context length (the scheduler's rule).
+func (l *lmodel) maxLen() int { return l.rules.MaxLen() }
 
 // markerFor returns the added token of a tool-call marker that lit starts
 // with.
@@ -94,7 +59,7 @@ func (l *lmodel) markerFor(lit string) (int, bool) {
 	if lit == "" {
 		return 0, false
 	}
-	for id := range l.keep {
+	for _, id := range l.rules.KeptTokens() {
 		if c := l.tok.IDToToken(id); c != "" && strings.HasPrefix(lit, c) {
 			return id, true
 		}

@@ -162,17 +162,17 @@ func (s *Server) inferRequest(ctx context.Context, p *auth.Principal, pl *sample
 	if maxTokens == 0 {
 		maxTokens = defaultMax
 		if maxTokens <= 0 {
-			maxTokens = lm.maxLen - len(prompt)
+			maxTokens = lm.rules.Room(len(prompt))
 		}
 	}
-	if len(prompt)+maxTokens > lm.maxLen || maxTokens < 1 {
+	if len(prompt)+maxTokens > lm.maxLen() || maxTokens < 1 {
 		param := promptParam
 		if pl.maxTokens > 0 {
 			param = pl.maxTokensParam
 		}
 		return infer.Request{}, &httpx.Error{Status: http.StatusBadRequest, Param: param, Code: "context_length_exceeded",
 			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or completion.",
-				lm.maxLen, len(prompt)+max(maxTokens, 0), len(prompt), promptParam, max(maxTokens, 0), promptParam)}
+				lm.maxLen(), len(prompt)+max(maxTokens, 0), len(prompt), promptParam, max(maxTokens, 0), promptParam)}
 	}
 	ir := infer.Request{
 		Prompt:     prompt,

@@ -156,16 +156,10 @@ type Resolver interface {
 }
 
 // CallRecorder records completions in the call store (implemented by
-// *trace.Service).
+// *trace.Service). A recorder that is also a trace.ChoiceLinker links each
+// recorded call's choices to it.
 type CallRecorder interface {
 	RecordCall(ctx context.Context, p *auth.Principal, projectID, opName string, startedAt, endedAt time.Time, inputs, output, summary json.RawMessage, exception string) (callID string, err error)
-}
-
-// ChoiceLinker is implemented by recorders that also keep which call
-// sampled each choice (by rl.ChoiceFingerprint), so a training job's
-// choices lead back to their calls (*trace.Service does).
-type ChoiceLinker interface {
-	LinkChoices(ctx context.Context, projectID, callID string, fingerprints []string) error
 }
 
 // DefaultAdapterCacheSize is how many LoRA adapters are kept loaded when
@@ -509,7 +503,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	if t.Entity == "" {
 		s.mu.Lock()
 		if lm, ok := s.models[t.BaseModel]; ok {
-			card.MaxModelLen = lm.maxLen
+			card.MaxModelLen = lm.maxLen()
 		}
 		s.mu.Unlock()
 	} else {
@@ -532,7 +526,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		card := ModelCard{ID: id, Object: "model", OwnedBy: "flywheel", Root: id}
 		s.mu.Lock()
 		if lm, ok := s.models[id]; ok {
-			card.MaxModelLen = lm.maxLen
+			card.MaxModelLen = lm.maxLen()
 		}
 		s.mu.Unlock()
 		list.Data = append(list.Data, card)

@@ -90,110 +90,162 @@ type choiceStream struct {
 	finished bool
 }
 
+// chatStream is one chat completion being sent as SSE chunks: the chunks'
+// fixed fields and what has been sent of each choice.
+type chatStream struct {
+	s       *Server
+	sw      *sseWriter
+	pr      *prepared
+	id      string
+	created int64
+	model   string
+	fp      string
+	states  []*choiceStream
+}
+
+// chunk is a chunk of the stream holding choices.
+func (cs *chatStream) chunk(choices []ChunkChoice) *ChatCompletionChunk {
+	return &ChatCompletionChunk{ID: cs.id, Object: "chat.completion.chunk", Created: cs.created, Model: cs.model, SystemFingerprint: cs.fp, Choices: choices}
+}
+
+// open sends each choice's role chunk.
+func (cs *chatStream) open() {
+	empty := ""
+	for i := range cs.states {
+		cs.states[i] = &choiceStream{}
+		if cs.pr.plan.parseTools() {
+			cs.states[i].tools = &toolStreamer{format: cs.pr.lm.format}
+		}
+		cs.sw.event(cs.chunk([]ChunkChoice{{Index: i, Delta: Delta{Role: "assistant", Content: &empty}}}))
+	}
+	cs.sw.flush()
+}
+
+// send turns what choice i produced since its last event into chunks:
+// content (and logprobs), each tool call whole as it completes, and the
+// finish chunk when the choice has ended.
+func (cs *chatStream) send(i int, ev infer.Event) {
+	st, pr := cs.states[i], cs.pr
+	content := ev.Text
+	var calls []ToolCall
+	if st.tools != nil {
+		content, calls = st.tools.push(ev.Text)
+		if ev.Done {
+			c2, calls2 := st.tools.flush()
+			content += c2
+			calls = append(calls, calls2...)
+		}
+	}
+	if content != "" || len(ev.Tokens) > 0 {
+		cc := ChunkChoice{Index: i}
+		if content != "" {
+			c := content
+			cc.Delta.Content = &c
+			st.content.WriteString(content)
+		}
+		if pr.plan.logprobs && len(ev.Tokens) > 0 {
+			cc.Logprobs = &ChoiceLogprobs{Content: cs.s.logprobEntries(pr, ev.Tokens)}
+		}
+		if cc.Delta.Content != nil || cc.Logprobs != nil {
+			cs.sw.event(cs.chunk([]ChunkChoice{cc}))
+		}
+	}
+	for _, tc := range calls {
+		idx := len(st.calls)
+		st.calls = append(st.calls, tc)
+		cs.sw.event(cs.chunk([]ChunkChoice{{Index: i, Delta: Delta{ToolCalls: []ToolCallDelta{{
+			Index: idx, ID: tc.ID, Type: "function",
+			Function: ToolCallFunctionDelta{Name: tc.Function.Name, Arguments: tc.Function.Arguments},
+		}}}}}))
+	}
+	if ev.Done {
+		st.finished = true
+		fr := infer.FinishReason(ev.Finish, len(st.calls) > 0)
+		if fr == "" {
+			fr = infer.FinishStop
+		}
+		cs.sw.event(cs.chunk([]ChunkChoice{{Index: i, Delta: Delta{}, FinishReason: &fr}}))
+	}
+}
+
+// step polls every unfinished choice once and sends what it produced: all
+// reports whether every choice has ended, err is the first generation
+// error seen (its choice ends without a finish chunk).
+func (cs *chatStream) step() (all bool, err error) {
+	all = true
+	for i, st := range cs.states {
+		if st.finished {
+			continue
+		}
+		ev := cs.pr.gen.Poll(i)
+		if ev.Err != nil {
+			err = ev.Err
+			st.finished = true
+			continue
+		}
+		cs.send(i, ev)
+		if !ev.Done {
+			all = false
+		}
+	}
+	return all, err
+}
+
+// streamed makes resp (the choices as generated) what the client assembled
+// from the stream: the content and tool calls sent, so that the recorded
+// output is the one the client saw.
+func (cs *chatStream) streamed(resp *ChatCompletion) {
+	for i := range resp.Choices {
+		st, ch := cs.states[i], &resp.Choices[i]
+		c := st.content.String()
+		ch.Message.Content = &c
+		ch.Message.ToolCalls = st.calls
+		if len(st.calls) > 0 {
+			if c == "" {
+				ch.Message.Content = nil
+			}
+			ch.FinishReason = infer.FinishReason(ch.FinishReason, true)
+		}
+	}
+}
+
 // streamChat sends the completion as SSE chunks: a role chunk per choice,
 // content (and logprobs) deltas as tokens arrive, tool calls as whole
 // deltas, a finish chunk per choice, an optional usage chunk, then [DONE].
 // The call id, known only once the call is recorded at the end, is sent as
 // the HTTP trailer x-call-id.
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared, p *auth.Principal, id string, created int64, started time.Time, body []byte) {
-	sw := s.startSSE(w)
-	model, fp := pr.plan.req.Model, pr.target.fingerprint()
-	chunk := func(choices []ChunkChoice) *ChatCompletionChunk {
-		return &ChatCompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model, SystemFingerprint: fp, Choices: choices}
-	}
-	states := make([]*choiceStream, pr.gen.N())
-	empty := ""
-	for i := range states {
-		states[i] = &choiceStream{}
-		if pr.plan.parseTools() {
-			states[i].tools = &toolStreamer{format: pr.lm.format}
-		}
-		sw.event(chunk([]ChunkChoice{{Index: i, Delta: Delta{Role: "assistant", Content: &empty}}}))
-	}
-	sw.flush()
-	ctx := pr.ctx
+	cs := &chatStream{s: s, sw: s.startSSE(w), pr: pr, id: id, created: created, model: pr.plan.model, fp: pr.target.fingerprint(),
+		states: make([]*choiceStream, pr.gen.N())}
+	cs.open()
+	ctx, sw := pr.ctx, cs.sw
+	gone := func() { s.record(pr, p, started, body, nil, "client disconnected") }
 	var genErr error
 	for {
 		if ctx.Err() != nil {
-			s.record(pr, p, started, body, nil, "client disconnected")
+			gone()
 			return
 		}
-		allDone := true
-		for i, st := range states {
-			if st.finished {
-				continue
-			}
-			ev := pr.gen.Poll(i)
-			toks, text, done, finish := ev.Tokens, ev.Text, ev.Done, ev.Finish
-			if ev.Err != nil {
-				genErr = ev.Err
-				st.finished = true
-				continue
-			}
-			content := text
-			var calls []ToolCall
-			if st.tools != nil {
-				content, calls = st.tools.push(text)
-				if done {
-					c2, calls2 := st.tools.flush()
-					content += c2
-					calls = append(calls, calls2...)
-				}
-			}
-			if content != "" || len(toks) > 0 {
-				cc := ChunkChoice{Index: i}
-				if content != "" {
-					c := content
-					cc.Delta.Content = &c
-					st.content.WriteString(content)
-				}
-				if pr.plan.logprobs && len(toks) > 0 {
-					cc.Logprobs = &ChoiceLogprobs{Content: s.logprobEntries(pr, toks)}
-				}
-				if cc.Delta.Content != nil || cc.Logprobs != nil {
-					sw.event(chunk([]ChunkChoice{cc}))
-				}
-			}
-			for _, tc := range calls {
-				idx := len(st.calls)
-				st.calls = append(st.calls, tc)
-				sw.event(chunk([]ChunkChoice{{Index: i, Delta: Delta{ToolCalls: []ToolCallDelta{{
-					Index: idx, ID: tc.ID, Type: "function",
-					Function: ToolCallFunctionDelta{Name: tc.Function.Name, Arguments: tc.Function.Arguments},
-				}}}}}))
-			}
-			if done {
-				st.finished = true
-				fr := finish
-				if len(st.calls) > 0 && fr == infer.FinishStop {
-					fr = finishToolCalls
-				}
-				if fr == "" {
-					fr = infer.FinishStop
-				}
-				sw.event(chunk([]ChunkChoice{{Index: i, Delta: Delta{}, FinishReason: &fr}}))
-			} else {
-				allDone = false
-			}
-		}
+		all, err := cs.step()
+		genErr = err
 		sw.flush()
 		if sw.err != nil {
 			// client gone: the deferred cancel of the handler stops generation
-			s.record(pr, p, started, body, nil, "client disconnected")
+			gone()
 			return
 		}
-		if allDone || genErr != nil {
+		if all || genErr != nil {
 			break
 		}
 		select {
 		case <-pr.gen.Changed():
 		case <-ctx.Done():
-			s.record(pr, p, started, body, nil, "client disconnected")
+			gone()
 			return
 		}
 	}
 	if ctx.Err() != nil {
-		s.record(pr, p, started, body, nil, "client disconnected")
+		gone()
 		return
 	}
 	if genErr != nil {
@@ -206,23 +258,9 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, pr *prepared
 	}
 	resp, err := s.buildResponse(pr, id, created)
 	if err == nil {
-		// the recorded output is what the client assembled from the stream
-		for i := range resp.Choices {
-			st := states[i]
-			c := st.content.String()
-			resp.Choices[i].Message.Content = &c
-			resp.Choices[i].Message.ToolCalls = st.calls
-			if len(st.calls) > 0 {
-				if c == "" {
-					resp.Choices[i].Message.Content = nil
-				}
-				if resp.Choices[i].FinishReason == infer.FinishStop {
-					resp.Choices[i].FinishReason = finishToolCalls
-				}
-			}
-		}
+		cs.streamed(resp)
 		if pr.plan.includeUsage {
-			c := chunk([]ChunkChoice{})
+			c := cs.chunk([]ChunkChoice{})
 			c.Usage = resp.Usage
 			sw.event(c)
 		}

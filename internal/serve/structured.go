@@ -63,7 +63,7 @@ func (l *lmodel) jsonVocab() *jsonVocab {
 		v := &jsonVocab{bytes: make([][]byte, n)}
 		var ids, nonPlain []int32
 		for id := 0; id < n; id++ {
-			if l.eosSet[id] || l.tok.IsSpecial(id) || l.keep[id] { // markers only where the grammar puts them
+			if l.rules.IsEOS(id) || l.tok.IsSpecial(id) || l.rules.Kept(id) { // markers only where the grammar puts them
 				continue
 			}
 			b := l.tok.TokenBytes(id)
@@ -120,7 +120,7 @@ func newJSONConstraint(lm *lmodel, root *jnode, maxTokens int) func() infer.Cons
 // document ends the choice.
 func (c *jsonConstraint) Advance(tok int) bool {
 	c.left--
-	if c.lm.isEOS(tok) && c.state.complete() {
+	if c.lm.rules.IsEOS(tok) && c.state.complete() {
 		return true
 	}
 	c.state = c.state.feedBytes(c.lm.tok.TokenBytes(tok))
@@ -152,7 +152,7 @@ func (c *jsonConstraint) Mask(lg []float32) []float32 {
 	// can.
 	budget := max(c.left-1, c.state.minCost()-1)
 	if c.state.complete() {
-		for _, id := range c.lm.endIDs {
+		for _, id := range c.lm.rules.TurnEnd() {
 			allow(int32(id))
 		}
 	}
@@ -178,7 +178,7 @@ func (c *jsonConstraint) Mask(lg []float32) []float32 {
 	if !any {
 		// Nothing fits (a vocabulary without the bytes the grammar needs):
 		// end the choice rather than break the grammar.
-		for _, id := range c.lm.endIDs {
+		for _, id := range c.lm.rules.TurnEnd() {
 			allow(int32(id))
 		}
 	}

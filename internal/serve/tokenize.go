@@ -85,7 +85,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		}
 		ids = lm.tok.Encode(text, add)
 	}
-	resp := TokenizeResponse{Count: len(ids), MaxModelLen: lm.maxLen, Tokens: ids}
+	resp := TokenizeResponse{Count: len(ids), MaxModelLen: lm.maxLen(), Tokens: ids}
 	if resp.Tokens == nil {
 		resp.Tokens = []int{}
 	}

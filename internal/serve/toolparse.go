@@ -10,9 +10,9 @@ import (
 )
 
 const (
-	hermesOpen  = "<tool_call>"
-	hermesClose = "</tool_call>"
-	pythonTag   = "<|python_tag|>"
+	hermesOpen  = infer.ToolCallOpen
+	hermesClose = infer.ToolCallClose
+	pythonTag   = infer.PythonTag
 )
 
 // detectToolFormat picks the tool-call syntax from the chat template source:

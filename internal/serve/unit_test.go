@@ -236,3 +236,36 @@ func TestStoreResolver(t *testing.T) {
 		t.Fatalf("%+v", ts)
 	}
 }
+
+// TestParseChatLeavesRequest: parsing reads the request without changing
+// it (the plan holds "developer" read as "system" and max_completion_tokens
+// in place of max_tokens), and an invalid max_tokens is named as sent.
+func TestParseChatLeavesRequest(t *testing.T) {
+	var opts Options
+	opts.defaults()
+	body := []byte(`{"model": "m", "messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}],
+		"max_tokens": 5, "max_completion_tokens": 7, "tools": [{"type": "function", "function": {"name": "f"}}]}`)
+	var req ChatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		t.Fatal(err)
+	}
+	pl, err := parseChat(&req, body, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Messages[0].Role != "developer" || *req.MaxTokens != 5 {
+		t.Fatalf("request changed: role %q, max_tokens %d", req.Messages[0].Role, *req.MaxTokens)
+	}
+	if pl.messages[0].Role != "system" || pl.messages[1].Role != "user" || pl.maxTokens != 7 || pl.maxTokensParam != "max_completion_tokens" ||
+		pl.toolChoice != "auto" || pl.model != "m" || !pl.addGen {
+		t.Fatalf("plan: %+v", pl)
+	}
+	var bad ChatRequest
+	badBody := []byte(`{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}`)
+	if err := json.Unmarshal(badBody, &bad); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseChat(&bad, badBody, &opts); err == nil || !strings.Contains(err.Error(), "max_tokens must be at least 1") {
+		t.Fatalf("max_tokens 0: %v", err)
+	}
+}

@@ -11,7 +11,7 @@
 //	                  // /calls/delete, /calls/query, /calls/stream_query, /cost/create, /cost/query, /cost/purge,
 //	                  // /obj/create, /obj/read, /objs/query, /file/create, /file/content; httpx.Public: GET /health, /server_info
 //	id, err := svc.RecordCall(ctx, principal, "entity/project", "chat.completions", t0, t1, inputs, output, summary, "")
-//	err = trace.PricesCommand(os.Args[2:], db, os.Stdout) // flywheel prices set|load|list
+//	err = svc.SetDefaultPrice(ctx, "gpt-4", 3e-05, 6e-05, time.Time{}) // `flywheel prices` (cmd/flywheel) runs on these
 //
 // New applies the package's own migrations (embedded SQL files per dialect,
 // recorded in trace_schema_migrations) to the shared database, SQLite or
@@ -90,7 +90,7 @@
 //     pricing_level "default" and effective_date 1970-01-01.
 //   - Default-level prices come from SetDefaultPrice, the prices file
 //     (Options.PricesFile, loaded by New; see LoadPricesFile) or the CLI
-//     (PricesCommand). Setting a price for the same model, provider and
+//     (`flywheel prices`, cmd/flywheel). Setting a price for the same model, provider and
 //     effective date replaces it, so reloading a file changes nothing. A file
 //     entry without effective_date is effective from the Unix epoch. Prices
 //     are read from an in-memory snapshot of trace_prices: writes through the

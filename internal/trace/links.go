@@ -18,6 +18,18 @@ type ChoiceLink struct {
 	ChoiceIndex int    `json:"choice_index"`
 }
 
+// ChoiceLinker keeps which recorded call sampled each choice, by the
+// choice's rl.ChoiceFingerprint, so that a training job's choices lead back
+// to their calls: the inference server links a call's choices as it records
+// the call (LinkChoices), the dashboard looks them up (ChoiceLinks).
+// *Service implements it.
+type ChoiceLinker interface {
+	LinkChoices(ctx context.Context, projectID, callID string, fingerprints []string) error
+	ChoiceLinks(ctx context.Context, p *auth.Principal, fingerprints []string) (map[string]ChoiceLink, error)
+}
+
+var _ ChoiceLinker = (*Service)(nil)
+
 // linkLookupChunk is how many fingerprints one lookup query carries.
 const linkLookupChunk = 500
 

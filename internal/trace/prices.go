@@ -5,14 +5,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"flywheel/internal/auth"
@@ -33,6 +30,13 @@ type Price struct {
 	PricingLevelID          string // "default" or the project id entity/project
 	CreatedBy               string
 	CreatedAt               int64 // Unix microseconds
+}
+
+// Text returns the price's costs and effective date as the call store's
+// JSON writes them (a cost as Python's float repr, a time in RFC 3339 with
+// microseconds), for listings such as `flywheel prices list`.
+func (p *Price) Text() (prompt, completion, effective string) {
+	return string(appendPyFloat(nil, p.PromptTokenCost)), string(appendPyFloat(nil, p.CompletionTokenCost)), formatTime(p.EffectiveDate)
 }
 
 const priceColumns = `id, llm_id, prompt_token_cost, completion_token_cost, prompt_token_cost_unit,
@@ -491,321 +495,43 @@ func (s *Service) handleCostPurge(w http.ResponseWriter, r *http.Request, p *aut
 	return nil
 }
 
-// ---- the query language of /cost/query and /cost/purge ----
-//
-// The Mongo-like form trace clients send: {"$expr": E} where E is
-// {"$and": [E...]}, {"$or": [E...]}, {"$not": [E]}, {"$eq"|"$gt"|"$gte"|"$lt"|"$lte": [A, B]},
-// {"$in": [A, [B...]]}, A/B being {"$getField": "<price field>"} or {"$literal": value}.
-
-// querySQL compiles a {"$expr": E} query over the fields of one table
-// (name -> kind: 't' text, 'n' number, 'd' time as Unix microseconds; the
-// SQL column has the field's name) into a condition and its arguments.
-func querySQL(raw json.RawMessage, path string, fields map[string]byte) (string, []any, error) {
-	var q struct {
-		Expr json.RawMessage `json:"$expr"`
-	}
-	if err := decodeAt(raw, &q, path); err != nil {
-		return "", nil, err
-	}
-	if jsonKindOf(q.Expr) != 'o' {
-		return "", nil, httpx.Invalid(path+".$expr", "missing_field", "required: an expression object")
-	}
-	return exprSQL(q.Expr, path+".$expr", fields)
-}
-
-func exprSQL(raw json.RawMessage, path string, fields map[string]byte) (string, []any, error) {
-	ms, ok := splitObject(raw)
-	if !ok || len(ms) != 1 {
-		return "", nil, httpx.Invalid(path, "invalid_value", "expected an object with one operator")
-	}
-	op, val := ms[0].Key, ms[0].Value
-	path = path + "." + op
-	var list []json.RawMessage
-	if err := json.Unmarshal(val, &list); err != nil {
-		return "", nil, httpx.Invalid(path, "invalid_type", "expected an array of operands")
-	}
-	switch op {
-	case "$and", "$or", "$not":
-		if len(list) == 0 || (op == "$not" && len(list) != 1) {
-			return "", nil, httpx.Invalid(path, "invalid_value", "wrong number of operands")
-		}
-		var parts []string
-		var args []any
-		for i, e := range list {
-			sq, a, err := exprSQL(e, fmt.Sprintf("%s[%d]", path, i), fields)
-			if err != nil {
-				return "", nil, err
-			}
-			parts = append(parts, "("+sq+")")
-			args = append(args, a...)
-		}
-		switch op {
-		case "$and":
-			return strings.Join(parts, " AND "), args, nil
-		case "$or":
-			return strings.Join(parts, " OR "), args, nil
-		}
-		return "NOT " + parts[0], args, nil
-	case "$eq", "$gt", "$gte", "$lt", "$lte":
-		if len(list) != 2 {
-			return "", nil, httpx.Invalid(path, "invalid_value", "expected two operands")
-		}
-		a, err := parseOperand(list[0], path+"[0]", fields)
-		if err != nil {
-			return "", nil, err
-		}
-		b, err := parseOperand(list[1], path+"[1]", fields)
-		if err != nil {
-			return "", nil, err
-		}
-		kind, err := compareKind(a, b, path)
-		if err != nil {
-			return "", nil, err
-		}
-		as, aa, err := a.sql(kind, path+"[0]")
-		if err != nil {
-			return "", nil, err
-		}
-		bs, ba, err := b.sql(kind, path+"[1]")
-		if err != nil {
-			return "", nil, err
-		}
-		sqlOp := map[string]string{"$eq": "=", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
-		return as + " " + sqlOp + " " + bs, append(aa, ba...), nil
-	case "$in":
-		if len(list) != 2 {
-			return "", nil, httpx.Invalid(path, "invalid_value", "expected two operands")
-		}
-		a, err := parseOperand(list[0], path+"[0]", fields)
-		if err != nil {
-			return "", nil, err
-		}
-		if a.field == "" {
-			return "", nil, httpx.Invalid(path+"[0]", "invalid_value", `expected {"$getField": name}`)
-		}
-		as, args, _ := a.sql(a.kind, path+"[0]")
-		var items []json.RawMessage
-		if err := json.Unmarshal(list[1], &items); err != nil {
-			return "", nil, httpx.Invalid(path+"[1]", "invalid_type", "expected an array of operands")
-		}
-		if len(items) == 0 {
-			return "1 = 0", nil, nil
-		}
-		var ph []string
-		for i, it := range items {
-			ipath := fmt.Sprintf("%s[1][%d]", path, i)
-			b, err := parseOperand(it, ipath, fields)
-			if err != nil {
-				return "", nil, err
-			}
-			if _, err := compareKind(a, b, path); err != nil {
-				return "", nil, err
-			}
-			bs, ba, err := b.sql(a.kind, ipath)
-			if err != nil {
-				return "", nil, err
-			}
-			ph = append(ph, bs)
-			args = append(args, ba...)
-		}
-		return as + " IN (" + strings.Join(ph, ", ") + ")", args, nil
-	}
-	return "", nil, httpx.Invalid(path, "invalid_value", "unsupported operator %q", op)
-}
-
-// operand is one side of a comparison: a price field, or a literal (a
-// string, a number or null).
-type operand struct {
-	field string
-	kind  byte // the field's kind (see querySQL)
-	lit   any  // string, float64 or nil
-}
-
-func parseOperand(raw json.RawMessage, path string, fields map[string]byte) (*operand, error) {
-	ms, ok := splitObject(raw)
-	if !ok || len(ms) != 1 {
-		return nil, httpx.Invalid(path, "invalid_value", `expected {"$getField": name} or {"$literal": value}`)
-	}
-	switch ms[0].Key {
-	case "$getField":
-		var f string
-		if err := json.Unmarshal(ms[0].Value, &f); err != nil {
-			return nil, httpx.Invalid(path, "invalid_type", "expected a field name")
-		}
-		kind, ok := fields[f]
-		if !ok {
-			return nil, httpx.Invalid(path, "invalid_value", "unknown field %q", f)
-		}
-		return &operand{field: f, kind: kind}, nil
-	case "$literal":
-		var v any
-		if err := json.Unmarshal(ms[0].Value, &v); err != nil {
-			return nil, httpx.Invalid(path, "invalid_type", "invalid literal")
-		}
-		switch v.(type) {
-		case string, float64, nil:
-			return &operand{lit: v}, nil
-		}
-		return nil, httpx.Invalid(path, "invalid_value", "literal must be a string, a number or null")
-	}
-	return nil, httpx.Invalid(path, "invalid_value", `expected {"$getField": name} or {"$literal": value}`)
-}
-
-// compareKind checks that a comparison involves a field, and that two fields
-// are of one kind; it returns the kind the comparison is made in.
-func compareKind(a, b *operand, path string) (byte, error) {
-	switch {
-	case a.field == "" && b.field == "":
-		return 0, httpx.Invalid(path, "invalid_value", `compare a field ({"$getField": name}) with a literal or a field`)
-	case a.field != "" && b.field != "" && a.kind != b.kind:
-		return 0, httpx.Invalid(path, "invalid_value", "cannot compare %s with %s", a.field, b.field)
-	case a.field != "":
-		return a.kind, nil
-	}
-	return b.kind, nil
-}
-
-// sql returns the operand as SQL in a comparison of the given kind: a
-// column, or a placeholder whose argument has the column's type (dates as
-// Unix microseconds), so both databases compare like with like. A literal of
-// another type is a 400 naming it.
-func (o *operand) sql(kind byte, path string) (string, []any, error) {
-	if o.field != "" {
-		return o.field, nil, nil
-	}
-	switch x := o.lit.(type) {
-	case nil:
-		return "?", []any{nil}, nil
-	case string:
-		switch kind {
-		case 't':
-			return "?", []any{x}, nil
-		case 'd':
-			if t, ok := parseTime(x); ok {
-				return "?", []any{t}, nil
-			}
-			return "", nil, httpx.Invalid(path, "invalid_value", "invalid timestamp %q: expected RFC 3339", x)
-		}
-	case float64:
-		if kind == 'n' {
-			return "?", []any{x}, nil
-		}
-	}
-	want := map[byte]string{'t': "a string", 'n': "a number", 'd': "an RFC 3339 timestamp"}[kind]
-	return "", nil, httpx.Invalid(path, "invalid_type", "expected %s or null", want)
-}
-
-// purgeIDs accepts only a query by ids: $eq on id, $in on id, or $or of those.
-func purgeIDs(raw json.RawMessage) ([]string, error) {
-	var q struct {
-		Expr json.RawMessage `json:"$expr"`
-	}
-	if err := decodeAt(raw, &q, "query"); err != nil {
-		return nil, err
-	}
-	var ids []string
-	var walk func(e json.RawMessage) bool
-	walk = func(e json.RawMessage) bool {
-		ms, ok := splitObject(e)
-		if !ok || len(ms) != 1 {
-			return false
-		}
-		var list []json.RawMessage
-		if json.Unmarshal(ms[0].Value, &list) != nil {
-			return false
-		}
-		isID := func(x json.RawMessage) bool {
-			var g struct {
-				F *string `json:"$getField"`
-			}
-			return json.Unmarshal(x, &g) == nil && g.F != nil && *g.F == "id"
-		}
-		lit := func(x json.RawMessage) (string, bool) {
-			var l struct {
-				L *string `json:"$literal"`
-			}
-			if json.Unmarshal(x, &l) != nil || l.L == nil {
-				return "", false
-			}
-			return *l.L, true
-		}
-		switch ms[0].Key {
-		case "$or":
-			for _, x := range list {
-				if !walk(x) {
-					return false
-				}
-			}
-			return len(list) > 0
-		case "$eq":
-			if len(list) != 2 {
-				return false
-			}
-			a, b := list[0], list[1]
-			if !isID(a) {
-				a, b = b, a
-			}
-			v, ok := lit(b)
-			if !isID(a) || !ok {
-				return false
-			}
-			ids = append(ids, v)
-			return true
-		case "$in":
-			if len(list) != 2 || !isID(list[0]) {
-				return false
-			}
-			var items []json.RawMessage
-			if json.Unmarshal(list[1], &items) != nil {
-				return false
-			}
-			for _, it := range items {
-				v, ok := lit(it)
-				if !ok {
-					return false
-				}
-				ids = append(ids, v)
-			}
-			return true
-		}
-		return false
-	}
-	if jsonKindOf(q.Expr) != 'o' || !walk(q.Expr) {
-		return nil, httpx.Invalid("query", "invalid_value", "purge only supports a query by ids ($eq or $in on id, or $or of those)")
-	}
-	return ids, nil
-}
-
-// ---- default-level prices: Go API, file, CLI ----
+// ---- default-level prices: Go API and file (the CLI is cmd/flywheel's) ----
 
 // SetDefaultPrice sets a default-level price (provider "default", unit USD)
 // for modelID effective from `effective` (zero = now). A price of the same
 // model, provider and effective date is replaced.
 func (s *Service) SetDefaultPrice(ctx context.Context, modelID string, promptCost, completionCost float64, effective time.Time) error {
+	return s.SetProviderPrice(ctx, "default", modelID, promptCost, completionCost, effective)
+}
+
+// SetProviderPrice is SetDefaultPrice for the default-level price of
+// another provider id (`flywheel prices set --provider`).
+func (s *Service) SetProviderPrice(ctx context.Context, provider, modelID string, promptCost, completionCost float64, effective time.Time) error {
 	eff := effective
 	if eff.IsZero() {
 		eff = s.now()
 	}
 	defer s.invalidatePrices()
-	return setDefaultPrice(ctx, s.db, s.d, &Price{LLMID: modelID, PromptTokenCost: promptCost, CompletionTokenCost: completionCost,
-		PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: "default", EffectiveDate: eff.UnixMicro()}, s.now(), &s.writeMu)
+	return s.setDefaultPrice(ctx, &Price{LLMID: modelID, PromptTokenCost: promptCost, CompletionTokenCost: completionCost,
+		PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: provider, EffectiveDate: eff.UnixMicro()})
 }
 
-func setDefaultPrice(ctx context.Context, db *sql.DB, d *dialect, p *Price, now time.Time, mu interface {
-	Lock()
-	Unlock()
-}) error {
+// setDefaultPrice inserts default-level price p, or replaces the costs of
+// the one of the same model, provider and effective date.
+func (s *Service) setDefaultPrice(ctx context.Context, p *Price) error {
+	d := s.d
 	if p.LLMID == "" {
 		return errors.New("trace: model id is required")
 	}
 	if p.PromptTokenCost < 0 || p.CompletionTokenCost < 0 {
 		return errors.New("trace: token costs must not be negative")
 	}
-	if mu != nil && !d.postgres {
-		mu.Lock()
-		defer mu.Unlock()
+	if !d.postgres {
+		s.writeMu.Lock()
+		defer s.writeMu.Unlock()
 	}
-	return runTx(ctx, db, func(tx *sql.Tx) error {
+	now := s.now()
+	return runTx(ctx, s.db, func(tx *sql.Tx) error {
 		if d.postgres {
 			// nodes loading one prices file at start: one row per model,
 			// provider and date, not one per node
@@ -865,13 +591,6 @@ func DefaultPrices(ctx context.Context, db *sql.DB) ([]*Price, error) {
 // (in effect for every call), so loading the same file again changes nothing.
 func (s *Service) LoadPricesFile(ctx context.Context, path string) (int, error) {
 	defer s.invalidatePrices()
-	return loadPricesFile(ctx, s.db, s.d, path, s.now(), &s.writeMu)
-}
-
-func loadPricesFile(ctx context.Context, db *sql.DB, d *dialect, path string, now time.Time, mu interface {
-	Lock()
-	Unlock()
-}) (int, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, fmt.Errorf("trace: prices file: %w", err)
@@ -917,85 +636,9 @@ func loadPricesFile(ctx context.Context, db *sql.DB, d *dialect, path string, no
 		if err != nil {
 			return 0, fmt.Errorf("trace: prices file %s: %v", path, err)
 		}
-		if err := setDefaultPrice(ctx, db, d, p, now, mu); err != nil {
+		if err := s.setDefaultPrice(ctx, p); err != nil {
 			return 0, err
 		}
 	}
 	return len(entries), nil
-}
-
-// PricesCommand runs the `flywheel prices` subcommand on db (migrating it
-// first; PostgreSQL when db is over pgx's database/sql driver, else SQLite):
-//
-//	prices set --model M --prompt 3e-05 --completion 6e-05 [--effective RFC3339] [--provider P]
-//	prices load FILE
-//	prices list
-func PricesCommand(args []string, db *sql.DB, stdout io.Writer) error {
-	ctx := context.Background()
-	usage := "usage: flywheel prices set --model M --prompt COST --completion COST [--effective RFC3339] [--provider P] | prices load FILE | prices list"
-	if len(args) == 0 {
-		return errors.New(usage)
-	}
-	d, err := dialectFor(db, "")
-	if err != nil {
-		return err
-	}
-	if err := migrate(ctx, db, d); err != nil {
-		return err
-	}
-	switch args[0] {
-	case "set":
-		fs := flag.NewFlagSet("prices set", flag.ContinueOnError)
-		fs.SetOutput(stdout)
-		model := fs.String("model", "", "model id (a key of summary.usage)")
-		prompt := fs.Float64("prompt", -1, "USD per prompt token")
-		completion := fs.Float64("completion", -1, "USD per completion token")
-		effective := fs.String("effective", "", "RFC 3339 time the price takes effect (default now)")
-		provider := fs.String("provider", "default", "provider id")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if *model == "" || *prompt < 0 || *completion < 0 {
-			return errors.New("prices set: --model, --prompt and --completion are required (costs >= 0)\n" + usage)
-		}
-		eff := time.Now()
-		if *effective != "" {
-			us, ok := parseTime(*effective)
-			if !ok {
-				return fmt.Errorf("prices set: invalid --effective %q: expected RFC 3339", *effective)
-			}
-			eff = time.UnixMicro(us)
-		}
-		p := &Price{LLMID: *model, PromptTokenCost: *prompt, CompletionTokenCost: *completion,
-			PromptTokenCostUnit: "USD", CompletionTokenCostUnit: "USD", ProviderID: *provider, EffectiveDate: eff.UnixMicro()}
-		if err := setDefaultPrice(ctx, db, d, p, time.Now(), nil); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "set default price for %s: prompt %s, completion %s USD/token, effective %s\n",
-			*model, appendPyFloat(nil, *prompt), appendPyFloat(nil, *completion), formatTime(eff.UnixMicro()))
-		return nil
-	case "load":
-		if len(args) != 2 {
-			return errors.New(usage)
-		}
-		n, err := loadPricesFile(ctx, db, d, args[1], time.Now(), nil)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "loaded %d default prices from %s\n", n, args[1])
-		return nil
-	case "list":
-		prices, err := DefaultPrices(ctx, db)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "MODEL\tPROMPT\tCOMPLETION\tUNIT\tPROVIDER\tEFFECTIVE\tID")
-		for _, p := range prices {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.LLMID, appendPyFloat(nil, p.PromptTokenCost),
-				appendPyFloat(nil, p.CompletionTokenCost), p.PromptTokenCostUnit, p.ProviderID, formatTime(p.EffectiveDate), p.ID)
-		}
-		return tw.Flush()
-	}
-	return fmt.Errorf("prices: unknown subcommand %q\n%s", args[0], usage)
 }

@@ -1,46 +1,37 @@
 package trace
 
 import (
-	"bytes"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
 
-func TestPricesCommand(t *testing.T) {
+// TestDefaultPriceReplaced: a default price set twice for the same model,
+// provider and date is one price, seen by a second service on the same
+// database (as `flywheel prices set` writes it from another process).
+func TestDefaultPriceReplaced(t *testing.T) {
 	eachDialect(t, func(t *testing.T, dt testDialect) {
 		db := dt.open(t)
-		var out bytes.Buffer
-		if err := PricesCommand([]string{"set", "--model", "gpt-4", "--prompt", "3e-05", "--completion", "6e-05", "--effective", "2024-01-01T00:00:00Z"}, db, &out); err != nil {
+		svc, err := New(db, Options{})
+		if err != nil {
 			t.Fatal(err)
 		}
-		// same model, provider and date: replaced, not duplicated
-		if err := PricesCommand([]string{"set", "--model", "gpt-4", "--prompt", "3e-05", "--completion", "6e-05", "--effective", "2024-01-01T00:00:00Z"}, db, &out); err != nil {
-			t.Fatal(err)
-		}
-		out.Reset()
-		if err := PricesCommand([]string{"list"}, db, &out); err != nil {
-			t.Fatal(err)
-		}
-		if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 || !strings.Contains(lines[1], "gpt-4") ||
-			!strings.Contains(lines[1], "3e-05") || !strings.Contains(lines[1], "2024-01-01T00:00:00.000000Z") {
-			t.Fatalf("prices list:\n%s", out.String())
-		}
-		for _, bad := range [][]string{nil, {"set", "--model", "x"}, {"frobnicate"}, {"set", "--model", "x", "--prompt", "1", "--completion", "1", "--effective", "soon"}} {
-			if err := PricesCommand(bad, db, &out); err == nil {
-				t.Errorf("PricesCommand(%v) succeeded", bad)
+		eff := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+		for range 2 {
+			if err := svc.SetProviderPrice(t.Context(), "default", "gpt-4", 3e-05, 6e-05, eff); err != nil {
+				t.Fatal(err)
 			}
 		}
-		// a service on the same database sees them (migrations are idempotent)
 		if _, err := New(db, Options{}); err != nil {
 			t.Fatal(err)
 		}
 		p, _ := DefaultPrices(t.Context(), db)
 		if len(p) != 1 || p[0].PromptTokenCost != 3e-05 {
 			t.Fatalf("DefaultPrices = %+v", p)
+		}
+		if pc, cc, et := p[0].Text(); pc != "3e-05" || cc != "6e-05" || et != "2024-01-01T00:00:00.000000Z" {
+			t.Fatalf("Text() = %s %s %s", pc, cc, et)
 		}
 	})
 }
@@ -114,7 +105,11 @@ func TestCLIPriceSeenByRunningService(t *testing.T) {
 			t.Fatal("costs before any price")
 		}
 		// another process (the CLI) writes a default price into the same database
-		if err := PricesCommand([]string{"set", "--model", "gpt-4", "--prompt", "3e-05", "--completion", "6e-05", "--effective", "2024-01-01T00:00:00Z"}, e.db, io.Discard); err != nil {
+		cli, err := New(e.db, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.SetDefaultPrice(t.Context(), "gpt-4", 3e-05, 6e-05, time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(priceTTL + 100*time.Millisecond)

@@ -370,6 +370,13 @@ func parseTime(s string) (int64, bool) {
 	return 0, false
 }
 
+// ParseTime parses a time as the call store's API accepts one (RFC 3339, or
+// ISO 8601 without an offset, taken as UTC), to microseconds.
+func ParseTime(s string) (time.Time, bool) {
+	us, ok := parseTime(s)
+	return time.UnixMicro(us), ok
+}
+
 // prepared returns a statement prepared once on the pool for q.
 func (s *Service) prepared(q string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
