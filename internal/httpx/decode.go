@@ -32,11 +32,7 @@ func UnmarshalJSON(data []byte, v any) error {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		path := te.Field
-		if path == "" {
-			return Invalid("", "invalid_type", "request body must be %s, got %s", JSONKind(te.Type.Kind().String()), te.Value)
-		}
-		return Invalid(path, "invalid_type", "%s: expected %s, got %s", path, JSONKind(te.Type.Kind().String()), te.Value)
+		return DecodeMismatch("", te)
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
@@ -48,9 +44,9 @@ func UnmarshalJSON(data []byte, v any) error {
 	return Invalid("", "invalid_json", "malformed JSON: %s", err.Error())
 }
 
-// JSONKind names, as a JSON type with its article ("an object", "a
+// jsonKind names, as a JSON type with its article ("an object", "a
 // number"), the Go kind an encoding/json UnmarshalTypeError reports.
-func JSONKind(goKind string) string {
+func jsonKind(goKind string) string {
 	switch goKind {
 	case "string":
 		return "a string"

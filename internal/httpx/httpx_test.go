@@ -103,9 +103,9 @@ func TestUnmarshalJSONErrors(t *testing.T) {
 	}{
 		{``, "", "invalid_json", "empty"},
 		{`{"model": `, "", "invalid_json", "unexpected end"},
-		{`{"model": 1}`, "model", "invalid_type", "expected a string, got number"},
-		{`{"items": [{"reward": "high"}]}`, "items.reward", "invalid_type", "expected a number, got string"},
-		{`[1]`, "", "invalid_type", "must be an object, got array"},
+		{`{"model": 1}`, "model", "invalid_type", "model: expected a string, got a number"},
+		{`{"items": [{"reward": "high"}]}`, "items.reward", "invalid_type", "items.reward: expected a number, got a string"},
+		{`[1]`, "", "invalid_type", "must be an object, got an array"},
 	}
 	for _, c := range cases {
 		var b body

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -18,6 +17,7 @@ import (
 
 	"flywheel/internal/auth"
 	"flywheel/internal/httpx"
+	"flywheel/internal/jsonlex"
 )
 
 // MaxDeleteIDs is the most call ids one /calls/delete may name (413 above).
@@ -636,7 +636,7 @@ func (s *Service) handleUpsertBatch(w http.ResponseWriter, r *http.Request, p *a
 		}
 		seen = true
 		return d.array("batch", func(i int) error {
-			prefix := "batch[" + strconv.Itoa(i) + "]"
+			prefix := string(jsonlex.Path("batch").Index(i))
 			var mode *string
 			var op *writeOp
 			var pending []byte // req seen before mode
@@ -913,7 +913,7 @@ func (s *Service) handleCallsComplete(w http.ResponseWriter, r *http.Request, p 
 		}
 		seen = true
 		return d.array("batch", func(i int) error {
-			prefix := "batch[" + strconv.Itoa(i) + "]"
+			prefix := string(jsonlex.Path("batch").Index(i))
 			d.ws()
 			if d.peek() != '{' {
 				if err := d.checkValue(); err != nil {

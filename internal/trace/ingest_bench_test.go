@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"flywheel/internal/jsonlex"
 )
 
 // Micro-benchmarks of the call store's ingest without the database: the
@@ -29,7 +31,7 @@ func decodeBenchBatch(b *testing.B, body []byte) int {
 	n := 0
 	err := d.object("", func(k string) error {
 		return d.array("batch", func(i int) error {
-			prefix := "batch[" + strconv.Itoa(i) + "]"
+			prefix := string(jsonlex.Path("batch").Index(i))
 			var mode *string
 			return d.object(prefix, func(k string) error {
 				switch k {

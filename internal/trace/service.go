@@ -233,11 +233,7 @@ func decodeAt(data []byte, v any, prefix string) error {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		path := joinPath(prefix, te.Field)
-		if path == "" {
-			return httpx.Invalid("", "invalid_type", "request body must be a JSON object, got %s", te.Value)
-		}
-		return httpx.Invalid(path, "invalid_type", "expected %s, got %s", httpx.JSONKind(te.Type.Kind().String()), te.Value)
+		return httpx.DecodeMismatch(prefix, te)
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
