@@ -235,15 +235,15 @@ done: \
 	VZEROUPPER \
 	RET
 
-// Two-set runners of the 32-value formats (Q4_1, Q4_0, Q8_0): blocks
-// alternate between two sets of accumulators — even blocks Z0..Z3 (and
-// Z4..Z7), odd blocks Z8..Z11 (and Z12..Z15) — so a row's chain of
-// dependent FMAs is half as long (in row order one row's FMAs would
-// otherwise wait on each other block after block), and the sets are added
-// before the reduction. QRUN2 (lockstep) and QRUNR2 (row order) give each
-// accumulator the same FMAs in the same sequence and reduce the same way,
+// Runners of the 32-value formats (Q4_1, Q4_0, Q8_0): a row's blocks go
+// round four accumulators (block b to set b mod 4: Z0..Z3, Z4..Z7,
+// Z8..Z11, Z12..Z15 for the four rows), so the chain of dependent adds of
+// each is a quarter as long — in row order one row's adds would otherwise
+// wait on each other block after block — and the sets are added before
+// the reduction. QRUN4 (lockstep) and QRUNR4 (row order) give each
+// accumulator the same adds in the same sequence and reduce the same way,
 // so the two orders stay bit-identical.
-#define ZEROZ2 \
+#define ZEROZ4 \
 	ZEROZ \
 	VPXORD Z8, Z8, Z8 \
 	VPXORD Z9, Z9, Z9 \
@@ -254,74 +254,124 @@ done: \
 	VPXORD Z14, Z14, Z14 \
 	VPXORD Z15, Z15, Z15
 
-#define QGROUP2 \
+#define QGROUP4 \
 	QGROUP \
-	ZEROZ2
+	ZEROZ4
 
-// End a group of the two-set runners: the sets added, then QSTORE.
-#define QSTORE2 \
+// End a group of the four-set runners: set 3 into set 2, that into set 0,
+// then QSTORE (set 1 into set 0, reduce, store).
+#define QSTORE4 \
+	VADDPS Z12, Z8, Z8 \
+	VADDPS Z13, Z9, Z9 \
+	VADDPS Z14, Z10, Z10 \
+	VADDPS Z15, Z11, Z11 \
 	VADDPS Z8, Z0, Z0 \
 	VADDPS Z9, Z1, Z1 \
 	VADDPS Z10, Z2, Z2 \
 	VADDPS Z11, Z3, Z3 \
-	VADDPS Z12, Z4, Z4 \
-	VADDPS Z13, Z5, Z5 \
-	VADDPS Z14, Z6, Z6 \
-	VADDPS Z15, Z7, Z7 \
 	QSTORE
 
-// STEP(a0..a3, m0..m3): one block of the four rows into those
-// accumulators.
-#define QRUN2(grp, lp, tail, end, done, STEP) \
+// STEP(a0, a1, a2, a3): one block of the four rows into those
+// accumulators (x and the rows advanced).
+#define QRUN4(grp, lp, tail, end, done, STEP) \
 grp: \
 	TESTQ R12, R12 \
 	JZ    done \
-	QGROUP2 \
+	QGROUP4 \
 lp: \
-	CMPQ CX, $2 \
+	CMPQ CX, $4 \
 	JLT  tail \
-	STEP(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
-	STEP(Z8, Z9, Z10, Z11, Z12, Z13, Z14, Z15) \
-	SUBQ $2, CX \
+	STEP(Z0, Z1, Z2, Z3) \
+	STEP(Z4, Z5, Z6, Z7) \
+	STEP(Z8, Z9, Z10, Z11) \
+	STEP(Z12, Z13, Z14, Z15) \
+	SUBQ $4, CX \
 	JMP  lp \
 tail: \
 	TESTQ CX, CX \
 	JZ    end \
-	STEP(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7) \
+	STEP(Z0, Z1, Z2, Z3) \
+	DECQ  CX \
+	JZ    end \
+	STEP(Z4, Z5, Z6, Z7) \
+	DECQ  CX \
+	JZ    end \
+	STEP(Z8, Z9, Z10, Z11) \
 end: \
-	QSTORE2 \
+	QSTORE4 \
 	JMP  grp \
 done: \
 	VZEROUPPER \
 	RET
 
-// All nb blocks of row r, two sets (acc, accm: even blocks; acc2, accm2:
-// odd ones), STEP1(r, acc, accm) a block; then x and the prep restart.
-#define QROW2(r, lp, tail, end, STEP1, acc, accm, acc2, accm2) \
+// x's halves for block i of a step (x at SI) into Z20/Z21.
+#define XLOAD(i) \
+	VMOVUPS (128*i)(SI), Z20 \
+	VMOVUPS (128*i+64)(SI), Z21
+
+// All nb blocks of row r into a0..a3 (block b into a(b mod 4)), four per
+// loop step: B(r, offset, acc) dots the block of size bytes at offset(r)
+// with x in Z20/Z21; PF prefetches the step's 4·size bytes RPFQ ahead.
+// The pointer updates, loop control and prefetches are paid once per four
+// blocks. Then x restarts and r is at the row's end.
+#define QROW4(r, lp, tail, end, B, size, PF, a0, a1, a2, a3) \
 lp: \
-	CMPQ CX, $2 \
+	CMPQ CX, $4 \
 	JLT  tail \
-	STEP1(r, acc, accm) \
-	STEP1(r, acc2, accm2) \
-	SUBQ $2, CX \
+	XLOAD(0) \
+	B(r, 0, a0) \
+	XLOAD(1) \
+	B(r, size, a1) \
+	XLOAD(2) \
+	B(r, (2*size), a2) \
+	XLOAD(3) \
+	B(r, (3*size), a3) \
+	PF(r) \
+	ADDQ $(4*size), r \
+	ADDQ $512, SI \
+	SUBQ $4, CX \
 	JMP  lp \
 tail: \
 	TESTQ CX, CX \
 	JZ    end \
-	STEP1(r, acc, accm) \
+	XLOAD(0) \
+	B(r, 0, a0) \
+	ADDQ  $size, r \
+	DECQ  CX \
+	JZ    end \
+	XLOAD(1) \
+	B(r, 0, a1) \
+	ADDQ  $size, r \
+	DECQ  CX \
+	JZ    end \
+	XLOAD(2) \
+	B(r, 0, a2) \
+	ADDQ  $size, r \
 end: \
 	QRESET
 
-#define QRUNR2(grp, l0, t0, e0, l1, t1, e1, l2, t2, e2, l3, t3, e3, done, STEP1) \
+// Prefetches RPFQ ahead covering 80 (Q4_1), 72 (Q4_0) and 136 (Q8_0)
+// bytes.
+#define PF2(r) \
+	PREFETCHT0 RPFQ(r) \
+	PREFETCHT0 (RPFQ+64)(r)
+
+#define PF3(r) \
+	PF2(r) \
+	PREFETCHT0 (RPFQ+128)(r)
+
+// The row-order kernel; the labels: the group loop, its end, and per row
+// QROW4's loop, tail and end.
+#define QRUNR4(grp, done, a0, t0, e0, a1, t1, e1, a2, t2, e2, a3, t3, e3, B, size, PF) \
 grp: \
 	TESTQ R12, R12 \
 	JZ    done \
-	QGROUP2 \
-	QROW2(R8, l0, t0, e0, STEP1, Z0, Z4, Z8, Z12) \
-	QROW2(R9, l1, t1, e1, STEP1, Z1, Z5, Z9, Z13) \
-	QROW2(R10, l2, t2, e2, STEP1, Z2, Z6, Z10, Z14) \
-	QROW2(R11, l3, t3, e3, STEP1, Z3, Z7, Z11, Z15) \
-	QSTORE2 \
+	QGROUP4 \
+	QROW4(R8, a0, t0, e0, B, size, PF, Z0, Z4, Z8, Z12) \
+	QROW4(R9, a1, t1, e1, B, size, PF, Z1, Z5, Z9, Z13) \
+	QROW4(R10, a2, t2, e2, B, size, PF, Z2, Z6, Z10, Z14) \
+	QROW4(R11, a3, t3, e3, B, size, PF, Z3, Z7, Z11, Z15) \
+	QSTORE4 \
 	JMP  grp \
 done: \
 	VZEROUPPER \
@@ -335,40 +385,44 @@ done: \
 // lane, so the low nibbles need no mask). The weights are thus
 // bit-identical to DequantRow's, the product differs from the float32
 // product with the dequantised matrix only by summation order, and a
-// block costs one multiply (and Q4_1's add) plus two FMAs instead of two
-// conversions and four multiplies. Low nibbles (values 0..15 of the
-// block, x's first half in Z20) go to acc, high ones (16..31, Z21) to
-// acch.
-#define NIBLUT(src, acc, acch) \
+// block costs one multiply (and Q4_1's add), a multiply, an FMA and an
+// add instead of two conversions and four multiplies. The low nibbles are
+// values 0..15 of the block (x's first half in Z20), the high ones 16..31
+// (Z21); acc += their products.
+#define NIBLUT(src, acc) \
 	VPMOVZXBD    src, Z16 \
 	VPSRLD       $4, Z16, Z17 \
 	VPERMPS      Z18, Z16, Z16 \
 	VPERMPS      Z18, Z17, Z17 \
-	VFMADD231PS  Z20, Z16, acc \
-	VFMADD231PS  Z21, Z17, acch
+	VMULPS       Z20, Z16, Z16 \
+	VFMADD231PS  Z21, Z17, Z16 \
+	VADDPS       Z16, acc, acc
 
-// One Q4_1 row: block at r (f16 d, f16 m, 16 bytes of nibbles).
-#define Q41ROW(r, acc, acch, pf) \
-	MOVWLZX      (r), AX \
-	MOVWLZX      2(r), BX \
+// One Q4_1 block at o(r) (f16 d, f16 m, 16 bytes of nibbles).
+#define Q41B(r, o, acc) \
+	MOVWLZX      o(r), AX \
+	MOVWLZX      (o+2)(r), BX \
 	VMULPS.BCST  (R15)(AX*4), Z29, Z18 \
 	VADDPS.BCST  (R15)(BX*4), Z18, Z18 \
-	NIBLUT(4(r), acc, acch) \
+	NIBLUT((o+4)(r), acc)
+
+// One Q4_1 row: the block at r, prefetch, next block.
+#define Q41ROW(r, acc, pf) \
+	Q41B(r, 0, acc) \
 	PREFETCHT0   pf(r) \
 	ADDQ         $20, r
 
 // One block of the four rows for the 4-bit kernels: x's halves loaded,
 // ROW applied to each row.
-#define NIBSTEP(ROW, a0, a1, a2, a3, m0, m1, m2, m3) \
-	VMOVUPS (SI), Z20 \
-	VMOVUPS 64(SI), Z21 \
-	ROW(R8, a0, m0, PFQ4) \
-	ROW(R9, a1, m1, PFQ4) \
-	ROW(R10, a2, m2, PFQ4) \
-	ROW(R11, a3, m3, PFQ4) \
+#define NIBSTEP(ROW, a0, a1, a2, a3) \
+	XLOAD(0) \
+	ROW(R8, a0, PFQ4) \
+	ROW(R9, a1, PFQ4) \
+	ROW(R10, a2, PFQ4) \
+	ROW(R11, a3, PFQ4) \
 	ADDQ $128, SI
 
-#define Q41STEP(a0, a1, a2, a3, m0, m1, m2, m3) NIBSTEP(Q41ROW, a0, a1, a2, a3, m0, m1, m2, m3)
+#define Q41STEP(a0, a1, a2, a3) NIBSTEP(Q41ROW, a0, a1, a2, a3)
 
 // The level constants of NIBLUT: Z29 = 0..15, Z28 = −8..7 (float32).
 DATA nibLevels<>+0(SB)/4, $0.0
@@ -400,41 +454,46 @@ GLOBL nibLevels<>(SB), RODATA|NOPTR, $64
 TEXT ·qdotQ41Z(SB), NOSPLIT, $0-64
 	QSETUP
 	NIBCONST
-	QRUN2(q41group, q41, q41tail, q41end, q41done, Q41STEP)
+	QRUN4(q41group, q41, q41tail, q41end, q41done, Q41STEP)
 
-// One Q4_0 row: block at r (f16 d, 16 bytes of nibbles).
-#define Q40ROW(r, acc, acch, pf) \
-	MOVWLZX      (r), AX \
+// One Q4_0 block at o(r) (f16 d, 16 bytes of nibbles).
+#define Q40B(r, o, acc) \
+	MOVWLZX      o(r), AX \
 	VMULPS.BCST  (R15)(AX*4), Z28, Z18 \
-	NIBLUT(2(r), acc, acch) \
+	NIBLUT((o+2)(r), acc)
+
+#define Q40ROW(r, acc, pf) \
+	Q40B(r, 0, acc) \
 	PREFETCHT0   pf(r) \
 	ADDQ         $18, r
 
-#define Q40STEP(a0, a1, a2, a3, m0, m1, m2, m3) NIBSTEP(Q40ROW, a0, a1, a2, a3, m0, m1, m2, m3)
+#define Q40STEP(a0, a1, a2, a3) NIBSTEP(Q40ROW, a0, a1, a2, a3)
 
 // func qdotQ40Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 // xs is unused.
 TEXT ·qdotQ40Z(SB), NOSPLIT, $0-64
 	QSETUP
 	NIBCONST
-	QRUN2(q40group, q40, q40tail, q40end, q40done, Q40STEP)
+	QRUN4(q40group, q40, q40tail, q40end, q40done, Q40STEP)
 
-// One Q8_0 row: block at r (d, 32 int8).
-#define Q80ROW(r, acc, pf) \
-	VPMOVSXBD    2(r), Z16 \
-	VPMOVSXBD    18(r), Z17 \
+// One Q8_0 block at o(r) (f16 d, 32 int8).
+#define Q80B(r, o, acc) \
+	VPMOVSXBD    (o+2)(r), Z16 \
+	VPMOVSXBD    (o+18)(r), Z17 \
 	VCVTDQ2PS    Z16, Z16 \
 	VCVTDQ2PS    Z17, Z17 \
 	VMULPS       Z20, Z16, Z16 \
 	VFMADD231PS  Z21, Z17, Z16 \
-	MOVWLZX      (r), AX \
-	VFMADD231PS.BCST (R15)(AX*4), Z16, acc \
+	MOVWLZX      o(r), AX \
+	VFMADD231PS.BCST (R15)(AX*4), Z16, acc
+
+#define Q80ROW(r, acc, pf) \
+	Q80B(r, 0, acc) \
 	PREFETCHT0   pf(r) \
 	ADDQ         $34, r
 
-#define Q80STEP(a0, a1, a2, a3, m0, m1, m2, m3) \
-	VMOVUPS (SI), Z20 \
-	VMOVUPS 64(SI), Z21 \
+#define Q80STEP(a0, a1, a2, a3) \
+	XLOAD(0) \
 	Q80ROW(R8, a0, PFQ8) \
 	Q80ROW(R9, a1, PFQ8) \
 	Q80ROW(R10, a2, PFQ8) \
@@ -445,7 +504,7 @@ TEXT ·qdotQ40Z(SB), NOSPLIT, $0-64
 // xs is unused.
 TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	QSETUP
-	QRUN2(q80group, q80, q80tail, q80end, q80done, Q80STEP)
+	QRUN4(q80group, q80, q80tail, q80end, q80done, Q80STEP)
 
 // Q4_K (super-blocks of 256 values, 144 bytes: d, dmin, 12 bytes of 6-bit
 // sub-block scales and mins, 128 bytes of nibbles; value = d·sc·q −
@@ -710,23 +769,8 @@ dq6kdone:
 	VZEROUPPER
 	RET
 
-// Row-order kernels (QRUNR): the same arguments and results as their *Z
-// twins. One block of one row, x (and prep) advanced:
-#define NIBSTEP1(ROW, r, acc, accm) \
-	VMOVUPS (SI), Z20 \
-	VMOVUPS 64(SI), Z21 \
-	ROW(r, acc, accm, RPFQ) \
-	ADDQ $128, SI
-
-#define Q41STEP1(r, acc, accm) NIBSTEP1(Q41ROW, r, acc, accm)
-#define Q40STEP1(r, acc, accm) NIBSTEP1(Q40ROW, r, acc, accm)
-
-#define Q80STEP1(r, acc, unused) \
-	VMOVUPS (SI), Z20 \
-	VMOVUPS 64(SI), Z21 \
-	Q80ROW(r, acc, RPFQ) \
-	ADDQ $128, SI
-
+// Row-order kernels (QRUNR4, QRUNR): the same arguments and results as
+// their *Z twins. One K-quant super-block of one row, x and prep advanced:
 #define KSTEP1(ROW, prepBytes, r, acc, accmy) \
 	ROW(r, acc, accmy, RPFQ) \
 	ADDQ $1024, SI \
@@ -740,18 +784,18 @@ dq6kdone:
 TEXT ·qdotQ41R(SB), NOSPLIT, $0-64
 	QSETUP
 	NIBCONST
-	QRUNR2(q41rg, q41r0, q41t0, q41e0, q41r1, q41t1, q41e1, q41r2, q41t2, q41e2, q41r3, q41t3, q41e3, q41rdone, Q41STEP1)
+	QRUNR4(q41rg, q41rdone, q41ra0, q41rt0, q41re0, q41ra1, q41rt1, q41re1, q41ra2, q41rt2, q41re2, q41ra3, q41rt3, q41re3, Q41B, 20, PF2)
 
 // func qdotQ40R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 TEXT ·qdotQ40R(SB), NOSPLIT, $0-64
 	QSETUP
 	NIBCONST
-	QRUNR2(q40rg, q40r0, q40t0, q40e0, q40r1, q40t1, q40e1, q40r2, q40t2, q40e2, q40r3, q40t3, q40e3, q40rdone, Q40STEP1)
+	QRUNR4(q40rg, q40rdone, q40ra0, q40rt0, q40re0, q40ra1, q40rt1, q40re1, q40ra2, q40rt2, q40re2, q40ra3, q40rt3, q40re3, Q40B, 18, PF2)
 
 // func qdotQ80R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 TEXT ·qdotQ80R(SB), NOSPLIT, $0-64
 	QSETUP
-	QRUNR2(q80rg, q80r0, q80t0, q80e0, q80r1, q80t1, q80e1, q80r2, q80t2, q80e2, q80r3, q80t3, q80e3, q80rdone, Q80STEP1)
+	QRUNR4(q80rg, q80rdone, q80ra0, q80rt0, q80re0, q80ra1, q80rt1, q80re1, q80ra2, q80rt2, q80re2, q80ra3, q80rt3, q80re3, Q80B, 34, PF3)
 
 // func qdotQ4KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 TEXT ·qdotQ4KR(SB), NOSPLIT, $64-64

@@ -41,18 +41,19 @@ func BenchmarkQuantGemv(b *testing.B) {
 }
 
 // BenchmarkQuantDot4L1: the bare decode kernels (both access orders) on
-// weights that stay in L1 (8 rows of 1024 values), in CPU ns per 32-value
-// block of one row: the compute cost without memory.
+// weights that stay in L1 (4 rows of 4096 values: Q8_0's 17 KiB and x's
+// 16 KiB), in CPU ns per 32-value block of one row: the compute cost
+// without memory.
 func BenchmarkQuantDot4L1(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
-	const k = 1024
+	const rows, k = 4, 4096
 	x := randSlice(r, k)
 	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0} {
 		kern := quantKernel(qt)
 		if kern == nil {
 			b.Skip("no kernel")
 		}
-		w, _ := randQuant(r, qt, 8, k)
+		w, _ := randQuant(r, qt, rows, k)
 		prep := make([]float32, kern.prepLen*k/32)
 		if kern.prep != nil {
 			kern.prep(prep, x)
@@ -64,12 +65,12 @@ func BenchmarkQuantDot4L1(b *testing.B) {
 			dots func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
 		}{{"lockstep", kern.dots}, {"row", kern.rowDots}} {
 			b.Run(qt.String()+"-"+order.name, func(b *testing.B) {
-				var out [8]float32
+				var out [rows]float32
 				c0 := cpuSeconds()
 				for range b.N {
 					order.dots(k/32, x, prep, w, qt.RowBytes(k), out[:])
 				}
-				b.ReportMetric((cpuSeconds()-c0)*1e9/float64(b.N)/(8*k/32), "cpu-ns/block-row")
+				b.ReportMetric((cpuSeconds()-c0)*1e9/float64(b.N)/(rows*k/32), "cpu-ns/block-row")
 			})
 		}
 	}
@@ -98,7 +99,11 @@ func BenchmarkDequantRow(b *testing.B) {
 // access order the process uses), interleaved round by round with the
 // read-bandwidth probe, and reports each format's weight GB/s and its
 // fraction of the probe's bandwidth: issue 22's "≥ 0.85 of the read
-// limit" measured outside a model.
+// limit" measured outside a model. The cpu-of-bw figures divide the
+// process's CPU seconds instead of wall time (bytes per CPU second of the
+// format over the probe's): on a machine shared with other tenants they
+// move far less than the wall-time ones, which count the time the threads
+// wait for a core.
 func BenchmarkQuantStream(b *testing.B) {
 	const bytes = 128 << 20
 	const n, k = 3072, 576
@@ -124,28 +129,34 @@ func BenchmarkQuantStream(b *testing.B) {
 		}
 		fs = append(fs, format{qt, w, mats})
 	}
-	secs := make([]float64, len(fs))
-	var tProbe float64
+	secs, cpu := make([]float64, len(fs)), make([]float64, len(fs))
+	var tProbe, cProbe float64
 	defer SetRowOrder(SetRowOrder(true))
 	b.ResetTimer()
 	for range b.N {
-		s := time.Now()
+		s, c0 := time.Now(), cpuSeconds()
 		SumParallel(probe)
 		tProbe += time.Since(s).Seconds()
+		cProbe += cpuSeconds() - c0
 		for i, f := range fs {
 			rb := len(f.w) / f.mats
-			s := time.Now()
+			s, c0 := time.Now(), cpuSeconds()
 			for o := 0; o < len(f.w); o += rb {
 				QuantGemmNT(f.t, 1, n, k, x, k, f.w[o:o+rb], 0, c, n)
 			}
 			secs[i] += time.Since(s).Seconds()
+			cpu[i] += cpuSeconds() - c0
 		}
 	}
 	bw := float64(len(probe)*4) * float64(b.N) / tProbe
+	cbw := float64(len(probe)*4) * float64(b.N) / cProbe
 	b.ReportMetric(bw/1e9, "readGB/s")
+	b.ReportMetric(cbw/1e9, "read-cpuGB/s")
 	for i, f := range fs {
 		gbs := float64(len(f.w)) * float64(b.N) / secs[i]
+		cgbs := float64(len(f.w)) * float64(b.N) / cpu[i]
 		b.ReportMetric(gbs/1e9, f.t.String()+"-GB/s")
 		b.ReportMetric(gbs/bw, f.t.String()+"-of-bw")
+		b.ReportMetric(cgbs/cbw, f.t.String()+"-cpu-of-bw")
 	}
 }
