@@ -128,7 +128,7 @@ done: \
 
 // Store the 16 six-bit values in dst (minus 32) times scale s at x
 // offset off of the super-block.
-#define Q6KDQ(dst, off, s) \
+#define Q6KDQ(dst, off, s, unused) \
 	VPSUBD           Z24, dst, dst \
 	VCVTDQ2PS        dst, dst \
 	VMULPS.BCST      (4*(s))(SP), dst, dst \
@@ -400,10 +400,11 @@ done: \
 
 // One Q4_1 block at o(r) (f16 d, f16 m, 16 bytes of nibbles).
 #define Q41B(r, o, acc) \
-	MOVWLZX      o(r), AX \
-	MOVWLZX      (o+2)(r), BX \
-	VMULPS.BCST  (R15)(AX*4), Z29, Z18 \
-	VADDPS.BCST  (R15)(BX*4), Z18, Z18 \
+	MOVL         o(r), AX \
+	MOVWLZX      AX, BX \
+	SHRL         $16, AX \
+	VMULPS.BCST  (R15)(BX*4), Z29, Z18 \
+	VADDPS.BCST  (R15)(AX*4), Z18, Z18 \
 	NIBLUT((o+4)(r), acc)
 
 // One Q4_1 row: the block at r, prefetch, next block.
@@ -546,7 +547,7 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	VMULPS           (256*j+128)(SI), Z17, Z17 \
 	VFMADD231PS      (256*j+192)(SI), Z21, Z17 \
 	VFMADD231PS.BCST (8*j)(SP), Z16, Z18 \
-	VFMADD231PS.BCST (8*j+4)(SP), Z17, Z18
+	VFMADD231PS.BCST (8*j+4)(SP), Z17, Z23
 
 // The 64 values j as float32 in Z16, Z19 (sub-block 2j) and Z17, Z21
 // (2j+1).
@@ -603,10 +604,12 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	MOVWLZX          2(r), BX \
 	VFNMADD231PS.BCST (R15)(BX*4), Y18, accmy \
 	VPXORD           Z18, Z18, Z18 \
+	VPXORD           Z23, Z23, Z23 \
 	K45CHUNK(r, 0, qs, FIFTH) \
 	K45CHUNK(r, 1, qs, FIFTH) \
 	K45CHUNK(r, 2, qs, FIFTH) \
 	K45CHUNK(r, 3, qs, FIFTH) \
+	VADDPS           Z23, Z18, Z18 \
 	KEND(r, 0, acc, size, pf)
 
 #define Q4KROW(r, acc, accmy, pf) K45ROW(r, acc, accmy, 16, NOFIFTH, 144, pf)
@@ -653,10 +656,10 @@ TEXT ·qdotQ5KZ(SB), NOSPLIT, $64-64
 // qh) is multiplied by x and added into Z18 with its group's scale; then
 // acc += d·Z18. Constants: Z31 = 15, Z25 = 0x30.
 // The 16 values in dst times x[off:], into Z18 with scale s.
-#define Q6KQ(dst, off, s) \
+#define Q6KQ(dst, off, s, acc) \
 	VCVTDQ2PS        dst, dst \
 	VMULPS           (4*(off))(SI), dst, dst \
-	VFMADD231PS.BCST (4*(s))(SP), dst, Z18
+	VFMADD231PS.BCST (4*(s))(SP), dst, acc
 
 // One 64-value part (n: 128-value half, h: 16-value quarter of it): its
 // four zmm of six-bit values, each passed to USE(dst, x offset, scale).
@@ -668,31 +671,37 @@ TEXT ·qdotQ5KZ(SB), NOSPLIT, $64-64
 	VPSLLD           $4, Z19, Z22 \
 	VPANDD           Z25, Z22, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	USE(Z21, 128*n+16*h, 8*n+h) \
+	USE(Z21, 128*n+16*h, 8*n+h, Z18) \
 	VPANDD           Z31, Z17, Z21 \
 	VPSLLD           $2, Z19, Z22 \
 	VPANDD           Z25, Z22, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	USE(Z21, 128*n+32+16*h, 8*n+2+h) \
+	USE(Z21, 128*n+32+16*h, 8*n+2+h, Z23) \
 	VPSRLD           $4, Z16, Z21 \
 	VPANDD           Z25, Z19, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	USE(Z21, 128*n+64+16*h, 8*n+4+h) \
+	USE(Z21, 128*n+64+16*h, 8*n+4+h, Z12) \
 	VPSRLD           $4, Z17, Z21 \
 	VPSRLD           $2, Z19, Z22 \
 	VPANDD           Z25, Z22, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	USE(Z21, 128*n+96+16*h, 8*n+6+h)
+	USE(Z21, 128*n+96+16*h, 8*n+6+h, Z13)
 
 #define Q6KROW(r, acc, unused, pf) \
 	VPMOVSXBD        192(r), Z20 \
 	VCVTDQ2PS        Z20, Z20 \
 	VMOVUPS          Z20, (SP) \
 	VMULPS           (DI), Z20, Z18 \
+	VPXORD           Z23, Z23, Z23 \
+	VPXORD           Z12, Z12, Z12 \
+	VPXORD           Z13, Z13, Z13 \
 	Q6KPART(r, 0, 0, Q6KQ) \
 	Q6KPART(r, 0, 1, Q6KQ) \
 	Q6KPART(r, 1, 0, Q6KQ) \
 	Q6KPART(r, 1, 1, Q6KQ) \
+	VADDPS           Z23, Z18, Z18 \
+	VADDPS           Z13, Z12, Z12 \
+	VADDPS           Z12, Z18, Z18 \
 	KEND(r, 208, acc, 210, pf)
 
 #define Q6KSTEP KSTEP(Q6KROW, 64)

@@ -48,13 +48,13 @@ func BenchmarkQuantDot4L1(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	const rows, k = 4, 4096
 	x := randSlice(r, k)
-	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0} {
+	for _, qt := range allQuant {
 		kern := quantKernel(qt)
 		if kern == nil {
 			b.Skip("no kernel")
 		}
 		w, _ := randQuant(r, qt, rows, k)
-		prep := make([]float32, kern.prepLen*k/32)
+		prep := make([]float32, kern.prepLen*k/qt.BlockElems())
 		if kern.prep != nil {
 			kern.prep(prep, x)
 		} else {
@@ -68,7 +68,7 @@ func BenchmarkQuantDot4L1(b *testing.B) {
 				var out [rows]float32
 				c0 := cpuSeconds()
 				for range b.N {
-					order.dots(k/32, x, prep, w, qt.RowBytes(k), out[:])
+					order.dots(k/qt.BlockElems(), x, prep, w, qt.RowBytes(k), out[:])
 				}
 				b.ReportMetric((cpuSeconds()-c0)*1e9/float64(b.N)/(rows*k/32), "cpu-ns/block-row")
 			})
