@@ -68,21 +68,28 @@ func TestQuantRowOrderBitIdentical(t *testing.T) {
 		if kern == nil {
 			t.Skipf("no %v kernel", qt)
 		}
-		const rows, k = 12, 512
-		x := randSlice(r, k)
-		w, _ := randQuant(r, qt, rows, k)
-		nb := k / qt.BlockElems()
-		var prep []float32
-		if kern.prep != nil {
-			prep = make([]float32, kern.prepLen*nb)
-			kern.prep(prep, x)
-		}
-		lock, row := make([]float32, rows), make([]float32, rows)
-		kern.dots(nb, x, prep, w, qt.RowBytes(k), lock)
-		kern.rowDots(nb, x, prep, w, qt.RowBytes(k), row)
-		for i := range lock {
-			if math.Float32bits(lock[i]) != math.Float32bits(row[i]) || lock[i] == 0 {
-				t.Fatalf("%v row %d: row order %g, lockstep %g", qt, i, row[i], lock[i])
+		// one block, odd and even numbers of blocks (the kernels take two
+		// blocks per step and one at the end)
+		for _, k := range []int{32, 96, 512, 768, 800} {
+			if k%qt.BlockElems() != 0 {
+				continue
+			}
+			const rows = 12
+			x := randSlice(r, k)
+			w, _ := randQuant(r, qt, rows, k)
+			nb := k / qt.BlockElems()
+			var prep []float32
+			if kern.prep != nil {
+				prep = make([]float32, kern.prepLen*nb)
+				kern.prep(prep, x)
+			}
+			lock, row := make([]float32, rows), make([]float32, rows)
+			kern.dots(nb, x, prep, w, qt.RowBytes(k), lock)
+			kern.rowDots(nb, x, prep, w, qt.RowBytes(k), row)
+			for i := range lock {
+				if math.Float32bits(lock[i]) != math.Float32bits(row[i]) || lock[i] == 0 {
+					t.Fatalf("%v k=%d row %d: row order %g, lockstep %g", qt, k, i, row[i], lock[i])
+				}
 			}
 		}
 	}

@@ -79,17 +79,6 @@ var dequantAsm = [...]func(nb int, dst *float32, src *byte, tab *float32){
 	Q4_K: dequantQ4KZ, Q5_K: dequantQ5KZ, Q6_K: dequantQ6KZ,
 }
 
-// pairSums is the prep of the 4-bit kernels: per 32-value block, the 16
-// sums x[i] + x[i+16] (the values that share a byte of nibbles), which
-// carry Q4_1's offset m and Q4_0's -8.
-func pairSums(dst, x []float32) {
-	for b := 0; b < len(x)/32; b++ {
-		for i := range 16 {
-			dst[16*b+i] = x[32*b+i] + x[32*b+16+i]
-		}
-	}
-}
-
 type asmQdot func(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
 // subSums is the prep of the K-quant kernels: per 256-value super-block,
@@ -132,8 +121,8 @@ func asmDots(f asmQdot, elems, prepLen int) func(nb int, x, prep []float32, w []
 }
 
 var (
-	q41Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ41Z, 32, 16), rowDots: asmDots(qdotQ41R, 32, 16)}
-	q40Kernel = &quantDots{prepLen: 16, prep: pairSums, dots: asmDots(qdotQ40Z, 32, 16), rowDots: asmDots(qdotQ40R, 32, 16)}
+	q41Kernel = &quantDots{dots: asmDots(qdotQ41Z, 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
+	q40Kernel = &quantDots{dots: asmDots(qdotQ40Z, 32, 0), rowDots: asmDots(qdotQ40R, 32, 0)}
 	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z, 32, 0), rowDots: asmDots(qdotQ80R, 32, 0)}
 	q4KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8), rowDots: asmDots(qdotQ4KR, qk, 8)}
 	q5KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KZ, qk, 8), rowDots: asmDots(qdotQ5KR, qk, 8)}

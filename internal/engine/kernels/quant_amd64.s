@@ -5,18 +5,25 @@
 
 // Decode kernels of block-quantized weights (AVX-512). Each call dots one
 // float32 activation row x with rows weight rows (a multiple of 4, back to
-// back, ldw bytes each) four at a time (R8..R11), one 32-value block per
-// step, and writes the rows dots to out. The block's integers are widened
-// to float32 in registers (VPMOVZXBD / VPMOVSXBD, VCVTDQ2PS) and
-// multiplied with the activations; the block's f16 scale (and Q4_1's
-// offset) is widened by looking it up in f16Table (tab, 2^16 float32
-// values: one scalar load and an FMA with an embedded broadcast instead of
-// three vector instructions) and applied once per block (see quantgemm.go
-// for the arithmetic). Only the quantized bytes are read from memory.
+// back, ldw bytes each) four at a time (R8..R11), one block per step, and
+// writes the rows dots to out. Q8_0's and the K-quants' integers are
+// widened to float32 in registers (VPMOVZXBD / VPMOVSXBD, VCVTDQ2PS),
+// multiplied with the activations and the block's scale applied once per
+// block; Q4_0's and Q4_1's nibbles index a register holding the block's 16
+// dequantised values (NIBLUT). Blocks' f16 scales (and Q4_1's offset) are
+// widened by looking them up in f16Table (tab, 2^16 float32 values: one
+// scalar load and an embedded broadcast instead of three vector
+// instructions). See quantgemm.go for the arithmetic. Only the quantized
+// bytes are read from memory.
 
-// Prefetch distances (bytes ahead in each weight row).
+// Software prefetch distances, bytes ahead in each weight row: the
+// lockstep kernels (four streams) by format, the row-order ones (one
+// stream, running on into the rows that follow) as the float kernels'
+// RPF. Without the long distance the row-order kernels stall on memory:
+// in BenchmarkQuantStream Q8_0 streamed 2-3x faster with it.
 #define PFQ4 256
 #define PFQ8 512
+#define RPFQ 4096
 
 // Row dequantisation (dequantQ*Z, at the end of the file):
 // Arguments (nb int, dst *float32, src *byte, tab *float32); Z31 = 15.
@@ -121,7 +128,7 @@ done: \
 
 // Store the 16 six-bit values in dst (minus 32) times scale s at x
 // offset off of the super-block.
-#define Q6KDQ(dst, off, s) \
+#define Q6KDQ(dst, off, s, unused) \
 	VPSUBD           Z24, dst, dst \
 	VCVTDQ2PS        dst, dst \
 	VMULPS.BCST      (4*(s))(SP), dst, dst \
@@ -170,16 +177,6 @@ done: \
 	VPMOVZXBD    src, lo \
 	VPSRLD       $4, lo, hi \
 	VPANDD       Z31, lo, lo
-
-// Z16 = the 16 lanes of q·x for the 16 bytes of nibbles at src (low
-// nibbles: values 0..15 times x's first half in Z20; high: 16..31 times
-// Z21); Z31 holds 15 in each lane.
-#define NIBDOT(src) \
-	NIB(src, Z16, Z17) \
-	VCVTDQ2PS    Z16, Z16 \
-	VCVTDQ2PS    Z17, Z17 \
-	VMULPS       Z20, Z16, Z16 \
-	VFMADD231PS  Z21, Z17, Z16
 
 // The kernel's body: groups of four rows (R12 of them), each nb steps of
 // STEP (one block of the four rows), then stored.
@@ -238,85 +235,278 @@ done: \
 	VZEROUPPER \
 	RET
 
-// One Q4_1 row: block at r (d, m, 16 bytes of nibbles: low nibbles are
-// values 0..15, high ones 16..31); x halves in Z20/Z21, their pair sums in
-// Z22; acc += d·(q·x), accm += m·(x pair sums).
-#define Q41ROW(r, acc, accm) \
-	NIBDOT(4(r)) \
-	MOVWLZX      (r), AX \
-	MOVWLZX      2(r), BX \
-	VFMADD231PS.BCST (R15)(AX*4), Z16, acc \
-	VFMADD231PS.BCST (R15)(BX*4), Z22, accm \
-	PREFETCHT0   PFQ4(r) \
+// Runners of the 32-value formats (Q4_1, Q4_0, Q8_0): a row's blocks go
+// round four accumulators (block b to set b mod 4: Z0..Z3, Z4..Z7,
+// Z8..Z11, Z12..Z15 for the four rows), so the chain of dependent adds of
+// each is a quarter as long — in row order one row's adds would otherwise
+// wait on each other block after block — and the sets are added before
+// the reduction. QRUN4 (lockstep) and QRUNR4 (row order) give each
+// accumulator the same adds in the same sequence and reduce the same way,
+// so the two orders stay bit-identical.
+#define ZEROZ4 \
+	ZEROZ \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
+#define QGROUP4 \
+	QGROUP \
+	ZEROZ4
+
+// End a group of the four-set runners: set 3 into set 2, that into set 0,
+// then QSTORE (set 1 into set 0, reduce, store).
+#define QSTORE4 \
+	VADDPS Z12, Z8, Z8 \
+	VADDPS Z13, Z9, Z9 \
+	VADDPS Z14, Z10, Z10 \
+	VADDPS Z15, Z11, Z11 \
+	VADDPS Z8, Z0, Z0 \
+	VADDPS Z9, Z1, Z1 \
+	VADDPS Z10, Z2, Z2 \
+	VADDPS Z11, Z3, Z3 \
+	QSTORE
+
+// STEP(a0, a1, a2, a3): one block of the four rows into those
+// accumulators (x and the rows advanced).
+#define QRUN4(grp, lp, tail, end, done, STEP) \
+grp: \
+	TESTQ R12, R12 \
+	JZ    done \
+	QGROUP4 \
+lp: \
+	CMPQ CX, $4 \
+	JLT  tail \
+	STEP(Z0, Z1, Z2, Z3) \
+	STEP(Z4, Z5, Z6, Z7) \
+	STEP(Z8, Z9, Z10, Z11) \
+	STEP(Z12, Z13, Z14, Z15) \
+	SUBQ $4, CX \
+	JMP  lp \
+tail: \
+	TESTQ CX, CX \
+	JZ    end \
+	STEP(Z0, Z1, Z2, Z3) \
+	DECQ  CX \
+	JZ    end \
+	STEP(Z4, Z5, Z6, Z7) \
+	DECQ  CX \
+	JZ    end \
+	STEP(Z8, Z9, Z10, Z11) \
+end: \
+	QSTORE4 \
+	JMP  grp \
+done: \
+	VZEROUPPER \
+	RET
+
+// x's halves for block i of a step (x at SI) into Z20/Z21.
+#define XLOAD(i) \
+	VMOVUPS (128*i)(SI), Z20 \
+	VMOVUPS (128*i+64)(SI), Z21
+
+// All nb blocks of row r into a0..a3 (block b into a(b mod 4)), four per
+// loop step: B(r, offset, acc) dots the block of size bytes at offset(r)
+// with x in Z20/Z21; PF prefetches the step's 4·size bytes RPFQ ahead.
+// The pointer updates, loop control and prefetches are paid once per four
+// blocks. Then x restarts and r is at the row's end.
+#define QROW4(r, lp, tail, end, B, size, PF, a0, a1, a2, a3) \
+lp: \
+	CMPQ CX, $4 \
+	JLT  tail \
+	XLOAD(0) \
+	B(r, 0, a0) \
+	XLOAD(1) \
+	B(r, size, a1) \
+	XLOAD(2) \
+	B(r, (2*size), a2) \
+	XLOAD(3) \
+	B(r, (3*size), a3) \
+	PF(r) \
+	ADDQ $(4*size), r \
+	ADDQ $512, SI \
+	SUBQ $4, CX \
+	JMP  lp \
+tail: \
+	TESTQ CX, CX \
+	JZ    end \
+	XLOAD(0) \
+	B(r, 0, a0) \
+	ADDQ  $size, r \
+	DECQ  CX \
+	JZ    end \
+	XLOAD(1) \
+	B(r, 0, a1) \
+	ADDQ  $size, r \
+	DECQ  CX \
+	JZ    end \
+	XLOAD(2) \
+	B(r, 0, a2) \
+	ADDQ  $size, r \
+end: \
+	QRESET
+
+// The prefetches of a step RPFQ ahead, about one per 64-byte line of the
+// step's 80 (Q4_1), 72 (Q4_0) or 136 (Q8_0) bytes: a line now and then
+// is left to the hardware prefetcher, which streamed no slower than
+// covering every line (BenchmarkQuantStream, Q8_0 1.08x).
+#define PF1(r) \
+	PREFETCHT0 RPFQ(r)
+
+#define PF2(r) \
+	PREFETCHT0 RPFQ(r) \
+	PREFETCHT0 (RPFQ+64)(r)
+
+// The row-order kernel; the labels: the group loop, its end, and per row
+// QROW4's loop, tail and end.
+#define QRUNR4(grp, done, a0, t0, e0, a1, t1, e1, a2, t2, e2, a3, t3, e3, B, size, PF) \
+grp: \
+	TESTQ R12, R12 \
+	JZ    done \
+	QGROUP4 \
+	QROW4(R8, a0, t0, e0, B, size, PF, Z0, Z4, Z8, Z12) \
+	QROW4(R9, a1, t1, e1, B, size, PF, Z1, Z5, Z9, Z13) \
+	QROW4(R10, a2, t2, e2, B, size, PF, Z2, Z6, Z10, Z14) \
+	QROW4(R11, a3, t3, e3, B, size, PF, Z3, Z7, Z11, Z15) \
+	QSTORE4 \
+	JMP  grp \
+done: \
+	VZEROUPPER \
+	RET
+
+// The 4-bit formats (Q4_1, Q4_0) by lookup: a block's 16 possible values
+// are computed once per block exactly as DequantRow computes them — Q4_1
+// float32(l·d) + m, Q4_0 (l − 8)·d, for the levels l = 0..15 (Z29: 0..15,
+// Z28: −8..7, as float32) — into a zmm (Z18), and VPERMPS picks each
+// nibble's value from it (it reads only the low four bits of each index
+// lane, so the low nibbles need no mask). The weights are thus
+// bit-identical to DequantRow's, the product differs from the float32
+// product with the dequantised matrix only by summation order, and a
+// block costs one multiply (and Q4_1's add), a multiply, an FMA and an
+// add instead of two conversions and four multiplies. The low nibbles are
+// values 0..15 of the block (x's first half in Z20), the high ones 16..31
+// (Z21); acc += their products.
+#define NIBLUT(src, acc) \
+	VPMOVZXBD    src, Z16 \
+	VPSRLD       $4, Z16, Z17 \
+	VPERMPS      Z18, Z16, Z16 \
+	VPERMPS      Z18, Z17, Z17 \
+	VMULPS       Z20, Z16, Z16 \
+	VFMADD231PS  Z21, Z17, Z16 \
+	VADDPS       Z16, acc, acc
+
+// One Q4_1 block at o(r) (f16 d, f16 m, 16 bytes of nibbles).
+#define Q41B(r, o, acc) \
+	MOVL         o(r), AX \
+	MOVWLZX      AX, BX \
+	SHRL         $16, AX \
+	VMULPS.BCST  (R15)(BX*4), Z29, Z18 \
+	VADDPS.BCST  (R15)(AX*4), Z18, Z18 \
+	NIBLUT((o+4)(r), acc)
+
+// One Q4_1 row: the block at r, prefetch, next block.
+#define Q41ROW(r, acc, pf) \
+	Q41B(r, 0, acc) \
+	PREFETCHT0   pf(r) \
 	ADDQ         $20, r
 
-// One block of the four rows for the 4-bit kernels: x's halves and pair
-// sums loaded, ROW applied to each row.
-#define NIBSTEP(ROW) \
-	VMOVUPS (SI), Z20 \
-	VMOVUPS 64(SI), Z21 \
-	VMOVUPS (DI), Z22 \
-	ROW(R8, Z0, Z4) \
-	ROW(R9, Z1, Z5) \
-	ROW(R10, Z2, Z6) \
-	ROW(R11, Z3, Z7) \
-	ADDQ $128, SI \
-	ADDQ $64, DI
+// One block of the four rows for the 4-bit kernels: x's halves loaded,
+// ROW applied to each row.
+#define NIBSTEP(ROW, a0, a1, a2, a3) \
+	XLOAD(0) \
+	ROW(R8, a0, PFQ4) \
+	ROW(R9, a1, PFQ4) \
+	ROW(R10, a2, PFQ4) \
+	ROW(R11, a3, PFQ4) \
+	ADDQ $128, SI
 
-#define Q41STEP NIBSTEP(Q41ROW)
+#define Q41STEP(a0, a1, a2, a3) NIBSTEP(Q41ROW, a0, a1, a2, a3)
+
+// The level constants of NIBLUT: Z29 = 0..15, Z28 = −8..7 (float32).
+DATA nibLevels<>+0(SB)/4, $0.0
+DATA nibLevels<>+4(SB)/4, $1.0
+DATA nibLevels<>+8(SB)/4, $2.0
+DATA nibLevels<>+12(SB)/4, $3.0
+DATA nibLevels<>+16(SB)/4, $4.0
+DATA nibLevels<>+20(SB)/4, $5.0
+DATA nibLevels<>+24(SB)/4, $6.0
+DATA nibLevels<>+28(SB)/4, $7.0
+DATA nibLevels<>+32(SB)/4, $8.0
+DATA nibLevels<>+36(SB)/4, $9.0
+DATA nibLevels<>+40(SB)/4, $10.0
+DATA nibLevels<>+44(SB)/4, $11.0
+DATA nibLevels<>+48(SB)/4, $12.0
+DATA nibLevels<>+52(SB)/4, $13.0
+DATA nibLevels<>+56(SB)/4, $14.0
+DATA nibLevels<>+60(SB)/4, $15.0
+GLOBL nibLevels<>(SB), RODATA|NOPTR, $64
+
+#define NIBCONST \
+	VMOVUPS      nibLevels<>(SB), Z29 \
+	MOVL         $0x41000000, AX \
+	VPBROADCASTD AX, Z28 \
+	VSUBPS       Z28, Z29, Z28
 
 // func qdotQ41Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
-// xs holds per block the 16 sums x[i] + x[i+16].
+// xs is unused.
 TEXT ·qdotQ41Z(SB), NOSPLIT, $0-64
 	QSETUP
-	QRUN(q41group, q41, q41done, Q41STEP)
+	NIBCONST
+	QRUN4(q41group, q41, q41tail, q41end, q41done, Q41STEP)
 
-// One Q4_0 row: block at r (d, 16 bytes of nibbles, value q-8); the -8 is
-// folded in as -8·Σx (Z22: x's pair sums, Z30: -8).
-#define Q40ROW(r, acc, unused) \
-	NIBDOT(2(r)) \
-	VFMADD231PS  Z30, Z22, Z16 \
-	MOVWLZX      (r), AX \
-	VFMADD231PS.BCST (R15)(AX*4), Z16, acc \
-	PREFETCHT0   PFQ4(r) \
+// One Q4_0 block at o(r) (f16 d, 16 bytes of nibbles).
+#define Q40B(r, o, acc) \
+	MOVWLZX      o(r), AX \
+	VMULPS.BCST  (R15)(AX*4), Z28, Z18 \
+	NIBLUT((o+2)(r), acc)
+
+#define Q40ROW(r, acc, pf) \
+	Q40B(r, 0, acc) \
+	PREFETCHT0   pf(r) \
 	ADDQ         $18, r
 
-#define Q40STEP NIBSTEP(Q40ROW)
+#define Q40STEP(a0, a1, a2, a3) NIBSTEP(Q40ROW, a0, a1, a2, a3)
 
 // func qdotQ40Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+// xs is unused.
 TEXT ·qdotQ40Z(SB), NOSPLIT, $0-64
 	QSETUP
-	MOVL $0xc1000000, AX // -8.0
-	VPBROADCASTD AX, Z30
-	QRUN(q40group, q40, q40done, Q40STEP)
+	NIBCONST
+	QRUN4(q40group, q40, q40tail, q40end, q40done, Q40STEP)
 
-// One Q8_0 row: block at r (d, 32 int8).
-#define Q80ROW(r, acc) \
-	VPMOVSXBD    2(r), Z16 \
-	VPMOVSXBD    18(r), Z17 \
+// One Q8_0 block at o(r) (f16 d, 32 int8).
+#define Q80B(r, o, acc) \
+	VPMOVSXBD    (o+2)(r), Z16 \
+	VPMOVSXBD    (o+18)(r), Z17 \
 	VCVTDQ2PS    Z16, Z16 \
 	VCVTDQ2PS    Z17, Z17 \
 	VMULPS       Z20, Z16, Z16 \
 	VFMADD231PS  Z21, Z17, Z16 \
-	MOVWLZX      (r), AX \
-	VFMADD231PS.BCST (R15)(AX*4), Z16, acc \
-	PREFETCHT0   PFQ8(r) \
+	MOVWLZX      o(r), AX \
+	VFMADD231PS.BCST (R15)(AX*4), Z16, acc
+
+#define Q80ROW(r, acc, pf) \
+	Q80B(r, 0, acc) \
+	PREFETCHT0   pf(r) \
 	ADDQ         $34, r
 
-#define Q80STEP \
-	VMOVUPS (SI), Z20 \
-	VMOVUPS 64(SI), Z21 \
-	Q80ROW(R8, Z0) \
-	Q80ROW(R9, Z1) \
-	Q80ROW(R10, Z2) \
-	Q80ROW(R11, Z3) \
+#define Q80STEP(a0, a1, a2, a3) \
+	XLOAD(0) \
+	Q80ROW(R8, a0, PFQ8) \
+	Q80ROW(R9, a1, PFQ8) \
+	Q80ROW(R10, a2, PFQ8) \
+	Q80ROW(R11, a3, PFQ8) \
 	ADDQ $128, SI
 
 // func qdotQ80Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 // xs is unused.
 TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	QSETUP
-	QRUN(q80group, q80, q80done, Q80STEP)
+	QRUN4(q80group, q80, q80tail, q80end, q80done, Q80STEP)
 
 // Q4_K (super-blocks of 256 values, 144 bytes: d, dmin, 12 bytes of 6-bit
 // sub-block scales and mins, 128 bytes of nibbles; value = d·sc·q −
@@ -331,20 +521,20 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 // X27 = 0x0f bytes, X26 = 0x03 bytes.
 // End a K-quant super-block of row r (size bytes): acc += d·Z18 (d, f16
 // at doff), prefetch, next super-block.
-#define KEND(r, doff, acc, size) \
+#define KEND(r, doff, acc, size, pf) \
 	MOVWLZX          doff(r), AX \
 	VFMADD231PS.BCST (R15)(AX*4), Z18, acc \
-	PREFETCHT0       PFQ8(r) \
+	PREFETCHT0       pf(r) \
 	ADDQ             $size, r
 
 // One super-block of the four rows: ROW on each (its accumulators: Z0..Z3
 // and, as ymm, Y4..Y7), then x and the prep (prepBytes a super-block)
 // advanced.
 #define KSTEP(ROW, prepBytes) \
-	ROW(R8, Z0, Y4) \
-	ROW(R9, Z1, Y5) \
-	ROW(R10, Z2, Y6) \
-	ROW(R11, Z3, Y7) \
+	ROW(R8, Z0, Y4, PFQ8) \
+	ROW(R9, Z1, Y5, PFQ8) \
+	ROW(R10, Z2, Y6, PFQ8) \
+	ROW(R11, Z3, Y7, PFQ8) \
 	ADDQ $1024, SI \
 	ADDQ $prepBytes, DI
 
@@ -358,7 +548,7 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	VMULPS           (256*j+128)(SI), Z17, Z17 \
 	VFMADD231PS      (256*j+192)(SI), Z21, Z17 \
 	VFMADD231PS.BCST (8*j)(SP), Z16, Z18 \
-	VFMADD231PS.BCST (8*j+4)(SP), Z17, Z18
+	VFMADD231PS.BCST (8*j+4)(SP), Z17, Z23
 
 // The 64 values j as float32 in Z16, Z19 (sub-block 2j) and Z17, Z21
 // (2j+1).
@@ -407,7 +597,7 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 
 // One super-block of a Q4_K or Q5_K row (qs: offset of the nibbles,
 // FIFTH: the fifth bits, size: bytes).
-#define K45ROW(r, acc, accmy, qs, FIFTH, size) \
+#define K45ROW(r, acc, accmy, qs, FIFTH, size, pf) \
 	KSCALES(r) \
 	VMOVUPS          Z17, (SP) \
 	VEXTRACTF64X4    $1, Z17, Y18 \
@@ -415,14 +605,16 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 	MOVWLZX          2(r), BX \
 	VFNMADD231PS.BCST (R15)(BX*4), Y18, accmy \
 	VPXORD           Z18, Z18, Z18 \
+	VPXORD           Z23, Z23, Z23 \
 	K45CHUNK(r, 0, qs, FIFTH) \
 	K45CHUNK(r, 1, qs, FIFTH) \
 	K45CHUNK(r, 2, qs, FIFTH) \
 	K45CHUNK(r, 3, qs, FIFTH) \
-	KEND(r, 0, acc, size)
+	VADDPS           Z23, Z18, Z18 \
+	KEND(r, 0, acc, size, pf)
 
-#define Q4KROW(r, acc, accmy) K45ROW(r, acc, accmy, 16, NOFIFTH, 144)
-#define Q5KROW(r, acc, accmy) K45ROW(r, acc, accmy, 48, Q5FIFTH, 176)
+#define Q4KROW(r, acc, accmy, pf) K45ROW(r, acc, accmy, 16, NOFIFTH, 144, pf)
+#define Q5KROW(r, acc, accmy, pf) K45ROW(r, acc, accmy, 48, Q5FIFTH, 176, pf)
 
 #define Q4KSTEP KSTEP(Q4KROW, 32)
 #define Q5KSTEP KSTEP(Q5KROW, 32)
@@ -465,10 +657,10 @@ TEXT ·qdotQ5KZ(SB), NOSPLIT, $64-64
 // qh) is multiplied by x and added into Z18 with its group's scale; then
 // acc += d·Z18. Constants: Z31 = 15, Z25 = 0x30.
 // The 16 values in dst times x[off:], into Z18 with scale s.
-#define Q6KQ(dst, off, s) \
+#define Q6KQ(dst, off, s, acc) \
 	VCVTDQ2PS        dst, dst \
 	VMULPS           (4*(off))(SI), dst, dst \
-	VFMADD231PS.BCST (4*(s))(SP), dst, Z18
+	VFMADD231PS.BCST (4*(s))(SP), dst, acc
 
 // One 64-value part (n: 128-value half, h: 16-value quarter of it): its
 // four zmm of six-bit values, each passed to USE(dst, x offset, scale).
@@ -480,32 +672,38 @@ TEXT ·qdotQ5KZ(SB), NOSPLIT, $64-64
 	VPSLLD           $4, Z19, Z22 \
 	VPANDD           Z25, Z22, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	USE(Z21, 128*n+16*h, 8*n+h) \
+	USE(Z21, 128*n+16*h, 8*n+h, Z18) \
 	VPANDD           Z31, Z17, Z21 \
 	VPSLLD           $2, Z19, Z22 \
 	VPANDD           Z25, Z22, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	USE(Z21, 128*n+32+16*h, 8*n+2+h) \
+	USE(Z21, 128*n+32+16*h, 8*n+2+h, Z23) \
 	VPSRLD           $4, Z16, Z21 \
 	VPANDD           Z25, Z19, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	USE(Z21, 128*n+64+16*h, 8*n+4+h) \
+	USE(Z21, 128*n+64+16*h, 8*n+4+h, Z12) \
 	VPSRLD           $4, Z17, Z21 \
 	VPSRLD           $2, Z19, Z22 \
 	VPANDD           Z25, Z22, Z22 \
 	VPORD            Z22, Z21, Z21 \
-	USE(Z21, 128*n+96+16*h, 8*n+6+h)
+	USE(Z21, 128*n+96+16*h, 8*n+6+h, Z13)
 
-#define Q6KROW(r, acc, unused) \
+#define Q6KROW(r, acc, unused, pf) \
 	VPMOVSXBD        192(r), Z20 \
 	VCVTDQ2PS        Z20, Z20 \
 	VMOVUPS          Z20, (SP) \
 	VMULPS           (DI), Z20, Z18 \
+	VPXORD           Z23, Z23, Z23 \
+	VPXORD           Z12, Z12, Z12 \
+	VPXORD           Z13, Z13, Z13 \
 	Q6KPART(r, 0, 0, Q6KQ) \
 	Q6KPART(r, 0, 1, Q6KQ) \
 	Q6KPART(r, 1, 0, Q6KQ) \
 	Q6KPART(r, 1, 1, Q6KQ) \
-	KEND(r, 208, acc, 210)
+	VADDPS           Z23, Z18, Z18 \
+	VADDPS           Z13, Z12, Z12 \
+	VADDPS           Z12, Z18, Z18 \
+	KEND(r, 208, acc, 210, pf)
 
 #define Q6KSTEP KSTEP(Q6KROW, 64)
 
@@ -581,27 +779,10 @@ dq6kdone:
 	VZEROUPPER
 	RET
 
-// Row-order kernels (QRUNR): the same arguments and results as their *Z
-// twins. One block of one row, x (and prep) advanced:
-#define NIBSTEP1(ROW, r, acc, accm) \
-	VMOVUPS (SI), Z20 \
-	VMOVUPS 64(SI), Z21 \
-	VMOVUPS (DI), Z22 \
-	ROW(r, acc, accm) \
-	ADDQ $128, SI \
-	ADDQ $64, DI
-
-#define Q41STEP1(r, acc, accm) NIBSTEP1(Q41ROW, r, acc, accm)
-#define Q40STEP1(r, acc, accm) NIBSTEP1(Q40ROW, r, acc, accm)
-
-#define Q80STEP1(r, acc, unused) \
-	VMOVUPS (SI), Z20 \
-	VMOVUPS 64(SI), Z21 \
-	Q80ROW(r, acc) \
-	ADDQ $128, SI
-
+// Row-order kernels (QRUNR4, QRUNR): the same arguments and results as
+// their *Z twins. One K-quant super-block of one row, x and prep advanced:
 #define KSTEP1(ROW, prepBytes, r, acc, accmy) \
-	ROW(r, acc, accmy) \
+	ROW(r, acc, accmy, RPFQ) \
 	ADDQ $1024, SI \
 	ADDQ $prepBytes, DI
 
@@ -612,19 +793,19 @@ dq6kdone:
 // func qdotQ41R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 TEXT ·qdotQ41R(SB), NOSPLIT, $0-64
 	QSETUP
-	QRUNR(q41rg, q41r0, q41r1, q41r2, q41r3, q41rdone, Q41STEP1, Z4, Z5, Z6, Z7)
+	NIBCONST
+	QRUNR4(q41rg, q41rdone, q41ra0, q41rt0, q41re0, q41ra1, q41rt1, q41re1, q41ra2, q41rt2, q41re2, q41ra3, q41rt3, q41re3, Q41B, 20, PF1)
 
 // func qdotQ40R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 TEXT ·qdotQ40R(SB), NOSPLIT, $0-64
 	QSETUP
-	MOVL $0xc1000000, AX // -8.0
-	VPBROADCASTD AX, Z30
-	QRUNR(q40rg, q40r0, q40r1, q40r2, q40r3, q40rdone, Q40STEP1, Z4, Z5, Z6, Z7)
+	NIBCONST
+	QRUNR4(q40rg, q40rdone, q40ra0, q40rt0, q40re0, q40ra1, q40rt1, q40re1, q40ra2, q40rt2, q40re2, q40ra3, q40rt3, q40re3, Q40B, 18, PF1)
 
 // func qdotQ80R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 TEXT ·qdotQ80R(SB), NOSPLIT, $0-64
 	QSETUP
-	QRUNR(q80rg, q80r0, q80r1, q80r2, q80r3, q80rdone, Q80STEP1, Z4, Z5, Z6, Z7)
+	QRUNR4(q80rg, q80rdone, q80ra0, q80rt0, q80re0, q80ra1, q80rt1, q80re1, q80ra2, q80rt2, q80re2, q80ra3, q80rt3, q80re3, Q80B, 34, PF2)
 
 // func qdotQ4KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 TEXT ·qdotQ4KR(SB), NOSPLIT, $64-64

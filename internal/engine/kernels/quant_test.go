@@ -161,7 +161,7 @@ func TestQuantGemm(t *testing.T) {
 		for _, qt := range allQuant {
 			for _, m := range []int{1, 2, 5, 16, 17} {
 				for _, n := range []int{1, 3, 4, 9, 70, 203} {
-					for _, k := range []int{32, 256, 768} {
+					for _, k := range []int{32, 96, 256, 768} {
 						if k%qt.BlockElems() != 0 || (n == 203 && m > 5) {
 							continue
 						}
@@ -218,4 +218,45 @@ func checkQuantGemm(t *testing.T, r *rand.Rand, qt QuantType, nn bool, m, n, k, 
 			}
 		}
 	}
+}
+
+// TestQuantDecodeExact holds batch-1 decode products (the in-register
+// kernels, both access orders, and the Go fallback) to the exact product
+// of the activations with the dequantised weights: the error of each
+// output, relative to Σ|x·w| over its row, stays within float32
+// summation-order noise. The logprobs RL trains on come from these
+// products and the trainer recomputes them with the dequantised float
+// weights, so a kernel that rounds the activations (as llama.cpp's 8-bit
+// integer dots do) or the weights differently fails here.
+func TestQuantDecodeExact(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	defer SetRowOrder(SetRowOrder(true))
+	forSIMD(t, func(t *testing.T) {
+		for _, qt := range allQuant {
+			for _, k := range []int{800, 1536, 2304} {
+				if k%qt.BlockElems() != 0 {
+					continue
+				}
+				const n = 16
+				x := randSlice(r, k)
+				w, wf := randQuant(r, qt, n, k)
+				for _, rows := range []bool{false, true} {
+					SetRowOrder(rows)
+					c := make([]float32, n)
+					QuantGemmNT(qt, 1, n, k, x, k, w, 0, c, n)
+					for j := range n {
+						var want, mag float64
+						for p := range k {
+							v := float64(x[p]) * float64(wf[j*k+p])
+							want += v
+							mag += math.Abs(v)
+						}
+						if rel := math.Abs(float64(c[j])-want) / mag; rel > 5e-7 {
+							t.Errorf("%v k=%d row order %v: out[%d] = %g, exact %g: error %.2g of Σ|x·w|", qt, k, rows, j, c[j], want, rel)
+						}
+					}
+				}
+			}
+		}
+	})
 }

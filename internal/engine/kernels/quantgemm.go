@@ -16,13 +16,16 @@ import (
 // (QuantGemmNT with more than StreamRows rows, QuantGemmNN) dequantise
 // blocks of rows into the GEMM; the Go fallback of decode dequantises four
 // rows into a buffer; the AVX-512 decode kernels (quant_amd64.s) keep the
-// blocks' integers in registers and rearrange the block algebra —
-// Σ x·(d·q) = d·Σ x·q (Q8_0), Σ x·(d·(q−8)) = d·(Σ x·q − 8·Σ x) (Q4_0),
-// Σ x·(d·q + m) = d·Σ x·q + m·Σ x (Q4_1; the K-quants per sub-block with
-// their scales and mins) — so they differ from dequantise-then-multiply
-// by float32 rounding only (relative ~1e-7 a term). Sampling (decode and
-// prefill) and training therefore compute the same model: their logprobs
-// agree to float32 summation order (the engine tests hold them to 1e-5).
+// blocks in registers: Q4_0 and Q4_1 look each nibble's value up in the
+// block's 16 values computed exactly as DequantRow computes them (so the
+// product is the float32 product with the dequantised weights, summed in
+// another order), the others rearrange the block algebra — Σ x·(d·q) =
+// d·Σ x·q (Q8_0; the K-quants per sub-block with their scales and mins)
+// — so all differ from dequantise-then-multiply by float32 rounding only
+// (TestQuantDecodeExact: within 5e-7 of Σ|x·w| of the exact product).
+// Sampling (decode and prefill) and training therefore compute the same
+// model: their logprobs agree to float32 summation order (the engine tests
+// hold them to 1e-5).
 //
 // llama.cpp differs: its CPU backend rounds every activation row to 8-bit
 // blocks (Q8_1 for Q4_1, Q8_0 for Q8_0/Q4_0, Q8_K for the K-quants) and
