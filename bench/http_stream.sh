@@ -9,10 +9,11 @@
 # RL step to get checkpoint step 1, then in ROUNDS rounds streams 128 tokens
 # (temperature 1, logprobs on) from the checkpoint and from the base model,
 # each next to the engine's decode of the same model and adapter, alternating
-# which goes first. It prints each round, the mean tok/s of each side, the
-# median HTTP/engine ratio, the CPU seconds per token of each side (which
-# still compare when other work on the machine moves the wall times), the
-# CPU model and the load.
+# which goes first, and once more with both running at the same time. It
+# prints each round, the mean tok/s of each side, the median HTTP/engine
+# ratios (one after the other; at the same time, which compares even when
+# other work on the machine moves the wall times), the CPU milliseconds per
+# token of each side, the CPU model and the load.
 #
 #   ROUNDS=6 bash bench/http_stream.sh
 #   FLYWHEEL_BIN=/path/to/flywheel bash bench/http_stream.sh   # a given build
@@ -24,13 +25,14 @@ out=$(go test ./cmd/flywheel -run '^$' -bench 'BenchmarkHTTPStreamFromCheckpoint
 	echo "$out" >&2
 	exit 1
 }
-grep -E 'kernels:|round [0-9]+ ' <<<"$out" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
+grep -E 'kernels:|round [0-9]+ |CPU of the client' <<<"$out" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
 line=$(grep -E '^BenchmarkHTTPStreamFromCheckpoint/rounds' <<<"$out")
-metric() { grep -oE "[0-9.]+ $1( |$)" <<<"$line" | head -1 | cut -d' ' -f1; }
+metric() { awk -v m="$1" '{ for (i = 2; i <= NF; i++) if ($i == m) { print $(i - 1); exit } }' <<<"$line"; }
+echo "$line"
 for side in lora base; do
-	printf '%s: HTTP %s tok/s (wall %s, first token %s ms), engine %s tok/s, median ratio %sx; CPU ms/token HTTP %s, engine %s\n' \
+	printf '%s: HTTP %s tok/s (wall %s, first token %s ms), engine %s tok/s, median ratio %sx; at the same time %sx; CPU ms/token HTTP %s, engine %s\n' \
 		"$side" "$(metric "$side-http-tok/s")" "$(metric "$side-http-wall-tok/s")" "$(metric "$side-ttft-ms")" \
-		"$(metric "$side-engine-tok/s")" "$(metric "$side-http/engine")" \
+		"$(metric "$side-engine-tok/s")" "$(metric "$side-http/engine")" "$(metric "$side-http/engine-together")" \
 		"$(metric "$side-http-cpu-ms/tok")" "$(metric "$side-engine-cpu-ms/tok")"
 done
 echo "== load after $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,8 +49,11 @@ import (
 // It reports, per side, decode tok/s of the stream (its tokens after the
 // first, over the time from first to last token) and of the engine, the
 // median over rounds of each round's HTTP/engine ratio, the stream's wall
-// tok/s (128 over request to last token) and its median time to first
-// token; each round's figures are logged. bench/http_stream.sh runs it and
+// tok/s (128 over request to last token), its median time to first token,
+// the CPU milliseconds per token of each, and the median ratio of a second
+// stream each round with the engine decoding at the same time
+// (streamSide.alongside: on a machine shared with other work the two
+// then see the same load); each round's figures are logged. bench/http_stream.sh runs it and
 // prints the CPU and load.
 func BenchmarkHTTPStreamFromCheckpoint(b *testing.B) {
 	const n = 128
@@ -123,15 +127,20 @@ func BenchmarkHTTPStreamFromCheckpoint(b *testing.B) {
 			for _, s := range sides {
 				var r streamTimes
 				var e float64
+				// Each side's CPU, and the other process's while it waits
+				// (the client reading the stream; the idle server), which
+				// competes for the same cores.
 				streamCPU := func() {
-					c0 := procCPU(b, srv.cmd.Process.Pid)
+					c0, o0 := procCPU(b, srv.cmd.Process.Pid), procCPU(b, os.Getpid())
 					r = s.stream(b, srv, n)
 					s.httpCPU += procCPU(b, srv.cmd.Process.Pid) - c0
+					s.clientCPU += procCPU(b, os.Getpid()) - o0
 				}
 				decodeCPU := func() {
-					c0 := procCPU(b, os.Getpid())
+					c0, o0 := procCPU(b, os.Getpid()), procCPU(b, srv.cmd.Process.Pid)
 					e = s.decode(b, em, n)
 					s.engCPU += procCPU(b, os.Getpid()) - c0
+					s.idleCPU += procCPU(b, srv.cmd.Process.Pid) - o0
 				}
 				if it%2 == 0 {
 					streamCPU()
@@ -147,7 +156,10 @@ func BenchmarkHTTPStreamFromCheckpoint(b *testing.B) {
 				s.ttft = append(s.ttft, r.first.Sub(r.start))
 				s.engSecs += e
 				s.ratios = append(s.ratios, h/(float64(n-1)/e))
-				b.Logf("round %d %s: http %.1f tok/s, engine %.1f tok/s, %.2fx (load %s)", it+1, s.name, h, float64(n-1)/e, h/(float64(n-1)/e), loadAvg())
+				ch, ce := s.alongside(b, srv, em, n)
+				s.together = append(s.together, ch/ce)
+				b.Logf("round %d %s: http %.1f tok/s, engine %.1f tok/s, %.2fx; at the same time: http %.1f, engine %.1f, %.2fx (load %s)",
+					it+1, s.name, h, float64(n-1)/e, h/(float64(n-1)/e), ch, ce, ch/ce, loadAvg())
 			}
 		}
 		for _, s := range sides {
@@ -155,10 +167,12 @@ func BenchmarkHTTPStreamFromCheckpoint(b *testing.B) {
 			b.ReportMetric(h, s.name+"-http-tok/s")
 			b.ReportMetric(e, s.name+"-engine-tok/s")
 			b.ReportMetric(median(s.ratios), s.name+"-http/engine")
+			b.ReportMetric(median(s.together), s.name+"-http/engine-together")
 			b.ReportMetric(float64(b.N*n)/s.wallSecs, s.name+"-http-wall-tok/s")
 			b.ReportMetric(float64(median(s.ttft).Milliseconds()), s.name+"-ttft-ms")
 			b.ReportMetric(1e3*s.httpCPU/float64(b.N*n), s.name+"-http-cpu-ms/tok")
 			b.ReportMetric(1e3*s.engCPU/float64(b.N*n), s.name+"-engine-cpu-ms/tok")
+			b.Logf("%s: CPU of the client during the streams %.2f s, of the idle server during the engine's decodes %.2f s", s.name, s.clientCPU, s.idleCPU)
 		}
 	})
 }
@@ -175,15 +189,18 @@ type streamSide struct {
 	engSecs     float64
 	ttft        []time.Duration
 	ratios      []float64
+	together    []float64 // each round's ratio with both running at once
 	// CPU seconds (user+system) of the server over its streams (prompt,
 	// decode, the whole request) and of this process over the engine's
 	// prefill and decode: on a machine shared with other work, where wall
 	// times swing, the work per token still compares.
-	httpCPU, engCPU float64
+	httpCPU, engCPU    float64
+	clientCPU, idleCPU float64
 }
 
 func (s *streamSide) reset() {
-	s.httpSecs, s.httpToks, s.wallSecs, s.engSecs, s.ttft, s.ratios, s.httpCPU, s.engCPU = 0, 0, 0, 0, nil, nil, 0, 0
+	s.httpSecs, s.httpToks, s.wallSecs, s.engSecs, s.ttft, s.ratios, s.together = 0, 0, 0, 0, nil, nil, nil
+	s.httpCPU, s.engCPU, s.clientCPU, s.idleCPU = 0, 0, 0, 0
 }
 
 // stream runs one streaming chat completion of n tokens at temperature 1
@@ -218,6 +235,54 @@ func (s *streamSide) decode(b testing.TB, m *engine.Model, n int) float64 {
 		}
 	}
 	return time.Since(start).Seconds()
+}
+
+// alongside runs one stream and, at the same time in this process, the
+// engine's decode of the same model (a prompt of the stream's length, then
+// one token per step; every 2n tokens it starts over), and returns the tok/s
+// of each over the stream's decode window (its first to last token; engine
+// steps that end inside it). Both see the same machine at the same moment,
+// so other work on it moves both alike; each has about half the cores.
+func (s *streamSide) alongside(b testing.TB, srv *child, m *engine.Model, n int) (httpTPS, engineTPS float64) {
+	var stop atomic.Bool
+	var ends []time.Time
+	errc := make(chan error, 1)
+	go func() {
+		prompt := make([]int, s.promptLen)
+		for i := range prompt {
+			prompt[i] = i + 3
+		}
+		seq := m.NewSeq(s.ad)
+		for !stop.Load() {
+			seq.Reset()
+			if _, err := m.Forward([]*engine.Seq{seq}, [][]int{prompt}); err != nil {
+				errc <- err
+				return
+			}
+			for k := 0; k < 2*n && !stop.Load(); k++ {
+				if _, err := m.Forward([]*engine.Seq{seq}, [][]int{{k + 5}}); err != nil {
+					errc <- err
+					return
+				}
+				ends = append(ends, time.Now())
+			}
+		}
+		errc <- nil
+	}()
+	defer stop.Store(true) // also when the stream fails
+	r := s.stream(b, srv, n)
+	stop.Store(true)
+	if err := <-errc; err != nil {
+		b.Fatal(err)
+	}
+	inside := 0
+	for _, t := range ends {
+		if t.After(r.first) && !t.After(r.end) {
+			inside++
+		}
+	}
+	window := r.end.Sub(r.first).Seconds()
+	return float64(r.tokens-1) / window, float64(inside) / window
 }
 
 // procCPU is the user+system CPU seconds process pid has used
