@@ -377,7 +377,10 @@ func benchStream(url, body string) (streamTimes, error) {
 			r.promptTokens = c.Usage.PromptTokens
 		}
 	}
-	return r, sc.Err()
+	if err := sc.Err(); err != nil {
+		return r, fmt.Errorf("stream cut after %d tokens, %s after the request: %w", r.tokens, time.Since(r.start).Round(time.Millisecond), err)
+	}
+	return r, nil
 }
 
 // writeSmolLM2Folder writes a Hugging Face model folder of the
