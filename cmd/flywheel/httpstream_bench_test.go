@@ -53,8 +53,8 @@ import (
 // the CPU milliseconds per token of each, and the median ratio of a second
 // stream each round with the engine decoding at the same time
 // (streamSide.alongside: on a machine shared with other work the two
-// then see the same load); each round's figures are logged. bench/http_stream.sh runs it and
-// prints the CPU and load.
+// then see the same load); each round's figures are logged.
+// bench/http_stream.sh runs it and prints the CPU and load.
 func BenchmarkHTTPStreamFromCheckpoint(b *testing.B) {
 	const n = 128
 	dir := b.TempDir()
