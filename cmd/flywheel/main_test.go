@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -80,10 +81,38 @@ const testKey = "fw_test_bootstrap_key_0123456789"
 type child struct {
 	cmd *exec.Cmd
 	url string
-	out *bytes.Buffer
+	out *syncBuffer
 }
 
-func freeAddr(t *testing.T) string {
+// syncBuffer is a process's output, read while the process writes it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// buildBinary builds the flywheel command into dir and returns its path.
+func buildBinary(t testing.TB, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "flywheel")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -95,10 +124,18 @@ func freeAddr(t *testing.T) string {
 // startServer runs the test binary as "flywheel serve" on a free port.
 func startServer(t *testing.T, dataDir, modelsDir string) *child {
 	t.Helper()
+	return startProcess(t, os.Args[0], []string{"FLYWHEEL_TEST_CHILD=1"}, dataDir, modelsDir)
+}
+
+// startProcess runs bin as "flywheel serve" on a free port with the
+// bootstrap key testKey and the extra environment env, and waits until it
+// answers /v1/health.
+func startProcess(t testing.TB, bin string, env []string, dataDir, modelsDir string) *child {
+	t.Helper()
 	addr := freeAddr(t)
-	cmd := exec.Command(os.Args[0], "serve", "--addr", addr, "--data-dir", dataDir, "--models-dir", modelsDir, "--workers", "2")
-	cmd.Env = append(os.Environ(), "FLYWHEEL_TEST_CHILD=1", "FLYWHEEL_BOOTSTRAP_API_KEY="+testKey)
-	out := &bytes.Buffer{}
+	cmd := exec.Command(bin, "serve", "--addr", addr, "--data-dir", dataDir, "--models-dir", modelsDir, "--workers", "2")
+	cmd.Env = append(append(os.Environ(), env...), "FLYWHEEL_BOOTSTRAP_API_KEY="+testKey)
+	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -117,7 +154,7 @@ func startServer(t *testing.T, dataDir, modelsDir string) *child {
 	return nil
 }
 
-func call(t *testing.T, method, url string, body any) map[string]any {
+func call(t testing.TB, method, url string, body any) map[string]any {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {

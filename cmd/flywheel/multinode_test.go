@@ -123,11 +123,7 @@ func (n *node) events(id string) []string {
 func TestTwoNodesSurviveKill9(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "flywheel")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t, dir)
 	dataDir, modelsDir := filepath.Join(dir, "data"), filepath.Join(dir, "models")
 	common := []string{"--database", dsn, "--data-dir", dataDir, "--models-dir", modelsDir, "--lease-timeout", "2s"}
 	db, err := pgx.Connect(context.Background(), dsn)
