@@ -622,24 +622,34 @@ func TestConcurrentEqualsAlone(t *testing.T) {
 	for i := range alone {
 		alone[i] = run(i)
 	}
-	stepsBefore := env.srv.Stats(tinyID).Steps
-	together := make([]string, N)
-	var wg sync.WaitGroup
-	for i := range together {
-		wg.Add(1)
-		go func() { defer wg.Done(); together[i] = run(i) }()
-	}
-	wg.Wait()
-	for i := range alone {
-		if alone[i] != together[i] {
-			t.Fatalf("request %d: concurrent %s, alone %s", i, together[i], alone[i])
+	// Whether the 16 requests overlap is up to the machine's scheduling
+	// (on a loaded 2-core machine one round in ten or so runs them nearly
+	// one after another), so rounds repeat until one was batched: every
+	// round must equal the requests alone, and one of them must have run
+	// at least 4 sequences in a step.
+	for round := 1; ; round++ {
+		stepsBefore := env.srv.Stats(tinyID).Steps
+		together := make([]string, N)
+		var wg sync.WaitGroup
+		for i := range together {
+			wg.Add(1)
+			go func() { defer wg.Done(); together[i] = run(i) }()
+		}
+		wg.Wait()
+		for i := range alone {
+			if alone[i] != together[i] {
+				t.Fatalf("round %d, request %d: concurrent %s, alone %s", round, i, together[i], alone[i])
+			}
+		}
+		st := env.srv.Stats(tinyID)
+		if st.MaxBatch >= 4 {
+			t.Logf("16 concurrent requests: %d steps (max batch %d, round %d)", st.Steps-stepsBefore, st.MaxBatch, round)
+			break
+		}
+		if round == 8 {
+			t.Fatalf("requests were not batched in %d rounds: max batch %d", round, st.MaxBatch)
 		}
 	}
-	st := env.srv.Stats(tinyID)
-	if st.MaxBatch < 4 {
-		t.Fatalf("requests were not batched: max batch %d", st.MaxBatch)
-	}
-	t.Logf("16 concurrent requests: %d steps (max batch %d)", st.Steps-stepsBefore, st.MaxBatch)
 }
 
 func TestAdaptersShareBatch(t *testing.T) {
