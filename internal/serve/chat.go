@@ -308,39 +308,37 @@ func (s *Server) prepareChat(ctx context.Context, p *auth.Principal, req *ChatRe
 }
 
 // handleChat is POST /v1/chat/completions.
-func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) error {
 	started := time.Now()
 	var req ChatRequest
-	p, body, ok := readRequest(w, r, &req)
-	if !ok {
-		return
+	p, body, err := readRequest(r, &req)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	pr, err := s.prepareChat(ctx, p, &req, body)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	pr.gen, err = pr.lm.sched.Submit(ctx, pr.req)
 	if err != nil {
-		s.submitError(w, err, pr.lm, pr.target)
-		return
+		return s.submitError(w, err, pr.lm, pr.target)
 	}
 	id := randomID("chatcmpl-", 24)
 	created := started.Unix()
 	if pr.plan.stream {
 		s.streamChat(w, r, pr, p, id, created, started, body)
-		return
+		return nil
 	}
 	// Wait for every choice; a client that went away (even as the last
 	// choice ended) gets nothing.
 	if pr.gen.Wait(ctx) != nil || ctx.Err() != nil {
 		s.record(pr, p, started, body, nil, "client disconnected")
-		return
+		return nil
 	}
 	resp, err := s.buildResponse(pr, id, created)
-	s.answer(w, pr.target, resp, err, func(exception string) string {
+	return s.answer(w, pr.target, resp, err, func(exception string) string {
 		if exception != "" {
 			return s.record(pr, p, started, body, nil, exception)
 		}
@@ -349,19 +347,19 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 }
 
 // answer writes a finished non-streamed response, recorded first (its call
-// id in the header x-call-id), or, when building it failed, a 500 recorded
-// as "generation failed".
-func (s *Server) answer(w http.ResponseWriter, target Target, resp any, err error, record func(exception string) string) {
+// id in the header x-call-id), or, when building it failed, returns a 500
+// recorded as "generation failed".
+func (s *Server) answer(w http.ResponseWriter, target Target, resp any, err error, record func(exception string) string) error {
 	if err != nil {
 		s.log.Error("serve: generation failed", "model", target.Name, "err", err)
-		writeErr(w, &httpx.Error{Status: http.StatusInternalServerError, Message: "generation failed", Code: "generation_failed"})
 		record("generation failed")
-		return
+		return &httpx.Error{Status: http.StatusInternalServerError, Message: "generation failed", Code: "generation_failed"}
 	}
 	if callID := record(""); callID != "" {
 		w.Header().Set("x-call-id", callID)
 	}
 	httpx.WriteJSON(w, http.StatusOK, resp)
+	return nil
 }
 
 // buildResponse assembles the finished choices.

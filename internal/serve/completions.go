@@ -270,26 +270,24 @@ func (s *Server) prepareCompletion(ctx context.Context, p *auth.Principal, req *
 }
 
 // handleCompletions is POST /v1/completions.
-func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) error {
 	started := time.Now()
 	var req CompletionRequest
-	p, body, ok := readRequest(w, r, &req)
-	if !ok {
-		return
+	p, body, err := readRequest(r, &req)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	run, err := s.prepareCompletion(ctx, p, &req)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	for _, ir := range run.reqs {
 		g, err := run.lm.sched.Submit(ctx, ir)
 		if err != nil {
 			cancel() // ends the prompts already submitted
-			s.submitError(w, err, run.lm, run.target)
-			return
+			return s.submitError(w, err, run.lm, run.target)
 		}
 		run.gens = append(run.gens, g)
 	}
@@ -297,16 +295,16 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	created := started.Unix()
 	if run.plan.stream {
 		s.streamCompletion(w, run, p, id, created, started, body)
-		return
+		return nil
 	}
 	for _, g := range run.gens {
 		if g.Wait(ctx) != nil || ctx.Err() != nil {
 			s.recordCompletion(run, p, started, body, nil, "client disconnected")
-			return
+			return nil
 		}
 	}
 	resp, err := s.buildCompletion(run, id, created)
-	s.answer(w, run.target, resp, err, func(exception string) string {
+	return s.answer(w, run.target, resp, err, func(exception string) string {
 		if exception != "" {
 			return s.recordCompletion(run, p, started, body, nil, exception)
 		}
@@ -314,19 +312,19 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// submitError answers a failed Submit: 429 when the queue is full, else 503.
-func (s *Server) submitError(w http.ResponseWriter, err error, lm *lmodel, target Target) {
+// submitError is the answer to a failed Submit: 429 when the queue is
+// full (with retry-after), else 503.
+func (s *Server) submitError(w http.ResponseWriter, err error, lm *lmodel, target Target) error {
 	if errors.Is(err, infer.ErrQueueFull) {
 		secs := int(math.Ceil(s.opts.RetryAfter.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-		writeErr(w, &httpx.Error{Status: http.StatusTooManyRequests, Code: "queue_full",
-			Message: fmt.Sprintf("the server is at capacity (%d requests queued for %s); retry later", lm.sched.Options().MaxQueue, target.BaseModel)})
-		return
+		return &httpx.Error{Status: http.StatusTooManyRequests, Code: "queue_full",
+			Message: fmt.Sprintf("the server is at capacity (%d requests queued for %s); retry later", lm.sched.Options().MaxQueue, target.BaseModel)}
 	}
 	if !errors.Is(err, infer.ErrClosed) {
 		s.log.Error("serve: submit", "model", target.Name, "err", err)
 	}
-	writeErr(w, httpx.Errorf(http.StatusServiceUnavailable, "server is shutting down"))
+	return httpx.Errorf(http.StatusServiceUnavailable, "server is shutting down")
 }
 
 // buildCompletion assembles the finished choices.

@@ -151,50 +151,50 @@ func (s *Server) storeResponse(ctx context.Context, user string, resp *Response,
 
 // handleGetResponse is GET /v1/responses/{id}: the user's stored response
 // as it was answered.
-func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGetResponse(w http.ResponseWriter, r *http.Request) error {
 	var sr store.StoredResponse
-	if s.onStoredResponse(w, r, func(ctx context.Context, rs store.Responses, user, id string) (err error) {
+	if err := s.onStoredResponse(r, func(ctx context.Context, rs store.Responses, user, id string) (err error) {
 		sr, err = rs.ResponseByID(ctx, user, id, ResponseRetention)
 		return err
-	}) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(sr.Response)
+	}); err != nil {
+		return err
 	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(sr.Response)
+	return nil
 }
 
 // handleDeleteResponse is DELETE /v1/responses/{id}.
-func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request) {
-	if s.onStoredResponse(w, r, func(ctx context.Context, rs store.Responses, user, id string) error {
+func (s *Server) handleDeleteResponse(w http.ResponseWriter, r *http.Request) error {
+	if err := s.onStoredResponse(r, func(ctx context.Context, rs store.Responses, user, id string) error {
 		return rs.DeleteResponse(ctx, user, id)
-	}) {
-		httpx.WriteJSON(w, http.StatusOK, struct {
-			ID      string `json:"id"`
-			Object  string `json:"object"`
-			Deleted bool   `json:"deleted"`
-		}{r.PathValue("id"), "response", true})
+	}); err != nil {
+		return err
 	}
+	httpx.WriteJSON(w, http.StatusOK, struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Deleted bool   `json:"deleted"`
+	}{r.PathValue("id"), "response", true})
+	return nil
 }
 
 // onStoredResponse runs op on the path's response id for the request's
-// user; when it fails it answers the error (a missing, expired or another
-// user's response is OpenAI's 404) and reports false.
-func (s *Server) onStoredResponse(w http.ResponseWriter, r *http.Request, op func(ctx context.Context, rs store.Responses, user, id string) error) bool {
+// user; a missing, expired or another user's response is OpenAI's 404.
+func (s *Server) onStoredResponse(r *http.Request, op func(ctx context.Context, rs store.Responses, user, id string) error) error {
 	id := r.PathValue("id")
 	p, err := httpx.Principal(r)
-	if err == nil {
-		err = responseNotFound(id)
-		if s.opts.Responses != nil {
-			err = op(r.Context(), s.opts.Responses, p.UserID, id)
-		}
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		err = responseNotFound(id)
-	}
 	if err != nil {
-		writeErr(w, err)
-		return false
+		return err
 	}
-	return true
+	if s.opts.Responses == nil {
+		return responseNotFound(id)
+	}
+	err = op(r.Context(), s.opts.Responses, p.UserID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return responseNotFound(id)
+	}
+	return err
 }
 
 // responseNotFound is OpenAI's 404 for a response id.
@@ -368,29 +368,26 @@ func (s *Server) chatFromResponse(ctx context.Context, p *auth.Principal, req *R
 }
 
 // handleResponses is POST /v1/responses.
-func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) error {
 	started := time.Now()
 	var req ResponseRequest
-	p, body, ok := readRequest(w, r, &req)
-	if !ok {
-		return
+	p, body, err := readRequest(r, &req)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	cr, chatBody, history, err := s.chatFromResponse(ctx, p, &req)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	pr, err := s.prepareChat(ctx, p, cr, chatBody)
 	if err != nil {
-		writeErr(w, responsesParam(err))
-		return
+		return responsesParam(err)
 	}
 	pr.gen, err = pr.lm.sched.Submit(ctx, pr.req)
 	if err != nil {
-		s.submitError(w, err, pr.lm, pr.target)
-		return
+		return s.submitError(w, err, pr.lm, pr.target)
 	}
 	id := randomID("resp_", 24)
 	stream := req.Stream != nil && *req.Stream
@@ -413,7 +410,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	if pr.gen.Wait(ctx) != nil || ctx.Err() != nil {
 		s.recordCall(ctx, p, pr.target, req.Model, responsesOp, started, body, nil, Usage{PromptTokens: len(pr.req.Prompt), CompletionTokens: pr.gen.TokenCount()}, nil, "client disconnected")
-		return
+		return nil
 	}
 	cc, err := s.buildResponse(pr, id, started.Unix())
 	if err != nil {
@@ -421,12 +418,12 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 			emit("response.failed", map[string]any{"response": resp})
 			sw.flush()
 			s.recordCall(ctx, p, pr.target, req.Model, responsesOp, started, body, nil, Usage{PromptTokens: len(pr.req.Prompt)}, nil, "generation failed")
-			return
+			return nil
 		}
 		s.answer(w, pr.target, nil, err, func(exception string) string {
 			return s.recordCall(ctx, p, pr.target, req.Model, responsesOp, started, body, nil, Usage{PromptTokens: len(pr.req.Prompt)}, nil, exception)
 		})
-		return
+		return nil
 	}
 	s.fillResponse(resp, cc, "msg_"+id[len("resp_"):])
 	if resp.Store {
@@ -437,7 +434,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	if !stream {
 		s.answer(w, pr.target, resp, nil, record)
-		return
+		return nil
 	}
 	for i, item := range resp.Output {
 		if item["type"] == "function_call" {
@@ -451,6 +448,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	if callID := record(""); callID != "" {
 		w.Header().Set("x-call-id", callID)
 	}
+	return nil
 }
 
 // streamResponseText streams the output text as response.output_text.delta

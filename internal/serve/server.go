@@ -293,16 +293,16 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 // Register mounts the handlers in the Bearer-authenticated OpenAI group.
 func (s *Server) Register(rt *httpx.Routes) {
 	mux := rt.In(httpx.OpenAIAPI)
-	mux.HandleFunc("POST /v1/chat/completions", s.perKey(s.handleChat))
-	mux.HandleFunc("POST /v1/chat/completions/", s.perKey(s.handleChat))
-	mux.HandleFunc("POST /v1/completions", s.perKey(s.handleCompletions))
-	mux.HandleFunc("POST /v1/responses", s.perKey(s.handleResponses))
-	mux.HandleFunc("GET /v1/responses/{id}", s.handleGetResponse)
-	mux.HandleFunc("DELETE /v1/responses/{id}", s.handleDeleteResponse)
-	mux.HandleFunc("GET /v1/models", s.handleModels)
-	mux.HandleFunc("GET /v1/models/{model...}", s.handleModel)
-	mux.HandleFunc("POST /tokenize", s.handleTokenize)
-	mux.HandleFunc("POST /detokenize", s.handleDetokenize)
+	mux.Route("POST /v1/chat/completions", s.perKey(s.handleChat))
+	mux.Route("POST /v1/chat/completions/", s.perKey(s.handleChat))
+	mux.Route("POST /v1/completions", s.perKey(s.handleCompletions))
+	mux.Route("POST /v1/responses", s.perKey(s.handleResponses))
+	mux.Route("GET /v1/responses/{id}", s.handleGetResponse)
+	mux.Route("DELETE /v1/responses/{id}", s.handleDeleteResponse)
+	mux.Route("GET /v1/models", s.handleModels)
+	mux.Route("GET /v1/models/{model...}", s.handleModel)
+	mux.Route("POST /tokenize", s.handleTokenize)
+	mux.Route("POST /detokenize", s.handleDetokenize)
 }
 
 // Close stops every scheduler; running requests fail.
@@ -481,23 +481,19 @@ func (t Target) fingerprint() string {
 	return "fp_" + hex.EncodeToString(h[:5])
 }
 
-func writeErr(w http.ResponseWriter, err error) { httpx.WriteOpenAIError(w, err) }
-
 // handleModel is GET /v1/models/{model}: one model card, or 404
 // model_not_found. The id may be a base model, a trained model (latest
 // step or :step{N}) or either behind an artifact-URI prefix; slashes may
 // come escaped (the SDKs escape the id as one path segment).
-func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) error {
 	p, err := httpx.Principal(r)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	id := r.PathValue("model")
 	t, err := s.resolve(r.Context(), p, id)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	card := ModelCard{ID: id, Object: "model", OwnedBy: "flywheel", Root: t.BaseModel}
 	if t.Entity == "" {
@@ -511,14 +507,14 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 		card.Created, card.OwnedBy, card.Parent = t.Created.Unix(), t.Entity, &parent
 	}
 	httpx.WriteJSON(w, http.StatusOK, card)
+	return nil
 }
 
 // handleModels is GET /v1/models.
-func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) error {
 	p, err := httpx.Principal(r)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	_, ids := s.baseModels()
 	list := ModelList{Object: "list", Data: []ModelCard{}}
@@ -534,8 +530,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	if s.resolver != nil {
 		ts, err := s.resolver.List(r.Context(), p)
 		if err != nil {
-			writeErr(w, err)
-			return
+			return err
 		}
 		for _, t := range ts {
 			parent := t.BaseModel
@@ -543,6 +538,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, list)
+	return nil
 }
 
 // rawField returns the raw JSON of a top-level field of body.

@@ -62,24 +62,20 @@ func (s *Server) startSSE(w http.ResponseWriter) *sseWriter {
 	return &sseWriter{w: w, rc: http.NewResponseController(w)}
 }
 
-// readRequest reads the caller and the JSON body of a POST into v; false
-// when it has answered an error.
-func readRequest(w http.ResponseWriter, r *http.Request, v any) (*auth.Principal, []byte, bool) {
+// readRequest reads the caller and the JSON body of a POST into v.
+func readRequest(r *http.Request, v any) (*auth.Principal, []byte, error) {
 	p, err := httpx.Principal(r)
 	if err != nil {
-		writeErr(w, err)
-		return nil, nil, false
+		return nil, nil, err
 	}
 	body, err := httpx.ReadBody(r, nil)
 	if err != nil {
-		writeErr(w, err)
-		return nil, nil, false
+		return nil, nil, err
 	}
 	if err := httpx.UnmarshalJSON(body, v); err != nil {
-		writeErr(w, err)
-		return nil, nil, false
+		return nil, nil, err
 	}
-	return p, body, true
+	return p, body, nil
 }
 
 // choiceStream tracks what has been sent of one choice.

@@ -65,22 +65,20 @@ func (l *keyLimiter) release(tenant string) {
 // perKey wraps an inference handler with the per-key limit: past
 // Options.MaxInflightPerKey requests in flight (streams included, until they
 // end) a key gets 429 rate_limit_exceeded with retry-after.
-func (s *Server) perKey(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) perKey(h httpx.HandlerFunc) httpx.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		p, err := httpx.Principal(r)
 		if err != nil {
-			h(w, r) // answers 401
-			return
+			return err
 		}
 		tenant := tenantOf(p)
 		if !s.inflight.acquire(tenant) {
 			secs := int(math.Ceil(s.opts.RetryAfter.Seconds()))
 			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-			writeErr(w, &httpx.Error{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
-				Message: fmt.Sprintf("this API key has %d inference requests in flight, the most allowed (--max-inflight-per-key); retry when one ends", s.inflight.max)})
-			return
+			return &httpx.Error{Status: http.StatusTooManyRequests, Code: "rate_limit_exceeded",
+				Message: fmt.Sprintf("this API key has %d inference requests in flight, the most allowed (--max-inflight-per-key); retry when one ends", s.inflight.max)}
 		}
 		defer s.inflight.release(tenant)
-		h(w, r)
+		return h(w, r)
 	}
 }

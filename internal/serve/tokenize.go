@@ -10,34 +10,21 @@ import (
 // add_special_tokens=true} or {model, messages, add_generation_prompt=true,
 // continue_final_message, tools, chat_template_kwargs,
 // add_special_tokens=false} -> {count, max_model_len, tokens, token_strs}.
-func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	p, err := httpx.Principal(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
+func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) error {
 	var req TokenizeRequest
-	body, err := httpx.ReadBody(r, nil)
+	p, body, err := readRequest(r, &req)
 	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	if err := httpx.UnmarshalJSON(body, &req); err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	if req.Prompt == nil && req.Messages == nil {
-		writeErr(w, httpx.Invalid("prompt", "missing_field", "either prompt or messages is required"))
-		return
+		return httpx.Invalid("prompt", "missing_field", "either prompt or messages is required")
 	}
 	if req.Prompt != nil && req.Messages != nil {
-		writeErr(w, httpx.Invalid("messages", "invalid_value", "give either prompt or messages, not both"))
-		return
+		return httpx.Invalid("messages", "invalid_value", "give either prompt or messages, not both")
 	}
 	_, lm, err := s.resolveModel(r.Context(), p, req.Model)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	var ids []int
 	if req.Prompt != nil {
@@ -46,8 +33,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			add = *req.AddSpecialTokens
 		}
 		if err := lm.checkPromptBytes("prompt", "the prompt is", len(*req.Prompt)); err != nil {
-			writeErr(w, err)
-			return
+			return err
 		}
 		ids = lm.tok.Encode(*req.Prompt, add)
 	} else {
@@ -55,8 +41,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		if req.ContinueFinalMessage != nil && *req.ContinueFinalMessage {
 			cont, addGen = true, false
 			if req.AddGenerationPrompt != nil && *req.AddGenerationPrompt {
-				writeErr(w, httpx.Invalid("continue_final_message", "invalid_value", "continue_final_message and add_generation_prompt cannot both be true"))
-				return
+				return httpx.Invalid("continue_final_message", "invalid_value", "continue_final_message and add_generation_prompt cannot both be true")
 			}
 		} else if req.AddGenerationPrompt != nil {
 			addGen = *req.AddGenerationPrompt
@@ -71,13 +56,11 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			in.tools = rawField(body, "tools")
 		}
 		if err := lm.checkPromptBytes("messages", "the messages, tools and chat_template_kwargs are", promptBytes(in.messages, in.tools, in.kwargs)); err != nil {
-			writeErr(w, err)
-			return
+			return err
 		}
 		text, err := lm.render(in)
 		if err != nil {
-			writeErr(w, err)
-			return
+			return err
 		}
 		add := false
 		if req.AddSpecialTokens != nil {
@@ -96,35 +79,29 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, resp)
+	return nil
 }
 
 // handleDetokenize is POST /detokenize: {model, tokens} -> {prompt}.
-func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
-	p, err := httpx.Principal(r)
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
+func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) error {
 	var req DetokenizeRequest
-	if err := httpx.DecodeJSON(r, &req); err != nil {
-		writeErr(w, err)
-		return
+	p, _, err := readRequest(r, &req)
+	if err != nil {
+		return err
 	}
 	if req.Tokens == nil {
-		writeErr(w, httpx.Invalid("tokens", "missing_field", "tokens is required"))
-		return
+		return httpx.Invalid("tokens", "missing_field", "tokens is required")
 	}
 	_, lm, err := s.resolveModel(r.Context(), p, req.Model)
 	if err != nil {
-		writeErr(w, err)
-		return
+		return err
 	}
 	n := min(lm.tok.VocabSize(), lm.m.Config.VocabSize)
 	for i, id := range req.Tokens {
 		if id < 0 || id >= n || lm.tok.IDToToken(id) == "" {
-			writeErr(w, httpx.Invalid("tokens", "invalid_value", "tokens[%d]: token id %d is not in the vocabulary", i, id))
-			return
+			return httpx.Invalid("tokens", "invalid_value", "tokens[%d]: token id %d is not in the vocabulary", i, id)
 		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, DetokenizeResponse{Prompt: lm.tok.Decode(req.Tokens, false)})
+	return nil
 }
