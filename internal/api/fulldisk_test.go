@@ -1,7 +1,11 @@
 package api_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,5 +117,74 @@ func TestFullDisk(t *testing.T) {
 	}
 	if got := entries(filepath.Join(disk, "checkpoints", id)); strings.Join(got, ",") != "step-0,step-1" {
 		t.Errorf("the model's folder once space returned: %v", got)
+	}
+}
+
+// callStore posts a call-store request with Basic auth, as the Weave SDK does.
+func (e *env) callStore(key, path string, body any) resp {
+	e.t.Helper()
+	data, err := json.Marshal(body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", e.url+path, bytes.NewReader(data))
+	req.SetBasicAuth("api", key)
+	req.Header.Set("Content-Type", "application/json")
+	return e.send(req)
+}
+
+// callBatch is an upsert_batch of n calls (start and end of each) whose
+// inputs are about size bytes each, and the calls' ids.
+func callBatch(n, size int) (map[string]any, []string) {
+	var batch []any
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("0192f000-0000-7000-8000-%012d", i)
+		ids = append(ids, id)
+		batch = append(batch,
+			map[string]any{"mode": "start", "req": map[string]any{"project_id": "alice/disk", "id": id, "op_name": "op",
+				"started_at": "2026-11-27T00:00:00Z", "attributes": map[string]any{}, "inputs": map[string]any{"text": strings.Repeat("x", size), "i": i}}},
+			map[string]any{"mode": "end", "req": map[string]any{"project_id": "alice/disk", "id": id,
+				"ended_at": "2026-11-27T00:00:01Z", "output": i, "summary": map[string]any{}}})
+	}
+	return map[string]any{"batch": batch}, ids
+}
+
+// With the call store's SQLite file on a full disk, an upsert_batch fails
+// with 507 and a reason saying the disk is full, keeps none of the batch's
+// calls (each reads as missing: {"call": null}, as Weave answers), stored calls still read back, and once space
+// returns the same batch is stored whole.
+func TestFullDiskCallStore(t *testing.T) {
+	disk := fullDisk(t, "8m")
+	e := newEnv(t, envOpts{dataDir: disk, wandb: true}) // the SQLite file (flywheel.db) is on the tmpfs
+	first := map[string]any{"batch": []any{map[string]any{"mode": "start", "req": map[string]any{"project_id": "alice/disk",
+		"id": "0192f000-0000-7000-8000-999999999999", "op_name": "op", "started_at": "2026-11-27T00:00:00Z", "attributes": map[string]any{}, "inputs": map[string]any{"a": 1}}}}}
+	e.must(e.callStore(e.alice, "/call/upsert_batch", first), 200)
+	filler := fill(t, disk)
+
+	// 16 calls of 64 KiB: more than SQLite's write-ahead log already holds
+	batch, ids := callBatch(16, 64<<10)
+	r := e.callStore(e.alice, "/call/upsert_batch", batch)
+	if r.status != 507 || !strings.Contains(fmt.Sprint(r.body["reason"]), "disk is full") {
+		t.Fatalf("upsert_batch on a full disk: %d %.300s", r.status, r.raw)
+	}
+	for _, id := range ids {
+		if r := e.callStore(e.alice, "/call/read", map[string]any{"project_id": "alice/disk", "id": id}); r.status != 200 || r.body["call"] != nil {
+			t.Fatalf("call %s of the failed batch reads %d %.200s, want {\"call\": null} (nothing of it kept)", id, r.status, r.raw)
+		}
+	}
+	e.must(e.callStore(e.alice, "/call/read", map[string]any{"project_id": "alice/disk", "id": "0192f000-0000-7000-8000-999999999999"}), 200)
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	e.must(e.callStore(e.alice, "/call/upsert_batch", batch), 200)
+	for i, id := range ids {
+		c := e.must(e.callStore(e.alice, "/call/read", map[string]any{"project_id": "alice/disk", "id": id}), 200)
+		call, _ := c.body["call"].(map[string]any)
+		in, _ := call["inputs"].(map[string]any)
+		if in["text"] != strings.Repeat("x", 64<<10) || in["i"] != float64(i) || call["output"] != float64(i) {
+			t.Fatalf("call %s once space returned: %.300s", id, c.raw)
+		}
 	}
 }
