@@ -634,7 +634,9 @@ func (s *soak) checks(ctx context.Context, rep *Report, models []string) {
 	add := func(name string, ok bool, format string, args ...any) {
 		rep.Checks = append(rep.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	// The checks read back every job and call the load made: their time
+	// grows with the soak's (about 17 s after 3 minutes on 2 cores).
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute+s.cfg.Duration/2)
 	defer cancel()
 
 	// every accepted job ended exactly once
