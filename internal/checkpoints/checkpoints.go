@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"flywheel/internal/store"
 )
@@ -139,7 +140,10 @@ type Fence func() error
 // stale step folder left by a crash, renames the work folder into place,
 // then calls record with the checkpoint's folder. record inserts the
 // checkpoint row (the queue does it in the transaction that completes the
-// job); if it fails the folder is removed again and its error returned.
+// job); if it fails the folder is removed again and its error returned,
+// unless the row is there after all (the commit went through while its
+// answer was lost: the publish succeeded) or the store cannot tell (the
+// folder stays; without a row it is stale, see Sweep).
 func (m *Manager) Publish(modelID, jobID string, step int, fence Fence, record func(dir string) error) error {
 	if fence != nil {
 		if err := fence(); err != nil {
@@ -160,10 +164,49 @@ func (m *Manager) Publish(modelID, jobID string, step int, fence Fence, record f
 		return fmt.Errorf("publish step %d: %w", step, err)
 	}
 	if err := record(dst); err != nil {
-		m.removeAll(dst, "model_id", modelID, "step", step)
+		switch m.recorded(modelID, step, dst) {
+		case yes: // the commit went through while its answer was lost
+			m.log.Warn("recording a checkpoint answered an error, but its row is there: published", "model_id", modelID, "step", step, "err", err)
+			return nil
+		case no:
+			m.removeAll(dst, "model_id", modelID, "step", step)
+		default: // a row may exist: the folder stays (without a row it is stale: the next publish of the step replaces it, the start-up sweep removes it)
+		}
 		return err
 	}
 	return nil
+}
+
+type answer int
+
+const (
+	unknown answer = iota
+	yes
+	no
+)
+
+// recorded reads whether step of model modelID has its row with folder dir,
+// retrying for a few seconds while the store cannot answer. A record whose
+// commit went through can still return an error (the database restarting
+// as it answers): removing the folder then would leave a checkpoint row
+// without its files.
+func (m *Manager) recorded(modelID string, step int, dir string) answer {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		ck, err := m.st.CheckpointByStep(ctx, modelID, step)
+		switch {
+		case err == nil && ck.Dir == dir:
+			return yes
+		case err == nil || errors.Is(err, store.ErrNotFound):
+			return no
+		}
+		select {
+		case <-ctx.Done():
+			return unknown
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // DeleteModel deletes model id with its checkpoints, jobs and metrics, then

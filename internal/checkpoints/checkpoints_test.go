@@ -258,15 +258,7 @@ func TestSweep(t *testing.T) {
 func TestPublishedCheckpointsArePrivate(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	m := f.create(t, "m")
-	j := f.claim(t, m)
-	work, err := f.ck.WorkDir(m.ID, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := writeAdapter(work); err != nil {
-		t.Fatal(err)
-	}
+	m, j, work := f.trained(t)
 	os.MkdirAll(filepath.Join(work, "sub"), 0o755)
 	os.WriteFile(filepath.Join(work, "sub", "x"), []byte("x"), 0o644)
 	if err := f.ck.Publish(m.ID, j.ID, 1, nil, func(dir string) error {
@@ -325,5 +317,45 @@ func TestSharedSweepSparesModelsInTraining(t *testing.T) {
 	}
 	if exists(work) || exists(publishing) || !exists(f.layout.CheckpointDir(m.ID, 0)) {
 		t.Errorf("after the run: work %v, step-1 %v, step-0 %v", exists(work), exists(publishing), exists(f.layout.CheckpointDir(m.ID, 0)))
+	}
+}
+
+// trained creates model m, claims a job of it, and writes the job's work
+// folder with an adapter, as a finished run leaves it.
+func (f *fixture) trained(t *testing.T) (store.Model, store.Job, string) {
+	t.Helper()
+	m := f.create(t, "m")
+	j := f.claim(t, m)
+	work, err := f.ck.WorkDir(m.ID, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAdapter(work); err != nil {
+		t.Fatal(err)
+	}
+	return m, j, work
+}
+
+// A record that commits but answers an error (the database restarting as
+// it answers) is a publish: the step's folder stays with its row.
+func TestPublishLostAnswer(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	m, j, _ := f.trained(t)
+	err := f.ck.Publish(m.ID, j.ID, 1, nil, func(dir string) error {
+		if _, err := f.st.CompleteJob(ctx, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil); err != nil {
+			return err
+		}
+		return errors.New("unexpected EOF")
+	})
+	if err != nil {
+		t.Fatalf("publish whose commit went through: %v", err)
+	}
+	dir := f.layout.CheckpointDir(m.ID, 1)
+	if !exists(filepath.Join(dir, checkpoints.AdapterFile)) {
+		t.Fatal("the recorded step's folder was removed")
+	}
+	if ck, err := f.st.LatestCheckpoint(ctx, m.ID); err != nil || ck.Step != 1 || ck.Dir != dir {
+		t.Errorf("latest checkpoint %+v %v", ck, err)
 	}
 }
