@@ -660,8 +660,12 @@ func (s *soak) checks(ctx context.Context, rep *Report, models []string) {
 	status := map[string]string{}
 	var notEnded, badEvents []string
 	completed := map[string]int{}
+	failed := map[string]int{} // FAILED jobs by error message
 	for id, model := range s.jobs {
-		var job struct{ Status string }
+		var job struct {
+			Status       string
+			ErrorMessage string `json:"error_message"`
+		}
 		for wctx.Err() == nil {
 			if s.must(wctx, "GET", "/v1/preview/training-jobs/"+id, nil, &job) != nil || terminal(job.Status) {
 				break
@@ -675,6 +679,9 @@ func (s *soak) checks(ctx context.Context, rep *Report, models []string) {
 		}
 		if job.Status == "COMPLETED" {
 			completed[model]++
+		}
+		if job.Status == "FAILED" {
+			failed[job.ErrorMessage]++
 		}
 		evs, err := s.listAll(wctx, "/v1/preview/training-jobs/"+id+"/events")
 		if err != nil {
@@ -695,8 +702,8 @@ func (s *soak) checks(ctx context.Context, rep *Report, models []string) {
 	for _, st := range status {
 		counts[st]++
 	}
-	add("jobs end exactly once", len(notEnded) == 0 && len(badEvents) == 0, "%d accepted (%d of them with the answer lost to a fault) %v; not ended %v; bad end events %v",
-		len(s.jobs), unseen, counts, notEnded, badEvents)
+	add("jobs end exactly once", len(notEnded) == 0 && len(badEvents) == 0, "%d accepted (%d of them with the answer lost to a fault) %v; FAILED by message %v; not ended %v; bad end events %v",
+		len(s.jobs), unseen, counts, failed, notEnded, badEvents)
 
 	// checkpoints contiguous, complete, and each COMPLETED job published one
 	var ckProblems []string
