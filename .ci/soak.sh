@@ -6,6 +6,9 @@
 #
 #   .ci/soak.sh [SEED [DURATION]]   default seed 1, 3m
 #
+# SOAK_KEEP_LOGS=DIR keeps the nodes' and PostgreSQL's whole logs in DIR when
+# the soak fails (the work folder is removed).
+#
 # Starts its own PostgreSQL server (.ci/postgres.sh) so that it may restart it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,5 +30,9 @@ if ! "$work/flywheel-soak" --bin "$work/flywheel" --database "$db" --dir "$work/
     --duration "$duration" --seed "$seed" --pg-restart "$restart"; then
     echo "soak failed (seed $seed); the nodes' logs:"
     tail -n 40 "$work"/run/node*.log
+    if [ -n "${SOAK_KEEP_LOGS:-}" ]; then # a folder to keep the nodes' whole logs in
+        mkdir -p "$SOAK_KEEP_LOGS" && cp "$work"/run/node*.log "$work"/pg/server.log "$SOAK_KEEP_LOGS"/
+        echo "the nodes' and PostgreSQL's logs are in $SOAK_KEEP_LOGS"
+    fi
     exit 1
 fi

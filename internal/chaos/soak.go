@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -196,9 +197,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	loadCtx, stopLoad := context.WithTimeout(ctx, cfg.Duration)
 	defer stopLoad()
 	var wg sync.WaitGroup
-	for i, m := range models {
+	for i, m := range models[:len(models)-1] {
 		wg.Go(func() { s.rlLoop(loadCtx, i, m) })
 	}
+	wg.Go(func() { s.sftLoop(loadCtx, models[len(models)-1]) })
 	for range 2 {
 		wg.Go(func() { s.chatLoop(loadCtx) })
 	}
@@ -267,10 +269,19 @@ func (n *node) running() bool {
 // do sends one request and records its status; basic selects the Weave
 // routes' Basic auth.
 func (s *soak) do(ctx context.Context, n *node, method, path string, body any, basic bool) (int, []byte, error) {
+	var b []byte
+	if body != nil {
+		b, _ = json.Marshal(body)
+	}
+	return s.send(ctx, n, method, path, "application/json", b, basic)
+}
+
+// send sends one request with a raw body (nil: none) of the given content
+// type and records its status.
+func (s *soak) send(ctx context.Context, n *node, method, path, contentType string, body []byte, basic bool) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, n.url()+path, rd)
 	if err != nil {
@@ -281,7 +292,7 @@ func (s *soak) do(ctx context.Context, n *node, method, path string, body any, b
 	} else {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	res, err := s.http.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -328,14 +339,15 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// setup creates the RL loops' models (one per loop).
+// setup creates the training loops' models: one per RL loop (rl0, rl1),
+// then the SFT loop's (sft0), last.
 func (s *soak) setup() ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var models []string
-	for i := range 2 {
+	for _, name := range []string{"rl0", "rl1", "sft0"} {
 		var m struct{ ID string }
-		if err := s.must(ctx, "POST", "/v1/preview/models", map[string]any{"project": "soak", "name": fmt.Sprintf("rl%d", i), "base_model": "flywheel/tiny"}, &m); err != nil {
+		if err := s.must(ctx, "POST", "/v1/preview/models", map[string]any{"project": "soak", "name": name, "base_model": "flywheel/tiny"}, &m); err != nil {
 			return nil, err
 		}
 		models = append(models, m.ID)
@@ -385,25 +397,76 @@ func (s *soak) rlLoop(ctx context.Context, i int, modelID string) {
 			sleep(ctx, 300*time.Millisecond)
 			continue
 		}
-		var j struct{ ID string }
-		if json.Unmarshal(b, &j) != nil || j.ID == "" {
+		s.accepted(ctx, b, modelID, "rl_jobs")
+	}
+}
+
+// accepted records a job the service accepted (the 200 body of its
+// submission) for the end checks, waits for its end, and reads the model's
+// latest checkpoint.
+func (s *soak) accepted(ctx context.Context, body []byte, modelID, kind string) {
+	var j struct{ ID string }
+	if json.Unmarshal(body, &j) != nil || j.ID == "" {
+		return
+	}
+	s.mu.Lock()
+	s.jobs[j.ID] = modelID
+	s.mu.Unlock()
+	s.count(kind)
+	for ctx.Err() == nil { // wait for the job's end
+		var job struct{ Status string }
+		if s.must(ctx, "GET", "/v1/preview/training-jobs/"+j.ID, nil, &job) != nil {
+			break
+		}
+		if terminal(job.Status) {
+			break
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+	s.readLatest(ctx, modelID)
+}
+
+// sftData is a small chat JSONL training file (the SFT format ART uploads);
+// n varies its content from job to job.
+func sftData(n int) []byte {
+	var b bytes.Buffer
+	for i := range 4 {
+		line, _ := json.Marshal(map[string]any{"messages": []any{
+			map[string]any{"role": "user", "content": fmt.Sprintf("What is %d + %d?", n, i)},
+			map[string]any{"role": "assistant", "content": fmt.Sprint(n + i)},
+		}})
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// sftLoop uploads a JSONL file (POST /v1/files, purpose fine-tune), submits
+// an SFT job on it (POST /v1/preview/sft-training-jobs with the file id as
+// training_data_url, as ART's sft_training_jobs.create does), waits for the
+// job's end and reads the checkpoints, until ctx ends.
+func (s *soak) sftLoop(ctx context.Context, modelID string) {
+	for ctx.Err() == nil {
+		var mp bytes.Buffer
+		mw := multipart.NewWriter(&mp)
+		mw.WriteField("purpose", "fine-tune")
+		fw, _ := mw.CreateFormFile("file", "sft.jsonl")
+		fw.Write(sftData(s.intn(1000)))
+		mw.Close()
+		code, b, err := s.send(ctx, s.pick(), "POST", "/v1/files", mw.FormDataContentType(), mp.Bytes(), false)
+		var f struct{ ID string }
+		if err != nil || code != 200 || json.Unmarshal(b, &f) != nil || f.ID == "" {
+			sleep(ctx, 300*time.Millisecond)
 			continue
 		}
-		s.mu.Lock()
-		s.jobs[j.ID] = modelID
-		s.mu.Unlock()
-		s.count("rl_jobs")
-		for ctx.Err() == nil { // wait for the job's end
-			var job struct{ Status string }
-			if s.must(ctx, "GET", "/v1/preview/training-jobs/"+j.ID, nil, &job) != nil {
-				break
-			}
-			if terminal(job.Status) {
-				break
-			}
-			sleep(ctx, 500*time.Millisecond)
+		s.count("sft_uploads")
+		code, b, err = s.do(ctx, s.pick(), "POST", "/v1/preview/sft-training-jobs", map[string]any{"model_id": modelID,
+			"training_data_url": f.ID, "config": map[string]any{"batch_size": "auto", "learning_rate": 1e-4}}, false)
+		if err != nil || code != 200 {
+			sleep(ctx, 300*time.Millisecond)
+			continue
 		}
-		s.readLatest(ctx, modelID)
+		s.accepted(ctx, b, modelID, "sft_jobs")
 	}
 }
 
@@ -571,15 +634,38 @@ func (s *soak) checks(ctx context.Context, rep *Report, models []string) {
 	add := func(name string, ok bool, format string, args ...any) {
 		rep.Checks = append(rep.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	// The checks read back every job and call the load made: their time
+	// grows with the soak's (about 17 s after 3 minutes on 2 cores).
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute+s.cfg.Duration/2)
 	defer cancel()
+
+	// A job the service took while its 200 was lost to a fault (a node
+	// killed as it answered) is checked too: it publishes a step like any.
+	unseen := 0
+	for _, m := range models {
+		jobs, err := s.listAll(wctx, "/v1/preview/training-jobs?model_id="+m)
+		if err != nil {
+			add("jobs listed", false, "%s: %v", m, err)
+			continue
+		}
+		for _, j := range jobs {
+			if _, ok := s.jobs[j.ID]; !ok {
+				s.jobs[j.ID] = m
+				unseen++
+			}
+		}
+	}
 
 	// every accepted job ended exactly once
 	status := map[string]string{}
 	var notEnded, badEvents []string
 	completed := map[string]int{}
+	failed := map[string]int{} // FAILED jobs by error message
 	for id, model := range s.jobs {
-		var job struct{ Status string }
+		var job struct {
+			Status       string
+			ErrorMessage string `json:"error_message"`
+		}
 		for wctx.Err() == nil {
 			if s.must(wctx, "GET", "/v1/preview/training-jobs/"+id, nil, &job) != nil || terminal(job.Status) {
 				break
@@ -593,6 +679,9 @@ func (s *soak) checks(ctx context.Context, rep *Report, models []string) {
 		}
 		if job.Status == "COMPLETED" {
 			completed[model]++
+		}
+		if job.Status == "FAILED" {
+			failed[job.ErrorMessage]++
 		}
 		evs, err := s.listAll(wctx, "/v1/preview/training-jobs/"+id+"/events")
 		if err != nil {
@@ -613,7 +702,8 @@ func (s *soak) checks(ctx context.Context, rep *Report, models []string) {
 	for _, st := range status {
 		counts[st]++
 	}
-	add("jobs end exactly once", len(notEnded) == 0 && len(badEvents) == 0, "%d accepted %v; not ended %v; bad end events %v", len(s.jobs), counts, notEnded, badEvents)
+	add("jobs end exactly once", len(notEnded) == 0 && len(badEvents) == 0, "%d accepted (%d of them with the answer lost to a fault) %v; FAILED by message %v; not ended %v; bad end events %v",
+		len(s.jobs), unseen, counts, failed, notEnded, badEvents)
 
 	// checkpoints contiguous, complete, and each COMPLETED job published one
 	var ckProblems []string
@@ -750,7 +840,11 @@ func (s *soak) listAll(ctx context.Context, path string) ([]item, error) {
 			Data    []item
 			HasMore bool `json:"has_more"`
 		}
-		if err := s.must(ctx, "GET", path+"?limit=100"+after, nil, &page); err != nil {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		if err := s.must(ctx, "GET", path+sep+"limit=100"+after, nil, &page); err != nil {
 			return nil, err
 		}
 		all = append(all, page.Data...)

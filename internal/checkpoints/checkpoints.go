@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"flywheel/internal/store"
 )
@@ -142,10 +143,56 @@ func (m *Manager) Publish(modelID, jobID string, step int) (string, error) {
 	return dst, nil
 }
 
-// Unpublish removes the folder of step of model modelID that Publish
-// renamed into place but whose row could not be recorded.
-func (m *Manager) Unpublish(modelID string, step int) {
-	m.removeAll(m.layout.CheckpointDir(modelID, step), "model_id", modelID, "step", step)
+// Unpublish is for a step Publish renamed into place whose row's record
+// answered err: it reads the step back, and when its row is there with the
+// folder (the commit went through while its answer was lost, as when the
+// database restarts as it answers) the publish stands and it returns nil;
+// when there is no row it removes the folder and returns err; when the
+// store cannot answer it leaves the folder (without a row it is stale: the
+// next publish of the step replaces it, the start-up sweep removes it) and
+// returns err. Removing the folder of a recorded step would leave a
+// checkpoint row without its files.
+func (m *Manager) Unpublish(modelID string, step int, dir string, err error) error {
+	switch m.recorded(modelID, step, dir) {
+	case yes:
+		m.log.Warn("recording a checkpoint answered an error, but its row is there: published", "model_id", modelID, "step", step, "err", err)
+		return nil
+	case no:
+		m.removeAll(dir, "model_id", modelID, "step", step)
+	}
+	return err
+}
+
+type answer int
+
+const (
+	unknown answer = iota
+	yes
+	no
+)
+
+// recorded reads whether step of model modelID has its row with folder dir,
+// retrying for a few seconds while the store cannot answer. A record whose
+// commit went through can still return an error (the database restarting
+// as it answers): removing the folder then would leave a checkpoint row
+// without its files.
+func (m *Manager) recorded(modelID string, step int, dir string) answer {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		ck, err := m.st.CheckpointByStep(ctx, modelID, step)
+		switch {
+		case err == nil && ck.Dir == dir:
+			return yes
+		case err == nil || errors.Is(err, store.ErrNotFound):
+			return no
+		}
+		select {
+		case <-ctx.Done():
+			return unknown
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // DeleteModel deletes model id with its checkpoints, jobs and metrics, then

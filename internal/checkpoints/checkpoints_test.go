@@ -159,7 +159,10 @@ func TestPublish(t *testing.T) {
 	if err != nil || dir != f.layout.CheckpointDir(m.ID, 1) || !exists(dir) || exists(work) {
 		t.Fatalf("publish: %q %v", dir, err)
 	}
-	f.ck.Unpublish(m.ID, 1)
+	failed := errors.New("record failed")
+	if err := f.ck.Unpublish(m.ID, 1, dir, failed); err != failed {
+		t.Fatalf("unpublish of a step without a row: %v, want the record's error", err)
+	}
 	if exists(f.layout.CheckpointDir(m.ID, 1)) {
 		t.Fatal("step folder of a failed record remains")
 	}
@@ -264,15 +267,7 @@ func TestSweep(t *testing.T) {
 func TestPublishedCheckpointsArePrivate(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	m := f.create(t, "m")
-	j := f.claim(t, m)
-	work, err := f.ck.WorkDir(m.ID, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := writeAdapter(work); err != nil {
-		t.Fatal(err)
-	}
+	m, j, work := f.trained(t)
 	os.MkdirAll(filepath.Join(work, "sub"), 0o755)
 	os.WriteFile(filepath.Join(work, "sub", "x"), []byte("x"), 0o644)
 	if dir, err := f.ck.Publish(m.ID, j.ID, 1); err != nil {
@@ -330,5 +325,47 @@ func TestSharedSweepSparesModelsInTraining(t *testing.T) {
 	}
 	if exists(work) || exists(publishing) || !exists(f.layout.CheckpointDir(m.ID, 0)) {
 		t.Errorf("after the run: work %v, step-1 %v, step-0 %v", exists(work), exists(publishing), exists(f.layout.CheckpointDir(m.ID, 0)))
+	}
+}
+
+// trained creates model m, claims a job of it, and writes the job's work
+// folder with an adapter, as a finished run leaves it.
+func (f *fixture) trained(t *testing.T) (store.Model, store.Job, string) {
+	t.Helper()
+	m := f.create(t, "m")
+	j := f.claim(t, m)
+	work, err := f.ck.WorkDir(m.ID, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAdapter(work); err != nil {
+		t.Fatal(err)
+	}
+	return m, j, work
+}
+
+// A record that commits but answers an error (the database restarting as
+// it answers) is a publish: the step's folder stays with its row.
+func TestPublishLostAnswer(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	m, j, _ := f.trained(t)
+	dir, err := f.ck.Publish(m.ID, j.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The record commits, but its answer is lost (the database restarting
+	// as it answers): the queue sees an error and calls Unpublish.
+	if _, err := completeJob(ctx, f.st, j.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: dir}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ck.Unpublish(m.ID, 1, dir, errors.New("unexpected EOF")); err != nil {
+		t.Fatalf("unpublish of a step whose commit went through: %v", err)
+	}
+	if !exists(filepath.Join(dir, checkpoints.AdapterFile)) {
+		t.Fatal("the recorded step's folder was removed")
+	}
+	if ck, err := f.st.LatestCheckpoint(ctx, m.ID); err != nil || ck.Step != 1 || ck.Dir != dir {
+		t.Errorf("latest checkpoint %+v %v", ck, err)
 	}
 }

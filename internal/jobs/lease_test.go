@@ -310,3 +310,38 @@ func TestUnrecordedFailureKeepsTheRequest(t *testing.T) {
 		}
 	}
 }
+
+// lostAckFailStore is the store of a node whose database restarts just as
+// it commits a job's failure: the commit goes through, its answer is lost.
+type lostAckFailStore struct{ store.Database }
+
+func (s lostAckFailStore) FailJob(ctx context.Context, l store.Lease, msg string) error {
+	if err := s.Database.FailJob(ctx, l, msg); err != nil {
+		return err
+	}
+	return errors.New("unexpected EOF")
+}
+
+// A failure recorded while its answer was lost (the chaos soak's 30-minute
+// run: a job FAILED with its request body left behind) removes the request
+// body all the same: the run reads the job back and finds it ended.
+func TestLostAnswerToARecordedFailureRemovesTheRequest(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	m := f.model(t, "m")
+	a := f.node(lostAckFailStore{f.st}, &failOnce{next: &recTrainer{}}, "node-a", io.Discard)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown(ctx)
+	id := submit(t, a, m)
+	waitAll(t, f.st, []string{id}, store.StatusFailed)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(f.layout.RequestPath(id)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the request body of the FAILED job stays")
+		}
+	}
+}

@@ -497,6 +497,9 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	// job is still RUNNING and is reclaimed when the lease expires).
 	keepRequest := errors.Is(cause, errShutdown) || errors.Is(cause, store.ErrLeaseLost)
 	defer func() {
+		if keepRequest && !errors.Is(cause, errShutdown) && q.ended(j.ID) {
+			keepRequest = false // recorded after all: the commit went through, its answer was lost
+		}
 		if !keepRequest {
 			os.Remove(j.RequestPath)
 		}
@@ -534,6 +537,32 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 			keepRequest = !q.fail(bg, lease, r, "saving the new checkpoint failed")
 		default:
 			log.Info("job completed", "to_step", *j.FromStep+1, "duration", time.Since(start))
+		}
+	}
+}
+
+// ended reports whether job id has ended (COMPLETED, FAILED, CANCELLED, or
+// deleted with its model). A run that could not tell whether its end was
+// recorded asks: a commit can go through while its answer is lost (the
+// database restarting as it answers; the chaos soak found a job FAILED with
+// its request body left so). It retries for up to a lease timeout; a store
+// that stays unreachable answers false, and the body stays for the node
+// that reclaims the job (or for the start-up sweep, once the job ended).
+func (q *Queue) ended(id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.LeaseTimeout)
+	defer cancel()
+	for {
+		j, err := q.st.JobByID(ctx, id)
+		switch {
+		case err == nil:
+			return j.Status == store.StatusCompleted || j.Status == store.StatusFailed || j.Status == store.StatusCancelled
+		case errors.Is(err, store.ErrNotFound):
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -748,8 +777,7 @@ func (q *Queue) complete(ctx context.Context, j store.Job, res Result, r *run) e
 		return err
 	}
 	if _, err := lt.Complete(ctx, store.Checkpoint{ModelID: j.ModelID, Step: step, Dir: dir, Metrics: metrics}, jobMetrics); err != nil {
-		q.cfg.Checkpoints.Unpublish(j.ModelID, step)
-		return err
+		return q.cfg.Checkpoints.Unpublish(j.ModelID, step, dir, err)
 	}
 	return nil
 }

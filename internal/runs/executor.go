@@ -618,7 +618,7 @@ func (s *Service) publish(ctx context.Context, run store.TrainingRun, sp *Spec, 
 			o := *out
 			o.Status, o.Result, o.Checkpoint = store.OpSucceeded, body, ck
 			if err = s.cfg.Store.FinishOperation(context.WithoutCancel(ctx), s.cfg.NodeID, o); err != nil {
-				s.cfg.Checkpoints.Unpublish(m.ID, v)
+				err = s.cfg.Checkpoints.Unpublish(m.ID, v, ck.Dir, err)
 			}
 		}
 	}
