@@ -35,9 +35,6 @@ func (e *SyntaxError) Error() string {
 
 func errAt(off int, msg string) error { return &SyntaxError{Offset: off, Msg: msg} }
 
-// IsSpace reports whether c is JSON whitespace.
-func IsSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
-
 // SkipSpace returns the offset of the first byte at or after i that is not
 // whitespace (len(d) when there is none).
 func SkipSpace(d []byte, i int) int {
