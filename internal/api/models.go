@@ -25,7 +25,7 @@ func (s *Server) registerModels() {
 	s.openai.Route("POST /v1/preview/models/{model_id}/log", s.logModel)
 }
 
-func modelJSON(m store.Model) map[string]any {
+func modelJSON(m store.TrainedModel) map[string]any {
 	return map[string]any{
 		"id": m.ID, "object": "model", "entity": m.Entity, "project": m.Project, "name": m.Name,
 		"base_model": m.BaseModel, "run_id": m.RunID, "created_at": store.FormatTime(m.CreatedAt),
@@ -46,10 +46,10 @@ func checkpointJSON(c store.Checkpoint) any {
 
 // visibleModel loads a model the caller may see; another entity's model is
 // reported missing, as the contract requires.
-func (s *Server) visibleModel(r *http.Request, id, param string) (store.Model, error) {
+func (s *Server) visibleModel(r *http.Request, id, param string) (store.TrainedModel, error) {
 	caller, perr := httpx.Principal(r)
 	if perr != nil {
-		return store.Model{}, perr
+		return store.TrainedModel{}, perr
 	}
 	m, err := s.st.ModelByID(r.Context(), id)
 	if err == nil && caller.Member(m.Entity) {
@@ -171,7 +171,7 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 
-	m := store.Model{ID: store.NewID(), Entity: entity, Project: *req.Project, Name: *req.Name,
+	m := store.TrainedModel{ID: store.NewID(), Entity: entity, Project: *req.Project, Name: *req.Name,
 		BaseModel: *req.BaseModel, LoRA: lora, CreatedBy: p.UserID}
 	h := fnv.New64a()
 	io.WriteString(h, m.ID)
@@ -213,7 +213,7 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeList(w, models, func(m store.Model) string { return m.ID }, func(m store.Model) any { return modelJSON(m) }, more)
+	writeList(w, models, func(m store.TrainedModel) string { return m.ID }, func(m store.TrainedModel) any { return modelJSON(m) }, more)
 	return nil
 }
 

@@ -45,7 +45,7 @@ func seedScale(tb testing.TB, dir string, steps, calls int) scale {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	m, err := st.CreateModel(ctx, store.Model{ID: store.NewID(), Entity: "admin", Project: "scale", Name: "long",
+	m, err := st.CreateModel(ctx, store.TrainedModel{ID: store.NewID(), Entity: "admin", Project: "scale", Name: "long",
 		BaseModel: "flywheel/tiny", LoRA: store.LoRA{Rank: 16, Alpha: 32}}, store.Checkpoint{ID: store.NewID(), Step: 0, Dir: dir + "/none"})
 	if err != nil {
 		tb.Fatal(err)

@@ -71,29 +71,29 @@ func (e *AdapterError) Unwrap() error { return e.Err }
 // and the model and its step-0 checkpoint are inserted in one transaction.
 // On any failure the model's folder is removed. A writeAdapter failure is an
 // *AdapterError; store errors (ErrConflict for a taken name) are wrapped.
-func (m *Manager) Create(ctx context.Context, model store.Model, writeAdapter func(dir string) error) (store.Model, error) {
+func (m *Manager) Create(ctx context.Context, model store.TrainedModel, writeAdapter func(dir string) error) (store.TrainedModel, error) {
 	modelDir := m.layout.ModelDir(model.ID)
 	work := m.layout.WorkDir(model.ID, createWork)
 	final := m.layout.CheckpointDir(model.ID, 0)
 	if err := store.EmptyDir(work); err != nil {
-		return store.Model{}, fmt.Errorf("create the folder of model %s: %w", model.ID, err)
+		return store.TrainedModel{}, fmt.Errorf("create the folder of model %s: %w", model.ID, err)
 	}
 	if err := writeAdapter(work); err != nil {
 		m.removeAll(modelDir, "model_id", model.ID)
-		return store.Model{}, &AdapterError{Err: err}
+		return store.TrainedModel{}, &AdapterError{Err: err}
 	}
 	if err := private(work); err != nil {
 		m.removeAll(modelDir, "model_id", model.ID)
-		return store.Model{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
+		return store.TrainedModel{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
 	}
 	if err := store.PublishDir(work, final); err != nil {
 		m.removeAll(modelDir, "model_id", model.ID)
-		return store.Model{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
+		return store.TrainedModel{}, fmt.Errorf("publish step 0 of model %s: %w", model.ID, err)
 	}
 	created, err := m.st.CreateModel(ctx, model, store.Checkpoint{Step: 0, Dir: final})
 	if err != nil {
 		m.removeAll(modelDir, "model_id", model.ID)
-		return store.Model{}, fmt.Errorf("create model %s: %w", model.ID, err)
+		return store.TrainedModel{}, fmt.Errorf("create model %s: %w", model.ID, err)
 	}
 	return created, nil
 }

@@ -54,9 +54,9 @@ func writeAdapter(dir string) error {
 	return os.WriteFile(filepath.Join(dir, checkpoints.AdapterFile), []byte("weights"), 0o644)
 }
 
-func (f *fixture) create(t *testing.T, name string) store.Model {
+func (f *fixture) create(t *testing.T, name string) store.TrainedModel {
 	t.Helper()
-	m, err := f.ck.Create(context.Background(), store.Model{ID: store.NewID(), Entity: "u", Project: "p", Name: name, BaseModel: "b"}, writeAdapter)
+	m, err := f.ck.Create(context.Background(), store.TrainedModel{ID: store.NewID(), Entity: "u", Project: "p", Name: name, BaseModel: "b"}, writeAdapter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestCreateStepZero(t *testing.T) {
 
 	// A writer failure is an AdapterError and leaves nothing behind.
 	id := store.NewID()
-	_, err = f.ck.Create(ctx, store.Model{ID: id, Entity: "u", Project: "p", Name: "bad", BaseModel: "b"}, func(dir string) error {
+	_, err = f.ck.Create(ctx, store.TrainedModel{ID: id, Entity: "u", Project: "p", Name: "bad", BaseModel: "b"}, func(dir string) error {
 		os.MkdirAll(dir, 0o755)
 		return errors.New("rank too large")
 	})
@@ -110,7 +110,7 @@ func TestCreateStepZero(t *testing.T) {
 
 	// A taken name is the store's conflict, and leaves nothing behind.
 	id = store.NewID()
-	_, err = f.ck.Create(ctx, store.Model{ID: id, Entity: "u", Project: "p", Name: "m", BaseModel: "b"}, writeAdapter)
+	_, err = f.ck.Create(ctx, store.TrainedModel{ID: id, Entity: "u", Project: "p", Name: "m", BaseModel: "b"}, writeAdapter)
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("duplicate name: %v", err)
 	}
@@ -120,7 +120,7 @@ func TestCreateStepZero(t *testing.T) {
 }
 
 // claim queues and claims a job of model m, as the queue does.
-func (f *fixture) claim(t *testing.T, m store.Model) store.Job {
+func (f *fixture) claim(t *testing.T, m store.TrainedModel) store.Job {
 	t.Helper()
 	if _, err := f.st.CreateJob(context.Background(), store.Job{ModelID: m.ID, Kind: store.KindRL}); err != nil {
 		t.Fatal(err)
@@ -330,7 +330,7 @@ func TestSharedSweepSparesModelsInTraining(t *testing.T) {
 
 // trained creates model m, claims a job of it, and writes the job's work
 // folder with an adapter, as a finished run leaves it.
-func (f *fixture) trained(t *testing.T) (store.Model, store.Job, string) {
+func (f *fixture) trained(t *testing.T) (store.TrainedModel, store.Job, string) {
 	t.Helper()
 	m := f.create(t, "m")
 	j := f.claim(t, m)

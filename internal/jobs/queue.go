@@ -87,7 +87,7 @@ type Trainer interface {
 // Store is the persistence the queue needs.
 type Store interface {
 	store.Jobs
-	ModelByID(ctx context.Context, id string) (store.Model, error)
+	ModelByID(ctx context.Context, id string) (store.TrainedModel, error)
 	LatestCheckpoint(ctx context.Context, modelID string) (store.Checkpoint, error)
 	FileByID(ctx context.Context, id string) (store.File, error)
 }

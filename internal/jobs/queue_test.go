@@ -111,7 +111,7 @@ func (f *fixture) model(t *testing.T, name string) string {
 	id := store.NewID()
 	dir := f.layout.CheckpointDir(id, 0)
 	os.MkdirAll(dir, 0o755)
-	_, err := f.st.CreateModel(context.Background(), store.Model{ID: id, Entity: "u", Project: "p", Name: name, BaseModel: "b"},
+	_, err := f.st.CreateModel(context.Background(), store.TrainedModel{ID: id, Entity: "u", Project: "p", Name: name, BaseModel: "b"},
 		store.Checkpoint{Step: 0, Dir: dir})
 	if err != nil {
 		t.Fatal(err)

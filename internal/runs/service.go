@@ -382,12 +382,12 @@ func (s *Service) checkForward(req *ForwardRequest, sp *Spec) (*tokenBatch, loss
 // modelFor is the registered model a run publishes to: the model named
 // alias (the client sends its model's name) on the run's base model, in
 // one of the caller's entities.
-func (s *Service) modelFor(ctx context.Context, entities []string, sp *Spec, alias string) (store.Model, error) {
+func (s *Service) modelFor(ctx context.Context, entities []string, sp *Spec, alias string) (store.TrainedModel, error) {
 	ms, err := s.cfg.Store.ListModels(ctx, entities)
 	if err != nil {
-		return store.Model{}, err
+		return store.TrainedModel{}, err
 	}
-	var found []store.Model
+	var found []store.TrainedModel
 	for _, m := range ms {
 		if m.Name == alias && m.BaseModel == sp.BaseModel {
 			found = append(found, m)
@@ -395,12 +395,12 @@ func (s *Service) modelFor(ctx context.Context, entities []string, sp *Spec, ali
 	}
 	switch len(found) {
 	case 0:
-		return store.Model{}, &httpx.Error{Status: http.StatusBadRequest, Param: "publication.model_alias", Code: "model_not_found",
+		return store.TrainedModel{}, &httpx.Error{Status: http.StatusBadRequest, Param: "publication.model_alias", Code: "model_not_found",
 			Message: fmt.Sprintf("no model named %q on base model %s in your entities: register it first (POST /v1/preview/models)", alias, sp.BaseModel)}
 	case 1:
 		return found[0], nil
 	}
-	return store.Model{}, &httpx.Error{Status: http.StatusBadRequest, Param: "publication.model_alias", Code: "ambiguous_model",
+	return store.TrainedModel{}, &httpx.Error{Status: http.StatusBadRequest, Param: "publication.model_alias", Code: "ambiguous_model",
 		Message: fmt.Sprintf("%d of your models are named %q (in several entities or projects)", len(found), alias)}
 }
 

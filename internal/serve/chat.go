@@ -258,7 +258,7 @@ func (pl *chatPlan) parseTools() bool { return len(pl.tools) > 0 && pl.toolChoic
 type prepared struct {
 	plan   *chatPlan
 	target Target
-	lm     *lmodel
+	lm     *servedModel
 	ctx    context.Context // the request's; cancelling it ends the generation
 	req    infer.Request
 	gen    *infer.Generation

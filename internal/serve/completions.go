@@ -181,7 +181,7 @@ func (pl *completionPlan) parsePrompt(raw json.RawMessage) error {
 type completionRun struct {
 	plan    *completionPlan
 	target  Target
-	lm      *lmodel
+	lm      *servedModel
 	ctx     context.Context
 	prompts [][]int
 	reqs    []infer.Request
@@ -314,7 +314,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) error
 
 // submitError is the answer to a failed Submit: 429 when the queue is
 // full (with retry-after), else 503.
-func (s *Server) submitError(w http.ResponseWriter, err error, lm *lmodel, target Target) error {
+func (s *Server) submitError(w http.ResponseWriter, err error, lm *servedModel, target Target) error {
 	if errors.Is(err, infer.ErrQueueFull) {
 		secs := int(math.Ceil(s.opts.RetryAfter.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
@@ -425,14 +425,14 @@ func (s *Server) appendPromptLegacy(run *completionRun, lp *CompletionLogprobs, 
 // promptLPs collects a prompt's prompt_logprobs as the scheduler prefills
 // it (infer.Request.PromptLogits).
 type promptLPs struct {
-	lm      *lmodel
+	lm      *servedModel
 	prompt  []int
 	k       int
 	mu      sync.Mutex
 	entries []PromptLogprob
 }
 
-func newPromptLPs(lm *lmodel, prompt []int, k int) *promptLPs {
+func newPromptLPs(lm *servedModel, prompt []int, k int) *promptLPs {
 	return &promptLPs{lm: lm, prompt: prompt, k: k, entries: make([]PromptLogprob, len(prompt))}
 }
 
@@ -457,7 +457,7 @@ func (c *promptLPs) get() []PromptLogprob {
 
 // promptEntry is the PromptLogprob of token id at a position with logits
 // row: id and the k most likely tokens.
-func (l *lmodel) promptEntry(row []float32, id, k int) PromptLogprob {
+func (l *servedModel) promptEntry(row []float32, id, k int) PromptLogprob {
 	mx := math.Inf(-1)
 	for _, v := range row {
 		mx = math.Max(mx, float64(v))

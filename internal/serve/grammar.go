@@ -77,7 +77,7 @@ func toolCallGrammar(fns []ToolFunction, index []int, format toolFormat) (*jnode
 
 // forcedToolConstraint is the constraint of a forced tool choice, or the
 // 400 of a strict function schema outside the subset.
-func forcedToolConstraint(lm *lmodel, pl *chatPlan, maxTokens int) (func() infer.Constraint, error) {
+func forcedToolConstraint(lm *servedModel, pl *chatPlan, maxTokens int) (func() infer.Constraint, error) {
 	fns, index := pl.forcedFunctions()
 	g, err := toolCallGrammar(fns, index, lm.format)
 	if err != nil {

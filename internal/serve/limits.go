@@ -129,7 +129,7 @@ func promptBytes(msgs []ChatMessage, tools, kwargs json.RawMessage) int {
 // checkPromptBytes refuses a prompt that cannot fit the context whatever
 // its tokenization, before it is rendered or tokenized (a 50 MB prompt would
 // otherwise be tokenized in full only to be refused).
-func (l *lmodel) checkPromptBytes(param, what string, n int) error {
+func (l *servedModel) checkPromptBytes(param, what string, n int) error {
 	limit := int64(l.maxLen()) * int64(l.bytesPerToken)
 	if int64(n) <= limit {
 		return nil

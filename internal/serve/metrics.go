@@ -33,7 +33,7 @@ func (s *Server) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (s *Server) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Lock()
-	ms := make([]*lmodel, 0, len(s.models))
+	ms := make([]*servedModel, 0, len(s.models))
 	for _, m := range s.models {
 		ms = append(ms, m)
 	}

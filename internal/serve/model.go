@@ -15,10 +15,10 @@ import (
 	"flywheel/internal/infer"
 )
 
-// lmodel is a loaded base model with what serving derives from it, and its
+// servedModel is a loaded base model with what serving derives from it, and its
 // inference scheduler. The generation rules (context length, end tokens,
 // kept special tokens) are the scheduler's (infer.Rules); serving reads them.
-type lmodel struct {
+type servedModel struct {
 	id     string
 	m      *engine.Model
 	tok    *tokenizer.Tokenizer
@@ -33,11 +33,11 @@ type lmodel struct {
 	jv     *jsonVocab
 }
 
-func newLModel(m *engine.Model, opts *Options, prefix *infer.PrefixCache) (*lmodel, error) {
+func newLModel(m *engine.Model, opts *Options, prefix *infer.PrefixCache) (*servedModel, error) {
 	if m.Tokenizer == nil {
 		return nil, fmt.Errorf("model %s has no tokenizer", m.ID)
 	}
-	l := &lmodel{id: m.ID, m: m, tok: m.Tokenizer, limits: opts.TemplateLimits, bytesPerToken: opts.MaxPromptBytesPerToken}
+	l := &servedModel{id: m.ID, m: m, tok: m.Tokenizer, limits: opts.TemplateLimits, bytesPerToken: opts.MaxPromptBytesPerToken}
 	if m.Template != nil {
 		l.format = detectToolFormat(m.Template.Source())
 	}
@@ -51,11 +51,11 @@ func newLModel(m *engine.Model, opts *Options, prefix *infer.PrefixCache) (*lmod
 }
 
 // maxLen is the context length (the scheduler's rule).
-func (l *lmodel) maxLen() int { return l.rules.MaxLen() }
+func (l *servedModel) maxLen() int { return l.rules.MaxLen() }
 
 // markerFor returns the added token of a tool-call marker that lit starts
 // with.
-func (l *lmodel) markerFor(lit string) (int, bool) {
+func (l *servedModel) markerFor(lit string) (int, bool) {
 	if lit == "" {
 		return 0, false
 	}
@@ -179,7 +179,7 @@ func messageText(raw json.RawMessage, param string) (*string, error) {
 }
 
 // render applies the model's chat template.
-func (l *lmodel) render(in chatInput) (string, error) {
+func (l *servedModel) render(in chatInput) (string, error) {
 	if l.m.Template == nil {
 		msg := "this model has no chat template"
 		if le, ok := chattmpl.IsLimit(l.m.TemplateErr); ok {
@@ -228,14 +228,14 @@ func (l *lmodel) render(in chatInput) (string, error) {
 }
 
 // tokenString is a token as logprobs show it.
-func (l *lmodel) tokenString(id int, asIDs bool) string {
+func (l *servedModel) tokenString(id int, asIDs bool) string {
 	if asIDs {
 		return fmt.Sprintf("token_id:%d", id)
 	}
 	return string(l.tok.TokenBytes(id))
 }
 
-func (l *lmodel) tokenBytesInts(id int) []int {
+func (l *servedModel) tokenBytesInts(id int) []int {
 	b := l.tok.TokenBytes(id)
 	out := make([]int, len(b))
 	for i, c := range b {

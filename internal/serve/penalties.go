@@ -70,7 +70,7 @@ func parsePenalties(presence, frequency, repetition *float64, logitBias json.Raw
 }
 
 // checkLogitBias checks that logit_bias names tokens of lm's vocabulary.
-func checkLogitBias(p *infer.Penalties, lm *lmodel) error {
+func checkLogitBias(p *infer.Penalties, lm *servedModel) error {
 	if p == nil {
 		return nil
 	}

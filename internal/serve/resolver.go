@@ -11,8 +11,8 @@ import (
 
 // ModelStore is the part of store.Models the resolver reads.
 type ModelStore interface {
-	ModelByName(ctx context.Context, entity, project, name string) (store.Model, error)
-	ListModels(ctx context.Context, entities []string) ([]store.Model, error)
+	ModelByName(ctx context.Context, entity, project, name string) (store.TrainedModel, error)
+	ListModels(ctx context.Context, entities []string) ([]store.TrainedModel, error)
 	CheckpointByStep(ctx context.Context, modelID string, step int) (store.Checkpoint, error)
 	LatestCheckpoint(ctx context.Context, modelID string) (store.Checkpoint, error)
 }
@@ -73,7 +73,7 @@ func (r *StoreResolver) List(ctx context.Context, p *auth.Principal) ([]Target, 
 	return out, nil
 }
 
-func targetOf(m store.Model, step int, dir string) Target {
+func targetOf(m store.TrainedModel, step int, dir string) Target {
 	name := fmt.Sprintf("%s/%s/%s", m.Entity, m.Project, m.Name)
 	return Target{Name: name, BaseModel: m.BaseModel, AdapterDir: dir, Step: step,
 		Entity: m.Entity, Project: m.Project, ModelName: m.Name, Created: m.CreatedAt}

@@ -144,7 +144,7 @@ func parseSampling(req *SamplingRequest, opts *Options, maxParam string) (*sampl
 }
 
 // checkVocab checks the token ids the plan names against lm's vocabulary.
-func (pl *samplePlan) checkVocab(lm *lmodel) error {
+func (pl *samplePlan) checkVocab(lm *servedModel) error {
 	for id := range pl.stopIDs {
 		if id < 0 || id >= lm.m.Config.VocabSize {
 			return httpx.Invalid("stop_token_ids", "invalid_value", "stop_token_ids: token id %d is out of range [0, %d)", id, lm.m.Config.VocabSize)
@@ -157,7 +157,7 @@ func (pl *samplePlan) checkVocab(lm *lmodel) error {
 // max_tokens (0: defaultMax, -1 for the rest of the context) checked against
 // the context length (promptParam names the prompt in errors), sampling,
 // stops, penalties, response_format's constraint, the adapter.
-func (s *Server) inferRequest(ctx context.Context, p *auth.Principal, pl *samplePlan, target Target, lm *lmodel, prompt []int, promptParam string, defaultMax int) (infer.Request, error) {
+func (s *Server) inferRequest(ctx context.Context, p *auth.Principal, pl *samplePlan, target Target, lm *servedModel, prompt []int, promptParam string, defaultMax int) (infer.Request, error) {
 	maxTokens := pl.maxTokens
 	if maxTokens == 0 {
 		maxTokens = defaultMax
@@ -204,7 +204,7 @@ func (s *Server) inferRequest(ctx context.Context, p *auth.Principal, pl *sample
 
 // sampling builds the per-choice sampling parameters, defaults from the
 // model's generation config.
-func (pl *samplePlan) sampling(lm *lmodel) []engine.SamplingParams {
+func (pl *samplePlan) sampling(lm *servedModel) []engine.SamplingParams {
 	g := lm.m.Gen
 	base := engine.SamplingParams{Temperature: g.Temperature, TopP: g.TopP, TopK: g.TopK, MinP: g.MinP}
 	if pl.temperature != nil {

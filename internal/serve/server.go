@@ -268,7 +268,7 @@ type Server struct {
 	inflight *keyLimiter        // inference requests in flight per key
 
 	mu     sync.Mutex
-	models map[string]*lmodel
+	models map[string]*servedModel
 	closed bool
 
 	baseMu    sync.Mutex
@@ -285,7 +285,7 @@ func New(reg *engine.Registry, resolver Resolver, recorder CallRecorder, opts Op
 		reg: reg, resolver: resolver, recorder: recorder, opts: opts, log: opts.Logger,
 		adapters: infer.NewAdapterCache(opts.AdapterCacheSize),
 		prefix:   infer.NewPrefixCache(int64(opts.PrefixCacheMB) << 20),
-		models:   map[string]*lmodel{},
+		models:   map[string]*servedModel{},
 		inflight: &keyLimiter{max: opts.MaxInflightPerKey},
 	}
 }
@@ -309,7 +309,7 @@ func (s *Server) Register(rt *httpx.Routes) {
 func (s *Server) Close() {
 	s.mu.Lock()
 	s.closed = true
-	ms := make([]*lmodel, 0, len(s.models))
+	ms := make([]*servedModel, 0, len(s.models))
 	for _, m := range s.models {
 		ms = append(ms, m)
 	}
@@ -334,7 +334,7 @@ func (s *Server) Stats(baseModel string) Stats {
 }
 
 // model returns the loaded base model with its scheduler.
-func (s *Server) model(id string) (*lmodel, error) {
+func (s *Server) model(id string) (*servedModel, error) {
 	s.mu.Lock()
 	if m, ok := s.models[id]; ok {
 		s.mu.Unlock()
@@ -430,7 +430,7 @@ func ParseModelRef(model string) (ModelRef, bool) {
 
 // resolveModel maps a request's model to its target and the loaded base
 // model the target runs on: the first step of every inference route.
-func (s *Server) resolveModel(ctx context.Context, p *auth.Principal, model string) (Target, *lmodel, error) {
+func (s *Server) resolveModel(ctx context.Context, p *auth.Principal, model string) (Target, *servedModel, error) {
 	target, err := s.resolve(ctx, p, model)
 	if err != nil {
 		return Target{}, nil, err

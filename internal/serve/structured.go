@@ -57,7 +57,7 @@ func newVocabTrie(ids []int32, bytesOf [][]byte) *vocabTrie {
 	return t
 }
 
-func (l *lmodel) jsonVocab() *jsonVocab {
+func (l *servedModel) jsonVocab() *jsonVocab {
 	l.jvOnce.Do(func() {
 		n := min(l.tok.VocabSize(), l.m.Config.VocabSize)
 		v := &jsonVocab{bytes: make([][]byte, n)}
@@ -88,7 +88,7 @@ func (l *lmodel) jsonVocab() *jsonVocab {
 // jsonConstraint generates one JSON document of a grammar (see
 // jsongrammar.go) as an infer.Constraint.
 type jsonConstraint struct {
-	lm     *lmodel
+	lm     *servedModel
 	v      *jsonVocab
 	state  jstate
 	left   int // tokens the choice may still generate, this one included
@@ -109,7 +109,7 @@ var _ infer.Constraint = (*jsonConstraint)(nil)
 
 // newJSONConstraint returns the per-choice factory of root's constraint for
 // choices of at most maxTokens tokens.
-func newJSONConstraint(lm *lmodel, root *jnode, maxTokens int) func() infer.Constraint {
+func newJSONConstraint(lm *servedModel, root *jnode, maxTokens int) func() infer.Constraint {
 	v := lm.jsonVocab()
 	return func() infer.Constraint {
 		return &jsonConstraint{lm: lm, v: v, state: jstate{push(nil, root)}, left: maxTokens}

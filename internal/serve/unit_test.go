@@ -162,19 +162,19 @@ func TestModelRefs(t *testing.T) {
 }
 
 type fakeStore struct {
-	models map[string]store.Model
+	models map[string]store.TrainedModel
 	cks    map[string][]store.Checkpoint
 }
 
-func (f *fakeStore) ModelByName(ctx context.Context, e, p, n string) (store.Model, error) {
+func (f *fakeStore) ModelByName(ctx context.Context, e, p, n string) (store.TrainedModel, error) {
 	m, ok := f.models[e+"/"+p+"/"+n]
 	if !ok {
-		return store.Model{}, store.ErrNotFound
+		return store.TrainedModel{}, store.ErrNotFound
 	}
 	return m, nil
 }
-func (f *fakeStore) ListModels(ctx context.Context, entities []string) ([]store.Model, error) {
-	var out []store.Model
+func (f *fakeStore) ListModels(ctx context.Context, entities []string) ([]store.TrainedModel, error) {
+	var out []store.TrainedModel
 	for _, m := range f.models {
 		for _, e := range entities {
 			if m.Entity == e {
@@ -210,7 +210,7 @@ func TestStoreResolver(t *testing.T) {
 		os.WriteFile(filepath.Join(d, engine.AdapterConfigFile), []byte("{}"), 0o644)
 	}
 	fs := &fakeStore{
-		models: map[string]store.Model{"alice/p/m": {ID: "m1", Entity: "alice", Project: "p", Name: "m", BaseModel: tinyID, LatestStep: 1},
+		models: map[string]store.TrainedModel{"alice/p/m": {ID: "m1", Entity: "alice", Project: "p", Name: "m", BaseModel: tinyID, LatestStep: 1},
 			"bob/p/m": {ID: "m2", Entity: "bob", Project: "p", Name: "m", BaseModel: tinyID}},
 		cks: map[string][]store.Checkpoint{"m1": {{Step: 0, Dir: ck0}, {Step: 1, Dir: ck1}}},
 	}

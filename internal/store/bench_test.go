@@ -51,7 +51,7 @@ func benchClaims(b *testing.B, nodes []store.Database) {
 	}
 	var models []string
 	for i := range 64 {
-		m, err := st.CreateModel(ctx, store.Model{ID: store.NewID(), Entity: "ann", Project: "p", Name: fmt.Sprint("m", i), BaseModel: "b"}, store.Checkpoint{Step: 0, Dir: "/d"})
+		m, err := st.CreateModel(ctx, store.TrainedModel{ID: store.NewID(), Entity: "ann", Project: "p", Name: fmt.Sprint("m", i), BaseModel: "b"}, store.Checkpoint{Step: 0, Dir: "/d"})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -29,13 +29,13 @@ func pgNodes(t testing.TB, dsn string, n int) []*store.Postgres {
 	return nodes
 }
 
-func newModel(t *testing.T, st store.Database, name string) store.Model {
+func newModel(t *testing.T, st store.Database, name string) store.TrainedModel {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := st.EnsureUser(ctx, "ann"); err != nil {
 		t.Fatal(err)
 	}
-	m, err := st.CreateModel(ctx, store.Model{ID: store.NewID(), Entity: "ann", Project: "p", Name: name, BaseModel: "b"}, store.Checkpoint{Step: 0, Dir: "/d/0"})
+	m, err := st.CreateModel(ctx, store.TrainedModel{ID: store.NewID(), Entity: "ann", Project: "p", Name: name, BaseModel: "b"}, store.Checkpoint{Step: 0, Dir: "/d/0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestConcurrentClaims(t *testing.T) {
 func testConcurrentClaims[S store.Database](t *testing.T, nodes []S) {
 	ctx := context.Background()
 	const models, perModel = 6, 8
-	var ms []store.Model
+	var ms []store.TrainedModel
 	order := map[string][]string{} // model -> job ids in submission order
 	for i := range models {
 		m := newModel(t, nodes[0], fmt.Sprintf("m%d", i))

@@ -12,8 +12,8 @@ import (
 const modelCols = `m.id, m.entity, m.project, m.name, m.base_model, m.lora, m.run_id, m.created_by, m.created_at,
 	COALESCE((SELECT max(c.step) FROM checkpoints c WHERE c.model_id = m.id), -1)`
 
-func scanModel(sc interface{ Scan(...any) error }) (Model, error) {
-	var m Model
+func scanModel(sc interface{ Scan(...any) error }) (TrainedModel, error) {
+	var m TrainedModel
 	var lora, created string
 	var run sql.NullString
 	if err := sc.Scan(&m.ID, &m.Entity, &m.Project, &m.Name, &m.BaseModel, &lora, &run, &m.CreatedBy, &created, &m.LatestStep); err != nil {
@@ -28,7 +28,7 @@ func scanModel(sc interface{ Scan(...any) error }) (Model, error) {
 }
 
 // CreateModel inserts the model and its first checkpoint.
-func (s *sqlDB) CreateModel(ctx context.Context, m Model, first Checkpoint) (Model, error) {
+func (s *sqlDB) CreateModel(ctx context.Context, m TrainedModel, first Checkpoint) (TrainedModel, error) {
 	if m.CreatedAt.IsZero() {
 		m.CreatedAt = now()
 	}
@@ -81,7 +81,7 @@ func (s *sqlDB) insertCheckpoint(ctx context.Context, q queryer, c *Checkpoint) 
 }
 
 // ModelByID returns the model with that id.
-func (s *sqlDB) ModelByID(ctx context.Context, id string) (Model, error) {
+func (s *sqlDB) ModelByID(ctx context.Context, id string) (TrainedModel, error) {
 	m, err := scanModel(s.db.QueryRowContext(ctx, "SELECT "+modelCols+" FROM models m WHERE m.id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, fmt.Errorf("model %s: %w", id, ErrNotFound)
@@ -93,7 +93,7 @@ func (s *sqlDB) ModelByID(ctx context.Context, id string) (Model, error) {
 }
 
 // ModelByName returns the model entity/project/name.
-func (s *sqlDB) ModelByName(ctx context.Context, entity, project, name string) (Model, error) {
+func (s *sqlDB) ModelByName(ctx context.Context, entity, project, name string) (TrainedModel, error) {
 	m, err := scanModel(s.db.QueryRowContext(ctx, "SELECT "+modelCols+" FROM models m WHERE m.entity = ? AND m.project = ? AND m.name = ?", entity, project, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return m, fmt.Errorf("model %s/%s/%s: %w", entity, project, name, ErrNotFound)
@@ -112,17 +112,17 @@ func inList(n int) string {
 }
 
 // ListModels lists all models of the entities, oldest first.
-func (s *sqlDB) ListModels(ctx context.Context, entities []string) ([]Model, error) {
+func (s *sqlDB) ListModels(ctx context.Context, entities []string) ([]TrainedModel, error) {
 	out, _, err := s.listModels(ctx, entities, Page{Limit: -1})
 	return out, err
 }
 
 // ListModelsPage lists a page of the entities' models.
-func (s *sqlDB) ListModelsPage(ctx context.Context, entities []string, page Page) ([]Model, bool, error) {
+func (s *sqlDB) ListModelsPage(ctx context.Context, entities []string, page Page) ([]TrainedModel, bool, error) {
 	return s.listModels(ctx, entities, page)
 }
 
-func (s *sqlDB) listModels(ctx context.Context, entities []string, page Page) ([]Model, bool, error) {
+func (s *sqlDB) listModels(ctx context.Context, entities []string, page Page) ([]TrainedModel, bool, error) {
 	args := make([]any, 0, len(entities)+2)
 	for _, e := range entities {
 		args = append(args, e)
@@ -140,7 +140,7 @@ func (s *sqlDB) listModels(ctx context.Context, entities []string, page Page) ([
 		return nil, false, fmt.Errorf("list models: %w", err)
 	}
 	defer rows.Close()
-	var out []Model
+	var out []TrainedModel
 	for rows.Next() {
 		m, err := scanModel(rows)
 		if err != nil {

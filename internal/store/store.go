@@ -112,8 +112,10 @@ type LoRA struct {
 	TargetModules []string `json:"target_modules"`
 }
 
-// Model is a trainable model: a base model plus a LoRA adapter per step.
-type Model struct {
+// TrainedModel is the record of a model users train (the API's
+// /v1/preview/models): a base model plus a LoRA adapter per step, its
+// checkpoints.
+type TrainedModel struct {
 	ID         string
 	Entity     string
 	Project    string
@@ -240,16 +242,16 @@ type Keys interface {
 type Models interface {
 	// CreateModel inserts m and its first checkpoint; ErrConflict when a
 	// model of that entity/project/name exists.
-	CreateModel(ctx context.Context, m Model, first Checkpoint) (Model, error)
+	CreateModel(ctx context.Context, m TrainedModel, first Checkpoint) (TrainedModel, error)
 	// ModelByID returns the model with that id (ErrNotFound when missing).
-	ModelByID(ctx context.Context, id string) (Model, error)
+	ModelByID(ctx context.Context, id string) (TrainedModel, error)
 	// ModelByName returns the model entity/project/name (ErrNotFound when missing).
-	ModelByName(ctx context.Context, entity, project, name string) (Model, error)
+	ModelByName(ctx context.Context, entity, project, name string) (TrainedModel, error)
 	// ListModels lists every model of the given entities, oldest first.
-	ListModels(ctx context.Context, entities []string) ([]Model, error)
+	ListModels(ctx context.Context, entities []string) ([]TrainedModel, error)
 	// ListModelsPage is ListModels with cursor paging; it reports whether
 	// more items follow.
-	ListModelsPage(ctx context.Context, entities []string, page Page) ([]Model, bool, error)
+	ListModelsPage(ctx context.Context, entities []string, page Page) ([]TrainedModel, bool, error)
 	// DeleteModel deletes the model, its checkpoints, jobs and metrics and
 	// returns the deleted checkpoints (whose folders the caller removes).
 	// ErrConflict while a job of the model is running.

@@ -179,7 +179,7 @@ func testModelsAndCheckpoints(t *testing.T, open opener) {
 	st := open(t)
 	st.EnsureUser(ctx, "ann")
 	st.EnsureUser(ctx, "bo")
-	m := store.Model{ID: store.NewID(), Entity: "ann", Project: "p", Name: "m", BaseModel: "b", LoRA: store.LoRA{Rank: 8, Alpha: 16, TargetModules: []string{"q_proj"}}}
+	m := store.TrainedModel{ID: store.NewID(), Entity: "ann", Project: "p", Name: "m", BaseModel: "b", LoRA: store.LoRA{Rank: 8, Alpha: 16, TargetModules: []string{"q_proj"}}}
 	if _, err := st.CreateModel(ctx, m, store.Checkpoint{Step: 0, Dir: "/d/0"}); err != nil {
 		t.Fatal(err)
 	}
