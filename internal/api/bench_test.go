@@ -3,14 +3,13 @@ package api_test
 import (
 	"bytes"
 	"encoding/json"
+	"flywheel/internal/cputime"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"flywheel/internal/pgtest"
 )
@@ -70,7 +69,7 @@ func benchCreateTrainingJob50MB(b *testing.B, database string) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Used()
 	for i := 0; i < b.N; i++ {
 		req := httptest.NewRequest("POST", "/v1/preview/training-jobs", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+e.alice)
@@ -80,14 +79,7 @@ func benchCreateTrainingJob50MB(b *testing.B, database string) {
 			b.Fatalf("status %d: %s", rec.Code, rec.Body.String())
 		}
 	}
-	b.ReportMetric(float64(len(body))*float64(b.N)/1e6/(cpuTime()-cpu0).Seconds(), "MB/cpu-s")
-}
-
-// cpuTime is the CPU time (user + system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(len(body))*float64(b.N)/1e6/(cputime.Used()-cpu0).Seconds(), "MB/cpu-s")
 }
 
 func createModelB(b *testing.B, e *env) string {

@@ -3,10 +3,9 @@ package rl
 import (
 	"bytes"
 	"encoding/json"
+	"flywheel/internal/cputime"
 	"fmt"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // BenchmarkValidateRL measures the scanner alone on a ~8 MB payload.
@@ -15,13 +14,13 @@ func BenchmarkValidateRL(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Used()
 	for i := 0; i < b.N; i++ {
 		if _, err := Validate(data); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(len(data))*float64(b.N)/1e6/(cpuTime()-cpu0).Seconds(), "MB/cpu-s")
+	b.ReportMetric(float64(len(data))*float64(b.N)/1e6/(cputime.Used()-cpu0).Seconds(), "MB/cpu-s")
 }
 
 // BenchmarkStdlibValid is the reference: encoding/json's syntax-only
@@ -30,11 +29,11 @@ func BenchmarkStdlibValid(b *testing.B) {
 	data := benchPayload()
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Used()
 	for i := 0; i < b.N; i++ {
 		json.Valid(data)
 	}
-	b.ReportMetric(float64(len(data))*float64(b.N)/1e6/(cpuTime()-cpu0).Seconds(), "MB/cpu-s")
+	b.ReportMetric(float64(len(data))*float64(b.N)/1e6/(cputime.Used()-cpu0).Seconds(), "MB/cpu-s")
 }
 
 // benchPayload is an ~8 MB RL request body.
@@ -56,13 +55,4 @@ func benchPayload() []byte {
 	}
 	buf.WriteString("]}")
 	return buf.Bytes()
-}
-
-// cpuTime is the CPU time (user + system) this process has used. On a
-// shared, overloaded machine MB per CPU-second is a steadier figure than
-// wall-clock MB/s.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flywheel/internal/cputime"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -12,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -129,7 +129,7 @@ func getBenchStore(b *testing.B, dt testDialect) *benchStore {
 		const workers = 2
 		next := make(chan int)
 		var wg sync.WaitGroup
-		start, cpu0 := time.Now(), cpuTime()
+		start, cpu0 := time.Now(), cputime.Used()
 		for w := 0; w < workers; w++ {
 			wg.Add(1)
 			go func() {
@@ -149,7 +149,7 @@ func getBenchStore(b *testing.B, dt testDialect) *benchStore {
 		}
 		close(next)
 		wg.Wait()
-		st := &benchStore{e: e, n: n, seedTime: time.Since(start), seedCPU: cpuTime() - cpu0, seedCalls: n}
+		st := &benchStore{e: e, n: n, seedTime: time.Since(start), seedCPU: cputime.Used() - cpu0, seedCalls: n}
 		if dt.name == DialectPostgres {
 			// What autovacuum does within a minute or so of a bulk load (the
 			// planner's statistics, the visibility map of index-only scans),
@@ -175,13 +175,6 @@ func getBenchStore(b *testing.B, dt testDialect) *benchStore {
 		benchStores[dt.name] = st
 		return st
 	}
-}
-
-// cpuTime is this process's user+system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -212,7 +205,7 @@ func benchCallStore(b *testing.B, dt testDialect) {
 		}
 		benchPost(b, url, bodies[0]) // warm the connection
 		b.ResetTimer()
-		c0 := cpuTime()
+		c0 := cputime.Used()
 		for i := 0; i < b.N; i++ {
 			t0 := time.Now()
 			out := benchPost(b, url, bodies[i])
@@ -222,7 +215,7 @@ func benchCallStore(b *testing.B, dt testDialect) {
 			}
 		}
 		b.StopTimer()
-		b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(b.N), "CPU-µs/read")
+		b.ReportMetric(float64((cputime.Used()-c0).Microseconds())/float64(b.N), "CPU-µs/read")
 		b.ReportMetric(float64(percentile(lat, 0.50).Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(percentile(lat, 0.90).Microseconds())/1000, "p90-ms")
 		b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
@@ -238,14 +231,14 @@ func benchCallStore(b *testing.B, dt testDialect) {
 		}
 		var buf []byte
 		b.ResetTimer()
-		t0, c0 := time.Now(), cpuTime()
+		t0, c0 := time.Now(), cputime.Used()
 		for i := 0; i < b.N; i++ {
 			buf = appendBenchBatch(buf[:0], i*benchBatch, benchBatch, base, func(k int) string { return newIDs[k] })
 			benchPost(b, url, buf)
 		}
 		el := time.Since(t0)
 		b.ReportMetric(float64(b.N*benchBatch)/el.Seconds(), "calls/s")
-		b.ReportMetric(float64(b.N*benchBatch)/(cpuTime()-c0).Seconds(), "calls/CPU-s")
+		b.ReportMetric(float64(b.N*benchBatch)/(cputime.Used()-c0).Seconds(), "calls/CPU-s")
 	})
 
 	b.Run("stream_query_100k", func(b *testing.B) {
@@ -253,7 +246,7 @@ func benchCallStore(b *testing.B, dt testDialect) {
 		body := []byte(`{"project_id": "` + benchProject + `", "limit": 100000, "include_storage_size": true}`)
 		rows := 0
 		b.ResetTimer()
-		t0, c0 := time.Now(), cpuTime()
+		t0, c0 := time.Now(), cputime.Used()
 		for i := 0; i < b.N; i++ {
 			req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
 			req.Header.Set("X-Test-User", "alice")
@@ -270,7 +263,7 @@ func benchCallStore(b *testing.B, dt testDialect) {
 		}
 		el := time.Since(t0)
 		b.ReportMetric(float64(rows)/el.Seconds(), "rows/s")
-		b.ReportMetric(float64(rows)/(cpuTime()-c0).Seconds(), "rows/CPU-s")
+		b.ReportMetric(float64(rows)/(cputime.Used()-c0).Seconds(), "rows/CPU-s")
 	})
 }
 

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"flywheel/internal/cputime"
 	"fmt"
 	"strconv"
 	"testing"
@@ -65,14 +66,14 @@ func decodeBenchBatch(b *testing.B, body []byte) int {
 // time per op besides wall time (steadier on a shared machine).
 func benchIngest(b *testing.B, body []byte, op func(body []byte) error) {
 	b.SetBytes(int64(len(body)))
-	c0, n := cpuTime(), 0
+	c0, n := cputime.Used(), 0
 	for b.Loop() {
 		n++
 		if err := op(body); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64((cpuTime()-c0).Microseconds())/float64(n), "cpu-µs/op")
+	b.ReportMetric(float64((cputime.Used()-c0).Microseconds())/float64(n), "cpu-µs/op")
 }
 
 func BenchmarkIngestDecodeUpsertBatch(b *testing.B) {

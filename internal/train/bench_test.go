@@ -1,11 +1,11 @@
 package train
 
 import (
+	"flywheel/internal/cputime"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,15 +45,6 @@ func benchBatch(cfg *engine.Config, nseq, seqLen int) *stepBatch {
 		seqs = append(seqs, sq)
 	}
 	return buildBatch(seqs)
-}
-
-// cpuSeconds is the process's user+system CPU time (all threads).
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
 }
 
 // peakRSS is the process's peak resident set (VmHWM) in MiB.
@@ -102,7 +93,7 @@ func benchTrainStep(b *testing.B, cfg *engine.Config, nseq, seqLen int, recomput
 // and per phase) and the peak RSS; it returns the wall seconds.
 func timeSteps(b *testing.B, s *session, sb *stepBatch, lr float64, lossFn func([]float64) (rl.Stats, []float64)) float64 {
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuSeconds()
+	start, cpu0 := time.Now(), cputime.Used().Seconds()
 	var ph [3]float64
 	for i := 0; i < b.N; i++ {
 		r, err := s.runStep(sb, lr, lossFn)
@@ -118,7 +109,7 @@ func timeSteps(b *testing.B, s *session, sb *stepBatch, lr float64, lossFn func(
 	b.ReportMetric(ph[1], "s-backward")
 	b.ReportMetric(ph[2], "s-optimizer")
 	b.ReportMetric(el/float64(b.N), "s/step")
-	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/step")
+	b.ReportMetric((cputime.Used().Seconds()-cpu0)/float64(b.N), "cpu-s/step")
 	b.ReportMetric(peakRSS(), "peakRSS-MiB")
 	return el
 }

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"flywheel/internal/cputime"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -98,13 +99,13 @@ func benchShapes(b *testing.B, bes []Backend, shapes []shape) {
 				name = fmt.Sprintf("%s/%s/%dx%dx%d", be.Name(), s.name, s.m, s.n, s.k)
 			}
 			b.Run(name, func(b *testing.B) {
-				cpu0 := cpuSeconds()
+				cpu0 := cputime.Used().Seconds()
 				for b.Loop() {
 					be.Sgemm(s.ta, s.tb, s.m, s.n, s.k, 1, a, lda, bm, ldb, 0, c, s.n)
 				}
 				flop := 2 * float64(s.m*s.n*s.k) * float64(b.N)
 				b.ReportMetric(flop/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-				b.ReportMetric(flop/(cpuSeconds()-cpu0)/1e9, "GFLOP/cpu-s")
+				b.ReportMetric(flop/(cputime.Used().Seconds()-cpu0)/1e9, "GFLOP/cpu-s")
 			})
 		}
 	}

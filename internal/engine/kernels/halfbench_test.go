@@ -15,23 +15,7 @@ import (
 func BenchmarkGemvStream(b *testing.B) {
 	const bytes = 256 << 20
 	const n, k = 3072, 576
-	probe := make([]float32, bytes/4)
-	for i := range probe {
-		probe[i] = 1
-	}
-	wf := make([]float32, bytes/4)
-	wh := make([]uint16, bytes/2)
-	for i := range wf {
-		wf[i] = float32(i%13) * 0.01
-	}
-	for i := range wh {
-		wh[i] = safetensors.F32ToBF16(float32(i%13) * 0.01)
-	}
-	x := make([]float32, k)
-	for i := range x {
-		x[i] = 1
-	}
-	c := make([]float32, n)
+	probe, wf, wh, x, c := streamBuffers(bytes, bytes, n, k)
 	var tProbe, tF32, tGemv, tBF16, tF16 float64
 	timeIt := func(f func()) float64 {
 		s := time.Now()
@@ -81,23 +65,7 @@ func BenchmarkGemvStream(b *testing.B) {
 func BenchmarkStreamOrder(b *testing.B) {
 	const bytes = 128 << 20
 	const n, k = 3072, 576
-	probe := make([]float32, 2*bytes/4)
-	for i := range probe {
-		probe[i] = 1
-	}
-	wf := make([]float32, bytes/4)
-	wh := make([]uint16, bytes/2)
-	for i := range wf {
-		wf[i] = float32(i%13) * 0.01
-	}
-	for i := range wh {
-		wh[i] = safetensors.F32ToBF16(float32(i%13) * 0.01)
-	}
-	x := make([]float32, k)
-	for i := range x {
-		x[i] = 1
-	}
-	c := make([]float32, n)
+	probe, wf, wh, x, c := streamBuffers(2*bytes, bytes, n, k)
 	defer SetRowOrder(SetRowOrder(true))
 	h5 := haveAVX512
 	defer func() { haveAVX512 = h5 }()
@@ -159,4 +127,27 @@ func BenchmarkStreamOrder(b *testing.B) {
 		b.ReportMetric(row/1e9, kd.name+"-row-GB/s")
 		b.ReportMetric(row/lock, kd.name+"-row/lock")
 	}
+}
+
+// streamBuffers makes the streaming benchmarks' buffers: a read-bandwidth
+// probe of probeBytes, the same weight values as float32 and BF16 in
+// weightBytes each, an input of k ones and an output of n.
+func streamBuffers(probeBytes, weightBytes, n, k int) (probe, wf []float32, wh []uint16, x, c []float32) {
+	probe = make([]float32, probeBytes/4)
+	for i := range probe {
+		probe[i] = 1
+	}
+	wf = make([]float32, weightBytes/4)
+	wh = make([]uint16, weightBytes/2)
+	for i := range wf {
+		wf[i] = float32(i%13) * 0.01
+	}
+	for i := range wh {
+		wh[i] = safetensors.F32ToBF16(float32(i%13) * 0.01)
+	}
+	x = make([]float32, k)
+	for i := range x {
+		x[i] = 1
+	}
+	return probe, wf, wh, x, make([]float32, n)
 }

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"flywheel/internal/cputime"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -22,21 +23,21 @@ func BenchmarkQuantGemv(b *testing.B) {
 		w, _ := randQuant(r, qt, n, k)
 		b.Run(qt.String(), func(b *testing.B) {
 			b.SetBytes(int64(len(w)))
-			c0 := cpuSeconds()
+			c0 := cputime.Used().Seconds()
 			for range b.N {
 				QuantGemmNT(qt, 1, n, k, x, k, w, 0, c, n)
 			}
-			b.ReportMetric((cpuSeconds()-c0)*1e9/float64(b.N), "cpu-ns/op")
+			b.ReportMetric((cputime.Used().Seconds()-c0)*1e9/float64(b.N), "cpu-ns/op")
 		})
 	}
 	wf := randSlice(r, n*k)
 	b.Run("F32", func(b *testing.B) {
 		b.SetBytes(int64(4 * len(wf)))
-		c0 := cpuSeconds()
+		c0 := cputime.Used().Seconds()
 		for range b.N {
 			GemvNT(1, n, k, x, k, wf, k, 0, c, n)
 		}
-		b.ReportMetric((cpuSeconds()-c0)*1e9/float64(b.N), "cpu-ns/op")
+		b.ReportMetric((cputime.Used().Seconds()-c0)*1e9/float64(b.N), "cpu-ns/op")
 	})
 }
 
@@ -66,11 +67,11 @@ func BenchmarkQuantDot4L1(b *testing.B) {
 		}{{"lockstep", kern.dots}, {"row", kern.rowDots}} {
 			b.Run(qt.String()+"-"+order.name, func(b *testing.B) {
 				var out [rows]float32
-				c0 := cpuSeconds()
+				c0 := cputime.Used().Seconds()
 				for range b.N {
 					order.dots(k/qt.BlockElems(), x, prep, w, qt.RowBytes(k), out[:])
 				}
-				b.ReportMetric((cpuSeconds()-c0)*1e9/float64(b.N)/(rows*k/32), "cpu-ns/block-row")
+				b.ReportMetric((cputime.Used().Seconds()-c0)*1e9/float64(b.N)/(rows*k/32), "cpu-ns/block-row")
 			})
 		}
 	}
@@ -134,18 +135,18 @@ func BenchmarkQuantStream(b *testing.B) {
 	defer SetRowOrder(SetRowOrder(true))
 	b.ResetTimer()
 	for range b.N {
-		s, c0 := time.Now(), cpuSeconds()
+		s, c0 := time.Now(), cputime.Used().Seconds()
 		SumParallel(probe)
 		tProbe += time.Since(s).Seconds()
-		cProbe += cpuSeconds() - c0
+		cProbe += cputime.Used().Seconds() - c0
 		for i, f := range fs {
 			rb := len(f.w) / f.mats
-			s, c0 := time.Now(), cpuSeconds()
+			s, c0 := time.Now(), cputime.Used().Seconds()
 			for o := 0; o < len(f.w); o += rb {
 				QuantGemmNT(f.t, 1, n, k, x, k, f.w[o:o+rb], 0, c, n)
 			}
 			secs[i] += time.Since(s).Seconds()
-			cpu[i] += cpuSeconds() - c0
+			cpu[i] += cputime.Used().Seconds() - c0
 		}
 	}
 	bw := float64(len(probe)*4) * float64(b.N) / tProbe

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"flywheel/internal/cputime"
 	"strings"
 	"testing"
 )
@@ -68,13 +69,13 @@ func BenchmarkEncode(b *testing.B) {
 	b.SetBytes(int64(len(text)))
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0, ok := processCPU()
+	cpu0, ok := cputime.Process()
 	n := 0
 	for b.Loop() {
 		tok.Encode(text, false)
 		n++
 	}
-	if cpu1, ok2 := processCPU(); ok && ok2 && cpu1 > cpu0 {
+	if cpu1, ok2 := cputime.Process(); ok && ok2 && cpu1 > cpu0 {
 		b.ReportMetric(float64(n*len(text))/1e6/(cpu1-cpu0).Seconds(), "MB/cpu-s")
 	}
 }
@@ -135,7 +136,7 @@ func BenchmarkLoad(b *testing.B) {
 	data := mustGunzip(b, "testdata/qwen2.5.tokenizer.json.gz")
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
-	cpu0, ok := processCPU()
+	cpu0, ok := cputime.Process()
 	n := 0
 	for b.Loop() {
 		if _, err := LoadFromBytes(data); err != nil {
@@ -143,7 +144,7 @@ func BenchmarkLoad(b *testing.B) {
 		}
 		n++
 	}
-	if cpu1, ok2 := processCPU(); ok && ok2 && n > 0 {
+	if cpu1, ok2 := cputime.Process(); ok && ok2 && n > 0 {
 		b.ReportMetric(float64((cpu1-cpu0).Milliseconds())/float64(n), "cpu-ms/op")
 	}
 }
