@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/hugemem"
 	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
 )
@@ -278,7 +279,7 @@ func readBandwidth(x []float32) float64 {
 func BenchmarkDecodeVsBandwidth135M(b *testing.B) {
 	m := model135M(b)
 	wb := float64(weightBytes(m.Weights))
-	buf := make([]float32, probeBytes/4)
+	buf := hugemem.Make[float32](probeBytes / 4)
 	for i := range buf {
 		buf[i] = 1
 	}

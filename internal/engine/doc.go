@@ -8,10 +8,11 @@
 //
 // Registry (NewRegistry(modelsDir)) lists the model folders below a models
 // dir (List) and loads each base model once, shared by training and serving
-// (Get). Load(dir) loads one folder: ReadConfig, LoadWeights (matrices used
-// in place from the memory-mapped file in their stored precision, F32 as
-// float32 and F16/BF16 as 16-bit values the kernels widen as they multiply,
-// or widened once when the folder's flywheel.json asks for float32;
+// (Get). Load(dir) loads one folder: ReadConfig, LoadWeights (matrices
+// copied from the memory-mapped file into one huge-page arena in their
+// stored precision, F32 as float32 and F16/BF16 as 16-bit values the
+// kernels widen as they multiply, or widened once when the folder's
+// flywheel.json asks for float32;
 // sharded model.safetensors.index.json supported; tied or separate
 // lm_head), the tokenizer, the chat template (Template nil and TemplateErr
 // set when the folder has none) and generation_config.json (Gen; EOS()).

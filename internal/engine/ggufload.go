@@ -23,9 +23,9 @@ import (
 // and the tensors under llama.cpp's names ("blk.N.attn_q.weight"). This
 // file maps them onto the same Config, Weights, tokenizer and template as
 // Load does, so everything downstream (serving, training, adapters) is the
-// same. Matrices are used in place from the mapping in their stored type
-// (F32, F16, BF16, or quantized blocks that the kernels dequantise as they
-// multiply); norms and biases are float32.
+// same. Matrices are copied from the mapping into one arena in their stored
+// type (F32, F16, BF16, or quantized blocks that the kernels dequantise as
+// they multiply); norms and biases are float32.
 
 // ggufArchs maps GGUF's general.architecture to the engine's architectures.
 var ggufArchs = func() map[string]string {
@@ -367,7 +367,8 @@ func LoadGGUF(path string) (*Model, error) {
 		m.TemplateErr = fmt.Errorf("engine: %s: chat template: %w", path, terr)
 	}
 	m.Gen = DefaultGenerationConfig(cfg)
-	// The mapping stays for the model's life: its tensors are used in place.
+	// The mapping stays for the model's life: F32 norms and biases are
+	// used in place.
 	return m, nil
 }
 
@@ -418,6 +419,54 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 		}
 		ts[i] = t
 	}
+	// Every matrix is copied into one arena (see arena), permuted where
+	// llama.cpp permuted it, and its file pages dropped; each layer's
+	// q/k/v and gate/up lie back to back as one buffer when the parts
+	// share a type (files may quantize v more finely than q and k: those
+	// stay apart), the layout the forward pass multiplies as one matrix.
+	groups := w.fuseGroups(ps)
+	fused := make([]bool, len(groups))
+	dst := make([][]byte, len(jobs))
+	size := 0
+	for gi, g := range groups {
+		fused[gi] = true
+		n := 0
+		for _, i := range g.parts {
+			fused[gi] = fused[gi] && ts[i].Type == ts[g.parts[0]].Type
+			n += len(ts[i].Data)
+		}
+		if fused[gi] {
+			size += arenaBytes(n)
+		}
+	}
+	for i, j := range jobs {
+		if j.mat != nil {
+			size += arenaBytes(len(ts[i].Data)) // an upper bound for fused parts
+		}
+	}
+	a := newArena(size)
+	bufs := make([][]byte, len(groups))
+	for gi, g := range groups {
+		if !fused[gi] {
+			continue
+		}
+		n := 0
+		for _, i := range g.parts {
+			n += len(ts[i].Data)
+		}
+		bufs[gi] = a.take(n)
+		off := 0
+		for _, i := range g.parts {
+			end := off + len(ts[i].Data)
+			dst[i] = bufs[gi][off:end:end]
+			off = end
+		}
+	}
+	for i, j := range jobs {
+		if j.mat != nil && dst[i] == nil {
+			dst[i] = a.take(len(ts[i].Data))
+		}
+	}
 	for i, j := range jobs {
 		t := ts[i]
 		var err error
@@ -430,33 +479,22 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 				st.Data = buf
 			}
 			*j.f32, err = st.Float32()
-		case j.permute > 0:
-			buf := make([]byte, len(t.Data))
-			permuteRows(buf, t.Data, j.permute, len(t.Data)/j.dims[1])
-			f.DropPages(t)
-			*j.mat, err = ggufMatOf(t, buf)
 		default:
-			*j.mat, err = ggufMatOf(t, t.Data)
+			if j.permute > 0 {
+				permuteRows(dst[i], t.Data, j.permute, len(t.Data)/j.dims[1])
+			} else {
+				copy(dst[i], t.Data)
+			}
+			f.DropPages(t)
+			*j.mat, err = ggufMatOf(t, dst[i])
 		}
 		if err != nil {
 			return nil, fmt.Errorf("tensor %s: %w", j.p.GGUF, err)
 		}
 	}
-	// Each layer's q/k/v and gate/up are copied into one buffer when they
-	// share a type (see fuseMats). Fused parts are copies: the file pages
-	// of those used in place leave the resident set (permuted ones already
-	// are copies).
-	for _, g := range w.fuseGroups(ps) {
-		ms := make([]*Mat, len(g.parts))
-		for k, i := range g.parts {
-			ms[k] = jobs[i].mat
-		}
-		if *g.dst = fuseMats(ms...); g.dst.Len() > 0 {
-			for _, i := range g.parts {
-				if jobs[i].permute == 0 {
-					f.DropPages(ts[i])
-				}
-			}
+	for gi, g := range groups {
+		if fused[gi] {
+			*g.dst = matOver(*jobs[g.parts[0]].mat, bufs[gi])
 		}
 	}
 	if cfg.TieWordEmbeddings {
@@ -530,29 +568,6 @@ func permuteRows(dst, src []byte, heads, rowBytes int) {
 	}
 }
 
-// fuseMats copies matrices of one type back to back into one buffer and
-// points them at their parts (the layout the forward pass multiplies as
-// one matrix); it returns the buffer, or an empty Mat (no fusion) when the
-// types differ, as in files that quantize v more finely than q and k.
-func fuseMats(ms ...*Mat) Mat {
-	var buf Mat
-	lens := make([]int, len(ms))
-	n := 0
-	for i, m := range ms {
-		if !sameType(*m, *ms[0]) {
-			return Mat{}
-		}
-		lens[i] = m.Len()
-		n += m.Len()
-	}
-	buf = newLike(*ms[0], n)
-	for i, p := range buf.parts(lens...) {
-		copyMat(p, *ms[i])
-		*ms[i] = p
-	}
-	return buf
-}
-
 // byteView is the bytes of a Mat's values (for row copies).
 func byteView(m Mat) []byte {
 	switch {
@@ -569,5 +584,3 @@ func byteView(m Mat) []byte {
 	}
 	return quantBytes(m)
 }
-
-func copyMat(dst, src Mat) { copy(byteView(dst), byteView(src)) }

@@ -37,19 +37,3 @@ func quantMat(t *gguf.Tensor, data []byte) (Mat, error) {
 
 // quantBytes is a quantized Mat's bytes (nil for others).
 func quantBytes(m Mat) []byte { return m.Quant }
-
-// sameType reports whether a and b hold values of one type.
-func sameType(a, b Mat) bool {
-	return a.kind() == b.kind() && a.HalfType == b.HalfType && a.QuantType == b.QuantType
-}
-
-// newLike allocates a Mat of n values of m's type.
-func newLike(m Mat, n int) Mat {
-	switch m.kind() {
-	case 2:
-		return Mat{Quant: make([]byte, m.QuantType.RowBytes(n)), QuantType: m.QuantType}
-	case 1:
-		return Mat{Half: make([]uint16, n), HalfType: m.HalfType}
-	}
-	return Mat{F32: make([]float32, n)}
-}

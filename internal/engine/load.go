@@ -186,15 +186,16 @@ func halfType(dtype string) kernels.HalfType {
 }
 
 // LoadWeights reads the weights of a model folder (model.safetensors or a
-// sharded model.safetensors.index.json) for cfg. Matrices are used in place
-// from the memory mapping in their stored precision (F32 as float32, BF16
-// and F16 as 16-bit values the kernels widen as they multiply; read-only:
-// never write into them), unless the folder's flywheel.json says
-// "weights_dtype": "float32", which widens BF16/F16 to float32 once. Norms
-// and biases are float32. Each layer's q/k/v and gate/up matrices are copied
-// back to back into one buffer (in their precision when the parts share it),
-// so the forward pass multiplies them as one matrix; the file pages of
-// copied and converted tensors are dropped from the resident set. With tied
+// sharded model.safetensors.index.json) for cfg. Matrices are copied from
+// the memory mapping into one arena (see arena: decode streams them from
+// huge pages) in their stored precision (F32 as float32, BF16 and F16 as
+// 16-bit values the kernels widen as they multiply; read-only: never write
+// into them), unless the folder's flywheel.json says "weights_dtype":
+// "float32", which widens BF16/F16 to float32 once. Norms and biases are
+// float32 (F32 ones used in place from the mapping). Each layer's q/k/v and
+// gate/up matrices lie back to back as one buffer (in their precision when
+// the parts share it), so the forward pass multiplies them as one matrix;
+// the file pages of copied tensors are dropped from the resident set. With tied
 // embeddings the LM head is the embedding matrix. A missing tensor or a
 // wrong shape is an error naming the tensor.
 func LoadWeights(dir string, cfg *Config) (*Weights, error) {
@@ -240,22 +241,42 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 		}
 		ts[i] = t
 	}
-	// The fused buffers: 16-bit when every part is in the same half
-	// precision (and kept), float32 otherwise.
-	for _, g := range groups {
-		ht, n := halfType(ts[g.parts[0]].DType), 0
+	// Every matrix is copied into one arena (see arena): the fused
+	// buffers 16-bit when every part is in the same half precision (and
+	// kept), float32 otherwise; the other matrices in their precision.
+	like := func(dtype string) Mat {
+		if ht := halfType(dtype); ht != 0 && !widen {
+			return Mat{Half: []uint16{}, HalfType: ht}
+		}
+		return Mat{}
+	}
+	type region struct {
+		like Mat
+		n    int
+	}
+	fused := make([]region, len(groups))
+	size := 0
+	inGroup := make([]bool, len(jobs))
+	for gi, g := range groups {
+		dt := ts[g.parts[0]].DType
 		for _, ji := range g.parts {
-			if halfType(ts[ji].DType) != ht {
-				ht = 0
+			if ts[ji].DType != dt {
+				dt = "F32"
 			}
-			n += ts[ji].NumElements()
+			fused[gi].n += ts[ji].NumElements()
+			inGroup[ji] = true
 		}
-		var buf Mat
-		if ht != 0 && !widen {
-			buf = Mat{Half: make([]uint16, n), HalfType: ht}
-		} else {
-			buf = Mat{F32: make([]float32, n)}
+		fused[gi].like = like(dt)
+		size += arenaBytes(matBytes(fused[gi].like, fused[gi].n))
+	}
+	for i, j := range jobs {
+		if j.mat != nil && !inGroup[i] {
+			size += arenaBytes(matBytes(like(ts[i].DType), ts[i].NumElements()))
 		}
+	}
+	a := newArena(size)
+	for gi, g := range groups {
+		buf := a.mat(fused[gi].like, fused[gi].n)
 		*g.dst = buf
 		lens := make([]int, len(g.parts))
 		for k, ji := range g.parts {
@@ -266,7 +287,13 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 		}
 	}
 	for i, j := range jobs {
-		if j.into.Len() == 0 && (ts[i].DType == "F32" || (j.mat != nil && !widen)) {
+		if j.mat != nil && !inGroup[i] {
+			jobs[i].into = a.mat(like(ts[i].DType), ts[i].NumElements())
+		}
+	}
+	// Norms and biases stored as F32 are used in place from the mapping.
+	for i, j := range jobs {
+		if j.f32 != nil && ts[i].DType == "F32" {
 			src.inUse[src.fileOf(j.name)] = true
 		}
 	}
@@ -279,7 +306,7 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 	par.Tasks(len(jobs), false, func(_, i int) {
 		j, t := jobs[i], ts[i]
 		ht := halfType(t.DType)
-		inPlace := j.into.Len() == 0 && (ht == 0 || (j.mat != nil && !widen))
+		inPlace := j.f32 != nil && ht == 0 // an F32 norm or bias: a view of the mapping
 		var err error
 		switch {
 		case j.f32 != nil:
@@ -290,17 +317,9 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 				copy(j.into.Half, h)
 				*j.mat = j.into
 			}
-		case j.into.F32 != nil:
+		default:
 			err = t.Float32Into(j.into.F32)
 			*j.mat = j.into
-		case ht != 0 && !widen:
-			var h []uint16
-			h, err = t.Uint16()
-			*j.mat = Mat{Half: h, HalfType: ht}
-		default:
-			var v []float32
-			v, err = t.Float32()
-			*j.mat = Mat{F32: v}
 		}
 		if !inPlace {
 			src.fileOf(j.name).DropPages(t)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/hugemem"
 )
 
 var (
@@ -71,7 +72,7 @@ type bwProbe struct {
 }
 
 func newBWProbe() *bwProbe {
-	p := &bwProbe{buf: make([]float32, probeBytes/4)}
+	p := &bwProbe{buf: hugemem.Make[float32](probeBytes / 4)}
 	for i := range p.buf {
 		p.buf[i] = 1
 	}

@@ -139,9 +139,8 @@ func (m Mat) byteOff(i int) int {
 // Bytes is the memory the values take.
 func (m Mat) Bytes() int64 { return int64(m.byteOff(m.Len())) }
 
-// toHalf rounds float32 values to t (round to nearest even).
-func toHalf(t kernels.HalfType, v []float32) []uint16 {
-	h := make([]uint16, len(v))
+// toHalf rounds float32 values to t (round to nearest even) into h.
+func toHalf(t kernels.HalfType, h []uint16, v []float32) {
 	for i, x := range v {
 		if t == kernels.BF16 {
 			h[i] = safetensors.F32ToBF16(x)
@@ -149,19 +148,23 @@ func toHalf(t kernels.HalfType, v []float32) []uint16 {
 			h[i] = safetensors.F32ToF16(x)
 		}
 	}
-	return h
 }
 
 // ToHalf returns a copy of w whose matrices (embeddings, projections, LM
 // head) are rounded to t, as a checkpoint saved in t would load (norms and
 // biases stay float32); the fused q/k/v and gate/up layout and tied
-// embeddings are kept. For tests and benchmarks.
+// embeddings are kept; the new matrices are in one arena. For tests and
+// benchmarks.
 func (w *Weights) ToHalf(t kernels.HalfType) *Weights {
+	like := Mat{Half: []uint16{}, HalfType: t}
+	a := w.arenaFor(func(m Mat) int { return matBytes(like, m.Len()) })
 	return w.mapMats(func(m Mat) Mat {
 		if m.Half != nil && m.HalfType == t {
 			return m
 		}
-		return Mat{Half: toHalf(t, m.Float32()), HalfType: t}
+		out := a.mat(like, m.Len())
+		toHalf(t, out.Half, m.Float32())
+		return out
 	})
 }
 
@@ -169,16 +172,18 @@ func (w *Weights) ToHalf(t kernels.HalfType) *Weights {
 // kernels.QuantizeRow, as a GGUF file of that type would load (norms and
 // biases stay float32; fused layouts and tied embeddings kept). Every
 // matrix's rows must hold whole blocks of t (its columns a multiple of
-// t.BlockElems()). For tests and benchmarks.
+// t.BlockElems()); the new matrices are in one arena. For tests and
+// benchmarks.
 func (w *Weights) ToQuant(t kernels.QuantType) *Weights {
+	like := Mat{Quant: []byte{}, QuantType: t}
+	a := w.arenaFor(func(m Mat) int { return matBytes(like, m.Len()) })
 	return w.mapMats(func(m Mat) Mat {
 		if m.Quant != nil && m.QuantType == t {
 			return m
 		}
-		v := m.Float32()
-		q := make([]byte, t.RowBytes(len(v)))
-		kernels.QuantizeRow(t, q, v)
-		return Mat{Quant: q, QuantType: t}
+		out := a.mat(like, m.Len())
+		kernels.QuantizeRow(t, out.Quant, m.Float32())
+		return out
 	})
 }
 

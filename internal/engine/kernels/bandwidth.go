@@ -3,6 +3,7 @@ package kernels
 import (
 	"time"
 
+	"flywheel/internal/hugemem"
 	"flywheel/internal/par"
 )
 
@@ -32,7 +33,7 @@ func MeasureReadBandwidth(size, reps int) float64 {
 	if size <= 0 {
 		size = 256 << 20
 	}
-	x := make([]float32, size/4)
+	x := hugemem.Make[float32](size / 4)
 	for i := range x {
 		x[i] = 1
 	}

@@ -1,10 +1,12 @@
 package kernels
 
 import (
-	"flywheel/internal/cputime"
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"flywheel/internal/cputime"
+	"flywheel/internal/hugemem"
 )
 
 // benchBackends lists the backends to benchmark: naive, go, and openblas
@@ -171,7 +173,7 @@ func (matVecBackend) Sgemm(_, _ bool, _, n, k int, _ float32, a []float32, _ int
 // engine's decode-speed target is computed from.
 func BenchmarkReadBandwidth(b *testing.B) {
 	const n = 256 << 20 / 4
-	x := make([]float32, n)
+	x := hugemem.Make[float32](n)
 	for i := range x {
 		x[i] = 1
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"flywheel/internal/hugemem"
 	"flywheel/internal/safetensors"
 )
 
@@ -133,12 +134,12 @@ func BenchmarkStreamOrder(b *testing.B) {
 // probe of probeBytes, the same weight values as float32 and BF16 in
 // weightBytes each, an input of k ones and an output of n.
 func streamBuffers(probeBytes, weightBytes, n, k int) (probe, wf []float32, wh []uint16, x, c []float32) {
-	probe = make([]float32, probeBytes/4)
+	probe = hugemem.Make[float32](probeBytes / 4)
 	for i := range probe {
 		probe[i] = 1
 	}
-	wf = make([]float32, weightBytes/4)
-	wh = make([]uint16, weightBytes/2)
+	wf = hugemem.Make[float32](weightBytes / 4)
+	wh = hugemem.Make[uint16](weightBytes / 2)
 	for i := range wf {
 		wf[i] = float32(i%13) * 0.01
 	}

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"flywheel/internal/cputime"
+	"flywheel/internal/hugemem"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -108,7 +109,7 @@ func BenchmarkDequantRow(b *testing.B) {
 func BenchmarkQuantStream(b *testing.B) {
 	const bytes = 128 << 20
 	const n, k = 3072, 576
-	probe := make([]float32, 2*bytes/4)
+	probe := hugemem.Make[float32](2 * bytes / 4)
 	for i := range probe {
 		probe[i] = 1
 	}
@@ -124,7 +125,7 @@ func BenchmarkQuantStream(b *testing.B) {
 	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0} {
 		mat, _ := randQuant(r, qt, n, k)
 		mats := bytes / len(mat)
-		w := make([]byte, mats*len(mat))
+		w := hugemem.Make[byte](mats * len(mat))
 		for o := 0; o < len(w); o += len(mat) {
 			copy(w[o:], mat)
 		}
