@@ -63,6 +63,13 @@ FLYWHEEL_GGUF_LLAMA_EXACT=1 FLYWHEEL_GGUF_MODEL="$work/f32.gguf" FLYWHEEL_GGUF_R
     go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
 rm -f "$work/f32.gguf"
 
+echo "-- resident memory: the Q4_1 model after 576 tokens, at most 1.2 x (file + KV cache)"
+FLYWHEEL_BENCH_GGUF="$gguf" go test -count=1 -run '^$' -bench '^BenchmarkPeakMemory135M$/^GGUF$' -benchtime 1x \
+    ./internal/engine >"$work/mem.txt"
+grep '^Benchmark' "$work/mem.txt"
+awk '/^Benchmark/ { for (i = 2; i <= NF; i++) if ($i == "RSS/(file+kv)") r = $(i-1) }
+END { if (r == "" || r > 1.2) { print "resident " r " x (file + KV cache), want <= 1.2"; exit 1 } }' "$work/mem.txt"
+
 echo "-- the model over /v1/chat/completions"
 go build -o "$work/flywheel" ./cmd/flywheel
 "$python" .ci/gguf_chat.py "$work/flywheel" "$models" "$model_id"
