@@ -9,8 +9,14 @@ task.train_order(seed)), --groups prompts x --group-size completions per step
 (one generation batch and one optimizer step per step, as one flywheel job),
 temperature 1, max tokens, learning rate, LoRA rank/alpha/targets, AdamW
 (0.9, 0.999, 1e-8, no weight decay), gradient clipping at 1.0, no KL term
-(beta=0), rewards scaled by the group's std, and the CISPO loss (flywheel's
-default, ppo=false) with the ratio capped at 1 + ε_high = 5.
+(beta=0), rewards scaled by the group's std, and TRL's "grpo" loss: each
+completion's per-token losses averaged over its own tokens, then averaged
+over the completions, the weighting rl.md gives every trajectory (w = 1/its
+token count). With one optimizer step per batch of fresh samples the ratio
+is 1, so the clip of "grpo" (and the cap of flywheel's CISPO) is inert and
+the gradient is flywheel's, up to the global scale of rl.md's advantage
+normalisation. (TRL's "cispo" averages over all tokens of the batch instead,
+weighting long completions more: a different algorithm.)
 torch.set_num_threads(2), OMP_WAIT_POLICY=PASSIVE (set before torch loads).
 
 Greedy eval accuracy on the held-out set at step 0 and every --eval-every
@@ -92,7 +98,7 @@ def main():
         shuffle_dataset=False, temperature=1.0, top_p=1.0, max_completion_length=a.max_tokens,
         learning_rate=a.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0,
-        beta=0.0, loss_type="cispo", epsilon_high=5.0, scale_rewards="group",
+        beta=0.0, loss_type="grpo", scale_rewards="group",
         logging_steps=1, save_strategy="no", bf16=False, fp16=False, dataloader_num_workers=0,
     )
     lora = LoraConfig(r=a.lora_rank, lora_alpha=a.lora_alpha, lora_dropout=0.0,

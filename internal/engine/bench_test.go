@@ -201,15 +201,7 @@ func TestMemoryChild(t *testing.T) {
 			t.Fatal(err)
 		}
 	} else {
-		cfg, err := ReadConfig(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := LoadWeights(dir, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m = NewModel("mem", cfg, w, nil, nil)
+		m = loadParts(t, dir)
 	}
 	cfg, w := m.Config, m.Weights
 	s := m.NewSeq(nil)
