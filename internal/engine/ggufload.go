@@ -361,6 +361,9 @@ func LoadGGUF(path string) (*Model, error) {
 		return fail("", err)
 	}
 	tmpl, terr := ggufTemplate(f, tok, cfg)
+	// Repacked here, not in NewModel, to drop the file pages of the
+	// tensors that were used in place.
+	repackWeights(w, cfg, func(b []byte) { f.DropPages(&gguf.Tensor{Data: b}) })
 	m := NewModel(filepath.Base(path), cfg, w, tok, tmpl)
 	m.Dir = path
 	if tmpl == nil {

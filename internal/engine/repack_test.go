@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"flywheel/internal/engine/kernels"
+)
+
+// TestRepackWeights: repackWeights puts the Q4_1 and Q4_0 matrices whose
+// rows are a multiple of four (an embedding of 42 rows is not) into the
+// four-row layout, keeping the fused layout, the tied head, the bytes
+// and every value (Float32 bit-identical to the plain matrix's); a second
+// call changes nothing, and row slices that split a group are refused.
+func TestRepackWeights(t *testing.T) {
+	for _, qt := range []kernels.QuantType{kernels.Q4_1, kernels.Q4_0} {
+		for _, vocab := range []int{40, 42} {
+			t.Run(fmt.Sprintf("%v/vocab=%d", qt, vocab), func(t *testing.T) {
+				cfg := quantCfg(vocab == 40)
+				cfg.VocabSize = vocab
+				plain := RandomWeights(cfg, 9).ToQuant(qt)
+				w := RandomWeights(cfg, 9).ToQuant(qt)
+				repackWeights(w, cfg, nil)
+				xt := qt.RepackedType()
+				if wantEmbed := map[bool]kernels.QuantType{true: xt, false: qt}[vocab%4 == 0]; w.Embed.QuantType != wantEmbed {
+					t.Fatalf("embedding %v, want %v", w.Embed.QuantType, wantEmbed)
+				}
+				if cfg.TieWordEmbeddings != w.LMHead.same(w.Embed) {
+					t.Fatal("tied head lost")
+				}
+				mats := func(w *Weights) []Mat {
+					ms := []Mat{w.Embed, w.LMHead}
+					for _, L := range w.Layers {
+						ms = append(ms, L.Wq, L.Wk, L.Wv, L.Wo, L.Wgate, L.Wup, L.Wdown, L.QKV, L.GateUp)
+					}
+					return ms
+				}
+				for l, L := range w.Layers {
+					if !partsOf(L.QKV, L.Wq, L.Wk, L.Wv) || !partsOf(L.GateUp, L.Wgate, L.Wup) {
+						t.Fatalf("layer %d: fused layout lost", l)
+					}
+					for _, m := range []Mat{L.Wq, L.Wk, L.Wv, L.Wo, L.Wgate, L.Wup, L.Wdown} {
+						if m.QuantType != xt {
+							t.Fatalf("layer %d: a matrix stayed %v", l, m.QuantType)
+						}
+					}
+				}
+				pm, wm := mats(plain), mats(w)
+				for i := range pm {
+					if pm[i].Bytes() != wm[i].Bytes() {
+						t.Fatalf("matrix %d: %d bytes, plain %d", i, wm[i].Bytes(), pm[i].Bytes())
+					}
+					want, got := pm[i].Float32(), wm[i].Float32()
+					for j := range want {
+						if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+							t.Fatalf("matrix %d value %d: %g, plain %g", i, j, got[j], want[j])
+						}
+					}
+				}
+				addrs := func(ms []Mat) (a []uintptr) {
+					for _, m := range ms {
+						a = append(a, m.addr())
+					}
+					return a
+				}
+				before := addrs(mats(w))
+				repackWeights(w, cfg, nil)
+				if fmt.Sprint(addrs(mats(w))) != fmt.Sprint(before) {
+					t.Fatal("a second repack copied again")
+				}
+				defer func() {
+					if recover() == nil {
+						t.Error("slice inside a group of four rows accepted")
+					}
+				}()
+				w.Layers[0].Wq.slice(0, 2*cfg.HiddenSize)
+			})
+		}
+	}
+}
+
+// TestRepackReleases: each replaced buffer is passed to release once, a
+// fused one whole.
+func TestRepackReleases(t *testing.T) {
+	cfg := quantCfg(true)
+	w := RandomWeights(cfg, 2).ToQuant(kernels.Q4_1)
+	var n int
+	repackWeights(w, cfg, func(b []byte) { n++ })
+	// embedding (tied: once), per layer QKV, GateUp, Wo, Wdown
+	if want := 1 + 4*cfg.NumLayers; n != want {
+		t.Fatalf("%d buffers released, want %d", n, want)
+	}
+}
