@@ -361,9 +361,7 @@ func LoadGGUF(path string) (*Model, error) {
 		return fail("", err)
 	}
 	tmpl, terr := ggufTemplate(f, tok, cfg)
-	// Repacked here, not in NewModel, to drop the file pages of the
-	// tensors that were used in place.
-	repackWeights(w, cfg, func(b []byte) { f.DropPages(&gguf.Tensor{Data: b}) })
+	repackWeights(w, cfg, f) // before NewModel: in place, file pages dropped
 	m := NewModel(filepath.Base(path), cfg, w, tok, tmpl)
 	m.Dir = path
 	if tmpl == nil {

@@ -1,11 +1,15 @@
 package engine
 
 import (
+	"bytes"
 	"fmt"
 	"math"
+	"path/filepath"
 	"testing"
 
+	"flywheel/internal/engine/gguf"
 	"flywheel/internal/engine/kernels"
+	"flywheel/internal/engine/tiny"
 )
 
 // TestRepackWeights: repackWeights puts the Q4_1 and Q4_0 matrices whose
@@ -29,13 +33,6 @@ func TestRepackWeights(t *testing.T) {
 				if cfg.TieWordEmbeddings != w.LMHead.same(w.Embed) {
 					t.Fatal("tied head lost")
 				}
-				mats := func(w *Weights) []Mat {
-					ms := []Mat{w.Embed, w.LMHead}
-					for _, L := range w.Layers {
-						ms = append(ms, L.Wq, L.Wk, L.Wv, L.Wo, L.Wgate, L.Wup, L.Wdown, L.QKV, L.GateUp)
-					}
-					return ms
-				}
 				for l, L := range w.Layers {
 					if !partsOf(L.QKV, L.Wq, L.Wk, L.Wv) || !partsOf(L.GateUp, L.Wgate, L.Wup) {
 						t.Fatalf("layer %d: fused layout lost", l)
@@ -46,7 +43,7 @@ func TestRepackWeights(t *testing.T) {
 						}
 					}
 				}
-				pm, wm := mats(plain), mats(w)
+				pm, wm := allMats(plain), allMats(w)
 				for i := range pm {
 					if pm[i].Bytes() != wm[i].Bytes() {
 						t.Fatalf("matrix %d: %d bytes, plain %d", i, wm[i].Bytes(), pm[i].Bytes())
@@ -64,9 +61,9 @@ func TestRepackWeights(t *testing.T) {
 					}
 					return a
 				}
-				before := addrs(mats(w))
+				before := addrs(allMats(w))
 				repackWeights(w, cfg, nil)
-				if fmt.Sprint(addrs(mats(w))) != fmt.Sprint(before) {
+				if fmt.Sprint(addrs(allMats(w))) != fmt.Sprint(before) {
 					t.Fatal("a second repack copied again")
 				}
 				defer func() {
@@ -80,15 +77,59 @@ func TestRepackWeights(t *testing.T) {
 	}
 }
 
-// TestRepackReleases: each replaced buffer is passed to release once, a
-// fused one whole.
-func TestRepackReleases(t *testing.T) {
-	cfg := quantCfg(true)
-	w := RandomWeights(cfg, 2).ToQuant(kernels.Q4_1)
-	var n int
-	repackWeights(w, cfg, func(b []byte) { n++ })
-	// embedding (tied: once), per layer QKV, GateUp, Wo, Wdown
-	if want := 1 + 4*cfg.NumLayers; n != want {
-		t.Fatalf("%d buffers released, want %d", n, want)
+// TestRepackGGUF: a Q4_1 GGUF file loads with its matrices in the
+// four-row layout — the loader's own copies rearranged in place, the
+// tensors it used in place copied — with the bytes of repacking copies of
+// the plain matrices, and their values.
+func TestRepackGGUF(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := tiny.WriteGGUF(path, tiny.Spec{Arch: "Qwen2ForCausalLM", Merges: 100, Seed: 3}, gguf.Q4_1); err != nil {
+		t.Fatal(err)
 	}
+	m, err := LoadGGUF(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	plain, err := ggufWeights(f, m.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied, err := ggufWeights(f, m.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repackWeights(copied, m.Config, nil)
+	got, pm, cm := allMats(m.Weights), allMats(plain), allMats(copied)
+	repacked := 0
+	for i := range got {
+		if got[i].QuantType.Repacked() {
+			repacked++
+		}
+		if got[i].QuantType != cm[i].QuantType || !bytes.Equal(got[i].Quant, cm[i].Quant) {
+			t.Fatalf("matrix %d: %v, repacked copy %v, or bytes differ", i, got[i].QuantType, cm[i].QuantType)
+		}
+		want, have := pm[i].Float32(), got[i].Float32()
+		for j := range want {
+			if math.Float32bits(have[j]) != math.Float32bits(want[j]) {
+				t.Fatalf("matrix %d value %d: %g, plain %g", i, j, have[j], want[j])
+			}
+		}
+	}
+	if repacked == 0 {
+		t.Fatal("no matrix repacked")
+	}
+}
+
+// allMats is w's matrices in a fixed order (fused buffers included).
+func allMats(w *Weights) []Mat {
+	ms := []Mat{w.Embed, w.LMHead}
+	for _, L := range w.Layers {
+		ms = append(ms, L.Wq, L.Wk, L.Wv, L.Wo, L.Wgate, L.Wup, L.Wdown, L.QKV, L.GateUp)
+	}
+	return ms
 }

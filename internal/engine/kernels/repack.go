@@ -14,11 +14,12 @@ import "fmt"
 // plain.
 
 // Repack4 writes the rows×cols Q4_1 or Q4_0 matrix src (plain rows, rows
-// a multiple of 4) into dst (as many bytes, not overlapping src) in the
-// four-row layout, the matrix of type t.RepackedType(): for each group of
-// four rows and each block index, 64 bytes of the four rows' nibbles
-// (byte 4i+j: byte i of row j's 16), then the four rows' scales (Q4_1:
-// d, m; Q4_0: d; each row's as its block stores them).
+// a multiple of 4) into dst (as many bytes; src itself rearranges the
+// matrix in place, any other overlap is not allowed) in the four-row
+// layout, the matrix of type t.RepackedType(): for each group of four
+// rows and each block index, 64 bytes of the four rows' nibbles (byte
+// 4i+j: byte i of row j's 16), then the four rows' scales (Q4_1: d, m;
+// Q4_0: d; each row's as its block stores them).
 func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 	if t.RepackedType() == QNone {
 		panic(fmt.Sprintf("kernels: Repack4: %v has no four-row layout", t))
@@ -30,11 +31,13 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 	}
 	bb := t.BlockBytes()
 	rb, nb, sb := t.RowBytes(cols), cols/32, bb-16
+	grp := make([]byte, 4*rb) // the group's plain rows
 	for g := 0; g < rows; g += 4 {
+		copy(grp, src[g*rb:(g+4)*rb])
 		for b := range nb {
 			blk := dst[g*rb+4*b*bb : g*rb+4*(b+1)*bb]
 			for j := range 4 {
-				s := src[(g+j)*rb+b*bb : (g+j)*rb+(b+1)*bb]
+				s := grp[j*rb+b*bb : j*rb+(b+1)*bb]
 				for i := range 16 {
 					blk[4*i+j] = s[sb+i]
 				}

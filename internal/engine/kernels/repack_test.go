@@ -7,7 +7,7 @@ import (
 )
 
 // TestRepack4 checks the four-row layout against the plain rows it was
-// made from: DequantMat and DequantEmbedRow (AVX-512 and Go) give
+// made from (in place as into another buffer): DequantMat and DequantEmbedRow (AVX-512 and Go) give
 // DequantRow's values bit for bit, for several group counts and row
 // lengths of one block and more.
 func TestRepack4(t *testing.T) {
@@ -19,6 +19,12 @@ func TestRepack4(t *testing.T) {
 					q, want := randQuant(r, qt, rows, cols)
 					p := make([]byte, len(q))
 					Repack4(qt, p, q, rows, cols)
+					Repack4(qt, q, q, rows, cols) // in place
+					for i := range p {
+						if q[i] != p[i] {
+							t.Fatalf("%v %dx%d: byte %d in place %#x, copied %#x", qt, rows, cols, i, q[i], p[i])
+						}
+					}
 					xt := qt.RepackedType()
 					got := make([]float32, len(want))
 					DequantMat(xt, got, p, cols)
