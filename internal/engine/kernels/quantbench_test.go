@@ -80,18 +80,19 @@ func BenchmarkQuantDot4L1(b *testing.B) {
 }
 
 // BenchmarkDequantRow: dequantising 1536×768 weights (what prefill and
-// training do per matrix and pass), per format, in values per second.
+// training do per matrix and pass), per format (the four-row layouts by
+// DequantMat), in values per second.
 func BenchmarkDequantRow(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
-	const n = 1536 * 768
-	dst := make([]float32, n)
-	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K} {
-		w, _ := randQuant(r, qt, 1, n)
+	const rows, cols = 1536, 768
+	dst := make([]float32, rows*cols)
+	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_1x4, Q4_0x4} {
+		w, _ := randQuant(r, qt, rows, cols)
 		b.Run(qt.String(), func(b *testing.B) {
 			for range b.N {
-				DequantRow(qt, dst, w)
+				DequantMat(qt, dst, w, cols)
 			}
-			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gvalues/s")
+			b.ReportMetric(float64(rows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gvalues/s")
 		})
 	}
 }
