@@ -45,15 +45,16 @@ func models135MQuant(b *testing.B) (q41, q80, q41row *Model) {
 // matrices Q8_0, and reports tok/s and the fraction of the bandwidth limit
 // (quantized weight bytes per token / read bandwidth); and the Q4_1
 // model's decode of 8 sequences at once (tok/s summed over them); and
-// the Q4_1 model with its matrices in the file's row layout (q4_1-rows:
-// the row-order kernels, against the four-row layout's).
+// the Q4_1 model with its matrices in the file's row layout (q4_1-rows,
+// batch 1 and 8: the row-layout kernels, against the four-row layout's).
 func BenchmarkQuantDecode135M(b *testing.B) {
 	q41, q80, q41row := models135MQuant(b)
 	w41, w80 := float64(weightBytes(q41.Weights)), float64(weightBytes(q80.Weights))
 	probe := newBWProbe()
 	s41, s80, s8, srow := prefilled(b, q41, 1), prefilled(b, q80, 1), prefilled(b, q41, 8), prefilled(b, q41row, 1)
+	s8row := prefilled(b, q41row, 8)
 	const steps = 32
-	var d41, d80, d8, drow float64
+	var d41, d80, d8, drow, d8row float64
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
 		probe.measure()
@@ -61,6 +62,7 @@ func BenchmarkQuantDecode135M(b *testing.B) {
 		d80 += decodeSteps(b, q80, s80, steps)
 		d8 += decodeSteps(b, q41, s8, steps)
 		drow += decodeSteps(b, q41row, srow, steps)
+		d8row += decodeSteps(b, q41row, s8row, steps)
 	}
 	bw := probe.rate()
 	t41, t80, trow := float64(b.N*steps)/d41, float64(b.N*steps)/d80, float64(b.N*steps)/drow
@@ -74,6 +76,7 @@ func BenchmarkQuantDecode135M(b *testing.B) {
 	b.ReportMetric(t80, "q8_0-tok/s")
 	b.ReportMetric(t80/(bw/w80), "q8_0-of-limit")
 	b.ReportMetric(float64(8*b.N*steps)/d8, "q4_1-b8-tok/s")
+	b.ReportMetric(float64(8*b.N*steps)/d8row, "q4_1-rows-b8-tok/s")
 }
 
 // bwProbe accumulates read-bandwidth measurements (readBandwidth over
