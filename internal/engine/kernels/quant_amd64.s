@@ -857,6 +857,13 @@ TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
 	VPERMPS          Z18, Z17, Z17 \
 	USE(a, b)
 
+// XVALS of row 0, whose low nibbles need no shift.
+#define XVALS0(j, USE, a, b) \
+	VPSRLD           $4, Z24, Z17 \
+	VPERMPS          Z18, Z24, Z16 \
+	VPERMPS          Z18, Z17, Z17 \
+	USE(a, b)
+
 // Dot: a += the low half's products with x (Z20), b += the high half's
 // (Z21).
 #define XDOT(a, b) \
@@ -870,13 +877,13 @@ TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
 
 // Row j of a repacked Q4_1 block: table l·d + m (d, m: the f16 pair in
 // the low 32 bits of s), then XVALS.
-#define X41ROW(s, j, USE, a, b) \
+#define X41ROW(s, VALS, j, USE, a, b) \
 	MOVWLZX          s, BX \
 	MOVL             s, R9 \
 	SHRL             $16, R9 \
 	VBROADCASTSS     (R15)(BX*4), Z18 \
 	VFMADD213PS.BCST (R15)(R9*4), Z29, Z18 \
-	XVALS(j, USE, a, b)
+	VALS(j, USE, a, b)
 
 // The four rows of the repacked Q4_1 block at r (its scales at 64, read
 // two rows at a time), row j's values to USE(aj, bj).
@@ -884,31 +891,31 @@ TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
 	VMOVDQU32        (r), Z24 \
 	MOVQ             64(r), AX \
 	MOVQ             72(r), DX \
-	X41ROW(AX, 0, USE, a0, b0) \
+	X41ROW(AX, XVALS0, 0, USE, a0, b0) \
 	SHRQ             $32, AX \
-	X41ROW(AX, 1, USE, a1, b1) \
-	X41ROW(DX, 2, USE, a2, b2) \
+	X41ROW(AX, XVALS, 1, USE, a1, b1) \
+	X41ROW(DX, XVALS, 2, USE, a2, b2) \
 	SHRQ             $32, DX \
-	X41ROW(DX, 3, USE, a3, b3)
+	X41ROW(DX, XVALS, 3, USE, a3, b3)
 
 // Row j of a repacked Q4_0 block: table (l − 8)·d (d: the f16 in the low
 // 16 bits of AX), then XVALS.
-#define X40ROW(j, USE, a, b) \
+#define X40ROW(VALS, j, USE, a, b) \
 	MOVWLZX          AX, BX \
 	VMULPS.BCST      (R15)(BX*4), Z28, Z18 \
-	XVALS(j, USE, a, b)
+	VALS(j, USE, a, b)
 
 // The four rows of the repacked Q4_0 block at r (its scales at 64).
 #define X40ROWS(r, USE, a0, b0, a1, b1, a2, b2, a3, b3) \
 	VMOVDQU32        (r), Z24 \
 	MOVQ             64(r), AX \
-	X40ROW(0, USE, a0, b0) \
+	X40ROW(XVALS0, 0, USE, a0, b0) \
 	SHRQ             $16, AX \
-	X40ROW(1, USE, a1, b1) \
+	X40ROW(XVALS, 1, USE, a1, b1) \
 	SHRQ             $16, AX \
-	X40ROW(2, USE, a2, b2) \
+	X40ROW(XVALS, 2, USE, a2, b2) \
 	SHRQ             $16, AX \
-	X40ROW(3, USE, a3, b3)
+	X40ROW(XVALS, 3, USE, a3, b3)
 
 // The decode kernel's body: for each group of four rows (R12 of them, at
 // R8), all nb blocks (size bytes each) against x, then out[0..3] = the
