@@ -834,8 +834,8 @@ TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
 // row j's values 0..15 in the low nibbles of the lanes, by 8j+4 its
 // values 16..31 (VPERMPS reads only the low four bits of each lane). A
 // block of the four rows costs one nibble load, x's halves (shared by the
-// rows) and two scale loads, and per row a lookup table, two shifts, two
-// VPERMPS and two FMAs straight into the accumulators (Z0..Z3: the rows'
+// rows) and two scale loads, and per row a lookup table, two shifts (one
+// for row 0), two VPERMPS and two FMAs straight into the accumulators (Z0..Z3: the rows'
 // low halves, Z4..Z7: the high ones): 13 loads where the row-order
 // kernels take 24. On Zen 5 the loads, more than the arithmetic, set the
 // pace — four unaligned nibble loads (one per row) instead of the shifts
