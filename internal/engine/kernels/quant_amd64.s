@@ -826,26 +826,26 @@ TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
 	VPBROADCASTD AX, Z25
 	QRUNR(q6krg, q6kr0, q6kr1, q6kr2, q6kr3, q6krdone, Q6KSTEP1, Y4, Y5, Y6, Y7)
 
-// Repacked 4-bit kernels (qdotQ41X, qdotQ40X; Q4_1x4, Q4_0x4): the
-// weights in Repack4's layout, where a block of four rows is 64 bytes of
-// nibbles — dword i holds byte i of each row's 16, row j in byte j — then
-// the four rows' f16 scales (Q4_1: d, m per row; Q4_0: d). One load
-// (Z24) thus holds the indices of all four rows: shifted right by 8j,
-// row j's values 0..15 in the low nibbles of the lanes, by 8j+4 its
-// values 16..31 (VPERMPS reads only the low four bits of each lane). A
-// block of the four rows costs one nibble load, x's halves (shared by the
-// rows) and two scale loads, and per row a lookup table, two shifts (one
-// for row 0), two VPERMPS and two FMAs straight into the accumulators (Z0..Z3: the rows'
-// low halves, Z4..Z7: the high ones): 13 loads where the row-order
-// kernels take 24. On Zen 5 the loads, more than the arithmetic, set the
-// pace — four unaligned nibble loads (one per row) instead of the shifts
-// by 8j streamed a sixth slower from L2, and the scale lookups alone
-// cost a third of the time — and in BenchmarkQuantRepack4 the repacked
-// kernel streams about 1.2x faster than qdotQ41R from memory, 1.45x from
-// L2. Q4_1's table is one FMA, l·d + m: l·d is exact in float32 (a 4-bit
+// Repacked 4-bit kernels (qdotQ41X, qdotQ40X; Q4_1x4, Q4_0x4): the weights
+// in Repack4's layout, where a block of four rows is 64 bytes of nibbles —
+// dword i holds byte i of each row's 16, row j in byte j — then the four
+// rows' f16 scales (Q4_1: d, m per row; Q4_0: d). One load (Z24) thus
+// holds the indices of all four rows: shifted right by 8j, row j's values
+// 0..15 in the low nibbles of the lanes, by 8j+4 its values 16..31
+// (VPERMPS reads only the low four bits of each lane). A block of the four
+// rows costs one nibble load, x's halves (shared by the rows) and two
+// scale loads, and per row a lookup table, two shifts (one for row 0), two
+// VPERMPS and two FMAs straight into the accumulators (Z0..Z3: the rows'
+// low halves, Z4..Z7: the high ones): 13 loads where the row-order kernels
+// take 24. On Zen 5 the loads, more than the arithmetic, set the pace —
+// four unaligned nibble loads (one per row) instead of the shifts by 8j
+// streamed a sixth slower from L2, and the scale lookups alone cost a
+// third of the time — and in BenchmarkQuantRepack4 the repacked kernel
+// streams about 1.2x faster than qdotQ41R from memory, 1.45x from L2.
+// Q4_1's table is one FMA, l·d + m: l·d is exact in float32 (a 4-bit
 // integer times an 11-bit f16 significand), so the fused add rounds as
-// DequantRow's float32(l·d) + m does and the values stay bit-identical
-// to it.
+// DequantRow's float32(l·d) + m does and the values stay bit-identical to
+// it.
 
 // Row j of a repacked block: its 32 values from the table in Z18 and the
 // nibbles in Z24, into Z16 (values 0..15) and Z17 (16..31), passed to
