@@ -62,6 +62,18 @@ func dequantQ5KZ(nb int, dst *float32, src *byte, tab *float32)
 //go:noescape
 func dequantQ6KZ(nb int, dst *float32, src *byte, tab *float32)
 
+//go:noescape
+func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
+
+//go:noescape
+func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ40X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
 // dequantRowAsm dequantises the whole blocks of src into dst with the
 // AVX-512 kernels (bit-identical to dequantBlock) and reports whether it
 // did: false for formats without one or without AVX-512.
@@ -190,18 +202,6 @@ var f16Table = sync.OnceValue(func() []float32 {
 	}
 	return t
 })
-
-//go:noescape
-func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
-
-//go:noescape
-func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
-
-//go:noescape
-func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
-
-//go:noescape
-func dequantQ40X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 
 // dequantGroupAsm dequantises a repacked group of four rows with the
 // AVX-512 kernels and reports whether it did (false without AVX-512).
