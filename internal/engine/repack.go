@@ -7,18 +7,18 @@ import (
 	"flywheel/internal/engine/kernels"
 )
 
-// repackWeights puts w's Q4_1 and Q4_0 matrices into the four-row layout
-// of kernels.Repack4 (types Q4_1x4, Q4_0x4), which batch-1 decode streams
-// faster (issue 22): each such matrix whose rows are a multiple of four —
-// a fused q/k/v or gate/up buffer whole when each of its parts is — so
-// that the model holds one copy, the same bytes rearranged. With f nil
-// (NewModel: the weights may share buffers with others, as ToQuant's
-// tied heads do) each is copied. With the GGUF file f the weights were
-// loaded from, the loader's own copies (fused, permuted) are rearranged
-// in place, and the tensors used in place in the read-only mapping are
-// copied and their file pages dropped. Fused layouts and tied embeddings
-// are kept; other matrices, and ones already repacked, are left as they
-// are. cfg gives the row lengths.
+// repackWeights puts w's Q4_1 and Q4_0 matrices whose rows are a
+// multiple of four (a fused q/k/v or gate/up buffer whole, when each of
+// its parts is) into the four-row layout of kernels.Repack4 (types
+// Q4_1x4, Q4_0x4), which batch-1 decode streams faster (issue 22). The
+// model holds one copy of each, the same bytes rearranged: with f nil
+// (NewModel, whose weights may share buffers with others, as ToQuant's
+// tied heads do) each matrix is repacked into a new buffer; with the GGUF
+// file f the weights were loaded from, the loader's own copies (fused,
+// permuted) are rearranged in place, and the tensors used in place in
+// the read-only mapping are copied and their file pages dropped. Fused
+// layouts and tied embeddings are kept; other matrices, and ones already
+// repacked, are left as they are. cfg gives the row lengths.
 func repackWeights(w *Weights, cfg *Config, f *gguf.File) {
 	rp := repacker{f: f}
 	if f != nil {
