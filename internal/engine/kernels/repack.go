@@ -71,25 +71,35 @@ func DequantMat(t QuantType, dst []float32, src []byte, cols int) {
 }
 
 // dequantGroup writes the four rows of the repacked group src (rows of
-// cols values) to dst (row j at j·cols).
+// cols values) to dst (row j at j·cols), as dequantBlock computes each
+// block's values.
 func dequantGroup(t QuantType, dst []float32, cols int, src []byte) {
 	_ = dst[4*cols-1]
 	_ = src[4*t.RowBytes(cols)-1]
 	if dequantGroupAsm(t, dst, cols, src) {
 		return
 	}
-	p := t.plain()
 	bb := t.BlockBytes()
-	sb := bb - 16
-	var blk [20]byte // one row's block, in the plain layout
+	sb := bb - 16 // scale bytes per row
 	for b := range cols / 32 {
 		s := src[4*b*bb : 4*(b+1)*bb]
 		for j := range 4 {
-			copy(blk[:sb], s[64+sb*j:64+sb*(j+1)])
-			for i := range 16 {
-				blk[sb+i] = s[4*i+j]
+			y, sc := dst[j*cols+32*b:j*cols+32*(b+1)], s[64+sb*j:]
+			if t == Q4_1x4 {
+				d, m := f16(sc), f16(sc[2:])
+				for i := range 16 {
+					q := s[4*i+j]
+					y[i] = float32(float32(q&15)*d) + m
+					y[i+16] = float32(float32(q>>4)*d) + m
+				}
+				continue
 			}
-			dequantBlock(p, dst[j*cols+32*b:j*cols+32*(b+1)], blk[:bb])
+			d := f16(sc)
+			for i := range 16 {
+				q := s[4*i+j]
+				y[i] = float32(int(q&15)-8) * d
+				y[i+16] = float32(int(q>>4)-8) * d
+			}
 		}
 	}
 }
