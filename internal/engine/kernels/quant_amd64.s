@@ -876,7 +876,11 @@ TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
 	VMOVUPS          Z17, b
 
 // Row j of a repacked Q4_1 block: table l·d + m (d, m: the f16 pair in
-// the low 32 bits of s), then XVALS.
+// the low 32 bits of s, widened by f16Table), then XVALS. Widening the
+// block's eight scales with one VCVTPH2PS and broadcasting them with
+// VPERMPS streamed slower (BenchmarkQuantRepack4, L2: 1.09x qdotQ41R
+// against 1.40x; d by VPERMPS, m from the table: 1.21x): the shuffles
+// cost more than the loads.
 #define X41ROW(s, VALS, j, USE, a, b) \
 	MOVWLZX          s, BX \
 	MOVL             s, R9 \
