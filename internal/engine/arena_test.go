@@ -22,7 +22,7 @@ func separately(w *Weights) *Weights {
 // interleaved in one process, and reports each format's tok/s and the
 // ratio arena/separate.
 func BenchmarkDecodeArena135M(b *testing.B) {
-	q41, _ := models135MQuant(b)
+	q41, _, _ := models135MQuant(b)
 	type pair struct {
 		name           string
 		arena, sep     *Model

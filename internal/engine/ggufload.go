@@ -361,6 +361,7 @@ func LoadGGUF(path string) (*Model, error) {
 		return fail("", err)
 	}
 	tmpl, terr := ggufTemplate(f, tok, cfg)
+	repackWeights(w, cfg, true) // before NewModel: in place in the loader's arena
 	m := NewModel(filepath.Base(path), cfg, w, tok, tmpl)
 	m.Dir = path
 	if tmpl == nil {

@@ -155,7 +155,7 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 // the row order's speed-up and batch 1's fraction of the bandwidth limit.
 func BenchmarkDecodeOrder135M(b *testing.B) {
 	f32, bf := model135M(b), model135MBF16(b)
-	q41, q80 := models135MQuant(b)
+	_, q80, q41 := models135MQuant(b) // Q4_1 in the row layout: its kernels have two orders
 	f16 := NewModel("bench/smollm2-135m-random-f16", f32.Config, f32.Weights.ToHalf(kernels.F16), nil, nil)
 	type shape struct {
 		name string

@@ -29,11 +29,14 @@ type Model struct {
 }
 
 // NewModel assembles a model from parts (tests, benchmarks, and Load).
-// tok and tmpl may be nil. It panics when w does not fit cfg. The weights
+// tok and tmpl may be nil. It panics when w does not fit cfg. It replaces
+// w's Q4_1 and Q4_0 matrices by copies (in one arena) in the four-row
+// layout the decode kernels stream fastest (repackWeights). The weights
 // must not be modified afterwards: when a layer's q/k/v (or gate/up)
 // matrices lie back to back in memory, as LoadWeights and RandomWeights
 // store them, the forward pass multiplies them as one matrix.
 func NewModel(id string, cfg *Config, w *Weights, tok *tokenizer.Tokenizer, tmpl *chattmpl.Template) *Model {
+	repackWeights(w, cfg, false)
 	net, err := NewNet[float32](cfg, w)
 	if err != nil {
 		panic(err)

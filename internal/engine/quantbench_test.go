@@ -12,23 +12,31 @@ import (
 )
 
 var (
-	benchQuantOnce           sync.Once
-	benchQ41Model, benchQ80M *Model
+	benchQuantOnce                        sync.Once
+	benchQ41Model, benchQ80M, benchQ41Row *Model
 )
 
 // models135MQuant are model135M's weights quantized as the real
 // SmolLM2-135M-Instruct.Q4_1.gguf stores them (projections Q4_1, the tied
-// embedding Q8_0) and all in Q8_0.
-func models135MQuant(b *testing.B) (q41, q80 *Model) {
+// embedding Q8_0) and all in Q8_0; q41row is q41 with its Q4_1 matrices
+// left in the file's row layout (NewModel holds them in the four-row
+// layout), the other side of issue 22's A/B.
+func models135MQuant(b *testing.B) (q41, q80, q41row *Model) {
 	m := model135M(b)
 	benchQuantOnce.Do(func() {
 		w8 := m.Weights.ToQuant(kernels.Q8_0)
-		w4 := m.Weights.ToQuant(kernels.Q4_1)
+		w4, w4row := m.Weights.ToQuant(kernels.Q4_1), m.Weights.ToQuant(kernels.Q4_1)
 		w4.Embed, w4.LMHead = w8.Embed, w8.LMHead
+		w4row.Embed, w4row.LMHead = w8.Embed, w8.LMHead
 		benchQ41Model = NewModel("bench/smollm2-135m-random-q4_1", m.Config, w4, nil, nil)
 		benchQ80M = NewModel("bench/smollm2-135m-random-q8_0", m.Config, w8, nil, nil)
+		net, err := NewNet[float32](m.Config, w4row)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchQ41Row = &Model{ID: "bench/smollm2-135m-random-q4_1-rows", Config: m.Config, Weights: w4row, net: net}
 	})
-	return benchQ41Model, benchQ80M
+	return benchQ41Model, benchQ80M, benchQ41Row
 }
 
 // BenchmarkQuantDecode135M measures, interleaved in one run, the read
@@ -37,31 +45,39 @@ func models135MQuant(b *testing.B) (q41, q80 *Model) {
 // Q8_0 tied embedding (the layout of the real Q4_1 file) and with all
 // matrices Q8_0, and reports tok/s and the fraction of the bandwidth limit
 // (quantized weight bytes per token / read bandwidth); and the Q4_1
-// model's decode of 8 sequences at once (tok/s summed over them).
+// model's decode of 8 sequences at once (tok/s summed over them); and
+// the Q4_1 model with its matrices in the file's row layout (q4_1-rows,
+// batch 1 and 8: the row-layout kernels, against the four-row layout's).
 func BenchmarkQuantDecode135M(b *testing.B) {
-	q41, q80 := models135MQuant(b)
+	q41, q80, q41row := models135MQuant(b)
 	w41, w80 := float64(weightBytes(q41.Weights)), float64(weightBytes(q80.Weights))
 	probe := newBWProbe()
-	s41, s80, s8 := prefilled(b, q41, 1), prefilled(b, q80, 1), prefilled(b, q41, 8)
+	s41, s80, s8, srow := prefilled(b, q41, 1), prefilled(b, q80, 1), prefilled(b, q41, 8), prefilled(b, q41row, 1)
+	s8row := prefilled(b, q41row, 8)
 	const steps = 32
-	var d41, d80, d8 float64
+	var d41, d80, d8, drow, d8row float64
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
 		probe.measure()
 		d41 += decodeSteps(b, q41, s41, steps)
 		d80 += decodeSteps(b, q80, s80, steps)
 		d8 += decodeSteps(b, q41, s8, steps)
+		drow += decodeSteps(b, q41row, srow, steps)
+		d8row += decodeSteps(b, q41row, s8row, steps)
 	}
 	bw := probe.rate()
-	t41, t80 := float64(b.N*steps)/d41, float64(b.N*steps)/d80
+	t41, t80, trow := float64(b.N*steps)/d41, float64(b.N*steps)/d80, float64(b.N*steps)/drow
 	b.ReportMetric(bw/1e9, "readGB/s")
 	b.ReportMetric(w41/1e6, "q4_1-MB")
 	b.ReportMetric(t41, "q4_1-tok/s")
 	b.ReportMetric(t41/(bw/w41), "q4_1-of-limit")
+	b.ReportMetric(trow, "q4_1-rows-tok/s")
+	b.ReportMetric(trow/(bw/w41), "q4_1-rows-of-limit")
 	b.ReportMetric(w80/1e6, "q8_0-MB")
 	b.ReportMetric(t80, "q8_0-tok/s")
 	b.ReportMetric(t80/(bw/w80), "q8_0-of-limit")
 	b.ReportMetric(float64(8*b.N*steps)/d8, "q4_1-b8-tok/s")
+	b.ReportMetric(float64(8*b.N*steps)/d8row, "q4_1-rows-b8-tok/s")
 }
 
 // bwProbe accumulates read-bandwidth measurements (readBandwidth over

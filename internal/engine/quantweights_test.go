@@ -107,8 +107,8 @@ func TestQuantizedModelMatchesDequantised(t *testing.T) {
 // adapter on a quantized frozen base (forward through the quantized
 // products, input gradients dx = dy·W through dequantised blocks of rows)
 // gives the logprobs and adapter gradients of the same step on the
-// dequantised float32 base; the base stays quantized, the adapter and its
-// gradients are float32.
+// dequantised float32 base (Q4_1 and Q4_0 also in the four-row layout);
+// the base stays quantized, the adapter and its gradients are float32.
 func TestQuantizedLoRATrainingMatchesDequantised(t *testing.T) {
 	cfg := quantCfg(true)
 	base := RandomWeights(cfg, 6)
@@ -143,21 +143,29 @@ func TestQuantizedLoRATrainingMatchesDequantised(t *testing.T) {
 				p.Backward(coef)
 				return p, lo
 			}
-			qp, qlo := step(qw)
 			fp, flo := step(dequantised(qw))
 			if qw.Layers[0].Wdown.Quant == nil {
 				t.Fatal("base not quantized")
 			}
-			for i := range fp.LogProb {
-				if d := math.Abs(qp.LogProb[i] - fp.LogProb[i]); d > 1e-5 {
-					t.Fatalf("row %d: logprob %.7g, dequantised %.7g", i, qp.LogProb[i], fp.LogProb[i])
-				}
+			bases := []*Weights{qw}
+			if qt.RepackedType() != kernels.QNone { // and in the four-row layout
+				rw := base.ToQuant(qt)
+				repackWeights(rw, cfg, false)
+				bases = append(bases, rw)
 			}
-			for l := range flo.Layers {
-				for mi := range flo.Layers[l] {
-					g, w := qlo.Layers[l][mi], flo.Layers[l][mi]
-					closeTo(t, fmt.Sprintf("layer %d %s dA", l, AllModules[mi]), g.DA, w.DA, 1e-4)
-					closeTo(t, fmt.Sprintf("layer %d %s dB", l, AllModules[mi]), g.DB, w.DB, 1e-4)
+			for _, qw := range bases {
+				qp, qlo := step(qw)
+				for i := range fp.LogProb {
+					if d := math.Abs(qp.LogProb[i] - fp.LogProb[i]); d > 1e-5 {
+						t.Fatalf("%v row %d: logprob %.7g, dequantised %.7g", qw.Layers[0].Wdown.QuantType, i, qp.LogProb[i], fp.LogProb[i])
+					}
+				}
+				for l := range flo.Layers {
+					for mi := range flo.Layers[l] {
+						g, w := qlo.Layers[l][mi], flo.Layers[l][mi]
+						closeTo(t, fmt.Sprintf("layer %d %s dA", l, AllModules[mi]), g.DA, w.DA, 1e-4)
+						closeTo(t, fmt.Sprintf("layer %d %s dB", l, AllModules[mi]), g.DB, w.DB, 1e-4)
+					}
 				}
 			}
 		})

@@ -18,13 +18,18 @@ import (
 // kernels dequantise as they multiply. Exactly one of F32, Half and Quant
 // is set (all nil: absent). A quantized Mat's rows each hold whole blocks
 // (cols % BlockElems == 0), so slicing at row boundaries (fused q/k/v,
-// gate/up) is slicing bytes.
+// gate/up) is slicing bytes; a model holds its Q4_1 and Q4_0 matrices in
+// the four-row layout (repackWeights), sliced at multiples of four rows.
 type Mat struct {
 	F32       []float32
 	Half      []uint16
 	HalfType  kernels.HalfType
 	Quant     []byte
 	QuantType kernels.QuantType
+	// Cols is the values per row of a matrix in a four-row layout
+	// (QuantType.Repacked(), see repackWeights), which DequantMat needs;
+	// 0 for every other Mat.
+	Cols int
 }
 
 // F32Mat wraps float32 values.
@@ -50,7 +55,7 @@ func (m Mat) Float32() []float32 {
 	switch {
 	case m.Quant != nil:
 		out := make([]float32, m.Len())
-		kernels.DequantRow(m.QuantType, out, m.Quant)
+		kernels.DequantMat(m.QuantType, out, m.Quant, m.Cols)
 		return out
 	case m.Half != nil:
 		out := make([]float32, len(m.Half))
@@ -61,12 +66,15 @@ func (m Mat) Float32() []float32 {
 }
 
 // slice is the values [i, j) (for a quantized Mat, i and j are multiples
-// of the block size).
+// of the block size; in a four-row layout, of four rows).
 func (m Mat) slice(i, j int) Mat {
 	switch {
 	case m.Quant != nil:
+		if m.Cols > 0 && (i%(4*m.Cols) != 0 || j%(4*m.Cols) != 0) {
+			panic(fmt.Sprintf("engine: values [%d, %d) of a %v matrix are not whole groups of four %d-value rows", i, j, m.QuantType, m.Cols))
+		}
 		bi, bj := m.byteOff(i), m.byteOff(j)
-		return Mat{Quant: m.Quant[bi:bj:bj], QuantType: m.QuantType}
+		return Mat{Quant: m.Quant[bi:bj:bj], QuantType: m.QuantType, Cols: m.Cols}
 	case m.Half != nil:
 		return Mat{Half: m.Half[i:j:j], HalfType: m.HalfType}
 	}

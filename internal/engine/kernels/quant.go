@@ -21,6 +21,11 @@ const (
 	Q4_K            // ggml type 12: 256 values (super-block)
 	Q5_K            // ggml type 13
 	Q6_K            // ggml type 14
+	// Q4_1x4 and Q4_0x4 are Q4_1 and Q4_0 matrices in the four-row layout
+	// of Repack4 (the same blocks, interleaved by groups of four rows),
+	// which the AVX-512 decode kernels stream faster; no file stores them.
+	Q4_1x4
+	Q4_0x4
 )
 
 // qk is the super-block size of the K-quants (ggml's QK_K).
@@ -31,13 +36,15 @@ var quantInfo = [...]struct {
 	ggml          uint32
 	elems, nbytes int
 }{
-	QNone: {"QNone", ^uint32(0), 0, 0},
-	Q8_0:  {"Q8_0", 8, 32, 2 + 32},
-	Q4_0:  {"Q4_0", 2, 32, 2 + 16},
-	Q4_1:  {"Q4_1", 3, 32, 2 + 2 + 16},
-	Q4_K:  {"Q4_K", 12, qk, 2 + 2 + 12 + qk/2},
-	Q5_K:  {"Q5_K", 13, qk, 2 + 2 + 12 + qk/8 + qk/2},
-	Q6_K:  {"Q6_K", 14, qk, qk/2 + qk/4 + qk/16 + 2},
+	QNone:  {"QNone", ^uint32(0), 0, 0},
+	Q8_0:   {"Q8_0", 8, 32, 2 + 32},
+	Q4_0:   {"Q4_0", 2, 32, 2 + 16},
+	Q4_1:   {"Q4_1", 3, 32, 2 + 2 + 16},
+	Q4_K:   {"Q4_K", 12, qk, 2 + 2 + 12 + qk/2},
+	Q5_K:   {"Q5_K", 13, qk, 2 + 2 + 12 + qk/8 + qk/2},
+	Q6_K:   {"Q6_K", 14, qk, qk/2 + qk/4 + qk/16 + 2},
+	Q4_1x4: {"Q4_1x4", ^uint32(0), 32, 2 + 2 + 16},
+	Q4_0x4: {"Q4_0x4", ^uint32(0), 32, 2 + 16},
 }
 
 // valid reports whether t is one of the formats above (not QNone).
@@ -67,6 +74,35 @@ func (t QuantType) BlockBytes() int {
 	return quantInfo[t].nbytes
 }
 
+// Repacked reports whether t is a four-row layout (Q4_1x4, Q4_0x4), whose
+// rows come in groups of four and are read with the matrix's row length
+// (DequantMat, DequantEmbedRow, the products), not one by one (DequantRow).
+func (t QuantType) Repacked() bool { return t == Q4_1x4 || t == Q4_0x4 }
+
+// RepackedType is the four-row layout of t (Q4_1x4 for Q4_1, Q4_0x4 for
+// Q4_0), QNone for formats without one.
+func (t QuantType) RepackedType() QuantType {
+	switch t {
+	case Q4_1:
+		return Q4_1x4
+	case Q4_0:
+		return Q4_0x4
+	}
+	return QNone
+}
+
+// plain is the format of t's blocks: Q4_1 for Q4_1x4, Q4_0 for Q4_0x4, t
+// itself otherwise.
+func (t QuantType) plain() QuantType {
+	switch t {
+	case Q4_1x4:
+		return Q4_1
+	case Q4_0x4:
+		return Q4_0
+	}
+	return t
+}
+
 // RowBytes is the bytes of n values (n a multiple of BlockElems).
 func (t QuantType) RowBytes(n int) int { return n / t.BlockElems() * t.BlockBytes() }
 
@@ -75,7 +111,7 @@ func (t QuantType) RowBytes(n int) int { return n / t.BlockElems() * t.BlockByte
 // float types F32/F16/BF16, which load as float Mats).
 func QuantTypeFromGGML(ggmlType uint32) (QuantType, bool) {
 	for t := Q8_0; t.valid(); t++ {
-		if quantInfo[t].ggml == ggmlType {
+		if quantInfo[t].ggml == ggmlType && !t.Repacked() {
 			return t, true
 		}
 	}
@@ -91,10 +127,14 @@ func putF16(b []byte, f float32) {
 	b[0], b[1] = byte(h), byte(h>>8)
 }
 
-// checkQuant panics unless src holds exactly the whole blocks of n values.
+// checkQuant panics unless src holds exactly the whole blocks of n values
+// of a row format (not a four-row layout).
 func checkQuant(op string, t QuantType, n, srcLen int) {
 	if !t.valid() {
 		panic(fmt.Sprintf("kernels: %s: not a quantized type: %v", op, t))
+	}
+	if t.Repacked() {
+		panic(fmt.Sprintf("kernels: %s: %v interleaves groups of four rows: dequantise it with DequantMat", op, t))
 	}
 	if n%t.BlockElems() != 0 || srcLen != t.RowBytes(n) {
 		panic(fmt.Sprintf("kernels: %s: %v: %d values in %d bytes (blocks of %d values in %d bytes)",

@@ -62,6 +62,18 @@ func dequantQ5KZ(nb int, dst *float32, src *byte, tab *float32)
 //go:noescape
 func dequantQ6KZ(nb int, dst *float32, src *byte, tab *float32)
 
+//go:noescape
+func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
+
+//go:noescape
+func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
+
+//go:noescape
+func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ40X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
 // dequantRowAsm dequantises the whole blocks of src into dst with the
 // AVX-512 kernels (bit-identical to dequantBlock) and reports whether it
 // did: false for formats without one or without AVX-512.
@@ -120,13 +132,32 @@ func asmDots(f asmQdot, elems, prepLen int) func(nb int, x, prep []float32, w []
 	}
 }
 
+// repackedDots wraps the decode kernel of a four-row layout (blocks of
+// size bytes) as quantDots.dots, checking the bounds the assembly relies
+// on.
+func repackedDots(f func(nb int, x *float32, w *byte, groups int, out *float32, tab *float32), size int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
+	return func(nb int, x, _ []float32, w []byte, ldw int, out []float32) {
+		rows := len(out)
+		if rows == 0 {
+			return
+		}
+		if rows%4 != 0 || nb == 0 || ldw != nb*size || len(w) != rows*ldw {
+			panic("kernels: repacked quantized dots: not whole groups of four rows")
+		}
+		_ = x[32*nb-1]
+		f(nb, &x[0], &w[0], rows/4, &out[0], &f16Table()[0])
+	}
+}
+
 var (
-	q41Kernel = &quantDots{dots: asmDots(qdotQ41Z, 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
-	q40Kernel = &quantDots{dots: asmDots(qdotQ40Z, 32, 0), rowDots: asmDots(qdotQ40R, 32, 0)}
-	q80Kernel = &quantDots{dots: asmDots(qdotQ80Z, 32, 0), rowDots: asmDots(qdotQ80R, 32, 0)}
-	q4KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8), rowDots: asmDots(qdotQ4KR, qk, 8)}
-	q5KKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KZ, qk, 8), rowDots: asmDots(qdotQ5KR, qk, 8)}
-	q6KKernel = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KZ, qk, 16), rowDots: asmDots(qdotQ6KR, qk, 16)}
+	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
+	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
+	q41Kernel  = &quantDots{dots: asmDots(qdotQ41Z, 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
+	q40Kernel  = &quantDots{dots: asmDots(qdotQ40Z, 32, 0), rowDots: asmDots(qdotQ40R, 32, 0)}
+	q80Kernel  = &quantDots{dots: asmDots(qdotQ80Z, 32, 0), rowDots: asmDots(qdotQ80R, 32, 0)}
+	q4KKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8), rowDots: asmDots(qdotQ4KR, qk, 8)}
+	q5KKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KZ, qk, 8), rowDots: asmDots(qdotQ5KR, qk, 8)}
+	q6KKernel  = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KZ, qk, 16), rowDots: asmDots(qdotQ6KR, qk, 16)}
 )
 
 // quantKernel is t's AVX-512 decode kernel, nil when there is none for t
@@ -144,6 +175,10 @@ func quantKernel(t QuantType) *quantDots {
 		return q41Kernel
 	case Q4_0:
 		return q40Kernel
+	case Q4_1x4:
+		return q41xKernel
+	case Q4_0x4:
+		return q40xKernel
 	case Q8_0:
 		return q80Kernel
 	case Q4_K:
@@ -167,3 +202,17 @@ var f16Table = sync.OnceValue(func() []float32 {
 	}
 	return t
 })
+
+// dequantGroupAsm dequantises a repacked group of four rows with the
+// AVX-512 kernels and reports whether it did (false without AVX-512).
+func dequantGroupAsm(t QuantType, dst []float32, cols int, src []byte) bool {
+	if !haveAVX512 || !haveF16C {
+		return false
+	}
+	f := dequantQ41X
+	if t == Q4_0x4 {
+		f = dequantQ40X
+	}
+	f(cols/32, &dst[0], 4*cols, &src[0], &f16Table()[0])
+	return true
+}

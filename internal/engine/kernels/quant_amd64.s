@@ -825,3 +825,193 @@ TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
 	MOVL $0x30, AX
 	VPBROADCASTD AX, Z25
 	QRUNR(q6krg, q6kr0, q6kr1, q6kr2, q6kr3, q6krdone, Q6KSTEP1, Y4, Y5, Y6, Y7)
+
+// Repacked 4-bit kernels (qdotQ41X, qdotQ40X; Q4_1x4, Q4_0x4): the weights
+// in Repack4's layout, where a block of four rows is 64 bytes of nibbles —
+// dword i holds byte i of each row's 16, row j in byte j — then the four
+// rows' f16 scales (Q4_1: d, m per row; Q4_0: d). One load (Z24) thus
+// holds the indices of all four rows: shifted right by 8j, row j's values
+// 0..15 in the low nibbles of the lanes, by 8j+4 its values 16..31
+// (VPERMPS reads only the low four bits of each lane). A block of the four
+// rows costs one nibble load, x's halves (shared by the rows) and two
+// scale loads, and per row a lookup table, two shifts (one for row 0), two
+// VPERMPS and two FMAs straight into the accumulators (Z0..Z3: the rows'
+// low halves, Z4..Z7: the high ones): 13 loads where the row-order kernels
+// take 24. On Zen 5 the loads, more than the arithmetic, set the pace —
+// four unaligned nibble loads (one per row) instead of the shifts by 8j
+// streamed a sixth slower from L2, and the scale lookups alone cost a
+// third of the time — and in BenchmarkQuantRepack4 the repacked kernel
+// streams about 1.2x faster than qdotQ41R from memory, 1.45x from L2.
+// Q4_1's table is one FMA, l·d + m: l·d is exact in float32 (a 4-bit
+// integer times an 11-bit f16 significand), so the fused add rounds as
+// DequantRow's float32(l·d) + m does and the values stay bit-identical to
+// it.
+
+// Row j of a repacked block: its 32 values from the table in Z18 and the
+// nibbles in Z24, into Z16 (values 0..15) and Z17 (16..31), passed to
+// USE(a, b).
+#define XVALS(j, USE, a, b) \
+	VPSRLD           $(8*j), Z24, Z16 \
+	VPSRLD           $(8*j+4), Z24, Z17 \
+	VPERMPS          Z18, Z16, Z16 \
+	VPERMPS          Z18, Z17, Z17 \
+	USE(a, b)
+
+// XVALS of row 0, whose low nibbles need no shift.
+#define XVALS0(j, USE, a, b) \
+	VPSRLD           $4, Z24, Z17 \
+	VPERMPS          Z18, Z24, Z16 \
+	VPERMPS          Z18, Z17, Z17 \
+	USE(a, b)
+
+// Dot: a += the low half's products with x (Z20), b += the high half's
+// (Z21).
+#define XDOT(a, b) \
+	VFMADD231PS      Z20, Z16, a \
+	VFMADD231PS      Z21, Z17, b
+
+// Dequantise: the values to a (0..15) and b (16..31).
+#define XSTORE(a, b) \
+	VMOVUPS          Z16, a \
+	VMOVUPS          Z17, b
+
+// Row j of a repacked Q4_1 block: table l·d + m (d, m: the f16 pair in
+// the low 32 bits of s, widened by f16Table), then XVALS. Widening the
+// block's eight scales with one VCVTPH2PS and broadcasting them with
+// VPERMPS streamed slower (BenchmarkQuantRepack4, L2: 1.09x qdotQ41R
+// against 1.40x; d by VPERMPS, m from the table: 1.21x): the shuffles
+// cost more than the loads.
+#define X41ROW(s, VALS, j, USE, a, b) \
+	MOVWLZX          s, BX \
+	MOVL             s, R9 \
+	SHRL             $16, R9 \
+	VBROADCASTSS     (R15)(BX*4), Z18 \
+	VFMADD213PS.BCST (R15)(R9*4), Z29, Z18 \
+	VALS(j, USE, a, b)
+
+// The four rows of the repacked Q4_1 block at r (its scales at 64, read
+// two rows at a time), row j's values to USE(aj, bj).
+#define X41ROWS(r, USE, a0, b0, a1, b1, a2, b2, a3, b3) \
+	VMOVDQU32        (r), Z24 \
+	MOVQ             64(r), AX \
+	MOVQ             72(r), DX \
+	X41ROW(AX, XVALS0, 0, USE, a0, b0) \
+	SHRQ             $32, AX \
+	X41ROW(AX, XVALS, 1, USE, a1, b1) \
+	X41ROW(DX, XVALS, 2, USE, a2, b2) \
+	SHRQ             $32, DX \
+	X41ROW(DX, XVALS, 3, USE, a3, b3)
+
+// Row j of a repacked Q4_0 block: table (l − 8)·d (d: the f16 in the low
+// 16 bits of AX), then XVALS.
+#define X40ROW(VALS, j, USE, a, b) \
+	MOVWLZX          AX, BX \
+	VMULPS.BCST      (R15)(BX*4), Z28, Z18 \
+	VALS(j, USE, a, b)
+
+// The four rows of the repacked Q4_0 block at r (its scales at 64).
+#define X40ROWS(r, USE, a0, b0, a1, b1, a2, b2, a3, b3) \
+	VMOVDQU32        (r), Z24 \
+	MOVQ             64(r), AX \
+	X40ROW(XVALS0, 0, USE, a0, b0) \
+	SHRQ             $16, AX \
+	X40ROW(XVALS, 1, USE, a1, b1) \
+	SHRQ             $16, AX \
+	X40ROW(XVALS, 2, USE, a2, b2) \
+	SHRQ             $16, AX \
+	X40ROW(XVALS, 3, USE, a3, b3)
+
+// The repacked kernels' prefetch distance, bytes ahead in the stream:
+// twice RPFQ, as they consume the bytes faster. In BenchmarkQuantRepack4
+// (from memory) 8 KiB streamed 5-10% faster than 4 KiB and than 16 KiB;
+// the row-order Q4_1 kernel gained nothing from 8 KiB.
+#define XPF 8192
+
+// The decode kernel's body: for each group of four rows (R12 of them, at
+// R8), all nb blocks (size bytes each) against x, then out[0..3] = the
+// rows' dots, out += 4; the next group starts where this one ended; a
+// prefetch XPF ahead per block (80 or 72 bytes: most lines, the hardware
+// prefetcher takes the rest).
+#define XRUN(grp, lp, done, ROWS, size) \
+grp: \
+	TESTQ R12, R12 \
+	JZ    done \
+	MOVQ  nb+0(FP), CX \
+	MOVQ  R14, SI \
+	ZEROZ \
+lp: \
+	VMOVUPS          (SI), Z20 \
+	VMOVUPS          64(SI), Z21 \
+	ROWS(R8, XDOT, Z0, Z4, Z1, Z5, Z2, Z6, Z3, Z7) \
+	PREFETCHT0       XPF(R8) \
+	ADDQ             $size, R8 \
+	ADDQ             $128, SI \
+	DECQ             CX \
+	JNZ              lp \
+	VADDPS           Z4, Z0, Z0 \
+	VADDPS           Z5, Z1, Z1 \
+	VADDPS           Z6, Z2, Z2 \
+	VADDPS           Z7, Z3, Z3 \
+	MOVQ             R13, DI \
+	RED4(Z0, Y0, X0, Z1, Y1, X1, Z2, Y2, X2, Z3, Y3, X3, 0) \
+	ADDQ             $16, R13 \
+	DECQ             R12 \
+	JMP              grp \
+done: \
+	VZEROUPPER \
+	RET
+
+// func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
+TEXT ·qdotQ41X(SB), NOSPLIT, $0-48
+	MOVQ x+8(FP), R14
+	MOVQ w+16(FP), R8
+	MOVQ groups+24(FP), R12
+	MOVQ out+32(FP), R13
+	MOVQ tab+40(FP), R15
+	NIBCONST
+	XRUN(x41g, x41, x41done, X41ROWS, 80)
+
+// func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
+TEXT ·qdotQ40X(SB), NOSPLIT, $0-48
+	MOVQ x+8(FP), R14
+	MOVQ w+16(FP), R8
+	MOVQ groups+24(FP), R12
+	MOVQ out+32(FP), R13
+	MOVQ tab+40(FP), R15
+	NIBCONST
+	XRUN(x40g, x40, x40done, X40ROWS, 72)
+
+// Dequantisation of one group of four repacked rows (nb blocks): row j's
+// values to dst + j·ldd bytes (DI; R12 = ldd, R13 = 3·ldd).
+#define XDQRUN(lp, done, ROWS, size) \
+	LEAQ (R12)(R12*2), R13 \
+	NIBCONST \
+lp: \
+	TESTQ CX, CX \
+	JZ    done \
+	ROWS(R8, XSTORE, (DI), 64(DI), (DI)(R12*1), 64(DI)(R12*1), (DI)(R12*2), 64(DI)(R12*2), (DI)(R13*1), 64(DI)(R13*1)) \
+	ADDQ  $size, R8 \
+	ADDQ  $128, DI \
+	DECQ  CX \
+	JMP   lp \
+done: \
+	VZEROUPPER \
+	RET
+
+// func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ41X(SB), NOSPLIT, $0-40
+	MOVQ nb+0(FP), CX
+	MOVQ dst+8(FP), DI
+	MOVQ ldd+16(FP), R12
+	MOVQ src+24(FP), R8
+	MOVQ tab+32(FP), R15
+	XDQRUN(dx41, dx41done, X41ROWS, 80)
+
+// func dequantQ40X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ40X(SB), NOSPLIT, $0-40
+	MOVQ nb+0(FP), CX
+	MOVQ dst+8(FP), DI
+	MOVQ ldd+16(FP), R12
+	MOVQ src+24(FP), R8
+	MOVQ tab+32(FP), R15
+	XDQRUN(dx40, dx40done, X40ROWS, 72)

@@ -7,3 +7,6 @@ func quantKernel(QuantType) *quantDots { return nil }
 
 // dequantRowAsm is false: no assembly dequantisation on this build.
 func dequantRowAsm(QuantType, []float32, []byte) bool { return false }
+
+// dequantGroupAsm is false: no assembly dequantisation on this build.
+func dequantGroupAsm(QuantType, []float32, int, []byte) bool { return false }

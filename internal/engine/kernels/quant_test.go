@@ -138,14 +138,21 @@ func TestDequantRowPanicsOnBadLength(t *testing.T) {
 
 // randQuant returns rows rows of cols random values quantized as t and
 // their dequantised values.
+// A four-row layout's are quantized as its block format, then repacked.
 func randQuant(r *rand.Rand, t QuantType, rows, cols int) ([]byte, []float32) {
 	x := make([]float32, rows*cols)
 	for i := range x {
 		x[i] = float32(r.NormFloat64())
 	}
-	q := make([]byte, t.RowBytes(len(x)))
-	QuantizeRow(t, q, x)
-	DequantRow(t, x, q)
+	p := t.plain()
+	q := make([]byte, p.RowBytes(len(x)))
+	QuantizeRow(p, q, x)
+	DequantRow(p, x, q)
+	if t.Repacked() {
+		rq := make([]byte, len(q))
+		Repack4(p, rq, q, rows, cols)
+		q = rq
+	}
 	return q, x
 }
 
@@ -232,7 +239,7 @@ func TestQuantDecodeExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	defer SetRowOrder(SetRowOrder(true))
 	forSIMD(t, func(t *testing.T) {
-		for _, qt := range allQuant {
+		for _, qt := range append(allQuant, Q4_1x4, Q4_0x4) {
 			for _, k := range []int{800, 1536, 2304} {
 				if k%qt.BlockElems() != 0 {
 					continue

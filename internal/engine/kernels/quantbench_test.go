@@ -1,11 +1,14 @@
 package kernels
 
 import (
-	"flywheel/internal/cputime"
-	"flywheel/internal/hugemem"
+	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
+
+	"flywheel/internal/cputime"
+	"flywheel/internal/hugemem"
 )
 
 // BenchmarkQuantGemv: one decode product W [n,k]·x of the SmolLM2-135M
@@ -79,24 +82,27 @@ func BenchmarkQuantDot4L1(b *testing.B) {
 }
 
 // BenchmarkDequantRow: dequantising 1536×768 weights (what prefill and
-// training do per matrix and pass), per format, in values per second.
+// training do per matrix and pass), per format (the four-row layouts by
+// DequantMat), in values per second.
 func BenchmarkDequantRow(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
-	const n = 1536 * 768
-	dst := make([]float32, n)
-	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K} {
-		w, _ := randQuant(r, qt, 1, n)
+	const rows, cols = 1536, 768
+	dst := make([]float32, rows*cols)
+	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_1x4, Q4_0x4} {
+		w, _ := randQuant(r, qt, rows, cols)
 		b.Run(qt.String(), func(b *testing.B) {
 			for range b.N {
-				DequantRow(qt, dst, w)
+				DequantMat(qt, dst, w, cols)
 			}
-			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gvalues/s")
+			b.ReportMetric(float64(rows*cols)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gvalues/s")
 		})
 	}
 }
 
 // BenchmarkQuantStream streams 128 MiB of quantized weights per format
-// ([3072, 576] matrices, the SmolLM2-135M gate/up shape) through batch-1
+// ([3072, 576] matrices, the SmolLM2-135M gate/up shape; Q4_1x4 and
+// Q4_0x4 are the four-row layouts the engine holds Q4_1 and Q4_0 in)
+// through batch-1
 // decode products (QuantGemmNT with one activation row: the kernels and
 // access order the process uses), interleaved round by round with the
 // read-bandwidth probe, and reports each format's weight GB/s and its
@@ -122,7 +128,7 @@ func BenchmarkQuantStream(b *testing.B) {
 		mats int
 	}
 	var fs []format
-	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0} {
+	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_1x4, Q4_0x4} {
 		mat, _ := randQuant(r, qt, n, k)
 		mats := bytes / len(mat)
 		w := hugemem.Make[byte](mats * len(mat))
@@ -160,5 +166,167 @@ func BenchmarkQuantStream(b *testing.B) {
 		b.ReportMetric(gbs/1e9, f.t.String()+"-GB/s")
 		b.ReportMetric(gbs/bw, f.t.String()+"-of-bw")
 		b.ReportMetric(cgbs/cbw, f.t.String()+"-cpu-of-bw")
+	}
+}
+
+// BenchmarkQuantBound streams Q4_1 (plain and four-row layout) and Q8_0
+// weights through batch-1 decode products from a matrix that stays in L2
+// and from 128 MiB of copies of it, interleaved, and reports the weight
+// GB/s of each (issue 22's question): an L2 rate not far above the
+// memory one means the kernel is bound by its instructions, not by
+// memory.
+func BenchmarkQuantBound(b *testing.B) {
+	const big = 128 << 20
+	r := rand.New(rand.NewPCG(3, 3))
+	const k = 576
+	x := randSlice(r, k)
+	type variant struct {
+		name string
+		t    QuantType
+		n    int
+		w    []byte
+		mats int
+	}
+	var vs []variant
+	for _, f := range []struct {
+		t QuantType
+		n int
+	}{{Q4_1, 1536}, {Q4_1x4, 1536}, {Q8_0, 768}} {
+		mat, _ := randQuant(r, f.t, f.n, k)
+		vs = append(vs, variant{f.t.String() + "-L2", f.t, f.n, mat, 1})
+		mats := big / len(mat)
+		w := hugemem.Make[byte](mats * len(mat))
+		for o := 0; o < len(w); o += len(mat) {
+			copy(w[o:], mat)
+		}
+		vs = append(vs, variant{f.t.String() + "-mem", f.t, f.n, w, mats})
+	}
+	c := make([]float32, 4096)
+	secs := make([]float64, len(vs))
+	bytes := make([]float64, len(vs))
+	defer SetRowOrder(SetRowOrder(true))
+	b.ResetTimer()
+	for range b.N {
+		for i, v := range vs {
+			rb := len(v.w) / v.mats
+			reps := max(1, big/len(v.w))
+			s := time.Now()
+			for range reps {
+				for o := 0; o < len(v.w); o += rb {
+					QuantGemmNT(v.t, 1, v.n, k, x, k, v.w[o:o+rb], 0, c, v.n)
+				}
+			}
+			secs[i] += time.Since(s).Seconds()
+			bytes[i] += float64(reps * len(v.w))
+		}
+	}
+	for i, v := range vs {
+		b.ReportMetric(bytes[i]/secs[i]/1e9, v.name+"-GB/s")
+	}
+}
+
+// BenchmarkQuantRepack4: the row-order decode kernel on plain rows
+// against the four-row layout's kernel on the same weights (64 MiB of copies of a [3072, 576]
+// matrix, or one 512-row matrix that stays in L2), on one thread or two
+// (each half the rows), interleaved round by round, in chunks of 64 rows
+// as quantStreamNT calls them; GB/s of weights by wall time and by CPU
+// time (which moves less on a shared machine), and the read probe's.
+func BenchmarkQuantRepack4(b *testing.B) {
+	if quantKernel(Q4_1x4) == nil {
+		b.Skip("no AVX-512 kernels")
+	}
+	for _, thr := range []int{1, 2} {
+		for _, sz := range []int{64 << 20, 0} {
+			name := "mem"
+			if sz == 0 {
+				name = "L2"
+			}
+			b.Run(fmt.Sprintf("%s-%dthr", name, thr), func(b *testing.B) { benchRepack4(b, sz, thr) })
+		}
+	}
+}
+
+// both runs f(0) and, with thr 2, f(1) at the same time.
+func both(thr int, f func(i int)) {
+	if thr == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { f(1); wg.Done() }()
+	f(0)
+	wg.Wait()
+}
+
+func benchRepack4(b *testing.B, big, thr int) {
+	r := rand.New(rand.NewPCG(3, 3))
+	n, k := 3072, 576
+	if big == 0 {
+		n = 512
+	}
+	x := randSlice(r, k)
+	for _, qt := range []QuantType{Q4_1, Q4_0} {
+		b.Run(qt.String(), func(b *testing.B) {
+			mat, _ := randQuant(r, qt, n, k)
+			p := make([]byte, len(mat))
+			Repack4(qt, p, mat, n, k)
+			mats := max(1, big/len(mat))
+			w, wp := hugemem.Make[byte](mats*len(mat)), hugemem.Make[byte](mats*len(mat))
+			for o := 0; o < len(w); o += len(mat) {
+				copy(w[o:], mat)
+				copy(wp[o:], p)
+			}
+			probe := hugemem.Make[float32](len(w) / 4)
+			for i := range probe {
+				probe[i] = 1
+			}
+			rb := qt.RowBytes(k)
+			reps := max(1, (64<<20)/len(w))
+			chunks := len(w) / (64 * rb)
+			out := make([]float32, 128)
+			kern, xkern := quantKernel(qt), quantKernel(qt.RepackedType())
+			// Each thread's share of buf's chunks, by one kernel.
+			run := func(buf []byte, dots func(w []byte, out []float32)) func(i int) {
+				return func(i int) {
+					for range reps {
+						for c := i * chunks / thr; c < (i+1)*chunks/thr; c++ {
+							dots(buf[c*64*rb:(c+1)*64*rb], out[64*i:64*i+64])
+						}
+					}
+				}
+			}
+			vs := []struct {
+				name string
+				f    func(i int)
+			}{
+				{"probe", func(i int) {
+					for range reps {
+						sumImpl(probe[i*len(probe)/thr : (i+1)*len(probe)/thr])
+					}
+				}},
+				{"row", run(w, func(w []byte, out []float32) { kern.rowDots(k/32, x, nil, w, rb, out) })},
+				{"x", run(wp, func(w []byte, out []float32) { xkern.dots(k/32, x, nil, w, rb, out) })},
+			}
+			secs, cpu := make([]float64, len(vs)), make([]float64, len(vs))
+			b.ResetTimer()
+			for range b.N {
+				for j, v := range vs {
+					s, c0 := time.Now(), cputime.Used().Seconds()
+					both(thr, v.f)
+					secs[j] += time.Since(s).Seconds()
+					cpu[j] += cputime.Used().Seconds() - c0
+				}
+			}
+			bytes := float64(reps*len(w)) * float64(b.N)
+			for j, v := range vs {
+				b.ReportMetric(bytes/secs[j]/1e9, v.name+"-GB/s")
+				b.ReportMetric(bytes/cpu[j]/1e9, v.name+"-cpuGB/s")
+				if j > 1 {
+					b.ReportMetric(secs[1]/secs[j], v.name+"-speedup")
+					b.ReportMetric(cpu[1]/cpu[j], v.name+"-cpu-speedup")
+				}
+			}
+		})
 	}
 }

@@ -8,7 +8,8 @@ import (
 
 // Products with block-quantized weights (QuantType). The weight matrix is
 // the tensor's bytes as a GGUF file stores them: rows of whole blocks,
-// back to back (row stride t.RowBytes(cols) bytes).
+// back to back (row stride t.RowBytes(cols) bytes); or, for Q4_1x4 and
+// Q4_0x4, the same bytes interleaved by groups of four rows (repack.go).
 //
 // Arithmetic. Every product computes, in float32, the product of the
 // activations with the dequantised weights — the values DequantRow gives,
@@ -41,10 +42,14 @@ import (
 // logprobs agree to 4e-5.
 
 // checkQuantMat panics with a clear message when a product's operands do
-// not fit: cols a whole number of blocks, w at least rows rows.
+// not fit: cols a whole number of blocks, w at least rows rows, in groups
+// of four for a four-row layout.
 func checkQuantMat(op string, t QuantType, rows, cols int, w []byte) {
 	if !t.valid() {
 		panic(fmt.Sprintf("kernels: %s: not a quantized type: %v", op, t))
+	}
+	if t.Repacked() && rows%4 != 0 {
+		panic(fmt.Sprintf("kernels: %s: %v holds groups of four rows, not %d rows", op, t, rows))
 	}
 	if cols%t.BlockElems() != 0 {
 		panic(fmt.Sprintf("kernels: %s: %v rows of %d values are not whole blocks of %d", op, t, cols, t.BlockElems()))
@@ -101,9 +106,20 @@ func QuantGemmNN(t QuantType, m, n, k int, a []float32, lda int, w []byte, beta 
 }
 
 // quantWiden is the widen function of widenBlocks for quantized rows of
-// cols values: DequantRow, in parallel over the rows.
+// cols values: DequantRow, in parallel over the rows (over the groups of
+// four of a four-row layout: widenBlocks's blocks of rows are multiples
+// of 16 rows, and the matrix's rows of 4).
 func quantWiden(t QuantType, w []byte, cols int) func(dst []float32, r0, r1 int) {
 	rb := t.RowBytes(cols)
+	if t.Repacked() {
+		return func(dst []float32, r0, r1 int) {
+			par.Range((r1-r0)/4, 4*cols, func(lo, hi int) {
+				for g := lo; g < hi; g++ {
+					dequantGroup(t, dst[4*g*cols:4*(g+1)*cols], cols, w[(r0+4*g)*rb:(r0+4*g+4)*rb])
+				}
+			})
+		}
+	}
 	return func(dst []float32, r0, r1 int) {
 		par.Range(r1-r0, cols, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -135,7 +151,9 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	split := newStreamSplit(n, rb)
 	tasks := split.tasks()
 	var dots func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
-	if kern != nil {
+	if kern != nil && t.Repacked() {
+		dots = kern.dots // one access order
+	} else if kern != nil {
 		rows, timed := quantOrder.pick(m, n*rb)
 		dots = kern.dots
 		if rows {
@@ -181,14 +199,18 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 			j += g
 		}
 		for ; kern == nil && j+4 <= j1; j += 4 {
-			for r := range 4 {
-				DequantRow(t, f.s[r*k:(r+1)*k], w[(j+r)*rb:(j+r+1)*rb])
+			if t.Repacked() {
+				dequantGroup(t, f.s, k, w[j*rb:(j+4)*rb])
+			} else {
+				for r := range 4 {
+					DequantRow(t, f.s[r*k:(r+1)*k], w[(j+r)*rb:(j+r+1)*rb])
+				}
 			}
 			for i := range m {
 				store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f.s, k))
 			}
 		}
-		if j < j1 { // rows left over: plain dots
+		if j < j1 { // rows left over (not of a four-row layout): plain dots
 			row := getBuf(k)
 			defer putBuf(row)
 			for ; j < j1; j++ {
@@ -222,8 +244,18 @@ type quantDots struct {
 }
 
 // DequantEmbedRow writes row id of a quantized [rows, len(dst)] matrix w
-// into dst: an embedding lookup.
+// into dst: an embedding lookup (of a four-row layout, the row's group is
+// dequantised).
 func DequantEmbedRow(t QuantType, dst []float32, w []byte, id int) {
-	rb := t.RowBytes(len(dst))
-	DequantRow(t, dst, w[id*rb:(id+1)*rb])
+	k := len(dst)
+	rb := t.RowBytes(k)
+	if !t.Repacked() {
+		DequantRow(t, dst, w[id*rb:(id+1)*rb])
+		return
+	}
+	g := getBuf(4 * k)
+	defer putBuf(g)
+	g0 := id &^ 3
+	dequantGroup(t, g.s, k, w[g0*rb:(g0+4)*rb])
+	copy(dst, g.s[(id-g0)*k:(id-g0+1)*k])
 }
