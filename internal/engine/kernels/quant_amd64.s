@@ -147,6 +147,16 @@ done: \
 	MOVL $15, AX \
 	VPBROADCASTD AX, Z31
 
+// The arguments of the four-row kernels into their registers (x R14, w
+// R8, groups R12, out R13, tab R15) and NIBLUT's level constants.
+#define XSETUP \
+	MOVQ x+8(FP), R14 \
+	MOVQ w+16(FP), R8 \
+	MOVQ groups+24(FP), R12 \
+	MOVQ out+32(FP), R13 \
+	MOVQ tab+40(FP), R15 \
+	NIBCONST
+
 // Start a group of four rows at R8: the other rows' pointers, x and xs
 // from their starts, zero accumulators.
 #define QGROUP \
@@ -963,22 +973,12 @@ done: \
 
 // func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
 TEXT ·qdotQ41X(SB), NOSPLIT, $0-48
-	MOVQ x+8(FP), R14
-	MOVQ w+16(FP), R8
-	MOVQ groups+24(FP), R12
-	MOVQ out+32(FP), R13
-	MOVQ tab+40(FP), R15
-	NIBCONST
+	XSETUP
 	XRUN(x41g, x41, x41done, X41ROWS, 80)
 
 // func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
 TEXT ·qdotQ40X(SB), NOSPLIT, $0-48
-	MOVQ x+8(FP), R14
-	MOVQ w+16(FP), R8
-	MOVQ groups+24(FP), R12
-	MOVQ out+32(FP), R13
-	MOVQ tab+40(FP), R15
-	NIBCONST
+	XSETUP
 	XRUN(x40g, x40, x40done, X40ROWS, 72)
 
 // Dequantisation of one group of four repacked rows (nb blocks): row j's
