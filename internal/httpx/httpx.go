@@ -9,18 +9,14 @@
 package httpx
 
 import (
-	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"flywheel/internal/store"
 )
 
 // WriteJSON writes v as a JSON response with the given status.
@@ -100,7 +96,7 @@ func AsError(err error) *Error {
 	if DiskFull(err) {
 		return &Error{Status: http.StatusInsufficientStorage, Message: "the server's disk is full; nothing of this request was kept, retry once space is freed", Code: "insufficient_storage"}
 	}
-	if DatabaseUnavailable(err) {
+	if store.Unavailable(err) {
 		return &Error{Status: http.StatusServiceUnavailable, Message: "the database is unavailable; retry shortly", Code: "unavailable"}
 	}
 	return &Error{Status: http.StatusInternalServerError, Message: "internal server error", Code: "internal_error"}
@@ -119,29 +115,6 @@ func DiskFull(err error) bool {
 	}
 	var coded interface{ Code() int } // modernc.org/sqlite's *Error
 	return errors.As(err, &coded) && coded.Code()&0xff == 13 && strings.Contains(err.Error(), "full")
-}
-
-// DatabaseUnavailable reports whether err says the database server cannot be
-// reached or is restarting (a connection refused or broken, PostgreSQL's
-// connection-exception class 08 or its shutdown and startup states 57P01,
-// 57P02, 57P03, a connection the driver saw close): a request failing so is 503, retried once the server is
-// back, not a 500 (the chaos soak, internal/chaos, restarts the server under
-// load).
-func DatabaseUnavailable(err error) bool {
-	var st interface{ SQLState() string }
-	if errors.As(err, &st) {
-		c := st.SQLState()
-		return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03"
-	}
-	// pgx marks its connection-level failures (a connection closed or
-	// broken mid-query by a server restart) with SafeToRetry.
-	var conn interface{ SafeToRetry() bool }
-	var op *net.OpError
-	// A connection the server closed mid-reply surfaces as pgconn's
-	// ErrConnClosed or a bare io.ErrUnexpectedEOF (request bodies cut short
-	// are answered 400 before they could reach here).
-	return errors.As(err, &conn) || errors.As(err, &op) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
-		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // WriteOpenAIError writes err in the OpenAI envelope used under /v1:

@@ -12,6 +12,7 @@ package pgtest
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"net/url"
 	"os"
@@ -75,4 +76,20 @@ func DSN(t testing.TB) string {
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// KillTransactions ends the connections of db's database that sit idle
+// inside a transaction (those of its pool and any other client's, not the
+// one asking), as a server restart would, and returns how many. It waits
+// until each server process is gone, so the next statement on such a
+// connection fails.
+func KillTransactions(t testing.TB, db *sql.DB) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow(`SELECT count(*) FILTER (WHERE gone) FROM (SELECT pg_terminate_backend(pid, 10000) AS gone FROM pg_stat_activity
+		WHERE datname = current_database() AND state = 'idle in transaction' AND pid <> pg_backend_pid()) k`).Scan(&n)
+	if err != nil {
+		t.Fatalf("pgtest: end the connections in a transaction: %v", err)
+	}
+	return n
 }

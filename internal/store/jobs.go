@@ -303,8 +303,19 @@ func (s *sqlDB) wake(ctx context.Context, tx *rtx) error {
 }
 
 // LeaseTx is the transaction that completes a leased job (see
-// Jobs.LockLease). Rollback after Complete is a no-op, so defer it.
-type LeaseTx struct {
+// Jobs.LockLease).
+type LeaseTx interface {
+	// Complete records ck as the job's checkpoint, marks the job COMPLETED
+	// and appends training_ended, and commits. On error the transaction
+	// stays open (the row stays locked) until Rollback.
+	Complete(ctx context.Context, ck Checkpoint, metrics map[string]any) (Checkpoint, error)
+	// Rollback ends the transaction without completing the job (a no-op
+	// after Complete committed), so defer it.
+	Rollback()
+}
+
+// leaseTx is the LeaseTx of sqlDB.
+type leaseTx struct {
 	s    *sqlDB
 	tx   *rtx
 	l    Lease
@@ -312,7 +323,7 @@ type LeaseTx struct {
 }
 
 // LockLease locks the job l leases after checking the lease.
-func (s *sqlDB) LockLease(ctx context.Context, l Lease) (*LeaseTx, error) {
+func (s *sqlDB) LockLease(ctx context.Context, l Lease) (LeaseTx, error) {
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return nil, err
@@ -321,13 +332,11 @@ func (s *sqlDB) LockLease(ctx context.Context, l Lease) (*LeaseTx, error) {
 		_ = tx.tx.Rollback()
 		return nil, err
 	}
-	return &LeaseTx{s: s, tx: tx, l: l}, nil
+	return &leaseTx{s: s, tx: tx, l: l}, nil
 }
 
-// Complete records ck as the job's checkpoint, marks the job COMPLETED and
-// appends training_ended, and commits. On error the transaction stays open
-// (the row stays locked) until Rollback.
-func (t *LeaseTx) Complete(ctx context.Context, ck Checkpoint, metrics map[string]any) (Checkpoint, error) {
+// Complete implements LeaseTx.
+func (t *leaseTx) Complete(ctx context.Context, ck Checkpoint, metrics map[string]any) (Checkpoint, error) {
 	if t.done {
 		return ck, errors.New("lease transaction already ended")
 	}
@@ -360,9 +369,8 @@ func (t *LeaseTx) Complete(ctx context.Context, ck Checkpoint, metrics map[strin
 	return ck, nil
 }
 
-// Rollback ends the transaction without completing the job (a no-op after
-// Complete committed).
-func (t *LeaseTx) Rollback() {
+// Rollback implements LeaseTx.
+func (t *leaseTx) Rollback() {
 	if !t.done {
 		t.done = true
 		_ = t.tx.tx.Rollback()

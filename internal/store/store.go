@@ -329,7 +329,7 @@ type Jobs interface {
 	// l is still its lease (ErrLeaseLost otherwise). Publishing a
 	// checkpoint happens under it, so no other node can claim the job again
 	// meanwhile.
-	LockLease(ctx context.Context, l Lease) (*LeaseTx, error)
+	LockLease(ctx context.Context, l Lease) (LeaseTx, error)
 	// FinishJob ends a QUEUED or RUNNING job with status FAILED or
 	// CANCELLED and appends training_failed carrying message, in one
 	// transaction, whoever runs it (a user's cancel). A job already ended
