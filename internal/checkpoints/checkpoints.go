@@ -9,7 +9,7 @@
 // exists (folders are only ever published by rename), and a row's folder is
 // removed only after the row is gone. A crash between the two steps leaves a
 // folder with no row, or a work folder (.tmp-*), which Sweep removes at the
-// next start.
+// next start; so does a run that lost its lease while retrying its record.
 package checkpoints
 
 import (
@@ -125,7 +125,10 @@ func (m *Manager) Discard(modelID, jobID string) {
 // (store.Jobs.LockLease keeps the job's row locked until the transaction
 // that records the checkpoint commits), so no other node can claim the job
 // again, and so publish the same step, while this one renames and
-// records; a run whose lease was taken over can do neither.
+// records; a run whose lease was taken over can do neither. A caller whose
+// record failed transiently may leave the folder published and record it
+// again under a later fence (the job queue does, within the run's lease):
+// that fence tells whether the failed record committed.
 func (m *Manager) Publish(modelID, jobID string, step int) (string, error) {
 	work := m.layout.WorkDir(modelID, jobID)
 	if _, err := os.Stat(filepath.Join(work, AdapterFile)); err != nil {

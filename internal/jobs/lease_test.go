@@ -46,11 +46,11 @@ func (q quietTrainer) Train(ctx context.Context, j jobs.Job, emit func(jobs.Even
 	return jobs.Result{}, os.WriteFile(filepath.Join(j.OutDir, "adapter_model.safetensors"), []byte("stale"), 0o644)
 }
 
-// node is a queue over st named name, with a short lease, logging to w.
-func (f *fixture) node(st jobs.Store, tr jobs.Trainer, name string, w io.Writer) *jobs.Queue {
+// node is a queue over st named name, with a lease of lease, logging to w.
+func (f *fixture) node(st jobs.Store, tr jobs.Trainer, name string, w io.Writer, lease time.Duration) *jobs.Queue {
 	log := slog.New(slog.NewTextHandler(w, nil))
 	return jobs.New(st, jobs.Config{DataDir: f.dataDir, ModelsDir: f.dataDir, Workers: 1, Trainer: tr, NodeID: name,
-		LeaseTimeout: 300 * time.Millisecond, PollInterval: 20 * time.Millisecond, Shared: f.st.Shared(),
+		LeaseTimeout: lease, PollInterval: 20 * time.Millisecond, Shared: f.st.Shared(),
 		Checkpoints: checkpoints.New(f.st, f.layout, log, f.st.Shared()), Logger: log})
 }
 
@@ -112,7 +112,7 @@ func TestStalledNodeCannotPublish(t *testing.T) {
 	m := f.model(t, "m")
 	stalled := quietTrainer{release: make(chan struct{}), returned: make(chan struct{})}
 	var alog syncBuffer
-	a := f.node(stalledStore{f.st}, stalled, "node-a", &alog)
+	a := f.node(stalledStore{f.st}, stalled, "node-a", &alog, 300*time.Millisecond)
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestStalledNodeCannotPublish(t *testing.T) {
 	f.waitLease(t, id, "node-a")
 	f.waitEvents(t, id, 1) // training_started: the trainer runs
 
-	b := f.node(f.st, &recTrainer{}, "node-b", io.Discard)
+	b := f.node(f.st, &recTrainer{}, "node-b", io.Discard, 300*time.Millisecond)
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func testCancelOnAnotherNodeStopsTheRun(t *testing.T, f *fixture) {
 	ctx := context.Background()
 	m := f.model(t, "m")
 	tr := &recTrainer{block: make(chan struct{})}
-	a := f.node(f.st, tr, "node-a", io.Discard)
+	a := f.node(f.st, tr, "node-a", io.Discard, 300*time.Millisecond)
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -269,17 +269,27 @@ func (f *failOnce) Train(ctx context.Context, j jobs.Job, emit func(jobs.Event) 
 // missing").
 func TestUnrecordedFailureKeepsTheRequest(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
 	m := f.model(t, "m")
+	f.reclaimedAfter(t, m, downAtFailStore{f.st}, &failOnce{next: &recTrainer{}}, "record job failure", &recTrainer{})
+}
+
+// reclaimedAfter runs a job of model m on node a, over st with trainer ta,
+// until a's log says said, and checks that the run left the job RUNNING
+// with its request body; then node b, over the database itself with
+// trainer tb, reclaims the job and completes it (attempt 2, step 1), and
+// its request body goes. It returns the job's id.
+func (f *fixture) reclaimedAfter(t *testing.T, m string, st jobs.Store, ta jobs.Trainer, said string, tb jobs.Trainer) string {
+	t.Helper()
+	ctx := context.Background()
 	var alog syncBuffer
-	a := f.node(downAtFailStore{f.st}, &failOnce{next: &recTrainer{}}, "node-a", &alog)
+	a := f.node(st, ta, "node-a", &alog, 300*time.Millisecond)
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	id := submit(t, a, m)
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(alog.String(), "record job failure"); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(alog.String(), said); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("node a's run did not fail:\n%s", alog.String())
+			t.Fatalf("node a's log does not say %q:\n%s", said, alog.String())
 		}
 	}
 	if err := a.Shutdown(ctx); err != nil {
@@ -289,26 +299,24 @@ func TestUnrecordedFailureKeepsTheRequest(t *testing.T) {
 		t.Fatalf("the request body of the unrecorded run is gone: %v", err)
 	}
 	if j, _ := f.st.JobByID(ctx, id); j.Status != store.StatusRunning {
-		t.Fatalf("job %s after the unrecorded failure, want RUNNING", j.Status)
+		t.Fatalf("job %s after node a's unrecorded end, want RUNNING", j.Status)
 	}
-	b := f.node(f.st, &recTrainer{}, "node-b", io.Discard)
+	b := f.node(f.st, tb, "node-b", io.Discard, 300*time.Millisecond)
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown(ctx)
 	waitAll(t, f.st, []string{id}, store.StatusCompleted)
+	if err := b.Shutdown(ctx); err != nil { // waits for the run's end
+		t.Fatal(err)
+	}
 	j, _ := f.st.JobByID(ctx, id)
 	if j.LeaseOwner != "node-b" || j.Attempt != 2 || *j.ToStep != 1 {
 		t.Errorf("job %+v", j)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, err := os.Stat(f.layout.RequestPath(id)); os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the request body stays after the job completed")
-		}
+	if _, err := os.Stat(f.layout.RequestPath(id)); !os.IsNotExist(err) {
+		t.Errorf("the request body stays after the job completed: %v", err)
 	}
+	return id
 }
 
 // lostAckFailStore is the store of a node whose database restarts just as
@@ -329,7 +337,7 @@ func TestLostAnswerToARecordedFailureRemovesTheRequest(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	m := f.model(t, "m")
-	a := f.node(lostAckFailStore{f.st}, &failOnce{next: &recTrainer{}}, "node-a", io.Discard)
+	a := f.node(lostAckFailStore{f.st}, &failOnce{next: &recTrainer{}}, "node-a", io.Discard, 300*time.Millisecond)
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -172,6 +172,11 @@ type run struct {
 	cancel  context.CancelCauseFunc
 	mu      sync.Mutex // serialises event writes with cancellation
 	ended   bool       // the job record was ended by Cancel
+	// leased is when the call that last extended the lease (the claim, a
+	// renewal) began: the lease holds for at least LeaseTimeout from then,
+	// whatever the database's clock. renew writes it; complete reads it
+	// once renewals stopped.
+	leased time.Time
 }
 
 // New returns a queue; call Start to run it.
@@ -444,6 +449,7 @@ func (q *Queue) dispatch() {
 		for m := range q.busy {
 			skip = append(skip, m)
 		}
+		claimed := time.Now()
 		j, ok, err := q.st.ClaimNext(context.Background(), q.cfg.NodeID, q.cfg.LeaseTimeout, skip)
 		if err != nil || !ok {
 			q.mu.Unlock()
@@ -453,7 +459,7 @@ func (q *Queue) dispatch() {
 			return
 		}
 		ctx, cancel := context.WithCancelCause(context.Background())
-		r := &run{modelID: j.ModelID, cancel: cancel}
+		r := &run{modelID: j.ModelID, cancel: cancel, leased: claimed}
 		q.running[j.ID] = r
 		q.busy[j.ModelID] = true
 		q.wg.Add(1)
@@ -497,8 +503,10 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	// job is still RUNNING and is reclaimed when the lease expires).
 	keepRequest := errors.Is(cause, errShutdown) || errors.Is(cause, store.ErrLeaseLost)
 	defer func() {
-		if keepRequest && !errors.Is(cause, errShutdown) && q.ended(j.ID) {
-			keepRequest = false // recorded after all: the commit went through, its answer was lost
+		if keepRequest && !errors.Is(cause, errShutdown) {
+			if _, ended := q.ended(j.ID); ended {
+				keepRequest = false // recorded after all: the commit went through, its answer was lost
+			}
 		}
 		if !keepRequest {
 			os.Remove(j.RequestPath)
@@ -542,26 +550,27 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 }
 
 // ended reports whether job id has ended (COMPLETED, FAILED, CANCELLED, or
-// deleted with its model). A run that could not tell whether its end was
-// recorded asks: a commit can go through while its answer is lost (the
-// database restarting as it answers; the chaos soak found a job FAILED with
-// its request body left so). It retries for up to a lease timeout; a store
-// that stays unreachable answers false, and the body stays for the node
-// that reclaims the job (or for the start-up sweep, once the job ended).
-func (q *Queue) ended(id string) bool {
+// deleted with its model, which reads as a zero Job) and how its record
+// shows it. A run that could not tell whether its end was recorded asks: a
+// commit can go through while its answer is lost (the database restarting
+// as it answers; the chaos soak found a job FAILED with its request body
+// left so). It retries for up to a lease timeout; a store that stays
+// unreachable answers false, and the body stays for the node that reclaims
+// the job (or for the start-up sweep, once the job ended).
+func (q *Queue) ended(id string) (store.Job, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.LeaseTimeout)
 	defer cancel()
 	for {
 		j, err := q.st.JobByID(ctx, id)
 		switch {
 		case err == nil:
-			return j.Status == store.StatusCompleted || j.Status == store.StatusFailed || j.Status == store.StatusCancelled
+			return j, j.Status.Ended()
 		case errors.Is(err, store.ErrNotFound):
-			return true
+			return store.Job{}, true
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return store.Job{}, false
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -579,20 +588,20 @@ func workName(j store.Job) string { return fmt.Sprintf("%s.%d", j.ID, j.Attempt)
 func (q *Queue) renew(ctx context.Context, l store.Lease, r *run) {
 	t := time.NewTicker(q.cfg.LeaseTimeout / 3)
 	defer t.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		start := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, q.cfg.LeaseTimeout/3)
 		err := q.st.RenewLease(rctx, l, q.cfg.LeaseTimeout)
 		cancel()
 		switch {
 		case err == nil:
-			last = time.Now()
-		case errors.Is(err, store.ErrLeaseLost) || time.Since(last) >= q.cfg.LeaseTimeout:
+			r.leased = start
+		case errors.Is(err, store.ErrLeaseLost) || time.Since(r.leased) >= q.cfg.LeaseTimeout:
 			if ctx.Err() == nil {
 				q.log.Warn("lease lost; stopping the run", "job_id", l.JobID, "attempt", l.Attempt, "err", err)
 			}
@@ -738,26 +747,40 @@ func (q *Queue) jobConfig(ctx context.Context, j store.Job, baseModel string, re
 	return cfg, nil
 }
 
+// Backoff between attempts at recording a job's new checkpoint that failed
+// transiently: doubling from the first to the most, within the lease.
+const (
+	commitRetryFirst = 100 * time.Millisecond
+	commitRetryMost  = 2 * time.Second
+)
+
 // complete publishes the work folder as the model's next checkpoint and, in
 // one transaction, records it and marks the job COMPLETED. The run's lock is
-// held throughout, so a cancel on this node either ends the job before (and
-// the output is discarded) or finds it completed; the fence is the run's
+// held through each attempt (not between them: a cancel waits on it while
+// holding the queue's), so a cancel on this node either ends the job before
+// (and the output is discarded) or finds it completed; the fence is the run's
 // lease, whose row stays locked from the check (LockLease, before the
 // folder is renamed) to the commit, so no other node claims the job and
-// publishes its step meanwhile. ErrLeaseLost when the lease was lost: the
-// output is discarded. The queue calls checkpoints and the store in turn;
-// neither calls back.
+// publishes its step meanwhile. The queue calls checkpoints and the store in
+// turn; neither calls back.
+//
+// A transient failure of the store (store.Transient: the database
+// restarting, a deadlock) is retried with a bounded backoff while the lease
+// lasts, so that a database restart does not throw the training away. The
+// step's folder stays published between attempts: the next attempt's
+// LockLease says whether the failed one committed after all (its answer
+// lost), for then the job is no longer RUNNING under this lease; the job
+// is read back (ended) and, COMPLETED under this run's lease, the publish
+// stands: a step is never recorded twice. At the lease's end the run gives up as
+// one whose lease was lost. ErrLeaseLost when the lease was lost: the output
+// is discarded, and a folder left published without its row is stale (the
+// next publish of the step replaces it, the start-up sweep removes it).
+// Other errors fail at once.
 func (q *Queue) complete(ctx context.Context, j store.Job, res Result, r *run) error {
-	step := *j.FromStep + 1
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ended {
-		return nil // cancelled at the last moment: the output is discarded
-	}
-	metrics := map[string]float64{}
+	ck := store.Checkpoint{ModelID: j.ModelID, Step: *j.FromStep + 1, Metrics: map[string]float64{}}
 	for k, v := range res.Metrics {
 		if f, ok := number(v); ok {
-			metrics[k] = f
+			ck.Metrics[k] = f
 		}
 	}
 	jobMetrics := map[string]any{}
@@ -767,19 +790,75 @@ func (q *Queue) complete(ctx context.Context, j store.Job, res Result, r *run) e
 		}
 		jobMetrics[k] = v
 	}
+	leaseEnd := r.leased.Add(q.cfg.LeaseTimeout) // no renewal since renewals stopped
+	wait := commitRetryFirst
+	for try := 1; ; try++ {
+		r.mu.Lock()
+		if r.ended && ck.Dir == "" {
+			r.mu.Unlock()
+			return nil // cancelled at the last moment: the output is discarded
+		}
+		// Once published, a cancel is the lease lost: the attempt finds it.
+		err := q.commit(ctx, j, &ck, jobMetrics)
+		r.mu.Unlock()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, store.ErrLeaseLost):
+			return q.lostAfterPublish(j, ck, err)
+		case !store.Transient(err):
+			return err
+		case time.Until(leaseEnd) < wait:
+			return q.lostAfterPublish(j, ck, fmt.Errorf("the store failed until the lease's end (%w): %w", store.ErrLeaseLost, err))
+		}
+		q.log.Warn("saving the new checkpoint failed; retrying", "job_id", j.ID, "try", try, "retry_in", wait, "err", err)
+		time.Sleep(wait)
+		wait = min(2*wait, commitRetryMost)
+	}
+}
+
+// commit is one attempt of complete: it takes the fence (LockLease),
+// publishes the work folder unless an earlier attempt left it published
+// (ck.Dir), and records the step. A transient failure of the record leaves
+// the folder published for the next attempt, whose fence tells whether this
+// one committed; any other takes it back (Unpublish, under the fence).
+func (q *Queue) commit(ctx context.Context, j store.Job, ck *store.Checkpoint, jobMetrics map[string]any) error {
 	lt, err := q.st.LockLease(ctx, j.Lease())
 	if err != nil {
-		return fmt.Errorf("publish step %d: %w", step, err)
+		return fmt.Errorf("publish step %d: %w", ck.Step, err)
 	}
 	defer lt.Rollback() // a no-op once Complete committed
-	dir, err := q.cfg.Checkpoints.Publish(j.ModelID, workName(j), step)
-	if err != nil {
-		return err
+	if ck.Dir == "" {
+		if ck.Dir, err = q.cfg.Checkpoints.Publish(j.ModelID, workName(j), ck.Step); err != nil {
+			return err
+		}
 	}
-	if _, err := lt.Complete(ctx, store.Checkpoint{ModelID: j.ModelID, Step: step, Dir: dir, Metrics: metrics}, jobMetrics); err != nil {
-		return q.cfg.Checkpoints.Unpublish(j.ModelID, step, dir, err)
+	if _, err := lt.Complete(ctx, *ck, jobMetrics); err != nil {
+		if store.Transient(err) {
+			return err
+		}
+		dir := ck.Dir
+		ck.Dir = ""
+		return q.cfg.Checkpoints.Unpublish(j.ModelID, ck.Step, dir, err)
 	}
 	return nil
+}
+
+// lostAfterPublish is complete's answer once the lease is lost or ran out
+// (err). When an attempt left the step's folder published, its commit may
+// have gone through with its answer lost: the job is read back, and
+// COMPLETED under this run's attempt the publish stands (nil).
+func (q *Queue) lostAfterPublish(j store.Job, ck store.Checkpoint, err error) error {
+	if ck.Dir == "" {
+		return err
+	}
+	if e, ended := q.ended(j.ID); ended && e.Status == store.StatusCompleted && e.Attempt == j.Attempt {
+		q.log.Warn("recording the new checkpoint answered an error, but the job is COMPLETED: published", "job_id", j.ID, "step", ck.Step)
+		return nil
+	}
+	q.log.Warn("the new checkpoint's folder is left without its row: stale, replaced by the next publish of the step or swept at start-up",
+		"job_id", j.ID, "step", ck.Step, "dir", ck.Dir)
+	return err
 }
 
 // number converts a numeric metric value to float64; NaN and infinities are
