@@ -77,9 +77,9 @@ func (t commitTx) Complete(ctx context.Context, ck store.Checkpoint, metrics map
 	return t.s.complete(ctx, completion{n: n, tx: t.LeaseTx, l: t.l}, ck, metrics)
 }
 
-// connLost is how the store answers when the database restarts under a
+// errConnLost is how the store answers when the database restarts under a
 // statement: the connection is closed mid-reply.
-var connLost = fmt.Errorf("complete job: commit: %w", io.ErrUnexpectedEOF)
+var errConnLost = fmt.Errorf("complete job: commit: %w", io.ErrUnexpectedEOF)
 
 // runOne runs one job of a new model on a node over st, with trainer tr,
 // until it ends (its run included), and returns the model and the job.
@@ -202,7 +202,7 @@ func testTransientCommitFailureIsRetried(t *testing.T, f *fixture) {
 	st := &commitStore{Database: f.st, complete: func(ctx context.Context, c completion, ck store.Checkpoint, m map[string]any) (store.Checkpoint, error) {
 		if c.n == 1 {
 			c.tx.Rollback()
-			return ck, connLost
+			return ck, errConnLost
 		}
 		return c.tx.Complete(ctx, ck, m)
 	}}
@@ -228,7 +228,7 @@ func testLostAnswerToACommitIsRecordedOnce(t *testing.T, f *fixture) {
 			return ck, err
 		}
 		if c.n == 1 {
-			return ck, connLost
+			return ck, errConnLost
 		}
 		return ck, nil
 	}}
@@ -275,7 +275,7 @@ func testLeaseLostWhileRetryingDiscards(t *testing.T, f *fixture) {
 		if err := f.st.FinishJob(ctx, c.l.JobID, store.StatusCancelled, "the job was cancelled"); err != nil {
 			t.Error(err)
 		}
-		return ck, connLost
+		return ck, errConnLost
 	}}
 	var log syncBuffer
 	m, j := f.runOne(t, st, writer("trained"), &log)
@@ -315,7 +315,7 @@ func testCommitFailingPastTheLeaseIsReclaimed(t *testing.T, f *fixture) {
 	m := f.model(t, "m")
 	st := &commitStore{Database: f.st, complete: func(ctx context.Context, c completion, ck store.Checkpoint, m map[string]any) (store.Checkpoint, error) {
 		c.tx.Rollback()
-		return ck, connLost
+		return ck, errConnLost
 	}}
 	id := f.reclaimedAfter(t, m, st, writer("a"), "the store failed until the lease's end", writer("b"))
 	f.published(t, m, "b")
