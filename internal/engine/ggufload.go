@@ -440,11 +440,20 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 			size += arenaBytes(n)
 		}
 	}
-	for i, j := range jobs {
-		if j.mat != nil {
-			size += arenaBytes(len(ts[i].Data)) // an upper bound for fused parts
+	for gi, g := range groups {
+		if fused[gi] {
+			for _, i := range g.parts {
+				dst[i] = []byte{} // placed with its group below
+			}
 		}
 	}
+	for i, j := range jobs {
+		if j.mat != nil && dst[i] == nil {
+			size += arenaBytes(len(ts[i].Data))
+		}
+	}
+	// The arena is sized exactly: Go zeroes a reused allocation, which
+	// would make unused huge pages resident.
 	a := newArena(size)
 	bufs := make([][]byte, len(groups))
 	for gi, g := range groups {
