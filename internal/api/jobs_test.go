@@ -452,3 +452,32 @@ func TestJobRecordIsWhatTheTrainerRuns(t *testing.T) {
 		t.Errorf("the trainer's jobs: %+v", trained)
 	}
 }
+
+// TestRLJobOfExchanges: the body ART 0.5.23 posts for trajectories of
+// exchanges (the calls its tracing helpers capture; rl's
+// testdata/art_exchanges.json, written with ART's own classes) is accepted;
+// such a trajectory with messages_and_choices as well is a 400 naming it,
+// as ART refuses to build one.
+func TestRLJobOfExchanges(t *testing.T) {
+	e := newEnv(t, envOpts{noTrain: true})
+	id := e.createModel("m")
+	raw, err := os.ReadFile("../rl/testdata/art_exchanges.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		t.Fatal(err)
+	}
+	body["model_id"] = id
+	r := e.must(e.do("POST", "/v1/preview/training-jobs", e.alice, body), 200)
+	if r.body["status"] != "QUEUED" {
+		t.Fatalf("job %v", r.body)
+	}
+	tr := body["trajectory_groups"].([]any)[0].(map[string]any)["trajectories"].([]any)[1].(map[string]any)
+	tr["messages_and_choices"] = []any{map[string]any{"role": "user", "content": "hi"}}
+	r = e.do("POST", "/v1/preview/training-jobs", e.alice, body)
+	if r.status != 400 || r.errParam() != "trajectory_groups[0].trajectories[1]" || r.errCode() != "invalid_value" {
+		t.Fatalf("both forms: %d %s", r.status, r.raw)
+	}
+}

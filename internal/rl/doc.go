@@ -4,6 +4,9 @@
 //   - the typed RL request (Request and its trajectories) and its
 //     validation in one pass over the bytes with JSON-path errors
 //     (Validate, ValidateStream, over the allocation-free walker of scan.go);
+//     a trajectory's histories (Trajectory.Histories), for the exchanges
+//     form (ART's captured Chat Completions calls) built as ART builds them
+//     (exchanges.go);
 //   - a job's config, resolved once when the job is submitted (ResolveJob):
 //     experimental_config's fields, defaults and ranges (Resolve), the SFT
 //     request (ParseSFTRequest) and config (ResolveSFTConfig), the default

@@ -45,9 +45,16 @@ func Summarize(jobID string, req Request) Trained {
 	out := Trained{JobID: jobID, Trajectories: []TrainedTrajectory{}}
 	for g, group := range req.TrajectoryGroups {
 		for _, t := range group.Trajectories {
-			tt := TrainedTrajectory{Group: g, Reward: t.Reward, Histories: len(t.AdditionalHistories),
-				Messages: make([]json.RawMessage, 0, len(t.MessagesAndChoices))}
-			for _, raw := range t.MessagesAndChoices {
+			// A trajectory of exchanges shows its first history (validated:
+			// Histories cannot fail here) and counts the others.
+			hs, _, _ := t.Histories()
+			var first []json.RawMessage
+			if len(hs) > 0 {
+				first = hs[0].MessagesAndChoices
+			}
+			tt := TrainedTrajectory{Group: g, Reward: t.Reward, Histories: max(len(hs)-1, 0),
+				Messages: make([]json.RawMessage, 0, len(first))}
+			for _, raw := range first {
 				var e Element
 				if json.Unmarshal(raw, &e) != nil || !e.IsChoice() {
 					tt.Messages = append(tt.Messages, raw)

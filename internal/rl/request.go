@@ -21,9 +21,12 @@ type TrajectoryGroup struct {
 	Trajectories []Trajectory `json:"trajectories"`
 }
 
-// Trajectory is one scored rollout. Messages and tools stay raw: they go to
-// the chat template as they are.
+// Trajectory is one scored rollout, in one of ART's two forms:
+// messages_and_choices (with tools and additional_histories), or exchanges,
+// the inference calls ART 0.5.23's tracing helpers capture (exchanges.go).
+// Messages and tools stay raw: they go to the chat template as they are.
 type Trajectory struct {
+	Exchanges           json.RawMessage   `json:"exchanges"`
 	MessagesAndChoices  []json.RawMessage `json:"messages_and_choices"`
 	Reward              float64           `json:"reward"`
 	Tools               []json.RawMessage `json:"tools"`
@@ -31,10 +34,38 @@ type Trajectory struct {
 }
 
 // History is an additional history of a trajectory; it shares the
-// trajectory's reward (and its tools when it has none of its own).
+// trajectory's reward (and its tools when it has none of its own). It is
+// also what a trajectory trains (Trajectory.Histories).
 type History struct {
 	MessagesAndChoices []json.RawMessage `json:"messages_and_choices"`
 	Tools              []json.RawMessage `json:"tools"`
+	// ChatTemplateKwargs are the chat_template_kwargs of the calls a
+	// history of exchanges came from (raw object; nil: none). The wire's
+	// additional_histories have none.
+	ChatTemplateKwargs json.RawMessage `json:"-"`
+}
+
+// Histories returns what the trajectory trains, each history sharing its
+// reward: its messages_and_choices, then its additional_histories (which
+// take the trajectory's tools when they have none); or, for a trajectory of
+// exchanges, the histories its Chat Completions calls make, in ART's order,
+// with fromExchanges set: their sampled tokens are trained once each, where
+// they first occur (the trainer's first-occurrence mask, ART's
+// _FirstOccurrenceTrie). Errors name the path within the trajectory.
+func (t *Trajectory) Histories() (hs []History, fromExchanges bool, err error) {
+	if nonNull(t.Exchanges) != nil {
+		hs, err := exchangeHistories("exchanges", t.Exchanges)
+		if err != nil || len(hs) > 0 {
+			return hs, true, err
+		}
+	}
+	hs = append([]History{{MessagesAndChoices: t.MessagesAndChoices, Tools: t.Tools}}, t.AdditionalHistories...)
+	for i := 1; i < len(hs); i++ {
+		if hs[i].Tools == nil {
+			hs[i].Tools = t.Tools
+		}
+	}
+	return hs, false, nil
 }
 
 // Element is one item of messages_and_choices: a chat message (it has

@@ -165,16 +165,41 @@ func (s *scanner) missing(key string) error {
 // trajectory validates one Trajectory. Its reward may be absent, meaning
 // 0: ART 0.5.18+ serialise a trajectory without the fields that equal their
 // defaults (pydantic's exclude_defaults), and the reward's default is 0.0.
+// It holds messages_and_choices or exchanges (exchanges.go), not both: ART
+// refuses a trajectory with exchanges and any of messages_and_choices,
+// tools or additional_histories.
 func (s *scanner) trajectory() error {
 	var haveMC bool
+	var legacy string   // the first field of the messages_and_choices form with content
+	var ex jsonlex.Path // where exchanges are, when they hold a call
+	exStart, exEnd := 0, 0
 	err := s.wantObject(false, func(key []byte) error {
 		switch k := string(key); k {
 		case "messages_and_choices", "tools":
-			return s.historyKey(key, &haveMC)
+			return s.historyKey(key, &haveMC, &legacy)
+		case "exchanges":
+			s.push("exchanges")
+			exStart = s.pos
+			calls, err := s.exchanges()
+			if err != nil {
+				return err
+			}
+			if calls > 0 {
+				ex = jsonlex.Path(s.pathString())
+			}
+			exEnd = s.pos
+			s.pop()
+			return nil
 		case "reward":
 			return s.numberAt("reward", false)
 		case "additional_histories":
-			return s.arrayAt("additional_histories", true, func(int) error { return s.history() })
+			return s.at("additional_histories", func() error {
+				n, err := s.wantArray(true, func(int) error { return s.history() })
+				if n > 0 && legacy == "" {
+					legacy = "additional_histories"
+				}
+				return err
+			})
 		case "initial_policy_version", "final_policy_version":
 			return s.numberAt(constKey(k), true)
 		case "metrics", "auto_metrics", "metadata":
@@ -187,10 +212,141 @@ func (s *scanner) trajectory() error {
 	if err != nil {
 		return err
 	}
+	if ex != "" {
+		if legacy != "" {
+			p := s.pathString()
+			return httpx.Invalid(p, "invalid_value", "%s: a trajectory holds exchanges or messages_and_choices (with tools and additional_histories), not both; this one has exchanges and %s", p, legacy)
+		}
+		_, err := exchangeHistories(string(ex), s.full[exStart:exEnd])
+		return err
+	}
 	if !haveMC {
-		return s.missing("messages_and_choices")
+		s.push("messages_and_choices")
+		defer s.pop()
+		p := s.pathString()
+		return httpx.Invalid(p, "missing_field", "%s is required (or exchanges, the calls ART's tracing captures)", p)
 	}
 	return nil
+}
+
+// exchanges validates a trajectory's exchanges (an object, or null) and
+// returns the number of its Chat Completions calls. The other protocols ART
+// captures (completions, responses, messages) are refused: they are not
+// chat messages this trainer renders.
+func (s *scanner) exchanges() (int, error) {
+	calls := 0
+	err := s.wantObject(true, func(key []byte) error {
+		switch k := string(key); k {
+		case "chat_completions":
+			return s.arrayAt("chat_completions", true, func(int) error { calls++; return s.chatExchange() })
+		case "completions", "responses", "messages":
+			return s.arrayAt(constKey(k), true, func(int) error {
+				return s.invalid("unsupported_value", "only Chat Completions exchanges (exchanges.chat_completions) can be trained; ART's %s exchanges are not supported", k)
+			})
+		}
+		return s.skip()
+	})
+	return calls, err
+}
+
+// chatExchange validates one ChatCompletionsExchange as ART dumps it:
+// start_time and end_time, the request body sent and the response
+// received. What only the histories tell (the model, the choices' indices,
+// the times' format) exchangeHistories checks.
+func (s *scanner) chatExchange() error {
+	var have [4]bool
+	err := s.wantObject(false, func(key []byte) error {
+		switch k := string(key); k {
+		case "start_time", "end_time":
+			have[0] = have[0] || k == "start_time"
+			have[1] = have[1] || k == "end_time"
+			return s.at(constKey(k), func() error { _, err := s.wantString(false); return err })
+		case "request":
+			have[2] = true
+			return s.objectAt("request", false, s.chatRequestKey)
+		case "response":
+			have[3] = true
+			return s.objectAt("response", false, s.chatResponseKey)
+		case "model":
+			return s.at("model", func() error { _, err := s.wantString(true); return err })
+		}
+		return s.skip()
+	})
+	if err != nil {
+		return err
+	}
+	for i, k := range []string{"start_time", "end_time", "request", "response"} {
+		if !have[i] {
+			return s.missing(k)
+		}
+	}
+	return nil
+}
+
+// chatRequestKey validates a key of a Chat Completions request body: the
+// fields training reads. A request with its own chat_template is refused:
+// the trainer renders with the base model's.
+func (s *scanner) chatRequestKey(key []byte) error {
+	switch string(key) {
+	case "messages":
+		return s.arrayAt("messages", false, func(int) error { return s.chatMessage() })
+	case "tools":
+		return s.arrayAt("tools", true, func(int) error { return s.wantObject(false, s.skipKey) })
+	case "model":
+		return s.at("model", func() error { _, err := s.wantString(true); return err })
+	case "chat_template_kwargs":
+		return s.objectAt("chat_template_kwargs", true, s.skipKey)
+	case "chat_template":
+		return s.at("chat_template", func() error {
+			if s.peek() == 'n' {
+				return s.skip()
+			}
+			return s.invalid("unsupported_value", "a call with its own chat_template cannot be trained faithfully: the trainer renders with the base model's chat template")
+		})
+	}
+	return s.skip()
+}
+
+// chatResponseKey validates a key of a Chat Completions response: its
+// choices (at least one) and model.
+func (s *scanner) chatResponseKey(key []byte) error {
+	switch string(key) {
+	case "choices":
+		return s.at("choices", func() error {
+			n, err := s.wantArray(false, func(int) error { return s.responseChoice() })
+			if err == nil && n == 0 {
+				return s.invalid("invalid_value", "a response must contain at least one choice")
+			}
+			return err
+		})
+	case "model":
+		return s.at("model", func() error { _, err := s.wantString(true); return err })
+	}
+	return s.skip()
+}
+
+// chatMessage validates a message of a request: an object with a role.
+func (s *scanner) chatMessage() error {
+	m, err := s.element("an object (a chat message)")
+	if err != nil {
+		return err
+	}
+	if m.role.pos < 0 {
+		return s.missing("role")
+	}
+	return s.checkMessageFields(m.role, m.content, m.name, m.toolCalls, m.toolCallID)
+}
+
+// responseChoice validates a choice of a response.
+func (s *scanner) responseChoice() error {
+	m, err := s.element("an object (a choice)")
+	if err != nil {
+		return err
+	}
+	if m.message.pos < 0 {
+		return s.missing("message")
+	}
+	return s.checkChoice(&m)
 }
 
 // constKey maps a key seen in a switch back to its constant, so the path
@@ -207,6 +363,16 @@ func constKey(k string) string {
 		return "auto_metrics"
 	case "metadata":
 		return "metadata"
+	case "start_time":
+		return "start_time"
+	case "end_time":
+		return "end_time"
+	case "completions":
+		return "completions"
+	case "responses":
+		return "responses"
+	case "messages":
+		return "messages"
 	}
 	return "?"
 }
@@ -215,8 +381,8 @@ func (s *scanner) skipKey([]byte) error { return s.skip() }
 
 // history validates one element of additional_histories.
 func (s *scanner) history() error {
-	have := false
-	if err := s.wantObject(false, func(key []byte) error { return s.historyKey(key, &have) }); err != nil {
+	have, legacy := false, ""
+	if err := s.wantObject(false, func(key []byte) error { return s.historyKey(key, &have, &legacy) }); err != nil {
 		return err
 	}
 	if !have {
@@ -227,13 +393,24 @@ func (s *scanner) history() error {
 
 // historyKey validates one key of a history, the keys a trajectory shares
 // with its additional histories (messages_and_choices, tools); others are
-// skipped. have is set when messages_and_choices is seen.
-func (s *scanner) historyKey(key []byte, have *bool) error {
+// skipped. have is set when messages_and_choices is seen; legacy, when
+// empty, is set to the key when messages_and_choices is not empty or tools
+// is not null.
+func (s *scanner) historyKey(key []byte, have *bool, legacy *string) error {
 	switch string(key) {
 	case "messages_and_choices":
 		*have = true
-		return s.arrayAt("messages_and_choices", false, func(int) error { return s.messageOrChoice() })
+		return s.at("messages_and_choices", func() error {
+			n, err := s.wantArray(false, func(int) error { return s.messageOrChoice() })
+			if n > 0 && *legacy == "" {
+				*legacy = "messages_and_choices"
+			}
+			return err
+		})
 	case "tools":
+		if s.peek() != 'n' && *legacy == "" {
+			*legacy = "tools"
+		}
 		return s.arrayAt("tools", true, func(int) error { return s.wantObject(false, s.skipKey) })
 	}
 	return s.skip()
@@ -345,16 +522,24 @@ func (s *scanner) eagerLogprobs(m *mcFields) error {
 	return s.skip()
 }
 
+// element walks the object the scanner is at (want names it when it is
+// not one), recording its known keys (scanFields).
+func (s *scanner) element(want string) (mcFields, error) {
+	var m mcFields
+	if s.peek() != '{' {
+		return m, s.typeErr(want)
+	}
+	err := s.scanFields(&m)
+	return m, err
+}
+
 // messageOrChoice validates an element of messages_and_choices: a chat
 // message (it has "role") or a choice (no "role", has "message"). The
 // element is walked once, recording the known keys; their types are checked
 // once the element's kind is known, since keys come in any order.
 func (s *scanner) messageOrChoice() error {
-	if s.peek() != '{' {
-		return s.typeErr("an object (a chat message or a choice)")
-	}
-	var m mcFields
-	if err := s.scanFields(&m); err != nil {
+	m, err := s.element("an object (a chat message or a choice)")
+	if err != nil {
 		return err
 	}
 	if m.role.pos >= 0 {
@@ -364,6 +549,13 @@ func (s *scanner) messageOrChoice() error {
 		p := s.pathString()
 		return httpx.Invalid(p, "invalid_value", "%s: element is neither a chat message (no \"role\") nor a choice (no \"message\")", p)
 	}
+	return s.checkChoice(&m)
+}
+
+// checkChoice checks the types of a choice's known fields, walking its
+// message and logprobs again with their schema; the scanner ends after the
+// choice.
+func (s *scanner) checkChoice(m *mcFields) error {
 	if err := s.kindIs("finish_reason", m.finish, "a string", '"', 'n'); err != nil {
 		return err
 	}

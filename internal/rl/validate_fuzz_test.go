@@ -19,6 +19,7 @@ var fuzzSeeds = []string{
 	`[1, 2, {"a": "\ud83d\ude00"}]`,
 	`{"a": [[[[[[[[]]]]]]]]}`,
 	`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"messages_and_choices": [{"message": {"role": 3}}], "reward": 0}]}]}`,
+	`{"model_id": "m", "trajectory_groups": [{"trajectories": [{"exchanges": {"chat_completions": [{"start_time": "2026-01-01T00:00:00Z", "end_time": "2026-01-01T00:00:01Z", "request": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}, "response": {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "yo"}, "logprobs": {"content": [{"token": "token_id:3", "logprob": -0.5}]}}]}}]}}]}]}`,
 	``, `{`, `"`, `{"model_id": "\`,
 }
 

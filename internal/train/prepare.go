@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,8 +24,9 @@ import (
 // tokenizer.
 type codec interface {
 	// Render renders messages and tools without a generation prompt,
-	// continuing the final message when continueFinal is set.
-	Render(msgs, tools []json.RawMessage, continueFinal bool) (string, error)
+	// continuing the final message when continueFinal is set; kwargs (a
+	// JSON object or nil) are chat_template_kwargs, extra template variables.
+	Render(msgs, tools []json.RawMessage, kwargs json.RawMessage, continueFinal bool) (string, error)
 	// Encode tokenizes text without adding special tokens.
 	Encode(text string) []int
 	// LookupToken maps a sampled token string (or, failing that, its bytes)
@@ -40,7 +42,7 @@ type modelCodec struct {
 	byBytes map[string]int
 }
 
-func (c *modelCodec) Render(msgs, tools []json.RawMessage, cont bool) (string, error) {
+func (c *modelCodec) Render(msgs, tools []json.RawMessage, kwargs json.RawMessage, cont bool) (string, error) {
 	if c.m.Template == nil {
 		if c.m.TemplateErr != nil {
 			return "", c.m.TemplateErr
@@ -51,8 +53,19 @@ func (c *modelCodec) Render(msgs, tools []json.RawMessage, cont bool) (string, e
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	in := chattmpl.Input{Messages: msgs, Tools: tools, ContinueFinalMessage: cont}
+	if len(kwargs) > 0 {
+		var extra map[string]json.RawMessage
+		if err := json.Unmarshal(kwargs, &extra); err != nil {
+			return "", fmt.Errorf("chat_template_kwargs: %w", err)
+		}
+		in.Extra = make(map[string]any, len(extra))
+		for k, v := range extra {
+			in.Extra[k] = v
+		}
+	}
 	// The template is untrusted code: rendered within chattmpl.DefaultLimits.
-	return c.m.Template.RenderContext(ctx, chattmpl.Input{Messages: msgs, Tools: tools, ContinueFinalMessage: cont})
+	return c.m.Template.RenderContext(ctx, in)
 }
 
 func (c *modelCodec) Encode(text string) []int { return c.m.Tokenizer.Encode(text, false) }
@@ -95,7 +108,8 @@ var errNoChoice = errors.New("no assistant choice")
 const sentinelFmt = "\ue000fwchoice%d\ue001"
 
 // tokenizeHistory implements rl.md steps 1–5 for one history.
-func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, maxLen int) (*sequence, bool, error) {
+func tokenizeHistory(c codec, h rl.History, maxLen int) (*sequence, bool, error) {
+	items := h.MessagesAndChoices
 	els := make([]rl.Element, len(items))
 	last := -1
 	for i, raw := range items {
@@ -171,7 +185,7 @@ func tokenizeHistory(c codec, items []json.RawMessage, tools []json.RawMessage, 
 	// A final choice trained on-policy that stopped is closed instead, so
 	// its end-of-turn token is trained too (a sampled one is in its ids).
 	cont := spl[len(spl)-1].LPs != nil || !els[last].Stopped()
-	seq, err := spliceRender(c, msgs, wrapTools(tools), spl, cont)
+	seq, err := spliceRender(c, msgs, wrapTools(h.Tools), h.ChatTemplateKwargs, spl, cont)
 	if err != nil {
 		return nil, false, err
 	}
@@ -197,8 +211,8 @@ type splice struct {
 // text at the sentinels, tokenizes the literal pieces and puts each
 // splice's ids in place of its sentinel. A sampled end token that the
 // template repeats right after the content is not duplicated.
-func spliceRender(c codec, msgs, tools []json.RawMessage, spl []splice, cont bool) (*sequence, error) {
-	text, err := c.Render(msgs, tools, cont)
+func spliceRender(c codec, msgs, tools []json.RawMessage, kwargs json.RawMessage, spl []splice, cont bool) (*sequence, error) {
+	text, err := c.Render(msgs, tools, kwargs, cont)
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}
@@ -312,6 +326,31 @@ func wrapTools(tools []json.RawMessage) []json.RawMessage {
 	return out
 }
 
+// firstOccurrence is ART's _FirstOccurrenceTrie over the histories of one
+// trajectory of exchanges: a sampled token is trained in the first history
+// where it follows its prefix, not again where a later history repeats that
+// prefix (a call that re-sent earlier turns in a history of its own, a
+// regeneration, two choices that sampled the same tokens).
+type firstOccurrence struct {
+	tokens  [][]int  // earlier histories' tokens
+	sampled [][]bool // and their trainable tokens before this check
+}
+
+// mask clears seq's trainable tokens that an earlier history with the same
+// tokens up to them had trainable, and recounts seq.
+func (f *firstOccurrence) mask(seq *sequence) {
+	sampled := slices.Clone(seq.Mask)
+	for k, toks := range f.tokens {
+		for i := range commonPrefix(toks, seq.Tokens) {
+			if f.sampled[k][i] {
+				seq.Mask[i] = false
+			}
+		}
+	}
+	f.tokens, f.sampled = append(f.tokens, seq.Tokens), append(f.sampled, sampled)
+	seq.count()
+}
+
 // prepared is a job's trajectories turned into weighted sequences.
 type prepared struct {
 	Seqs            []*sequence
@@ -343,25 +382,31 @@ func prepareRL(c codec, groups []rl.TrajectoryGroup, scaleRewards bool, maxLen i
 			p.NumTrajectories++
 			traj++
 			A := adv[ti]
-			hists := append([]rl.History{{MessagesAndChoices: t.MessagesAndChoices, Tools: t.Tools}}, t.AdditionalHistories...)
+			where := fmt.Sprintf("trajectory_groups[%d].trajectories[%d]", gi, ti)
+			hists, fromExchanges, err := t.Histories()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", where, err)
+			}
 			var seqs []*sequence
+			var seen firstOccurrence
 			ntrain := 0
 			sawChoice, onPolicy := false, false
 			for hi, h := range hists {
-				tools := h.Tools
-				if hi > 0 && tools == nil {
-					tools = t.Tools
-				}
-				s, trunc, err := tokenizeHistory(c, h.MessagesAndChoices, tools, maxLen)
+				s, trunc, err := tokenizeHistory(c, h, maxLen)
 				if errors.Is(err, errNoChoice) {
 					continue
 				}
 				if err != nil {
-					where := fmt.Sprintf("trajectory_groups[%d].trajectories[%d]", gi, ti)
-					if hi > 0 {
-						where += fmt.Sprintf(".additional_histories[%d]", hi-1)
+					switch {
+					case fromExchanges:
+						return nil, fmt.Errorf("%s: exchanges: history %d: %w", where, hi, err)
+					case hi > 0:
+						return nil, fmt.Errorf("%s.additional_histories[%d]: %w", where, hi-1, err)
 					}
 					return nil, fmt.Errorf("%s: %w", where, err)
+				}
+				if fromExchanges {
+					seen.mask(s)
 				}
 				sawChoice = true
 				onPolicy = onPolicy || s.OnPolicy

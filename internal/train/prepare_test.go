@@ -79,7 +79,7 @@ func TestTokenizeHistorySplicesSampledIDs(t *testing.T) {
 		choiceJSON(a2, lp2, "bye now", func(id int) string { return tok.IDToToken(id) }), // vocabulary strings
 		msgJSON("user", "dropped"),
 	}
-	seq, trunc, err := tokenizeHistory(c, items, nil, 0)
+	seq, trunc, err := tokenizeHistory(c, rl.History{MessagesAndChoices: items}, 0)
 	if err != nil || trunc {
 		t.Fatal(err, trunc)
 	}
@@ -135,12 +135,12 @@ func TestTokenizeHistorySplicesSampledIDs(t *testing.T) {
 		}
 	}
 	// truncation
-	seq2, trunc, err := tokenizeHistory(c, items, nil, len(pre1)+2)
+	seq2, trunc, err := tokenizeHistory(c, rl.History{MessagesAndChoices: items}, len(pre1)+2)
 	if err != nil || !trunc || len(seq2.Tokens) != len(pre1)+2 || seq2.NTrain != 2 {
 		t.Fatalf("truncation: %v %v %d %d", err, trunc, len(seq2.Tokens), seq2.NTrain)
 	}
 	// no choice at all
-	if _, _, err := tokenizeHistory(c, items[:2], nil, 0); !errors.Is(err, errNoChoice) {
+	if _, _, err := tokenizeHistory(c, rl.History{MessagesAndChoices: items[:2]}, 0); !errors.Is(err, errNoChoice) {
 		t.Fatalf("want errNoChoice, got %v", err)
 	}
 }
@@ -177,7 +177,7 @@ func TestTokenizeHistoryWithoutLogprobs(t *testing.T) {
 	}
 	for _, finish := range []string{"stop", "length"} {
 		items := []json.RawMessage{msgJSON("user", "hi"), choiceJSON(a1, lp1, "hello", nil), msgJSON("user", "again"), bare("bye now", finish)}
-		seq, _, err := tokenizeHistory(c, items, nil, 0)
+		seq, _, err := tokenizeHistory(c, rl.History{MessagesAndChoices: items}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func TestTokenizeHistoryWithTools(t *testing.T) {
 	tool := json.RawMessage(`{"name":"get_weather","description":"d","parameters":{"type":"object","properties":{}}}`)
 	ids := e.base.Tokenizer.Encode("ok", false)
 	items := []json.RawMessage{msgJSON("user", "weather?"), choiceJSON(ids, make([]float64, len(ids)), "ok", nil)}
-	seq, _, err := tokenizeHistory(c, items, []json.RawMessage{tool}, 0)
+	seq, _, err := tokenizeHistory(c, rl.History{MessagesAndChoices: items, Tools: []json.RawMessage{tool}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

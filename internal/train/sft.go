@@ -71,7 +71,7 @@ func tokenizeSFT(c codec, ex rl.SFTExample, lastOnly bool, maxLen int) (*sequenc
 		msgs[i] = rm
 		spl[k] = splice{Msg: i, IDs: c.Encode(contents[i]), Mask: true, MaskEnd: true}
 	}
-	seq, err := spliceRender(c, msgs, wrapTools(ex.Tools), spl, false)
+	seq, err := spliceRender(c, msgs, wrapTools(ex.Tools), nil, spl, false)
 	if err != nil {
 		return nil, err
 	}
