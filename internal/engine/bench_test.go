@@ -220,6 +220,7 @@ func TestMemoryChild(t *testing.T) {
 	runtime.GC()
 	debug.FreeOSMemory()
 	fmt.Printf("MEM peak=%d kv=%d weights=%d rss=%d\n", peakRSS(), kv, weightBytes(w), residentRSS())
+	fmt.Printf("MEMPARTS anon=%d file=%d shmem=%d\n", procStatus("RssAnon:"), procStatus("RssFile:"), procStatus("RssShmem:"))
 	runtime.KeepAlive(s) // its KV cache is part of the resident set measured
 	runtime.KeepAlive(m)
 }

@@ -25,7 +25,8 @@ import (
 // Load does, so everything downstream (serving, training, adapters) is the
 // same. Matrices are copied from the mapping into one arena in their stored
 // type (F32, F16, BF16, or quantized blocks that the kernels dequantise as
-// they multiply); norms and biases are float32.
+// they multiply); norms and biases are copied as float32; the file is
+// unmapped once the model is built.
 
 // ggufArchs maps GGUF's general.architecture to the engine's architectures.
 var ggufArchs = func() map[string]string {
@@ -368,8 +369,12 @@ func LoadGGUF(path string) (*Model, error) {
 		m.TemplateErr = fmt.Errorf("engine: %s: chat template: %w", path, terr)
 	}
 	m.Gen = DefaultGenerationConfig(cfg)
-	// The mapping stays for the model's life: F32 norms and biases are
-	// used in place.
+	// Everything the model holds is a copy (weights in the arena, norms
+	// and biases, the tokenizer's and template's strings): the mapping is
+	// not needed any more, and pages of it left mapped would count in the
+	// resident set (a file just written sits in the page cache as large
+	// folios, and one fault maps a whole folio).
+	f.Close()
 	return m, nil
 }
 
@@ -488,7 +493,9 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 				permuteRows(buf, t.Data, j.permute, len(t.Data)/j.dims[0])
 				st.Data = buf
 			}
-			*j.f32, err = st.Float32()
+			v := make([]float32, t.NumElements())
+			err = st.Float32Into(v)
+			*j.f32 = v
 		default:
 			if j.permute > 0 {
 				permuteRows(dst[i], t.Data, j.permute, len(t.Data)/j.dims[1])

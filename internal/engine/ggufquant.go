@@ -26,7 +26,7 @@ func quantTypeNames() string {
 	return s
 }
 
-// quantMat is the quantized Mat of t's type over data (used in place).
+// quantMat is the quantized Mat of t's type over data (not copied).
 func quantMat(t *gguf.Tensor, data []byte) (Mat, error) {
 	qt, ok := kernels.QuantTypeFromGGML(uint32(t.Type))
 	if !ok {

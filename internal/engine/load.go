@@ -26,11 +26,10 @@ type tensorSource struct {
 	files  map[string]*safetensors.File // by file name
 	byName map[string]string            // tensor name -> file name (sharded)
 	single *safetensors.File
-	inUse  map[*safetensors.File]bool // files whose mapping backs a tensor used in place
 }
 
 func openTensors(dir string) (*tensorSource, error) {
-	src := &tensorSource{files: map[string]*safetensors.File{}, inUse: map[*safetensors.File]bool{}}
+	src := &tensorSource{files: map[string]*safetensors.File{}}
 	idxPath := filepath.Join(dir, WeightsIndexFile)
 	if data, err := os.ReadFile(idxPath); err == nil {
 		var idx struct {
@@ -115,15 +114,6 @@ func (s *tensorSource) fileOf(name string) *safetensors.File {
 	return s.files[s.byName[name]]
 }
 
-// closeUnused unmaps the files none of whose F32 tensors are used in place.
-func (s *tensorSource) closeUnused() {
-	for _, f := range s.files {
-		if !s.inUse[f] {
-			_ = f.Close()
-		}
-	}
-}
-
 func (s *tensorSource) close() {
 	for _, f := range s.files {
 		_ = f.Close()
@@ -192,7 +182,7 @@ func halfType(dtype string) kernels.HalfType {
 // 16-bit values the kernels widen as they multiply; read-only: never write
 // into them), unless the folder's flywheel.json says "weights_dtype":
 // "float32", which widens BF16/F16 to float32 once. Norms and biases are
-// float32 (F32 ones used in place from the mapping). Each layer's q/k/v and
+// copied as float32, and the files are unmapped. Each layer's q/k/v and
 // gate/up matrices lie back to back as one buffer (in their precision when
 // the parts share it), so the forward pass multiplies them as one matrix;
 // the file pages of copied tensors are dropped from the resident set. With tied
@@ -291,12 +281,6 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			jobs[i].into = a.mat(like(ts[i].DType), ts[i].NumElements())
 		}
 	}
-	// Norms and biases stored as F32 are used in place from the mapping.
-	for i, j := range jobs {
-		if j.f32 != nil && ts[i].DType == "F32" {
-			src.inUse[src.fileOf(j.name)] = true
-		}
-	}
 	// Copy and convert in parallel (F16/BF16 conversion dominates loading
 	// time when widening).
 	var (
@@ -305,12 +289,12 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 	)
 	par.Tasks(len(jobs), false, func(_, i int) {
 		j, t := jobs[i], ts[i]
-		ht := halfType(t.DType)
-		inPlace := j.f32 != nil && ht == 0 // an F32 norm or bias: a view of the mapping
 		var err error
 		switch {
 		case j.f32 != nil:
-			*j.f32, err = t.Float32()
+			v := make([]float32, t.NumElements())
+			err = t.Float32Into(v)
+			*j.f32 = v
 		case j.into.Half != nil:
 			var h []uint16
 			if h, err = t.Uint16(); err == nil {
@@ -321,9 +305,7 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 			err = t.Float32Into(j.into.F32)
 			*j.mat = j.into
 		}
-		if !inPlace {
-			src.fileOf(j.name).DropPages(t)
-		}
+		src.fileOf(j.name).DropPages(t)
 		if err != nil {
 			mu.Lock()
 			if firstErr == nil {
@@ -339,7 +321,7 @@ func LoadWeights(dir string, cfg *Config) (*Weights, error) {
 	if cfg.TieWordEmbeddings {
 		w.LMHead = w.Embed
 	}
-	src.closeUnused()
+	src.close() // everything is copied: no mapping is needed any more
 	return w, nil
 }
 
