@@ -27,15 +27,16 @@ import (
 // prefetchers, memory latency, how many streams a core follows well), so
 // it is not fixed: the first batch-1 calls of the process that stream at
 // least calibMinBytes each run one of the family's candidates and are
-// timed. Per weight size the candidates take turns in rounds, each round
-// in a fresh random order, so every candidate sees the same mix of
-// matrices and no position in the model's sequence of products. Once
-// every candidate has calibCalls timed calls, each one's median bandwidth
-// per weight size relative to the default's (cands[0], the setting tuned
-// on AMD Zen 5), averaged over the sizes weighted by their calls, is its
-// score (a median: calls that another process interrupted do not count;
-// per size: matrices of different sizes stream at different speeds), and
-// the best is kept unless it beats the default by less than calibMargin.
+// timed. Per weight size the candidates take turns in rounds, one call
+// each in a fresh random order, so every candidate sees the same mix of
+// matrices and no position in the model's sequence of products; a round
+// gives each candidate's bandwidth over the default's (cands[0], the
+// setting tuned on AMD Zen 5), a ratio of calls a few milliseconds apart
+// on matrices of one size, which the load of the machine and the size
+// move little. After calibRounds rounds each candidate's score is the
+// median of its ratios (calls that another process interrupted do not
+// count), and the best is kept unless it beats the default by less than
+// calibMargin.
 type decodeTuner struct {
 	name   string
 	orders bool            // whether the family has two access orders
@@ -47,9 +48,16 @@ type decodeTuner struct {
 
 	mu     sync.Mutex
 	rng    *rand.Rand
-	rounds map[int][]int       // per bytes a call streams: its round's candidates still to run
-	rates  map[int][][]float64 // per bytes a call streams and candidate: bytes/s of its timed calls
-	timed  []int               // per candidate: its timed calls
+	rounds map[int]*calibRound // per bytes a call streams: its round in progress
+	ratios [][]float64         // per candidate: its bandwidth over the default's, per round
+}
+
+// calibRound is a weight size's round in progress: the candidates still
+// to run, in order, and the bandwidth (bytes/s) of each that ran, 0
+// before.
+type calibRound struct {
+	left []int
+	rate []float64
 }
 
 // decodeSetting is one candidate setting of a decode kernel family.
@@ -84,8 +92,8 @@ var (
 
 const (
 	calibMinBytes = 256 << 10 // calls that read fewer weight bytes are not timed
-	calibCalls    = 64        // timed calls per candidate before deciding
-	calibMargin   = 0.02      // how much faster than the default a candidate must be
+	calibRounds   = 64        // rounds (a timed call of each candidate) before deciding
+	calibMargin   = 0.03      // how much faster than the default a candidate must be
 )
 
 // newDecodeTuner is a family's tuner: candidates row order (orders: and
@@ -93,7 +101,7 @@ const (
 // prefetchCands.
 func newDecodeTuner(name string, orders, distances bool, pf int) *decodeTuner {
 	t := &decodeTuner{name: name, orders: orders, cands: []decodeSetting{{rows: true, pf: pf}},
-		rng: rand.New(rand.NewPCG(1, 2)), rounds: map[int][]int{}, rates: map[int][][]float64{}}
+		rng: rand.New(rand.NewPCG(1, 2)), rounds: map[int]*calibRound{}}
 	for _, d := range prefetchCands {
 		if distances && d != pf {
 			t.cands = append(t.cands, decodeSetting{rows: true, pf: d})
@@ -102,7 +110,7 @@ func newDecodeTuner(name string, orders, distances bool, pf int) *decodeTuner {
 	if orders {
 		t.cands = append(t.cands, decodeSetting{rows: false, pf: pf})
 	}
-	t.timed = make([]int, len(t.cands))
+	t.ratios = make([][]float64, len(t.cands))
 	t.set(t.cands[0])
 	return t
 }
@@ -163,12 +171,17 @@ func (t *decodeTuner) pick(m, bytes int) (decodeSetting, int) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	left := t.rounds[bytes]
-	if len(left) == 0 {
-		left = t.rng.Perm(len(t.cands))
+	r := t.rounds[bytes]
+	if r == nil {
+		r = &calibRound{rate: make([]float64, len(t.cands))}
+		t.rounds[bytes] = r
 	}
-	t.rounds[bytes] = left[1:]
-	return t.cands[left[0]], left[0]
+	if len(r.left) == 0 {
+		r.left = t.rng.Perm(len(t.cands))
+	}
+	c := r.left[0]
+	r.left = r.left[1:]
+	return t.cands[c], c
 }
 
 // time starts timing a call of candidate c that streams bytes weight
@@ -178,45 +191,32 @@ func (t *decodeTuner) time(c, bytes int) func() {
 	return func() { t.record(c, bytes, time.Since(start)) }
 }
 
-// record counts a call of candidate c that streamed bytes in d and, once
-// every candidate has calibCalls, decides.
+// record counts a call of candidate c (picked by pick) that streamed
+// bytes in d, and decides after calibRounds rounds.
 func (t *decodeTuner) record(c, bytes int, d time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.decided.Load() || d <= 0 {
+	r := t.rounds[bytes]
+	if t.decided.Load() || r == nil || d <= 0 {
 		return
 	}
-	rs := t.rates[bytes]
-	if rs == nil {
-		rs = make([][]float64, len(t.cands))
-		t.rates[bytes] = rs
-	}
-	rs[c] = append(rs[c], float64(bytes)/d.Seconds())
-	t.timed[c]++
-	if slices.Min(t.timed) < calibCalls {
+	r.rate[c] = float64(bytes) / d.Seconds()
+	if slices.Contains(r.rate, 0) {
 		return
 	}
-	score, weight := make([]float64, len(t.cands)), 0.0
-	for _, rs := range t.rates {
-		w := len(rs[0])
-		for _, r := range rs {
-			w = min(w, len(r))
-		}
-		if w == 0 { // a size not every candidate ran
-			continue
-		}
-		def := median(rs[0])
-		for c, r := range rs {
-			score[c] += float64(w) * median(r) / def
-		}
-		weight += float64(w)
+	for c, v := range r.rate {
+		t.ratios[c] = append(t.ratios[c], v/r.rate[0])
 	}
+	clear(r.rate)
+	if len(t.ratios[0]) < calibRounds {
+		return
+	}
+	score := make([]float64, len(t.cands))
 	best := 0
 	var tried strings.Builder
-	for c := range score {
-		if weight > 0 {
-			score[c] /= weight
-		}
+	for c, r := range t.ratios {
+		slices.Sort(r)
+		score[c] = r[len(r)/2]
 		if score[c] > score[best] {
 			best = c
 		}
@@ -225,19 +225,13 @@ func (t *decodeTuner) record(c, bytes int, d time.Duration) {
 		}
 		fmt.Fprintf(&tried, "%s %.3f", t.describe(t.cands[c]), score[c])
 	}
-	if weight == 0 || score[best] < 1+calibMargin {
+	if score[best] < 1+calibMargin {
 		best = 0
 	}
 	t.set(t.cands[best])
 	t.decided.Store(true)
 	slog.Info("kernels: decode kernels calibrated", "kernels", t.name, "setting", t.describe(t.cands[best]),
 		"speed_vs_default", tried.String())
-}
-
-// median is the median of r, which it sorts.
-func median(r []float64) float64 {
-	slices.Sort(r)
-	return r[len(r)/2]
 }
 
 // describe names a setting of t's family: "lockstep" or the distance
