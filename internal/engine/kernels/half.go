@@ -362,7 +362,8 @@ func (s streamSplit) task(ti int) (j0, j1 int) {
 // of four weight rows (half weights widened once per group when m > 1,
 // which sums as the one-row half kernel does). The one-row kernels (and
 // the AVX2 ones) read the four weight rows in lockstep or one at a time,
-// as calibrated for this machine (order.go); the results are the same.
+// and the AVX-512 ones in row order prefetch some distance ahead, as
+// calibrated for this machine (order.go); the results are the same.
 func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []float32, ldc int, serial bool) {
 	_ = a[(m-1)*lda+k-1]
 	_ = c[(m-1)*ldc+n-1]
@@ -378,14 +379,16 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 	}
 	split := newStreamSplit(n, k*w.elemSize())
 	tasks := split.tasks()
-	// The one-row kernels' access order (order.go), timed while calibrating.
-	rows, timed := false, false
+	// The one-row kernels' access order and prefetch distance (order.go),
+	// timed while calibrating.
+	var set decodeSetting
 	if kz == 0 && haveAVX2 || m%4 != 0 {
-		rows, timed = halfOrder.pick(m, n*k*w.elemSize())
+		var cand int
+		if set, cand = halfTuner.pick(m, n*k*w.elemSize()); cand >= 0 {
+			defer halfTuner.time(cand, n*k*w.elemSize())()
+		}
 	}
-	if timed {
-		defer halfOrder.time(rows, n*k*w.elemSize())()
-	}
+	rows, pf := set.rows, set.pf
 	par.Tasks(tasks, serial || m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
 		j0, j1 := split.task(ti)
 		var wide *buf // widened group of half weights (m > 1 without AVX-512)
@@ -425,15 +428,15 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 					var d [4]float32
 					switch {
 					case w.h == nil && rows:
-						dot1F32R(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
+						dot1F32R(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d, pf)
 					case w.h == nil:
 						dot1F32Z(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
 					case w.t == BF16 && rows:
-						dot1BF16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
+						dot1BF16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d, pf)
 					case w.t == BF16:
 						dot1BF16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
 					case rows:
-						dot1F16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
+						dot1F16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d, pf)
 					default:
 						dot1F16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
 					}

@@ -38,13 +38,13 @@ func dot1F16Z(n int, x *float32, w *uint16, ldw int, out *[4]float32)
 func dot1F32Z(n int, x *float32, w *float32, ldw int, out *[4]float32)
 
 //go:noescape
-func dot1BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+func dot1BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int)
 
 //go:noescape
-func dot1F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+func dot1F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int)
 
 //go:noescape
-func dot1F32R(n int, x *float32, w *float32, ldw int, out *[4]float32)
+func dot1F32R(n int, x *float32, w *float32, ldw int, out *[4]float32, pf int)
 
 //go:noescape
 func hdot4BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)

@@ -511,17 +511,19 @@ eodone:
 // once per weight row instead of once per four, and measured 0.6-0.93x of
 // lockstep at batch 8 (docs/benchmarks.md).
 
-// Software prefetch distance of the row kernels, in bytes ahead in the
-// stream (past a row's end it reaches into the next row, which follows).
-#define RPF 4096
+// The AVX-512 row kernels take their software-prefetch distance, bytes
+// ahead in the stream (past a row's end it reaches into the next row,
+// which follows), as the argument pf, calibrated per machine (order.go),
+// into R14; ROW1 and ROW1B keep a row's prefetch pointer (r + pf) in R13.
 
 // Dot x (SI) with weight row r over n (CX) columns into acc: F32 and F16.
 #define ROW1(LOAD, sh, r, acc, lp, done) \
 	XORQ AX, AX \
+	LEAQ (r)(R14*1), R13 \
 lp: \
 	CMPQ AX, CX \
 	JGE  done \
-	PREFETCHT0  RPF(r)(AX*sh) \
+	PREFETCHT0  (R13)(AX*sh) \
 	VMOVUPS     (SI)(AX*4), Z20 \
 	LOAD((r)(AX*sh), Z16) \
 	VFMADD231PS Z16, Z20, acc \
@@ -532,10 +534,11 @@ done:
 // As ROW1 for BF16 (x permuted even/odd, Z26 the high-half mask).
 #define ROW1B(r, acc, lp, done) \
 	XORQ AX, AX \
+	LEAQ (r)(R14*1), R13 \
 lp: \
 	CMPQ AX, CX \
 	JGE  done \
-	PREFETCHT0  RPF(r)(AX*2) \
+	PREFETCHT0  (R13)(AX*2) \
 	VMOVUPS     (SI)(AX*4), Z24 \
 	VMOVUPS     64(SI)(AX*4), Z25 \
 	EOW((r)(AX*2), Z16, Z17) \
@@ -545,30 +548,33 @@ lp: \
 	JMP  lp \
 done:
 
-// func dot1F32R(n int, x *float32, w *float32, ldw int, out *[4]float32)
+// func dot1F32R(n int, x *float32, w *float32, ldw int, out *[4]float32, pf int)
 // dot1F32Z reading one row at a time.
-TEXT ·dot1F32R(SB), NOSPLIT, $0-40
+TEXT ·dot1F32R(SB), NOSPLIT, $0-48
 	SETUP1(2)
+	MOVQ pf+40(FP), R14
 	ROW1(F32Z, 4, R8, Z0, s1r0, s1r0d)
 	ROW1(F32Z, 4, R9, Z1, s1r1, s1r1d)
 	ROW1(F32Z, 4, R10, Z2, s1r2, s1r2d)
 	ROW1(F32Z, 4, R11, Z3, s1r3, s1r3d)
 	STORE1
 
-// func dot1F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// func dot1F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int)
 // dot1F16Z reading one row at a time.
-TEXT ·dot1F16R(SB), NOSPLIT, $0-40
+TEXT ·dot1F16R(SB), NOSPLIT, $0-48
 	SETUP1(1)
+	MOVQ pf+40(FP), R14
 	ROW1(F16Z, 2, R8, Z0, h1r0, h1r0d)
 	ROW1(F16Z, 2, R9, Z1, h1r1, h1r1d)
 	ROW1(F16Z, 2, R10, Z2, h1r2, h1r2d)
 	ROW1(F16Z, 2, R11, Z3, h1r3, h1r3d)
 	STORE1
 
-// func dot1BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+// func dot1BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int)
 // dot1BF16Z reading one row at a time.
-TEXT ·dot1BF16R(SB), NOSPLIT, $0-40
+TEXT ·dot1BF16R(SB), NOSPLIT, $0-48
 	SETUP1(1)
+	MOVQ pf+40(FP), R14
 	MOVL         $0xffff0000, BX
 	VPBROADCASTD BX, Z26
 	ROW1B(R8, Z0, b1r0, b1r0d)
@@ -581,7 +587,10 @@ TEXT ·dot1BF16R(SB), NOSPLIT, $0-40
 // same two accumulators per row (Y2r: the 16-element steps' first half and
 // the 8-element tail, Y2r+1: the second half), the same FMAs in the same
 // sequence and the same reduction (STORE4Y), so bit-identical results; the
-// rows are read one after another with a software prefetch RPF bytes ahead.
+// rows are read one after another with a software prefetch RPF bytes ahead
+// (a fixed distance: only the AVX-512 kernels' is calibrated).
+#define RPF 4096
+
 #define F32Y(src, dst) \
 	VMOVUPS src, dst
 

@@ -1,103 +1,247 @@
 package kernels
 
 import (
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// accessOrder is the access order of a family of AVX-512 decode kernels
+// decodeTuner holds the setting of a family of AVX-512 decode kernels
 // (one activation row against groups of four weight rows, the product of
-// batch-1 decode): row order reads the four weight rows one after another,
-// lockstep reads a vector of each per step. Both compute the same sums in
-// the same order, so the choice changes speed only, never a result. Which
-// order streams faster depends on the machine (its hardware prefetchers,
-// how many streams a core follows well, whether the single accumulator
-// chain of the row order keeps up), so it is not fixed: the first batch-1
-// calls of the process that stream at least calibMinBytes time both
-// orders, alternating call by call on the model's own weights, and the
-// faster is kept.
-type accessOrder struct {
-	name    string
-	rows    atomic.Bool // the order in use
-	decided atomic.Bool // calibration done, or the order was set
+// batch-1 decode) that changes their speed only, never a result:
+//
+//   - the access order (float32/16-bit and block-quantized rows): row
+//     order reads the four weight rows one after another, lockstep a
+//     vector of each per step; both compute the same sums in the same
+//     order;
+//   - the software-prefetch distance of the kernels that read one stream
+//     (row order, and the four-row layouts' kernels): how far ahead of
+//     its loads, in bytes, a kernel prefetches.
+//
+// Which setting streams fastest depends on the machine (its hardware
+// prefetchers, memory latency, how many streams a core follows well), so
+// it is not fixed: the first batch-1 calls of the process that stream at
+// least calibMinBytes each run one of the family's candidates and are
+// timed. Per weight size the candidates take turns in rounds, one call
+// each in a fresh random order, so every candidate sees the same mix of
+// matrices and no position in the model's sequence of products; a round
+// gives each candidate's bandwidth over the default's (cands[0], the
+// setting tuned on AMD Zen 5), a ratio of calls a few milliseconds apart
+// on matrices of one size, which the load of the machine and the size
+// move little. After calibRounds rounds each candidate's score is the
+// median of its ratios (calls that another process interrupted do not
+// count), and the best is kept unless it beats the default by less than
+// calibMargin.
+type decodeTuner struct {
+	name   string
+	orders bool            // whether the family has two access orders
+	cands  []decodeSetting // cands[0]: the default, kept on a tie
 
-	mu    sync.Mutex
-	calls int
-	bytes [2]float64 // [lockstep, rows]
-	secs  [2]float64
-	n     [2]int
+	rows    atomic.Bool  // the setting in use: access order
+	pf      atomic.Int64 // and prefetch distance
+	decided atomic.Bool  // calibration done, or the setting was fixed
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	rounds map[int]*calibRound // per bytes a call streams: its round in progress
+	ratios [][]float64         // per candidate: its bandwidth over the default's, per round
+}
+
+// calibRound is a weight size's round in progress: the candidates still
+// to run, in order, and the bandwidth (bytes/s) of each that ran, 0
+// before.
+type calibRound struct {
+	left []int
+	rate []float64
+}
+
+// decodeSetting is one candidate setting of a decode kernel family.
+type decodeSetting struct {
+	rows bool // one weight row at a time (a four-row layout's kernel: always)
+	pf   int  // prefetch distance of the one-stream kernels, bytes
+}
+
+// Prefetch is the software-prefetch distances, in bytes ahead in the
+// weight stream, of the AVX-512 decode kernels that read one stream.
+type Prefetch struct {
+	Half     int // float32/16-bit weights, row order (dot1*R)
+	Quant    int // block-quantized rows, row order (qdot*R)
+	Repacked int // the four-row layouts Q4_1x4 and Q4_0x4 (qdotQ4?X)
 }
 
 var (
-	halfOrder  = newAccessOrder("float32/16-bit")  // dot1*Z / dot1*R
-	quantOrder = newAccessOrder("block-quantized") // qdot*Z / qdot*R
+	// defaultPrefetch is the distances in use until calibrated, and kept
+	// on a tie: those tuned on AMD Zen 5 (the four-row kernels consume
+	// their stream faster: in BenchmarkQuantRepack4 8 KiB streamed 5-10%
+	// faster than 4 KiB and than 16 KiB there).
+	defaultPrefetch = Prefetch{Half: 4 << 10, Quant: 4 << 10, Repacked: 8 << 10}
+	// prefetchCands is the distances calibration tries.
+	prefetchCands = []int{2 << 10, 4 << 10, 8 << 10, 16 << 10}
+
+	// The AVX2 kernels (no AVX-512) prefetch a fixed distance: only their
+	// order is calibrated.
+	halfTuner   = newDecodeTuner("float32/16-bit", true, haveAVX512, defaultPrefetch.Half) // dot1*Z / dot1*R
+	quantTuner  = newDecodeTuner("block-quantized", true, true, defaultPrefetch.Quant)     // qdot*Z / qdot*R
+	repackTuner = newDecodeTuner("four-row layout", false, true, defaultPrefetch.Repacked) // qdotQ4?X
 )
 
 const (
 	calibMinBytes = 256 << 10 // calls that read fewer weight bytes are not timed
-	calibCalls    = 256       // timed calls per order before deciding
+	calibRounds   = 64        // rounds (a timed call of each candidate) before deciding
+	calibMargin   = 0.03      // how much faster than the default a candidate must be
 )
 
-func newAccessOrder(name string) *accessOrder {
-	o := &accessOrder{name: name}
-	o.rows.Store(true)
-	return o
+// newDecodeTuner is a family's tuner: candidates row order (orders: and
+// lockstep) with the default distance pf and (distances) the others of
+// prefetchCands.
+func newDecodeTuner(name string, orders, distances bool, pf int) *decodeTuner {
+	t := &decodeTuner{name: name, orders: orders, cands: []decodeSetting{{rows: true, pf: pf}},
+		rng: rand.New(rand.NewPCG(1, 2)), rounds: map[int]*calibRound{}}
+	for _, d := range prefetchCands {
+		if distances && d != pf {
+			t.cands = append(t.cands, decodeSetting{rows: true, pf: d})
+		}
+	}
+	if orders {
+		t.cands = append(t.cands, decodeSetting{rows: false, pf: pf})
+	}
+	t.ratios = make([][]float64, len(t.cands))
+	t.set(t.cands[0])
+	return t
 }
 
 // RowOrder reports whether the float32/16-bit one-row decode kernels read
 // one weight row at a time (true) or four in lockstep.
-func RowOrder() bool { return halfOrder.rows.Load() }
+func RowOrder() bool { return halfTuner.rows.Load() }
 
-// SetRowOrder fixes every decode kernel family's access order (true: one
-// weight row at a time), ending calibration, and returns the previous
+// SetRowOrder fixes the access order of every decode kernel family that
+// has two (true: one weight row at a time), ending their calibration
+// (their prefetch distances stay as they are), and returns the previous
 // order of the float32/16-bit kernels. Results do not change.
 func SetRowOrder(rows bool) bool {
-	quantOrder.decided.Store(true)
-	quantOrder.rows.Store(rows)
-	halfOrder.decided.Store(true)
-	return halfOrder.rows.Swap(rows)
+	quantTuner.decided.Store(true)
+	quantTuner.rows.Store(rows)
+	halfTuner.decided.Store(true)
+	return halfTuner.rows.Swap(rows)
 }
 
-// pick returns the order for a call with m activation rows that streams
-// bytes weight bytes and, while calibrating, whether to time it (with
-// time).
-func (o *accessOrder) pick(m, bytes int) (rows, timed bool) {
-	if o.decided.Load() || m != 1 || bytes < calibMinBytes {
-		return o.rows.Load(), false
+// Prefetching returns the prefetch distances in use.
+func Prefetching() Prefetch {
+	return Prefetch{Half: int(halfTuner.pf.Load()), Quant: int(quantTuner.pf.Load()), Repacked: int(repackTuner.pf.Load())}
+}
+
+// SetPrefetch fixes the prefetch distances (bytes, not negative), ending
+// every family's calibration (their access orders stay as they are), and
+// returns the previous ones. Results do not change.
+func SetPrefetch(p Prefetch) Prefetch {
+	if p.Half < 0 || p.Quant < 0 || p.Repacked < 0 {
+		panic(fmt.Sprintf("kernels: negative prefetch distance %+v", p))
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.calls++
-	return o.calls%2 == 1, true
+	old := Prefetching()
+	for _, f := range []struct {
+		t  *decodeTuner
+		pf int
+	}{{halfTuner, p.Half}, {quantTuner, p.Quant}, {repackTuner, p.Repacked}} {
+		f.t.decided.Store(true)
+		f.t.pf.Store(int64(f.pf))
+	}
+	return old
 }
 
-// time starts timing a call that pick said to time; the returned function
-// ends it and decides the order once both have calibCalls calls.
-func (o *accessOrder) time(rows bool, bytes int) func() {
+func (t *decodeTuner) setting() decodeSetting {
+	return decodeSetting{rows: t.rows.Load(), pf: int(t.pf.Load())}
+}
+
+func (t *decodeTuner) set(s decodeSetting) {
+	t.rows.Store(s.rows)
+	t.pf.Store(int64(s.pf))
+}
+
+// pick returns the setting for a call with m activation rows that streams
+// bytes weight bytes and, while calibrating, the candidate it is (to time
+// with time), else -1.
+func (t *decodeTuner) pick(m, bytes int) (decodeSetting, int) {
+	if t.decided.Load() || m != 1 || bytes < calibMinBytes {
+		return t.setting(), -1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.rounds[bytes]
+	if r == nil {
+		r = &calibRound{rate: make([]float64, len(t.cands))}
+		t.rounds[bytes] = r
+	}
+	if len(r.left) == 0 {
+		r.left = t.rng.Perm(len(t.cands))
+	}
+	c := r.left[0]
+	r.left = r.left[1:]
+	return t.cands[c], c
+}
+
+// time starts timing a call of candidate c that streams bytes weight
+// bytes; the returned function ends it (record).
+func (t *decodeTuner) time(c, bytes int) func() {
 	start := time.Now()
-	return func() {
-		d := time.Since(start)
-		i := 0
-		if rows {
-			i = 1
-		}
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		if o.decided.Load() {
-			return
-		}
-		o.bytes[i] += float64(bytes)
-		o.secs[i] += d.Seconds()
-		o.n[i]++
-		if o.n[0] < calibCalls || o.n[1] < calibCalls {
-			return
-		}
-		lock, row := o.bytes[0]/o.secs[0], o.bytes[1]/o.secs[1]
-		o.rows.Store(row >= lock)
-		o.decided.Store(true)
-		slog.Info("kernels: decode access order calibrated", "kernels", o.name, "row_order", row >= lock,
-			"lockstep_GBps", lock/1e9, "row_GBps", row/1e9)
+	return func() { t.record(c, bytes, time.Since(start)) }
+}
+
+// record counts a call of candidate c (picked by pick) that streamed
+// bytes in d, and decides after calibRounds rounds.
+func (t *decodeTuner) record(c, bytes int, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.rounds[bytes]
+	if t.decided.Load() || r == nil || d <= 0 {
+		return
 	}
+	r.rate[c] = float64(bytes) / d.Seconds()
+	if slices.Contains(r.rate, 0) {
+		return
+	}
+	for c, v := range r.rate {
+		t.ratios[c] = append(t.ratios[c], v/r.rate[0])
+	}
+	clear(r.rate)
+	if len(t.ratios[0]) < calibRounds {
+		return
+	}
+	score := make([]float64, len(t.cands))
+	best := 0
+	var tried strings.Builder
+	for c, r := range t.ratios {
+		slices.Sort(r)
+		score[c] = r[len(r)/2]
+		if score[c] > score[best] {
+			best = c
+		}
+		if c > 0 {
+			tried.WriteString(", ")
+		}
+		fmt.Fprintf(&tried, "%s %.3f", t.describe(t.cands[c]), score[c])
+	}
+	if score[best] < 1+calibMargin {
+		best = 0
+	}
+	t.set(t.cands[best])
+	t.decided.Store(true)
+	slog.Info("kernels: decode kernels calibrated", "kernels", t.name, "setting", t.describe(t.cands[best]),
+		"speed_vs_default", tried.String())
+}
+
+// describe names a setting of t's family: "lockstep" or the distance
+// (for the families with two orders, "row order" first).
+func (t *decodeTuner) describe(s decodeSetting) string {
+	switch {
+	case !s.rows:
+		return "lockstep"
+	case t.orders:
+		return fmt.Sprintf("row order, prefetch %d KiB", s.pf>>10)
+	}
+	return fmt.Sprintf("prefetch %d KiB", s.pf>>10)
 }

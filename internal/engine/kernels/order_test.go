@@ -1,75 +1,234 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
-// TestOrderCalibrates checks the start-up calibration of the one-row
-// kernels' access order: calls that stream enough weight bytes alternate
-// the two orders, each result bit-identical to the lockstep kernel's, and
-// after calibCalls timed calls of each the order is decided and stays.
+// prefetchTests is the distances the bit-identity tests run: none, one
+// line, the calibration's candidates and far past any matrix's end.
+var prefetchTests = append([]int{0, 64}, append(prefetchCands, 1<<20)...)
+
+// restartCalibration puts tu back to before its calibration, running the
+// default.
+func restartCalibration(tu *decodeTuner) {
+	tu.mu.Lock()
+	defer tu.mu.Unlock()
+	tu.set(tu.cands[0])
+	tu.rounds = map[int]*calibRound{}
+	tu.ratios = make([][]float64, len(tu.cands))
+	tu.decided.Store(false)
+}
+
+// fixDecode fixes the decode settings for a test and returns what puts
+// the previous ones back.
+func fixDecode() func() {
+	rows, pf := SetRowOrder(true), SetPrefetch(defaultPrefetch)
+	return func() { SetRowOrder(rows); SetPrefetch(pf) }
+}
+
+// TestOrderCalibrates checks the start-up calibration through the decode
+// products of each family: calls that stream enough weight bytes run the
+// candidates in turn, each result bit-identical to the default's, and
+// after calibRounds rounds of a timed call of each the setting is
+// decided, is one of the candidates, and stays.
 func TestOrderCalibrates(t *testing.T) {
-	if !haveAVX512 {
+	if !haveAVX512 || !haveF16C {
 		t.Skip("no AVX-512")
 	}
-	defer SetRowOrder(SetRowOrder(true))
-	o := halfOrder
-	o.mu.Lock()
-	o.decided.Store(false)
-	o.calls, o.bytes, o.secs, o.n = 0, [2]float64{}, [2]float64{}, [2]int{}
-	o.mu.Unlock()
-
-	const n, k = 256, 256 // 256 KiB of float32 weights: timed
+	defer fixDecode()()
 	r := rand.New(rand.NewPCG(7, 8))
-	a := make([]float32, k)
-	for i := range a {
-		a[i] = float32(r.NormFloat64())
-	}
-	w := &wrows{ld: k, f: make([]float32, n*k)}
-	for i := range w.f {
-		w.f[i] = float32(r.NormFloat64())
-	}
-	want := make([]float32, n)
-	for j := 0; j < n; j += 4 {
-		var d [4]float32
-		dot1F32Z(k, &a[0], &w.f[j*k], k, &d)
-		copy(want[j:], d[:])
-	}
-	got := make([]float32, n)
-	for c := range 2 * calibCalls {
-		if o.decided.Load() {
-			t.Fatalf("decided after %d calls, want %d", c, 2*calibCalls)
-		}
-		streamNT(1, n, k, a, k, w, 0, got, n, false)
-		for i := range got {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("call %d: [%d] = %g, want %g", c, i, got[i], want[i])
+	// 256 rows of 256 float32 (256 KiB), of 1024 Q8_0 values (272 KiB),
+	// of 2048 Q4_1 values in the four-row layout (320 KiB): all timed
+	const n = 256
+	a := randSlice(r, 2048)
+	wf := &wrows{ld: 256, f: randSlice(r, n*256)}
+	w8, _ := randQuant(r, Q8_0, n, 1024)
+	w4, _ := randQuant(r, Q4_1x4, n, 2048)
+	for _, f := range []struct {
+		tuner *decodeTuner
+		run   func(c []float32)
+	}{
+		{halfTuner, func(c []float32) { streamNT(1, n, 256, a, 256, wf, 0, c, n, false) }},
+		{quantTuner, func(c []float32) { QuantGemmNT(Q8_0, 1, n, 1024, a, 1024, w8, 0, c, n) }},
+		{repackTuner, func(c []float32) { QuantGemmNT(Q4_1x4, 1, n, 2048, a, 2048, w4, 0, c, n) }},
+	} {
+		tu := f.tuner
+		want, got := make([]float32, n), make([]float32, n)
+		SetRowOrder(false) // the lockstep kernels, or the four-row kernel at the default distance
+		f.run(want)
+		restartCalibration(tu)
+		calls := len(tu.cands) * calibRounds
+		for c := range calls {
+			if tu.decided.Load() {
+				t.Fatalf("%s: decided after %d calls, want %d", tu.name, c, calls)
+			}
+			f.run(got)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("%s call %d: [%d] = %g, want %g", tu.name, c, i, got[i], want[i])
+				}
 			}
 		}
-	}
-	if !o.decided.Load() || o.n != [2]int{calibCalls, calibCalls} {
-		t.Fatalf("after %d calls: decided %v, timed calls %v", 2*calibCalls, o.decided.Load(), o.n)
-	}
-	rows := RowOrder()
-	streamNT(1, n, k, a, k, w, 0, got, n, false)
-	if RowOrder() != rows || o.n != [2]int{calibCalls, calibCalls} {
-		t.Fatal("order changed after calibration")
+		for i, r := range tu.ratios {
+			if len(r) != calibRounds {
+				t.Fatalf("%s: candidate %d has %d rounds, want %d", tu.name, i, len(r), calibRounds)
+			}
+		}
+		set := tu.setting()
+		if !tu.decided.Load() || !containsSetting(tu.cands, set) {
+			t.Fatalf("%s: after %d calls decided %v, setting %+v", tu.name, calls, tu.decided.Load(), set)
+		}
+		f.run(got)
+		if tu.setting() != set {
+			t.Fatalf("%s: setting changed after calibration", tu.name)
+		}
 	}
 }
 
-// TestQuantRowOrderBitIdentical checks that every quantized format's
-// row-order kernel returns exactly its lockstep kernel's results.
-func TestQuantRowOrderBitIdentical(t *testing.T) {
-	r := rand.New(rand.NewPCG(9, 10))
-	for _, qt := range []QuantType{Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K} {
-		kern := quantKernel(qt)
-		if kern == nil {
-			t.Skipf("no %v kernel", qt)
+func containsSetting(cands []decodeSetting, s decodeSetting) bool {
+	for _, c := range cands {
+		if c == s {
+			return true
 		}
-		// one block, odd and even numbers of blocks (the kernels take two
-		// blocks per step and one at the end)
+	}
+	return false
+}
+
+// TestTunerPicksFastest drives a tuner's calibration with injected call
+// times (record), on two weight sizes of different speeds: it keeps the
+// candidate that is faster, whichever it is, through calls that another
+// process interrupted (a tenth of each candidate's, ten times as long)
+// and a load that comes and goes (calls up to twice as long), keeps the
+// default when no candidate beats it by calibMargin, and decides after
+// calibRounds rounds (plus a round of the other size begun).
+func TestTunerPicksFastest(t *testing.T) {
+	type tcase struct {
+		name string
+		secs func(cand int) float64 // of a call of 1 MiB
+		want int
+	}
+	cases := []tcase{
+		{"all alike", func(int) float64 { return 1e-3 }, 0},
+		{"others within the margin", func(c int) float64 { return 1e-3 / (1 + 0.3*calibMargin*float64(min(c, 1))) }, 0},
+		{"default slower", func(c int) float64 { return 1e-3 * (1 + 0.1*float64(max(0, 2-c))) }, 2},
+	}
+	n := len(newDecodeTuner("", true, true, defaultPrefetch.Quant).cands)
+	for f := range n {
+		cases = append(cases, tcase{fmt.Sprintf("candidate %d faster", f), func(c int) float64 {
+			if c == f {
+				return 0.93e-3
+			}
+			return 1e-3
+		}, f})
+	}
+	for _, c := range cases {
+		tu := newDecodeTuner("test", true, true, defaultPrefetch.Quant)
+		r := rand.New(rand.NewPCG(3, 4))
+		calls := 0
+		for !tu.decided.Load() {
+			if calls > n*(calibRounds+1) {
+				t.Fatalf("%s: undecided after %d calls", c.name, calls)
+			}
+			bytes := []int{1 << 20, calibMinBytes}[r.IntN(2)]
+			set, cand := tu.pick(1, bytes)
+			if cand < 0 || set != tu.cands[cand] {
+				t.Fatalf("%s: call %d picked %+v, candidate %d", c.name, calls, set, cand)
+			}
+			secs := c.secs(cand) * float64(bytes) / (1 << 20)
+			if bytes == calibMinBytes {
+				secs *= 1.3 // small matrices stream slower
+			}
+			secs *= 1 + float64(calls%97)/97 // the load
+			if r.IntN(10) == 0 {
+				secs *= 10 // interrupted
+			}
+			tu.record(cand, bytes, time.Duration(secs*1e9))
+			calls++
+		}
+		if got := tu.setting(); got != tu.cands[c.want] {
+			t.Errorf("%s: kept %s, want %s", c.name, tu.describe(got), tu.describe(tu.cands[c.want]))
+		}
+		if set, cand := tu.pick(1, 1<<20); cand >= 0 || set != tu.setting() {
+			t.Errorf("%s: after deciding picked %+v, candidate %d", c.name, set, cand)
+		}
+	}
+}
+
+// TestSetPrefetch checks the fixed-setting API: SetPrefetch returns the
+// previous distances, fixes the new ones for every family and ends
+// calibration (calls are no longer timed); SetRowOrder keeps them; a
+// negative distance panics.
+func TestSetPrefetch(t *testing.T) {
+	defer fixDecode()()
+	for _, tu := range []*decodeTuner{halfTuner, quantTuner, repackTuner} {
+		restartCalibration(tu)
+	}
+	p := Prefetch{Half: 2 << 10, Quant: 16 << 10, Repacked: 3 << 10}
+	if old := SetPrefetch(p); old != defaultPrefetch {
+		t.Fatalf("SetPrefetch returned %+v, want the defaults %+v", old, defaultPrefetch)
+	}
+	SetRowOrder(true)
+	if got := Prefetching(); got != p {
+		t.Fatalf("Prefetching = %+v, want %+v", got, p)
+	}
+	for tu, pf := range map[*decodeTuner]int{halfTuner: p.Half, quantTuner: p.Quant, repackTuner: p.Repacked} {
+		if set, cand := tu.pick(1, 1<<20); cand >= 0 || set != (decodeSetting{rows: true, pf: pf}) {
+			t.Errorf("%s: picked %+v, candidate %d, want fixed row order at %d", tu.name, set, cand, pf)
+		}
+	}
+	if old := SetPrefetch(defaultPrefetch); old != p {
+		t.Errorf("SetPrefetch returned %+v, want %+v", old, p)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("SetPrefetch with a negative distance did not panic")
+		}
+	}()
+	SetPrefetch(Prefetch{Half: -1})
+}
+
+// TestPrefetchBitIdentical checks that the one-stream decode kernels
+// return, at every prefetch distance, exactly what their lockstep twins
+// return (the four-row kernels: what they return at the default
+// distance): float32, F16 and BF16 rows over several lengths and strides,
+// and every quantized format with one block, odd and even numbers of
+// blocks (the kernels take two or four blocks per step and the rest at
+// the end).
+func TestPrefetchBitIdentical(t *testing.T) {
+	if !haveAVX512 || !haveF16C {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, kz := range []int{32, 96, 576, 1536} {
+		for _, pad := range []int{0, 5} {
+			ld := kz + pad
+			x := randSlice(r, kz)
+			f := randSlice(r, 4*ld)
+			h, _ := randHalf(r, F16, 4*ld)
+			b, _ := randHalf(r, BF16, 4*ld)
+			var f32, f16, bf16 [4]float32
+			dot1F32Z(kz, &x[0], &f[0], ld, &f32)
+			dot1F16Z(kz, &x[0], &h[0], ld, &f16)
+			dot1BF16Z(kz, &x[0], &b[0], ld, &bf16)
+			for _, pf := range prefetchTests {
+				var g32, g16, gbf [4]float32
+				dot1F32R(kz, &x[0], &f[0], ld, &g32, pf)
+				dot1F16R(kz, &x[0], &h[0], ld, &g16, pf)
+				dot1BF16R(kz, &x[0], &b[0], ld, &gbf, pf)
+				for _, c := range [][2][4]float32{{f32, g32}, {f16, g16}, {bf16, gbf}} {
+					if !sameBits(c[0][:], c[1][:]) {
+						t.Fatalf("k=%d ld=%d prefetch %d: row order %v, lockstep %v", kz, ld, pf, c[1], c[0])
+					}
+				}
+			}
+		}
+	}
+	for _, qt := range append(allQuant, Q4_1x4, Q4_0x4) {
+		kern := quantKernel(qt)
 		for _, k := range []int{32, 96, 512, 768, 800} {
 			if k%qt.BlockElems() != 0 {
 				continue
@@ -83,14 +242,24 @@ func TestQuantRowOrderBitIdentical(t *testing.T) {
 				prep = make([]float32, kern.prepLen*nb)
 				kern.prep(prep, x)
 			}
-			lock, row := make([]float32, rows), make([]float32, rows)
-			kern.dots(nb, x, prep, w, qt.RowBytes(k), lock)
-			kern.rowDots(nb, x, prep, w, qt.RowBytes(k), row)
-			for i := range lock {
-				if math.Float32bits(lock[i]) != math.Float32bits(row[i]) || lock[i] == 0 {
-					t.Fatalf("%v k=%d row %d: row order %g, lockstep %g", qt, k, i, row[i], lock[i])
+			want, got := make([]float32, rows), make([]float32, rows)
+			kern.dots(nb, x, prep, w, qt.RowBytes(k), want, defaultPrefetch.Repacked)
+			for _, pf := range prefetchTests {
+				kern.rowDots(nb, x, prep, w, qt.RowBytes(k), got, pf)
+				if !sameBits(want, got) || want[0] == 0 {
+					t.Fatalf("%v k=%d prefetch %d: %v, want %v", qt, k, pf, got, want)
 				}
 			}
 		}
 	}
+}
+
+// sameBits reports whether a and b hold the same float32 bit patterns.
+func sameBits(a, b []float32) bool {
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return len(a) == len(b)
 }

@@ -27,22 +27,22 @@ func qdotQ6KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 func qdotQ80Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
 //go:noescape
-func qdotQ41R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+func qdotQ41R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
-func qdotQ40R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+func qdotQ40R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
-func qdotQ4KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+func qdotQ4KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
-func qdotQ5KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+func qdotQ5KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
-func qdotQ6KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+func qdotQ6KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
-func qdotQ80R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+func qdotQ80R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
 func dequantQ41Z(nb int, dst *float32, src *byte, tab *float32)
@@ -63,10 +63,10 @@ func dequantQ5KZ(nb int, dst *float32, src *byte, tab *float32)
 func dequantQ6KZ(nb int, dst *float32, src *byte, tab *float32)
 
 //go:noescape
-func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
+func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32, pf int)
 
 //go:noescape
-func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
+func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32, pf int)
 
 //go:noescape
 func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
@@ -91,7 +91,17 @@ var dequantAsm = [...]func(nb int, dst *float32, src *byte, tab *float32){
 	Q4_K: dequantQ4KZ, Q5_K: dequantQ5KZ, Q6_K: dequantQ6KZ,
 }
 
-type asmQdot func(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
+// asmQdot is a row-layout decode kernel: the row-order ones prefetch pf
+// bytes ahead.
+type asmQdot func(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+
+// lockstep is a lockstep kernel as asmQdot: its prefetch distances are
+// fixed per format, so it ignores pf.
+func lockstep(f func(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)) asmQdot {
+	return func(nb int, x, xs *float32, w *byte, ldw, rows int, out, tab *float32, _ int) {
+		f(nb, x, xs, w, ldw, rows, out, tab)
+	}
+}
 
 // subSums is the prep of the K-quant kernels: per 256-value super-block,
 // the 8 sums of x over its 32-value sub-blocks (which carry the mins).
@@ -112,8 +122,8 @@ func q6Sums(dst, x []float32) {
 // asmDots wraps an assembly kernel for blocks of elems values with
 // prepLen prep values per block as quantDots.dots, checking the bounds
 // the assembly relies on.
-func asmDots(f asmQdot, elems, prepLen int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
-	return func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
+func asmDots(f asmQdot, elems, prepLen int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
+	return func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
 		rows := len(out)
 		if rows == 0 {
 			return
@@ -128,15 +138,15 @@ func asmDots(f asmQdot, elems, prepLen int) func(nb int, x, prep []float32, w []
 			_ = prep[prepLen*nb-1]
 			xs = &prep[0]
 		}
-		f(nb, &x[0], xs, &w[0], ldw, rows, &out[0], &f16Table()[0])
+		f(nb, &x[0], xs, &w[0], ldw, rows, &out[0], &f16Table()[0], pf)
 	}
 }
 
 // repackedDots wraps the decode kernel of a four-row layout (blocks of
 // size bytes) as quantDots.dots, checking the bounds the assembly relies
 // on.
-func repackedDots(f func(nb int, x *float32, w *byte, groups int, out *float32, tab *float32), size int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32) {
-	return func(nb int, x, _ []float32, w []byte, ldw int, out []float32) {
+func repackedDots(f func(nb int, x *float32, w *byte, groups int, out *float32, tab *float32, pf int), size int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
+	return func(nb int, x, _ []float32, w []byte, ldw int, out []float32, pf int) {
 		rows := len(out)
 		if rows == 0 {
 			return
@@ -145,19 +155,19 @@ func repackedDots(f func(nb int, x *float32, w *byte, groups int, out *float32, 
 			panic("kernels: repacked quantized dots: not whole groups of four rows")
 		}
 		_ = x[32*nb-1]
-		f(nb, &x[0], &w[0], rows/4, &out[0], &f16Table()[0])
+		f(nb, &x[0], &w[0], rows/4, &out[0], &f16Table()[0], pf)
 	}
 }
 
 var (
 	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
 	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
-	q41Kernel  = &quantDots{dots: asmDots(qdotQ41Z, 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
-	q40Kernel  = &quantDots{dots: asmDots(qdotQ40Z, 32, 0), rowDots: asmDots(qdotQ40R, 32, 0)}
-	q80Kernel  = &quantDots{dots: asmDots(qdotQ80Z, 32, 0), rowDots: asmDots(qdotQ80R, 32, 0)}
-	q4KKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KZ, qk, 8), rowDots: asmDots(qdotQ4KR, qk, 8)}
-	q5KKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KZ, qk, 8), rowDots: asmDots(qdotQ5KR, qk, 8)}
-	q6KKernel  = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KZ, qk, 16), rowDots: asmDots(qdotQ6KR, qk, 16)}
+	q41Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ41Z), 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
+	q40Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ40Z), 32, 0), rowDots: asmDots(qdotQ40R, 32, 0)}
+	q80Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ80Z), 32, 0), rowDots: asmDots(qdotQ80R, 32, 0)}
+	q4KKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(lockstep(qdotQ4KZ), qk, 8), rowDots: asmDots(qdotQ4KR, qk, 8)}
+	q5KKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(lockstep(qdotQ5KZ), qk, 8), rowDots: asmDots(qdotQ5KR, qk, 8)}
+	q6KKernel  = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(lockstep(qdotQ6KZ), qk, 16), rowDots: asmDots(qdotQ6KR, qk, 16)}
 )
 
 // quantKernel is t's AVX-512 decode kernel, nil when there is none for t

@@ -17,13 +17,13 @@
 // bytes are read from memory.
 
 // Software prefetch distances, bytes ahead in each weight row: the
-// lockstep kernels (four streams) by format, the row-order ones (one
-// stream, running on into the rows that follow) as the float kernels'
-// RPF. Without the long distance the row-order kernels stall on memory:
-// in BenchmarkQuantStream Q8_0 streamed 2-3x faster with it.
+// lockstep kernels (four streams) by format; the row-order ones (one
+// stream, running on into the rows that follow) and the four-row ones
+// take theirs as the argument pf, calibrated per machine (order.go).
+// Without a long distance the row-order kernels stall on memory: in
+// BenchmarkQuantStream Q8_0 streamed 2-3x faster with 4 KiB than without.
 #define PFQ4 256
 #define PFQ8 512
-#define RPFQ 4096
 
 // Row dequantisation (dequantQ*Z, at the end of the file):
 // Arguments (nb int, dst *float32, src *byte, tab *float32); Z31 = 15.
@@ -148,13 +148,14 @@ done: \
 	VPBROADCASTD AX, Z31
 
 // The arguments of the four-row kernels into their registers (x R14, w
-// R8, groups R12, out R13, tab R15) and NIBLUT's level constants.
+// R8, groups R12, out R13, tab R15, pf R10) and NIBLUT's level constants.
 #define XSETUP \
 	MOVQ x+8(FP), R14 \
 	MOVQ w+16(FP), R8 \
 	MOVQ groups+24(FP), R12 \
 	MOVQ out+32(FP), R13 \
 	MOVQ tab+40(FP), R15 \
+	MOVQ pf+48(FP), R10 \
 	NIBCONST
 
 // Start a group of four rows at R8: the other rows' pointers, x and xs
@@ -215,11 +216,19 @@ done: \
 	MOVQ R14, SI \
 	MOVQ xs+16(FP), DI
 
+// QGROUP for the row-order kernels, which hold their prefetch distance
+// (the argument pf) in DX, ldw's register, once the group's row pointers
+// are set.
+#define QGROUPR \
+	MOVQ ldw+32(FP), DX \
+	QGROUP \
+	MOVQ pf+64(FP), DX
+
 #define QRUNR(grp, l0, l1, l2, l3, done, STEP1, m0, m1, m2, m3) \
 grp: \
 	TESTQ R12, R12 \
 	JZ    done \
-	QGROUP \
+	QGROUPR \
 l0: \
 	STEP1(R8, Z0, m0) \
 	DECQ CX \
@@ -266,6 +275,10 @@ done: \
 
 #define QGROUP4 \
 	QGROUP \
+	ZEROZ4
+
+#define QGROUPR4 \
+	QGROUPR \
 	ZEROZ4
 
 // End a group of the four-set runners: set 3 into set 2, that into set 0,
@@ -321,7 +334,7 @@ done: \
 
 // All nb blocks of row r into a0..a3 (block b into a(b mod 4)), four per
 // loop step: B(r, offset, acc) dots the block of size bytes at offset(r)
-// with x in Z20/Z21; PF prefetches the step's 4·size bytes RPFQ ahead.
+// with x in Z20/Z21; PF prefetches the step's 4·size bytes pf ahead.
 // The pointer updates, loop control and prefetches are paid once per four
 // blocks. Then x restarts and r is at the row's end.
 #define QROW4(r, lp, tail, end, B, size, PF, a0, a1, a2, a3) \
@@ -360,16 +373,16 @@ tail: \
 end: \
 	QRESET
 
-// The prefetches of a step RPFQ ahead, about one per 64-byte line of the
+// The prefetches of a step pf ahead, about one per 64-byte line of the
 // step's 80 (Q4_1), 72 (Q4_0) or 136 (Q8_0) bytes: a line now and then
 // is left to the hardware prefetcher, which streamed no slower than
 // covering every line (BenchmarkQuantStream, Q8_0 1.08x).
 #define PF1(r) \
-	PREFETCHT0 RPFQ(r)
+	PREFETCHT0 (r)(DX*1)
 
 #define PF2(r) \
-	PREFETCHT0 RPFQ(r) \
-	PREFETCHT0 (RPFQ+64)(r)
+	PREFETCHT0 (r)(DX*1) \
+	PREFETCHT0 64(r)(DX*1)
 
 // The row-order kernel; the labels: the group loop, its end, and per row
 // QROW4's loop, tail and end.
@@ -377,7 +390,7 @@ end: \
 grp: \
 	TESTQ R12, R12 \
 	JZ    done \
-	QGROUP4 \
+	QGROUPR4 \
 	QROW4(R8, a0, t0, e0, B, size, PF, Z0, Z4, Z8, Z12) \
 	QROW4(R9, a1, t1, e1, B, size, PF, Z1, Z5, Z9, Z13) \
 	QROW4(R10, a2, t2, e2, B, size, PF, Z2, Z6, Z10, Z14) \
@@ -530,21 +543,29 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 // Constants: Z31 = 15, X29 = 0x3f bytes, X28 = dword shifts [0,4,0,4],
 // X27 = 0x0f bytes, X26 = 0x03 bytes.
 // End a K-quant super-block of row r (size bytes): acc += d·Z18 (d, f16
-// at doff), prefetch, next super-block.
-#define KEND(r, doff, acc, size, pf) \
+// at doff), prefetch (PF(r)), next super-block.
+#define KEND(r, doff, acc, size, PF) \
 	MOVWLZX          doff(r), AX \
 	VFMADD231PS.BCST (R15)(AX*4), Z18, acc \
-	PREFETCHT0       pf(r) \
+	PF(r) \
 	ADDQ             $size, r
+
+// The K-quant prefetches: the lockstep kernels' PFQ8 ahead, the row-order
+// ones' pf (DX) ahead.
+#define KPF(r) \
+	PREFETCHT0       PFQ8(r)
+
+#define KPFR(r) \
+	PREFETCHT0       (r)(DX*1)
 
 // One super-block of the four rows: ROW on each (its accumulators: Z0..Z3
 // and, as ymm, Y4..Y7), then x and the prep (prepBytes a super-block)
 // advanced.
 #define KSTEP(ROW, prepBytes) \
-	ROW(R8, Z0, Y4, PFQ8) \
-	ROW(R9, Z1, Y5, PFQ8) \
-	ROW(R10, Z2, Y6, PFQ8) \
-	ROW(R11, Z3, Y7, PFQ8) \
+	ROW(R8, Z0, Y4, KPF) \
+	ROW(R9, Z1, Y5, KPF) \
+	ROW(R10, Z2, Y6, KPF) \
+	ROW(R11, Z3, Y7, KPF) \
 	ADDQ $1024, SI \
 	ADDQ $prepBytes, DI
 
@@ -792,7 +813,7 @@ dq6kdone:
 // Row-order kernels (QRUNR4, QRUNR): the same arguments and results as
 // their *Z twins. One K-quant super-block of one row, x and prep advanced:
 #define KSTEP1(ROW, prepBytes, r, acc, accmy) \
-	ROW(r, acc, accmy, RPFQ) \
+	ROW(r, acc, accmy, KPFR) \
 	ADDQ $1024, SI \
 	ADDQ $prepBytes, DI
 
@@ -800,37 +821,37 @@ dq6kdone:
 #define Q5KSTEP1(r, acc, accmy) KSTEP1(Q5KROW, 32, r, acc, accmy)
 #define Q6KSTEP1(r, acc, accmy) KSTEP1(Q6KROW, 64, r, acc, accmy)
 
-// func qdotQ41R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
-TEXT ·qdotQ41R(SB), NOSPLIT, $0-64
+// func qdotQ41R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ41R(SB), NOSPLIT, $0-72
 	QSETUP
 	NIBCONST
 	QRUNR4(q41rg, q41rdone, q41ra0, q41rt0, q41re0, q41ra1, q41rt1, q41re1, q41ra2, q41rt2, q41re2, q41ra3, q41rt3, q41re3, Q41B, 20, PF1)
 
-// func qdotQ40R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
-TEXT ·qdotQ40R(SB), NOSPLIT, $0-64
+// func qdotQ40R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ40R(SB), NOSPLIT, $0-72
 	QSETUP
 	NIBCONST
 	QRUNR4(q40rg, q40rdone, q40ra0, q40rt0, q40re0, q40ra1, q40rt1, q40re1, q40ra2, q40rt2, q40re2, q40ra3, q40rt3, q40re3, Q40B, 18, PF1)
 
-// func qdotQ80R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
-TEXT ·qdotQ80R(SB), NOSPLIT, $0-64
+// func qdotQ80R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ80R(SB), NOSPLIT, $0-72
 	QSETUP
 	QRUNR4(q80rg, q80rdone, q80ra0, q80rt0, q80re0, q80ra1, q80rt1, q80re1, q80ra2, q80rt2, q80re2, q80ra3, q80rt3, q80re3, Q80B, 34, PF2)
 
-// func qdotQ4KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
-TEXT ·qdotQ4KR(SB), NOSPLIT, $64-64
+// func qdotQ4KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ4KR(SB), NOSPLIT, $64-72
 	K45SETUP
 	QRUNR(q4krg, q4kr0, q4kr1, q4kr2, q4kr3, q4krdone, Q4KSTEP1, Y4, Y5, Y6, Y7)
 
-// func qdotQ5KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
-TEXT ·qdotQ5KR(SB), NOSPLIT, $64-64
+// func qdotQ5KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ5KR(SB), NOSPLIT, $64-72
 	K45SETUP
 	MOVL $16, AX
 	VPBROADCASTD AX, Z30
 	QRUNR(q5krg, q5kr0, q5kr1, q5kr2, q5kr3, q5krdone, Q5KSTEP1, Y4, Y5, Y6, Y7)
 
-// func qdotQ6KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
-TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
+// func qdotQ6KR(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ6KR(SB), NOSPLIT, $64-72
 	QSETUP
 	MOVL $0x30, AX
 	VPBROADCASTD AX, Z25
@@ -931,17 +952,11 @@ TEXT ·qdotQ6KR(SB), NOSPLIT, $64-64
 	SHRQ             $16, AX \
 	X40ROW(XVALS, 3, USE, a3, b3)
 
-// The repacked kernels' prefetch distance, bytes ahead in the stream:
-// twice RPFQ, as they consume the bytes faster. In BenchmarkQuantRepack4
-// (from memory) 8 KiB streamed 5-10% faster than 4 KiB and than 16 KiB;
-// the row-order Q4_1 kernel gained nothing from 8 KiB.
-#define XPF 8192
-
 // The decode kernel's body: for each group of four rows (R12 of them, at
 // R8), all nb blocks (size bytes each) against x, then out[0..3] = the
 // rows' dots, out += 4; the next group starts where this one ended; a
-// prefetch XPF ahead per block (80 or 72 bytes: most lines, the hardware
-// prefetcher takes the rest).
+// prefetch pf (R10) ahead per block (80 or 72 bytes: most lines, the
+// hardware prefetcher takes the rest).
 #define XRUN(grp, lp, done, ROWS, size) \
 grp: \
 	TESTQ R12, R12 \
@@ -953,7 +968,7 @@ lp: \
 	VMOVUPS          (SI), Z20 \
 	VMOVUPS          64(SI), Z21 \
 	ROWS(R8, XDOT, Z0, Z4, Z1, Z5, Z2, Z6, Z3, Z7) \
-	PREFETCHT0       XPF(R8) \
+	PREFETCHT0       (R8)(R10*1) \
 	ADDQ             $size, R8 \
 	ADDQ             $128, SI \
 	DECQ             CX \
@@ -971,13 +986,13 @@ done: \
 	VZEROUPPER \
 	RET
 
-// func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
-TEXT ·qdotQ41X(SB), NOSPLIT, $0-48
+// func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ41X(SB), NOSPLIT, $0-56
 	XSETUP
 	XRUN(x41g, x41, x41done, X41ROWS, 80)
 
-// func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32)
-TEXT ·qdotQ40X(SB), NOSPLIT, $0-48
+// func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ40X(SB), NOSPLIT, $0-56
 	XSETUP
 	XRUN(x40g, x40, x40done, X40ROWS, 72)
 

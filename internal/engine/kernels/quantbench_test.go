@@ -67,13 +67,13 @@ func BenchmarkQuantDot4L1(b *testing.B) {
 		}
 		for _, order := range []struct {
 			name string
-			dots func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
+			dots func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
 		}{{"lockstep", kern.dots}, {"row", kern.rowDots}} {
 			b.Run(qt.String()+"-"+order.name, func(b *testing.B) {
 				var out [rows]float32
 				c0 := cputime.Used().Seconds()
 				for range b.N {
-					order.dots(k/qt.BlockElems(), x, prep, w, qt.RowBytes(k), out[:])
+					order.dots(k/qt.BlockElems(), x, prep, w, qt.RowBytes(k), out[:], defaultPrefetch.Quant)
 				}
 				b.ReportMetric((cputime.Used().Seconds()-c0)*1e9/float64(b.N)/(rows*k/32), "cpu-ns/block-row")
 			})
@@ -305,8 +305,8 @@ func benchRepack4(b *testing.B, big, thr int) {
 						sumImpl(probe[i*len(probe)/thr : (i+1)*len(probe)/thr])
 					}
 				}},
-				{"row", run(w, func(w []byte, out []float32) { kern.rowDots(k/32, x, nil, w, rb, out) })},
-				{"x", run(wp, func(w []byte, out []float32) { xkern.dots(k/32, x, nil, w, rb, out) })},
+				{"row", run(w, func(w []byte, out []float32) { kern.rowDots(k/32, x, nil, w, rb, out, defaultPrefetch.Quant) })},
+				{"x", run(wp, func(w []byte, out []float32) { xkern.dots(k/32, x, nil, w, rb, out, defaultPrefetch.Repacked) })},
 			}
 			secs, cpu := make([]float64, len(vs)), make([]float64, len(vs))
 			b.ResetTimer()

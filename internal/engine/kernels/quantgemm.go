@@ -150,17 +150,22 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	}
 	split := newStreamSplit(n, rb)
 	tasks := split.tasks()
-	var dots func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
-	if kern != nil && t.Repacked() {
-		dots = kern.dots // one access order
-	} else if kern != nil {
-		rows, timed := quantOrder.pick(m, n*rb)
-		dots = kern.dots
-		if rows {
-			dots = kern.rowDots
+	// The kernel's access order and prefetch distance (order.go), timed
+	// while calibrating.
+	var dots func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
+	pf := 0
+	if kern != nil {
+		tuner := quantTuner
+		if t.Repacked() {
+			tuner = repackTuner // one access order
 		}
-		if timed {
-			defer quantOrder.time(rows, n*rb)()
+		set, cand := tuner.pick(m, n*rb)
+		if cand >= 0 {
+			defer tuner.time(cand, n*rb)()
+		}
+		dots, pf = kern.dots, set.pf
+		if set.rows {
+			dots = kern.rowDots
 		}
 	}
 	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
@@ -186,11 +191,11 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 					}
 					cr := c[i*ldc+r0 : i*ldc+r1]
 					if beta == 0 {
-						dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr)
+						dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr, pf)
 						continue
 					}
 					d := tmp[:r1-r0]
-					dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d)
+					dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d, pf)
 					for r, v := range d {
 						cr[r] = v + beta*cr[r]
 					}
@@ -233,14 +238,16 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 // (nb blocks of values) with weight row r of w (len(out) rows, a multiple
 // of 4, ldw bytes each, back to back), using prep, the prepLen values per
 // block that prep computed from x once per product (nil when prepLen is
-// 0).
+// 0). A kernel that reads one stream of weight bytes prefetches pf bytes
+// ahead in it; the others ignore pf.
 type quantDots struct {
 	prepLen int
 	prep    func(dst, x []float32)
-	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
+	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
 	// rowDots is dots reading the weight rows one at a time instead of
-	// four in lockstep: the same results (order.go picks one).
-	rowDots func(nb int, x, prep []float32, w []byte, ldw int, out []float32)
+	// four in lockstep: the same results (order.go picks one). A four-row
+	// layout has one order: its dots and rowDots are one kernel.
+	rowDots func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
 }
 
 // DequantEmbedRow writes row id of a quantized [rows, len(dst)] matrix w
