@@ -24,6 +24,14 @@ a bootstrap API key, points ART's ServerlessBackend at it (`api_key`, `base_url`
 - `model.delete_checkpoints()` leaves only the steps it keeps (the latest and the
   best by the val/reward logged with `model.log`), and a deleted
   step's name answers 404 through the client's OpenAI client;
+- on releases with the exchanges form of a trajectory (0.5.23): rollouts of two
+  chat calls each (the second sends the first answer back with a follow-up),
+  captured by ART's own tracing (`art.trajectory(coroutine)`, which records
+  the Chat Completions calls made through `model.openai_client()`, request and
+  response as sent and received) and gathered by `art.trajectory_group`, each
+  with its own reward; backend.train trains a step from the exchanges, every
+  sampled token exactly once (the job's trainable tokens are the choices'
+  logprob tokens), and the new step serves other logprobs than the one before;
 - SFT: `model.train_sft` uploads its data as a W&B artifact to flywheel (the
   wandb SDK, WANDB_BASE_URL = the server) and trains a step from the
   artifact's URL (see sft()); then an SFT job through the client's own
@@ -135,6 +143,88 @@ async def later_options(art, backend, model) -> None:
             raise AssertionError(f"backend.train({kwargs}) trained; flywheel does not implement it")
     check(await model.get_step() == step + 1, "a refused training call moved the step")
     print(f"  loss_fn='ppo' trained step {step + 1}; kl_penalty_coef, truncated_importance_sampling: 400 naming the key")
+
+
+EXCHANGE_REWARDS = [0.0, 0.25, 0.75, 1.0]  # one per rollout of exchanges(): a group with different rewards
+
+
+async def exchange_rollout(art, model, i: int) -> None:
+    """One rollout as ART 0.5.23's tracing expects it: plain chat calls through
+    the client's OpenAI client, nothing returned; art.trajectory() records the
+    calls. Two turns: the first answer is sent back with a follow-up question,
+    in even rollouts as its role and content (ART's history of the calls then
+    continues through that answer: one history, both answers its choices), in
+    odd ones as the message object received (the openai SDK sends its fields,
+    "refusal": null among them, which ART's histories count as another
+    message than the answer it sampled: two histories, the answer context
+    in the second). The reward is set on the trajectory being captured."""
+    client = model.openai_client()
+
+    async def ask(messages, seed):
+        resp = await client.chat.completions.create(
+            model=model.get_inference_name(), messages=messages, max_tokens=8,
+            temperature=1.0, logprobs=True, seed=seed,
+        )
+        return resp.choices[0].message
+
+    first = [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}]
+    answer = await ask(first, 100 * i)
+    sent = answer if i % 2 else {"role": "assistant", "content": answer.content}
+    await ask([*first, sent, {"role": "user", "content": "And another one?"}], 100 * i + 1)
+    art.current_trajectory(require=True).reward = EXCHANGE_REWARDS[i]
+
+
+async def exchanges(art, backend, model, server: Server) -> None:
+    """The exchanges form of a trajectory (ART 0.5.23), captured by ART itself:
+    a group of rollouts (exchange_rollout) under art.trajectory, trained with
+    backend.train as the client sends it (model_dump of trajectories whose
+    `exchanges.chat_completions` hold the calls; no messages_and_choices).
+    Asserted: each trajectory holds its two calls, sent with ART's defaults for
+    trainable models (return_token_ids among them) and answered with logprobs
+    and without exact token ids; ART's own chat_completions_histories makes
+    of them the histories exchange_rollout describes, each answer a choice
+    once; the job completes with one new step and trains exactly the sampled
+    tokens, each once; the new step serves other logprobs."""
+    if "exchanges" not in art.Trajectory.model_fields:
+        print(f"  exchanges: openpipe-art {importlib.metadata.version('openpipe-art')} has no exchanges form; skipped")
+        return
+    step = await model.get_step()
+    before = await seeded_logprobs(model, step)
+    group = await art.trajectory_group(
+        art.trajectory(exchange_rollout(art, model, i)) for i in range(len(EXCHANGE_REWARDS)))
+    check([t.reward for t in group.trajectories] == EXCHANGE_REWARDS,
+          f"rewards {[t.reward for t in group.trajectories]}, want {EXCHANGE_REWARDS}")
+    sampled = 0
+    for i, t in enumerate(group.trajectories):
+        calls = t.exchanges.chat_completions
+        check(len(calls) == 2 and not t.messages_and_choices,
+              f"captured {len(calls)} chat calls (messages_and_choices {t.messages_and_choices}), want 2")
+        for c in calls:
+            check(c.request.get("return_token_ids") is True and c.request.get("logprobs") is True,
+                  f"the captured request lacks ART's defaults: {c.request}")
+            extra = c.response.choices[0].model_extra or {}
+            check("token_ids" not in extra and "prompt_token_ids" not in (c.response.model_extra or {}),
+                  "flywheel answered return_token_ids with exact ids")
+            sampled += len(c.response.choices[0].logprobs.content)
+        # Per history, how many of its messages are choices (sampled answers).
+        shape = [sum(s is not None and s.choice_index is not None for s in h.message_sources)
+                 for h in t.chat_completions_histories()]
+        want_shape = [1, 1] if i % 2 else [2]
+        check(shape == want_shape, f"rollout {i}: ART's histories of its calls hold {shape} choices, want {want_shape}")
+    result = await backend.train(model, [group], learning_rate=LEARNING_RATE)
+    await model.log([group], metrics=result.metrics, step=result.step, split="train")
+    new = await model.get_step()
+    check(result.step == new == step + 1, f"exchanges trained to step {result.step} (get_step {new}), want {step + 1}")
+    job = last_job(server)
+    met = job.get("metrics") or {}
+    want = {"num_trajectories": len(EXCHANGE_REWARDS), "num_skipped_trajectories": 0,
+            "num_trajectories_without_logprobs": 0, "num_truncated": 0, "num_trainable_tokens": sampled}
+    check(job.get("status") == "COMPLETED" and all(met.get(k) == v for k, v in want.items()),
+          f"exchanges job record {job}, want metrics {want}")
+    after = await seeded_logprobs(model, new)
+    check(after != before, f"the exchanges step {new} serves the logprobs of step {step}")
+    print(f"  exchanges (art.trajectory capture, 2 calls x {len(EXCHANGE_REWARDS)} rollouts): step {step} -> {new}, "
+          f"{sampled} sampled tokens trained once each, logprobs moved")
 
 
 async def train_once(art, backend, model, groups) -> None:
@@ -374,6 +464,8 @@ async def run(binary: str) -> None:
         print(f"registered {model.id} as {model.get_inference_name()}")
 
         await rl(art, backend, model, server)
+
+        await exchanges(art, backend, model, server)
 
         await sft(art, backend, model)
 
