@@ -56,6 +56,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--rl-md-scale", action="store_true",
+                    help="divide each step's loss by the batch's mean |advantage|: rl.md's normalisation "
+                         "(A / mean(|A|·w), zero-advantage trajectories skipped), which TRL's grpo loss lacks")
     a = ap.parse_args()
 
     import torch
@@ -116,6 +119,17 @@ def main():
         finally:
             timing["sample"] += time.monotonic() - t
     trainer._generate = timed_generate
+
+    if a.rl_md_scale:
+        # With one micro-batch of all 64 completions per step, TRL's grpo loss times
+        # 64 / (N_kept · mean_kept |A|) is rl.md's (the std's n vs n−1 cancels in the ratio);
+        # that factor is 1 / the mean |advantage| over the batch, zero advantages included.
+        orig_loss = trainer.compute_loss
+
+        def rl_md_loss(model, inputs, *args, **kw):
+            loss = orig_loss(model, inputs, *args, **kw)
+            return loss / inputs["advantages"].abs().mean().clamp(min=1e-6)
+        trainer.compute_loss = rl_md_loss
 
     log = {"side": "trl", "args": vars(a), "steps": [], "evals": []}
     state = {"wall": 0.0, "t": None, "rewards": []}
