@@ -445,15 +445,14 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 			size += arenaBytes(n)
 		}
 	}
+	inGroup := make([]bool, len(jobs)) // placed with its fused group
 	for gi, g := range groups {
-		if fused[gi] {
-			for _, i := range g.parts {
-				dst[i] = []byte{} // placed with its group below
-			}
+		for _, i := range g.parts {
+			inGroup[i] = fused[gi]
 		}
 	}
 	for i, j := range jobs {
-		if j.mat != nil && dst[i] == nil {
+		if j.mat != nil && !inGroup[i] {
 			size += arenaBytes(len(ts[i].Data))
 		}
 	}
@@ -478,7 +477,7 @@ func ggufWeights(f *gguf.File, cfg *Config) (*Weights, error) {
 		}
 	}
 	for i, j := range jobs {
-		if j.mat != nil && dst[i] == nil {
+		if j.mat != nil && !inGroup[i] {
 			dst[i] = a.take(len(ts[i].Data))
 		}
 	}

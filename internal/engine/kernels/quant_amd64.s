@@ -158,6 +158,15 @@ done: \
 	MOVQ pf+48(FP), R10 \
 	NIBCONST
 
+// The arguments of the four-row dequantisers (nb CX, dst DI, ldd R12,
+// src R8, tab R15).
+#define XDQSETUP \
+	MOVQ nb+0(FP), CX \
+	MOVQ dst+8(FP), DI \
+	MOVQ ldd+16(FP), R12 \
+	MOVQ src+24(FP), R8 \
+	MOVQ tab+32(FP), R15
+
 // Start a group of four rows at R8: the other rows' pointers, x and xs
 // from their starts, zero accumulators.
 #define QGROUP \
@@ -262,17 +271,6 @@ done: \
 // the reduction. QRUN4 (lockstep) and QRUNR4 (row order) give each
 // accumulator the same adds in the same sequence and reduce the same way,
 // so the two orders stay bit-identical.
-#define ZEROZ4 \
-	ZEROZ \
-	VPXORD Z8, Z8, Z8 \
-	VPXORD Z9, Z9, Z9 \
-	VPXORD Z10, Z10, Z10 \
-	VPXORD Z11, Z11, Z11 \
-	VPXORD Z12, Z12, Z12 \
-	VPXORD Z13, Z13, Z13 \
-	VPXORD Z14, Z14, Z14 \
-	VPXORD Z15, Z15, Z15
-
 #define QGROUP4 \
 	QGROUP \
 	ZEROZ4
@@ -1015,18 +1013,10 @@ done: \
 
 // func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 TEXT ·dequantQ41X(SB), NOSPLIT, $0-40
-	MOVQ nb+0(FP), CX
-	MOVQ dst+8(FP), DI
-	MOVQ ldd+16(FP), R12
-	MOVQ src+24(FP), R8
-	MOVQ tab+32(FP), R15
+	XDQSETUP
 	XDQRUN(dx41, dx41done, X41ROWS, 80)
 
 // func dequantQ40X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 TEXT ·dequantQ40X(SB), NOSPLIT, $0-40
-	MOVQ nb+0(FP), CX
-	MOVQ dst+8(FP), DI
-	MOVQ ldd+16(FP), R12
-	MOVQ src+24(FP), R8
-	MOVQ tab+32(FP), R15
+	XDQSETUP
 	XDQRUN(dx40, dx40done, X40ROWS, 72)
