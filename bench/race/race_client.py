@@ -119,12 +119,15 @@ def main():
         ts = time.monotonic()
         prompts = [train[(step * a.groups + g) % len(train)] for g in range(a.groups)]
 
+        # Choice i of a request seeded s samples with seed s+i (as vLLM does), so the requests'
+        # seeds are n apart: consecutive seeds would give all groups of a step the same few random
+        # streams, and the 64 samples of a step far fewer independent ones.
         def sample(gi):
             it = prompts[gi]
             r = c.call("POST", "/v1/chat/completions", {
                 "model": f"{full}:step{step}", "messages": task.messages(it), "n": a.group_size,
                 "max_tokens": a.max_tokens, "temperature": 1, "logprobs": True,
-                "seed": a.seed * 1_000_003 + step * 1009 + gi})
+                "seed": a.seed * 1_000_003 + (step * a.groups + gi) * a.group_size})
             return r["choices"]
         groups = list(pool.map(sample, range(a.groups)))
         sample_s = time.monotonic() - ts

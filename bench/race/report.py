@@ -132,7 +132,7 @@ def main():
                 f"alpha={args['lora_alpha']:g} on all seven projections, {len(fw['steps'])} steps.\n\n"
                 f"{t}\n![reward and eval accuracy, flywheel vs TRL]({img})\n"
                 f"<!-- race:end -->")
-        doc = open(a.md).read()
+        doc = open(a.md).read() if os.path.exists(a.md) else ""
         if "<!-- race:begin" in doc:
             doc = re.sub(r"<!-- race:begin.*?<!-- race:end -->", lambda m: body, doc, flags=re.S)
         else:
