@@ -68,23 +68,28 @@ func Tasks(n int, serial bool, f func(worker, i int)) {
 		}
 		return
 	}
-	j := &job{f: f, n: int64(n), done: make(chan struct{}, w-1)}
-	var wg sync.WaitGroup
-	lent := make([]*helper, 0, w-1) // helpers handed j
+	// A decoded token makes ~200 Tasks calls; the job (its channel and
+	// bookkeeping) comes from a pool so that they allocate nothing here.
+	j := jobs.Get().(*job)
+	if cap(j.done) < w-1 {
+		j.done = make(chan struct{}, w-1)
+	}
+	j.f, j.n, j.lent = f, int64(n), j.lent[:0]
+	j.next.Store(0)
 	for wk := 1; wk < w; wk++ {
 		if h := lend(wk, j); h != nil {
-			lent = append(lent, h)
+			j.lent = append(j.lent, h)
 			continue
 		}
-		wg.Add(1)
+		j.wg.Add(1)
 		go func() { // no idle helper for this slot (nested or concurrent calls)
-			defer wg.Done()
+			defer j.wg.Done()
 			j.run(wk)
 		}()
 	}
 	j.run(0)   // worker 0 is the caller's goroutine
 	taken := 0 // helpers that took j and have yet to say done
-	for _, h := range lent {
+	for _, h := range j.lent {
 		if !h.box.CompareAndSwap(j, nil) {
 			taken++
 		}
@@ -96,9 +101,19 @@ func Tasks(n int, serial bool, f func(worker, i int)) {
 		}
 		<-j.done
 	}
-	wg.Wait()
-	j.p.rethrow()
+	j.wg.Wait()
+	// Nothing refers to j now: every helper that took it has sent on done
+	// (received above, so done is empty) and the others had it taken back.
+	msg := j.p.take()
+	j.f = nil
+	clear(j.lent)
+	jobs.Put(j)
+	if msg != nil {
+		panic(fmt.Sprintf("par: panic in a worker: %v", *msg))
+	}
 }
+
+var jobs = sync.Pool{New: func() any { return new(job) }}
 
 // job is one Tasks call as its workers see it: tasks [0, n) of f, handed
 // out one at a time from next. A helper that takes the job sends on done
@@ -109,6 +124,8 @@ type job struct {
 	next atomic.Int64
 	p    panicked
 	done chan struct{}
+	lent []*helper      // helpers handed the job
+	wg   sync.WaitGroup // goroutines started for slots without an idle helper
 }
 
 func (j *job) run(worker int) {
@@ -215,16 +232,21 @@ func (h *helper) wait() *job {
 // Workers is the number of distinct worker indices Tasks may pass.
 func Workers() int { return runtime.GOMAXPROCS(0) }
 
-type panicked struct{ v atomic.Value }
+// panicked keeps the first panic of a parallel call's workers.
+type panicked struct{ v atomic.Pointer[string] }
 
 func (p *panicked) catch() {
 	if r := recover(); r != nil {
-		p.v.CompareAndSwap(nil, fmt.Sprint(r))
+		msg := fmt.Sprint(r)
+		p.v.CompareAndSwap(nil, &msg)
 	}
 }
 
 func (p *panicked) rethrow() {
-	if r := p.v.Load(); r != nil {
-		panic(fmt.Sprintf("par: panic in a worker: %v", r))
+	if msg := p.take(); msg != nil {
+		panic(fmt.Sprintf("par: panic in a worker: %v", *msg))
 	}
 }
+
+// take returns the panic caught (nil: none) and clears it.
+func (p *panicked) take() *string { return p.v.Swap(nil) }

@@ -1,6 +1,7 @@
 package par
 
 import (
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -92,5 +93,38 @@ func TestTasksConcurrentAndNested(t *testing.T) {
 	}
 	for range callers {
 		<-done
+	}
+}
+
+// TestTasksAfterPanic: a job's panic does not outlive its call (jobs are
+// reused), and a call after it runs every task.
+func TestTasksAfterPanic(t *testing.T) {
+	for range 8 {
+		func() {
+			defer func() { _ = recover() }()
+			Tasks(16, false, func(w, i int) {
+				if i == 3 {
+					panic("boom")
+				}
+			})
+		}()
+		var n atomic.Int64
+		Tasks(16, false, func(w, i int) { n.Add(1) })
+		if n.Load() != 16 {
+			t.Fatalf("ran %d tasks after a panicking call, want 16", n.Load())
+		}
+	}
+}
+
+// TestTasksAllocatesNothing: decode calls Tasks ~200 times a token, so the
+// call itself (with a func value made once) must not allocate.
+func TestTasksAllocatesNothing(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs two Ps")
+	}
+	var n atomic.Int64
+	f := func(w, i int) { n.Add(1) }
+	if a := testing.AllocsPerRun(200, func() { Tasks(8, false, f) }); a != 0 {
+		t.Errorf("Tasks allocates %v times a call, want 0", a)
 	}
 }

@@ -179,11 +179,16 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 		if kern != nil {
 			// Chunks of 64 weight rows (~40 KiB), each dotted with every
 			// row of A while it is in cache.
+			const chunk = 64
 			g := (j1 - j0) &^ 3
 			pl := kern.prepLen * k / t.BlockElems()
-			var tmp [64]float32
-			for r0 := j0; r0 < j0+g; r0 += len(tmp) {
-				r1 := min(r0+len(tmp), j0+g)
+			var tmp *buf // a chunk's dots before beta·C is added (pooled: decode calls this ~200 times a token)
+			if beta != 0 {
+				tmp = getBuf(chunk)
+				defer putBuf(tmp)
+			}
+			for r0 := j0; r0 < j0+g; r0 += chunk {
+				r1 := min(r0+chunk, j0+g)
 				for i := range m {
 					var p []float32
 					if prep != nil {
@@ -194,7 +199,7 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 						dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr, pf)
 						continue
 					}
-					d := tmp[:r1-r0]
+					d := tmp.s[:r1-r0]
 					dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d, pf)
 					for r, v := range d {
 						cr[r] = v + beta*cr[r]
