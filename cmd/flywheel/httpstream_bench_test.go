@@ -109,18 +109,13 @@ func BenchmarkHTTPStreamFromCheckpoint(b *testing.B) {
 		r := s.stream(b, srv, n)
 		s.promptLen = r.promptTokens
 	}
-	// The server's calibrated setting (kernels/order.go's log line) for the
-	// engine side too: "lockstep" or "row order, prefetch N KiB".
-	set := regexp.MustCompile(`kernels=float32/16-bit setting="(lockstep|row order, prefetch (\d+) KiB)"`).FindStringSubmatch(srv.out.String())
+	// The server's calibrated setting, as it logged it, for the engine side too.
+	set := regexp.MustCompile(`kernels=float32/16-bit setting="([^"]*)"`).FindStringSubmatch(srv.out.String())
 	if set == nil {
 		b.Fatalf("the server logged no kernel calibration:\n%s", srv.out)
 	}
-	kernels.SetRowOrder(set[1] != "lockstep")
-	if set[2] != "" {
-		kib, _ := strconv.Atoi(set[2])
-		pf := kernels.Prefetching()
-		pf.Half = kib << 10
-		kernels.SetPrefetch(pf)
+	if err := kernels.SetDecodeSetting("float32/16-bit", set[1]); err != nil {
+		b.Fatal(err)
 	}
 	b.Logf("kernels: the server's calibrated setting %q (used by the engine side too); %s", set[1], kernels.Describe(kernels.Default()))
 	for _, s := range sides {

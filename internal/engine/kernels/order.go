@@ -234,6 +234,30 @@ func (t *decodeTuner) record(c, bytes int, d time.Duration) {
 		"speed_vs_default", tried.String())
 }
 
+// SetDecodeSetting fixes the setting of the decode kernel family named
+// kernels to the one named setting, both as the calibration logs them
+// ("kernels: decode kernels calibrated" kernels=… setting=…), ending that
+// family's calibration: so a benchmark can run its own kernels as a
+// server it started calibrated them. Results do not change. An unknown
+// family, or a setting that is not one of the family's candidates, is an
+// error.
+func SetDecodeSetting(kernels, setting string) error {
+	for _, t := range []*decodeTuner{halfTuner, quantTuner, repackTuner} {
+		if t.name != kernels {
+			continue
+		}
+		for _, c := range t.cands {
+			if t.describe(c) == setting {
+				t.set(c)
+				t.decided.Store(true)
+				return nil
+			}
+		}
+		return fmt.Errorf("kernels: %s decode kernels have no setting %q", kernels, setting)
+	}
+	return fmt.Errorf("kernels: no decode kernel family %q", kernels)
+}
+
 // describe names a setting of t's family: "lockstep" or the distance
 // (for the families with two orders, "row order" first).
 func (t *decodeTuner) describe(s decodeSetting) string {

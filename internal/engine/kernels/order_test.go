@@ -191,6 +191,29 @@ func TestSetPrefetch(t *testing.T) {
 	SetPrefetch(Prefetch{Half: -1})
 }
 
+// TestSetDecodeSetting: every candidate, named as the calibration logs
+// it, is the setting SetDecodeSetting fixes; other names are errors.
+func TestSetDecodeSetting(t *testing.T) {
+	defer fixDecode()()
+	for _, tu := range []*decodeTuner{halfTuner, quantTuner, repackTuner} {
+		for _, c := range tu.cands {
+			restartCalibration(tu)
+			if err := SetDecodeSetting(tu.name, tu.describe(c)); err != nil {
+				t.Fatal(err)
+			}
+			if set, cand := tu.pick(1, 1<<20); cand >= 0 || set != c {
+				t.Errorf("%s %q: picked %+v, candidate %d, want fixed %+v", tu.name, tu.describe(c), set, cand, c)
+			}
+		}
+	}
+	if err := SetDecodeSetting("float32/16-bit", "row order, prefetch 3 KiB"); err == nil {
+		t.Error("an unknown setting was accepted")
+	}
+	if err := SetDecodeSetting("float64", "lockstep"); err == nil {
+		t.Error("an unknown family was accepted")
+	}
+}
+
 // TestPrefetchBitIdentical checks that the one-stream decode kernels
 // return, at every prefetch distance, exactly what their lockstep twins
 // return (the four-row kernels: what they return at the default
