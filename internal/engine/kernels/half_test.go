@@ -36,8 +36,12 @@ func randHalf(r *rand.Rand, t HalfType, n int) ([]uint16, []float64) {
 // forSIMD runs f with every kernel variant this CPU has: AVX-512, AVX2
 // and the pure-Go fallbacks.
 func forSIMD(t *testing.T, f func(t *testing.T)) {
-	h2, h5, hf := haveAVX2, haveAVX512, haveF16C
-	defer func() { haveAVX2, haveAVX512, haveF16C = h2, h5, hf }()
+	h2, h5, hf, hv := haveAVX2, haveAVX512, haveF16C, haveVNNI
+	defer func() { haveAVX2, haveAVX512, haveF16C, haveVNNI = h2, h5, hf, hv }()
+	if h5 && hv {
+		t.Run("avx512-vnni", f)
+	}
+	haveVNNI = false
 	if h5 {
 		t.Run("avx512", f)
 	}

@@ -262,7 +262,7 @@ func TestPrefetchBitIdentical(t *testing.T) {
 			nb := k / qt.BlockElems()
 			var prep []float32
 			if kern.prep != nil {
-				prep = make([]float32, kern.prepLen*nb)
+				prep = make([]float32, kern.prepSize(nb))
 				kern.prep(prep, x)
 			}
 			want, got := make([]float32, rows), make([]float32, rows)

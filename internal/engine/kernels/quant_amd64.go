@@ -3,10 +3,20 @@
 package kernels
 
 import (
+	"os"
 	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
 
 	"flywheel/internal/safetensors"
 )
+
+// haveVNNI reports whether the integer decode kernels of the four-row
+// layouts (quantvnni_amd64.s: AVX-512 VNNI, BW and VL) may run; they are
+// used only together with haveAVX512. FLYWHEEL_VNNI=0 keeps the float
+// kernels (for comparisons).
+var haveVNNI = cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && os.Getenv("FLYWHEEL_VNNI") != "0"
 
 //go:noescape
 func qdotQ41Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
@@ -67,6 +77,15 @@ func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float3
 
 //go:noescape
 func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func limbsPrep(nb int, x *float32, limbs *byte, sc *float32)
+
+//go:noescape
+func qdotQ41V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ40V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
 func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
@@ -147,19 +166,62 @@ func asmDots(f asmQdot, elems, prepLen int) func(nb int, x, prep []float32, w []
 // on.
 func repackedDots(f func(nb int, x *float32, w *byte, groups int, out *float32, tab *float32, pf int), size int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
 	return func(nb int, x, _ []float32, w []byte, ldw int, out []float32, pf int) {
-		rows := len(out)
-		if rows == 0 {
-			return
+		if g := groupsOf(out, nb, size, w, ldw); g > 0 {
+			_ = x[32*nb-1]
+			f(nb, &x[0], &w[0], g, &out[0], &f16Table()[0], pf)
 		}
-		if rows%4 != 0 || nb == 0 || ldw != nb*size || len(w) != rows*ldw {
-			panic("kernels: repacked quantized dots: not whole groups of four rows")
+	}
+}
+
+// groupsOf is how many groups of four rows of a four-row layout a
+// product writes to out, checking that w holds exactly them: rows of nb
+// blocks of size bytes, ldw bytes each.
+func groupsOf(out []float32, nb, size int, w []byte, ldw int) int {
+	rows := len(out)
+	if rows > 0 && (rows%4 != 0 || nb == 0 || ldw != nb*size || len(w) != rows*ldw) {
+		panic("kernels: repacked quantized dots: not whole groups of four rows")
+	}
+	return rows / 4
+}
+
+// The integer kernels' prep per 32-value block of x: 384 bytes of limbs
+// (three signed bytes per value, each 16 values' replicated over a
+// vector's four lanes) and the floats s, Σx four times over
+// (quantvnni_amd64.s).
+const (
+	limbFloats  = 384 / 4
+	vnniPrepLen = limbFloats + 8
+)
+
+// limbSplit is the prep p of nb blocks as the integer kernels read it:
+// the limbs from p's first 64-byte boundary, the scales after them.
+func limbSplit(p []float32, nb int) (limbs *byte, sc *float32) {
+	off := int(-uintptr(unsafe.Pointer(&p[0]))%64) / 4
+	_ = p[off+vnniPrepLen*nb-1]
+	return (*byte)(unsafe.Pointer(&p[off])), &p[off+limbFloats*nb]
+}
+
+// vnniPrep is the integer kernels' prep: x's limbs and scales.
+func vnniPrep(dst, x []float32) {
+	nb := len(x) / 32
+	l, sc := limbSplit(dst, nb)
+	limbsPrep(nb, &x[0], l, sc)
+}
+
+// vnniDots wraps an integer kernel of a four-row layout (blocks of size
+// bytes) as quantDots.dots, checking the bounds the assembly relies on.
+func vnniDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int), size int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
+	return func(nb int, _, prep []float32, w []byte, ldw int, out []float32, pf int) {
+		if g := groupsOf(out, nb, size, w, ldw); g > 0 {
+			l, sc := limbSplit(prep, nb)
+			f(nb, l, sc, &w[0], g, &out[0], pf)
 		}
-		_ = x[32*nb-1]
-		f(nb, &x[0], &w[0], rows/4, &out[0], &f16Table()[0], pf)
 	}
 }
 
 var (
+	q41vKernel = &quantDots{prepLen: vnniPrepLen, prepPad: 15, prep: vnniPrep, dots: vnniDots(qdotQ41V, 20), rowDots: vnniDots(qdotQ41V, 20)}
+	q40vKernel = &quantDots{prepLen: vnniPrepLen, prepPad: 15, prep: vnniPrep, dots: vnniDots(qdotQ40V, 18), rowDots: vnniDots(qdotQ40V, 18)}
 	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
 	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
 	q41Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ41Z), 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
@@ -186,8 +248,14 @@ func quantKernel(t QuantType) *quantDots {
 	case Q4_0:
 		return q40Kernel
 	case Q4_1x4:
+		if haveVNNI {
+			return q41vKernel
+		}
 		return q41xKernel
 	case Q4_0x4:
+		if haveVNNI {
+			return q40vKernel
+		}
 		return q40xKernel
 	case Q8_0:
 		return q80Kernel

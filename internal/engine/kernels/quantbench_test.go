@@ -59,7 +59,7 @@ func BenchmarkQuantDot4L1(b *testing.B) {
 			b.Skip("no kernel")
 		}
 		w, _ := randQuant(r, qt, rows, k)
-		prep := make([]float32, kern.prepLen*k/qt.BlockElems())
+		prep := make([]float32, kern.prepSize(k/qt.BlockElems()))
 		if kern.prep != nil {
 			kern.prep(prep, x)
 		} else {
@@ -226,7 +226,8 @@ func BenchmarkQuantBound(b *testing.B) {
 }
 
 // BenchmarkQuantRepack4: the row-order decode kernel on plain rows
-// against the four-row layout's kernel on the same weights (64 MiB of copies of a [3072, 576]
+// against the four-row layout's kernels (float, and integer where the CPU
+// has VNNI) on the same weights (64 MiB of copies of a [3072, 576]
 // matrix, or one 512-row matrix that stays in L2), on one thread or two
 // (each half the rows), interleaved round by round, in chunks of 64 rows
 // as quantStreamNT calls them; GB/s of weights by wall time and by CPU
@@ -285,7 +286,15 @@ func benchRepack4(b *testing.B, big, thr int) {
 			reps := max(1, (64<<20)/len(w))
 			chunks := len(w) / (64 * rb)
 			out := make([]float32, 128)
-			kern, xkern := quantKernel(qt), quantKernel(qt.RepackedType())
+			kern, vkern := quantKernel(qt), quantKernel(qt.RepackedType())
+			hv := haveVNNI
+			haveVNNI = false
+			xkern := quantKernel(qt.RepackedType()) // the float kernel
+			haveVNNI = hv
+			prep := make([]float32, vkern.prepSize(k/32))
+			if haveVNNI {
+				vkern.prep(prep, x)
+			}
 			// Each thread's share of buf's chunks, by one kernel.
 			run := func(buf []byte, dots func(w []byte, out []float32)) func(i int) {
 				return func(i int) {
@@ -307,6 +316,12 @@ func benchRepack4(b *testing.B, big, thr int) {
 				}},
 				{"row", run(w, func(w []byte, out []float32) { kern.rowDots(k/32, x, nil, w, rb, out, defaultPrefetch.Quant) })},
 				{"x", run(wp, func(w []byte, out []float32) { xkern.dots(k/32, x, nil, w, rb, out, defaultPrefetch.Repacked) })},
+			}
+			if haveVNNI {
+				vs = append(vs, struct {
+					name string
+					f    func(i int)
+				}{"vnni", run(wp, func(w []byte, out []float32) { vkern.dots(k/32, x, prep, w, rb, out, defaultPrefetch.Repacked) })})
 			}
 			secs, cpu := make([]float64, len(vs)), make([]float64, len(vs))
 			b.ResetTimer()

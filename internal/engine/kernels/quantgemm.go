@@ -141,7 +141,7 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	kern := quantKernel(t)
 	var prep *buf // per-row precomputation of A for the kernel
 	if kern != nil && kern.prepLen > 0 {
-		pl := kern.prepLen * k / t.BlockElems()
+		pl := kern.prepSize(k / t.BlockElems())
 		prep = getBuf(m * pl)
 		defer putBuf(prep)
 		for i := range m {
@@ -181,7 +181,7 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 			// row of A while it is in cache.
 			const chunk = 64
 			g := (j1 - j0) &^ 3
-			pl := kern.prepLen * k / t.BlockElems()
+			pl := kern.prepSize(k / t.BlockElems())
 			var tmp *buf // a chunk's dots before beta·C is added (pooled: decode calls this ~200 times a token)
 			if beta != 0 {
 				tmp = getBuf(chunk)
@@ -247,12 +247,23 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 // ahead in it; the others ignore pf.
 type quantDots struct {
 	prepLen int
+	// prepPad is how many values the prep takes beyond prepLen per
+	// block (the integer kernels align x's limbs to 64 bytes in it).
+	prepPad int
 	prep    func(dst, x []float32)
 	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
 	// rowDots is dots reading the weight rows one at a time instead of
 	// four in lockstep: the same results (order.go picks one). A four-row
 	// layout has one order: its dots and rowDots are one kernel.
 	rowDots func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
+}
+
+// prepSize is how many values the prep of x of nb blocks takes.
+func (k *quantDots) prepSize(nb int) int {
+	if k.prepLen == 0 {
+		return 0
+	}
+	return k.prepLen*nb + k.prepPad
 }
 
 // DequantEmbedRow writes row id of a quantized [rows, len(dst)] matrix w

@@ -1,0 +1,278 @@
+//go:build amd64 && !noasm
+
+#include "textflag.h"
+
+// Integer decode kernels of the four-row layouts (Q4_1x4, Q4_0x4) for
+// CPUs with AVX-512 VNNI. The float kernels (qdotQ41X) spend most of a
+// block on turning nibbles into float32 values (shifts, table lookups,
+// FMAs per row): from L2 they stream about 34 GB/s on one thread, below
+// the memory's rate. Here the nibbles stay bytes and VPDPBUSD multiplies
+// 64 of them with 64 bytes of x at once — but x is not rounded to 8 bits
+// as llama.cpp's integer dots do (that moves logprobs by tenths): limbsPrep
+// writes each 32-value block of x as v·s, v an integer of 23 bits
+// (|v| ≤ 127·2^16, s = the block's largest |x| / (127·2^16)), split into
+// three signed bytes A, B, C with v = A·2^16 + B·2^8 + C. The kernel sums
+// l·A, shifts by 8, adds l·B, shifts, adds l·C, exact in int32 (|sum| ≤
+// 8·15·(127·2^16 + 128·257) < 2^31), then converts once per block. What
+// is rounded is x, to 2^-24 of its block's largest value — the rounding
+// float32 itself gives that largest value — so the products stay within
+// float32 summation noise of the exact ones (TestQuantDecodeExact).
+//
+// Q4_1's value l·d + m: the dot is d·s·Σ l·v + m·Σx per block (Σx, the
+// float sum of the block's x, from the prep); Q4_0's (l − 8)·d:
+// d·s·Σ l·v − 8·d·Σx.
+
+// VPSHUFB control transposing the 4×4 bytes of each 128-bit lane: the
+// layout's dword i holds byte i of the four rows (row j in byte j); after
+// it, dword j of lane c holds row j's bytes 4c..4c+3, which VPDPBUSD sums
+// as one row.
+DATA vnniTr<>+0(SB)/8, $0x0d0905010c080400
+DATA vnniTr<>+8(SB)/8, $0x0f0b07030e0a0602
+DATA vnniTr<>+16(SB)/8, $0x0d0905010c080400
+DATA vnniTr<>+24(SB)/8, $0x0f0b07030e0a0602
+DATA vnniTr<>+32(SB)/8, $0x0d0905010c080400
+DATA vnniTr<>+40(SB)/8, $0x0f0b07030e0a0602
+DATA vnniTr<>+48(SB)/8, $0x0d0905010c080400
+DATA vnniTr<>+56(SB)/8, $0x0f0b07030e0a0602
+GLOBL vnniTr<>(SB), RODATA|NOPTR, $64
+
+// VPERMPS indices: the rows' d (even lanes of the widened scale pairs)
+// for each dword j of each lane, then the rows' m·Σx (odd lanes).
+DATA vnniD<>+0(SB)/4, $0
+DATA vnniD<>+4(SB)/4, $2
+DATA vnniD<>+8(SB)/4, $4
+DATA vnniD<>+12(SB)/4, $6
+DATA vnniD<>+16(SB)/4, $0
+DATA vnniD<>+20(SB)/4, $2
+DATA vnniD<>+24(SB)/4, $4
+DATA vnniD<>+28(SB)/4, $6
+DATA vnniD<>+32(SB)/4, $0
+DATA vnniD<>+36(SB)/4, $2
+DATA vnniD<>+40(SB)/4, $4
+DATA vnniD<>+44(SB)/4, $6
+DATA vnniD<>+48(SB)/4, $0
+DATA vnniD<>+52(SB)/4, $2
+DATA vnniD<>+56(SB)/4, $4
+DATA vnniD<>+60(SB)/4, $6
+DATA vnniD<>+64(SB)/4, $1
+DATA vnniD<>+68(SB)/4, $3
+DATA vnniD<>+72(SB)/4, $5
+DATA vnniD<>+76(SB)/4, $7
+DATA vnniD<>+80(SB)/4, $1
+DATA vnniD<>+84(SB)/4, $3
+DATA vnniD<>+88(SB)/4, $5
+DATA vnniD<>+92(SB)/4, $7
+GLOBL vnniD<>(SB), RODATA|NOPTR, $96
+
+// VPERMD indices replicating dword c of 16 bytes over lane c: the limbs
+// of x's values 4c..4c+3 for each row's dword of the transposed nibbles.
+DATA vnniRep<>+0(SB)/8, $0
+DATA vnniRep<>+8(SB)/8, $0
+DATA vnniRep<>+16(SB)/8, $0x0000000100000001
+DATA vnniRep<>+24(SB)/8, $0x0000000100000001
+DATA vnniRep<>+32(SB)/8, $0x0000000200000002
+DATA vnniRep<>+40(SB)/8, $0x0000000200000002
+DATA vnniRep<>+48(SB)/8, $0x0000000300000003
+DATA vnniRep<>+56(SB)/8, $0x0000000300000003
+GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
+
+// The horizontal max (fmax) or sum (fadd) of Z reg into every lane of
+// X reg (Y y, X x, X t: scratch t).
+#define HREDUCE(op, z, y, x, zt, yt, xt) \
+	VEXTRACTF64X4 $1, z, yt \
+	op            yt, y, y \
+	VEXTRACTF128  $1, y, xt \
+	op            xt, x, x \
+	VPERMILPS     $0x4e, x, xt \
+	op            xt, x, x \
+	VPERMILPS     $0xb1, x, xt \
+	op            xt, x, x
+
+// The limbs of the 16 integers in z (clobbers z; Z7, Z8 scratch; Z30 =
+// 128s, Z29 = 255s, Z26 = vnniRep) stored at a(DI), b(DI) and c(DI), each
+// replicated per lane.
+#define LIMBS(z, a, b, c) \
+	VPADDD    Z30, z, Z7 \
+	VPANDD    Z29, Z7, Z7 \
+	VPSUBD    Z30, Z7, Z7 \
+	VPSUBD    Z7, z, z \
+	VPSRAD    $8, z, z \
+	VPMOVDB   Z7, X7 \
+	VPERMD    Z7, Z26, Z7 \
+	VMOVDQU32 Z7, c(DI) \
+	VPADDD    Z30, z, Z8 \
+	VPANDD    Z29, Z8, Z8 \
+	VPSUBD    Z30, Z8, Z8 \
+	VPSUBD    Z8, z, z \
+	VPSRAD    $8, z, z \
+	VPMOVDB   Z8, X8 \
+	VPERMD    Z8, Z26, Z8 \
+	VMOVDQU32 Z8, b(DI) \
+	VPMOVDB   z, X7 \
+	VPERMD    Z7, Z26, Z7 \
+	VMOVDQU32 Z7, a(DI)
+
+// The arguments and constants of the integer kernels: limbs R14, scales
+// R11, w R8, groups R12, out R13, pf R10; Z27 = 0x0f bytes, Z26 = vnniTr,
+// Z25 = the d indices.
+#define VSETUP \
+	MOVQ         limbs+8(FP), R14 \
+	MOVQ         sc+16(FP), R11 \
+	MOVQ         w+24(FP), R8 \
+	MOVQ         groups+32(FP), R12 \
+	MOVQ         out+40(FP), R13 \
+	MOVQ         pf+48(FP), R10 \
+	MOVL         $0x0f0f0f0f, AX \
+	VPBROADCASTD AX, Z27 \
+	VMOVDQU32    vnniTr<>(SB), Z26 \
+	VMOVDQU32    vnniD<>(SB), Z25
+
+// Σ l·v of the four rows' block at R8 against the limbs at SI, per
+// (lane c, dword j = row j), as float32 into Z19.
+#define VBLOCK \
+	VMOVDQU32   (R8), Z24 \
+	VPSHUFB     Z26, Z24, Z24 \
+	VPSRLW      $4, Z24, Z17 \
+	VPANDD      Z27, Z24, Z16 \
+	VPANDD      Z27, Z17, Z17 \
+	VPXORD      Z19, Z19, Z19 \
+	VPDPBUSD    (SI), Z16, Z19 \
+	VPDPBUSD    64(SI), Z17, Z19 \
+	VPSLLD      $8, Z19, Z19 \
+	VPDPBUSD    128(SI), Z16, Z19 \
+	VPDPBUSD    192(SI), Z17, Z19 \
+	VPSLLD      $8, Z19, Z19 \
+	VPDPBUSD    256(SI), Z16, Z19 \
+	VPDPBUSD    320(SI), Z17, Z19 \
+	VCVTDQ2PS   Z19, Z19
+
+// Q4_1: the block's scale pairs (d, m) times (s, Σx): Z0 += d·s·Σ l·v per
+// lane, Y1 += m·Σx in the odd lanes.
+#define V41SCALE \
+	VCVTPH2PS   64(R8), Y18 \
+	VMULPS      (DI), Y18, Y18 \
+	VPERMPS     Z18, Z25, Z22 \
+	VADDPS      Y18, Y1, Y1 \
+	VFMADD231PS Z22, Z19, Z0
+
+// Q4_0: the block's d times s per lane into Z0, X1 += d·Σx.
+#define V40SCALE \
+	VCVTPH2PS        64(R8), X18 \
+	VFMADD231PS.BCST 4(DI), X18, X1 \
+	VMULPS.BCST      (DI), X18, X18 \
+	VSHUFF32X4       $0, Z18, Z18, Z22 \
+	VFMADD231PS      Z22, Z19, Z0
+
+// Q4_1's sum of Z0 over its lanes plus the odd lanes of Y1, to X0.
+#define V41END \
+	VMOVDQU32      vnniD<>+64(SB), Y2 \
+	VPERMPS        Y1, Y2, Y2 \
+	VEXTRACTF64X4  $1, Z0, Y3 \
+	VADDPS         Y3, Y0, Y0 \
+	VEXTRACTF128   $1, Y0, X3 \
+	VADDPS         X3, X0, X0 \
+	VADDPS         X2, X0, X0
+
+// Q4_0's sum of Z0 over its lanes minus 8·X1, to X0.
+#define V40END \
+	MOVL           $0xc1000000, AX \
+	VPBROADCASTD   AX, X2 \
+	VEXTRACTF64X4  $1, Z0, Y3 \
+	VADDPS         Y3, Y0, Y0 \
+	VEXTRACTF128   $1, Y0, X3 \
+	VADDPS         X3, X0, X0 \
+	VFMADD231PS    X2, X1, X0
+
+#define VRUN(grp, lp, done, SCALE, END, size) \
+grp: \
+	TESTQ R12, R12 \
+	JZ    done \
+	MOVQ  nb+0(FP), CX \
+	MOVQ  R14, SI \
+	MOVQ  R11, DI \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+lp: \
+	VBLOCK \
+	SCALE \
+	PREFETCHT0 (R8)(R10*1) \
+	ADDQ  $size, R8 \
+	ADDQ  $384, SI \
+	ADDQ  $32, DI \
+	DECQ  CX \
+	JNZ   lp \
+	END \
+	VMOVUPS X0, (R13) \
+	ADDQ  $16, R13 \
+	DECQ  R12 \
+	JMP   grp \
+done: \
+	VZEROUPPER \
+	RET
+
+// func limbsPrep(nb int, x *float32, limbs *byte, sc *float32)
+//
+// For each block b of 32 values of x: at limbs + 384·b the six 64-byte
+// vectors A, B, C of values 0..15 (offsets 0, 128, 256) and 16..31 (64,
+// 192, 320); at sc + 8·b the floats s, Σx four times over.
+TEXT ·limbsPrep(SB), NOSPLIT, $0-32
+	MOVQ         nb+0(FP), CX
+	MOVQ         x+8(FP), SI
+	MOVQ         limbs+16(FP), DI
+	MOVQ         sc+24(FP), DX
+	MOVL         $0x7fffffff, AX
+	VPBROADCASTD AX, Z31
+	MOVL         $128, AX
+	VPBROADCASTD AX, Z30
+	MOVL         $255, AX
+	VPBROADCASTD AX, Z29
+	MOVL         $0x4afe0000, AX      // 127·2^16
+	VMOVD        AX, X28
+	MOVL         $0x0d800000, AX      // 2^-100: an all-zero block keeps finite scales
+	VMOVD        AX, X27
+	VMOVDQU32    vnniRep<>(SB), Z26
+
+lp:
+	TESTQ         CX, CX
+	JZ            done
+	VMOVUPS       (SI), Z0
+	VMOVUPS       64(SI), Z1
+	VADDPS        Z1, Z0, Z9
+	HREDUCE(VADDPS, Z9, Y9, X9, Z10, Y10, X10)
+	VANDPS        Z31, Z0, Z2
+	VANDPS        Z31, Z1, Z3
+	VMAXPS        Z3, Z2, Z2
+	HREDUCE(VMAXPS, Z2, Y2, X2, Z3, Y3, X3)
+	VMAXSS        X27, X2, X2
+	VDIVSS        X2, X28, X3         // 1/s
+	VDIVSS        X28, X2, X4         // s
+	VBROADCASTSS  X3, Z3
+	VMULPS        Z3, Z0, Z0
+	VMULPS        Z3, Z1, Z1
+	VCVTPS2DQ     Z0, Z0
+	VCVTPS2DQ     Z1, Z1
+	LIMBS(Z0, 0, 128, 256)
+	LIMBS(Z1, 64, 192, 320)
+	VUNPCKLPS     X9, X4, X4          // s, Σx
+	VMOVLHPS      X4, X4, X4
+	VINSERTF128   $1, X4, Y4, Y4
+	VMOVUPS       Y4, (DX)
+	ADDQ          $128, SI
+	ADDQ          $384, DI
+	ADDQ          $32, DX
+	DECQ          CX
+	JMP           lp
+
+done:
+	VZEROUPPER
+	RET
+
+// func qdotQ41V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ41V(SB), NOSPLIT, $0-56
+	VSETUP
+	VRUN(v41g, v41, v41done, V41SCALE, V41END, 80)
+
+// func qdotQ40V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
+	VSETUP
+	VRUN(v40g, v40, v40done, V40SCALE, V40END, 72)
