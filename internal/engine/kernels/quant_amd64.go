@@ -186,18 +186,19 @@ func groupsOf(out []float32, nb, size int, w []byte, ldw int) int {
 
 // The integer kernels' prep per 32-value block of x: 384 bytes of limbs
 // (three signed bytes per value, each 16 values' replicated over a
-// vector's four lanes) and the floats s, Σx four times over
-// (quantvnni_amd64.s).
+// vector's four lanes) and the floats s, Σx four times over; then one
+// float, the power of two x was scaled by (quantvnni_amd64.s).
 const (
 	limbFloats  = 384 / 4
 	vnniPrepLen = limbFloats + 8
 )
 
 // limbSplit is the prep p of nb blocks as the integer kernels read it:
-// the limbs from p's first 64-byte boundary, the scales after them.
+// the limbs from p's first 64-byte boundary, the scales after them (and
+// 2^e after those).
 func limbSplit(p []float32, nb int) (limbs *byte, sc *float32) {
 	off := int(-uintptr(unsafe.Pointer(&p[0]))%64) / 4
-	_ = p[off+vnniPrepLen*nb-1]
+	_ = p[off+vnniPrepLen*nb] // and 2^e after the scales
 	return (*byte)(unsafe.Pointer(&p[off])), &p[off+limbFloats*nb]
 }
 
@@ -220,8 +221,8 @@ func vnniDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out 
 }
 
 var (
-	q41vKernel = &quantDots{prepLen: vnniPrepLen, prepPad: 15, prep: vnniPrep, dots: vnniDots(qdotQ41V, 20), rowDots: vnniDots(qdotQ41V, 20)}
-	q40vKernel = &quantDots{prepLen: vnniPrepLen, prepPad: 15, prep: vnniPrep, dots: vnniDots(qdotQ40V, 18), rowDots: vnniDots(qdotQ40V, 18)}
+	q41vKernel = &quantDots{prepLen: vnniPrepLen, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ41V, 20), rowDots: vnniDots(qdotQ41V, 20)}
+	q40vKernel = &quantDots{prepLen: vnniPrepLen, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ40V, 18), rowDots: vnniDots(qdotQ40V, 18)}
 	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
 	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
 	q41Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ41Z), 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}

@@ -10,7 +10,9 @@
 // 64 of them with 64 bytes of x at once — but x is not rounded to 8 bits
 // as llama.cpp's integer dots do (that moves logprobs by tenths): limbsPrep
 // writes each 32-value block of x as v·s, v an integer of 23 bits
-// (|v| ≤ 127·2^16, s = the block's largest |x| / (127·2^16)), split into
+// (|v| ≤ 127·2^16, s = the block's largest |x| / (127·2^16); x and that
+// largest value first scaled by a power of two to [1, 2), so that tiny
+// and huge blocks lose nothing to overflow), split into
 // three signed bytes A, B, C with v = A·2^16 + B·2^8 + C. The kernel sums
 // l·A, shifts by 8, adds l·B, shifts, adds l·C, exact in int32 (|sum| ≤
 // 8·15·(127·2^16 + 128·257) < 2^31), then converts once per block. What
@@ -113,8 +115,8 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	VMOVDQU32 Z7, a(DI)
 
 // The arguments and constants of the integer kernels: limbs R14, scales
-// R11, w R8, groups R12, out R13, pf R10; Z27 = 0x0f bytes, Z26 = vnniTr,
-// Z25 = the d indices.
+// R11, w R8, groups R12, out R13, pf R10, the results' scale 2^e R15 (at
+// sc + 8·nb floats); Z27 = 0x0f bytes, Z26 = vnniTr, Z25 = the d indices.
 #define VSETUP \
 	MOVQ         limbs+8(FP), R14 \
 	MOVQ         sc+16(FP), R11 \
@@ -122,6 +124,9 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	MOVQ         groups+32(FP), R12 \
 	MOVQ         out+40(FP), R13 \
 	MOVQ         pf+48(FP), R10 \
+	MOVQ         nb+0(FP), AX \
+	SHLQ         $5, AX \
+	LEAQ         (R11)(AX*1), R15 \
 	MOVL         $0x0f0f0f0f, AX \
 	VPBROADCASTD AX, Z27 \
 	VMOVDQU32    vnniTr<>(SB), Z26 \
@@ -171,7 +176,8 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	VADDPS         Y3, Y0, Y0 \
 	VEXTRACTF128   $1, Y0, X3 \
 	VADDPS         X3, X0, X0 \
-	VADDPS         X2, X0, X0
+	VADDPS         X2, X0, X0 \
+	VMULPS.BCST    (R15), X0, X0
 
 // Q4_0's sum of Z0 over its lanes minus 8·X1, to X0.
 #define V40END \
@@ -181,7 +187,8 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	VADDPS         Y3, Y0, Y0 \
 	VEXTRACTF128   $1, Y0, X3 \
 	VADDPS         X3, X0, X0 \
-	VFMADD231PS    X2, X1, X0
+	VFMADD231PS    X2, X1, X0 \
+	VMULPS.BCST    (R15), X0, X0
 
 #define VRUN(grp, lp, done, SCALE, END, size) \
 grp: \
@@ -212,9 +219,10 @@ done: \
 
 // func limbsPrep(nb int, x *float32, limbs *byte, sc *float32)
 //
-// For each block b of 32 values of x: at limbs + 384·b the six 64-byte
-// vectors A, B, C of values 0..15 (offsets 0, 128, 256) and 16..31 (64,
-// 192, 320); at sc + 8·b the floats s, Σx four times over.
+// For each block b of 32 values of x·2^-e (e: the exponent of x's largest
+// |x|): at limbs + 384·b the six 64-byte vectors A, B, C of values 0..15
+// (offsets 0, 128, 256) and 16..31 (64, 192, 320); at sc + 8·b the floats
+// s, Σx four times over; at sc + 8·nb, 2^e.
 TEXT ·limbsPrep(SB), NOSPLIT, $0-32
 	MOVQ         nb+0(FP), CX
 	MOVQ         x+8(FP), SI
@@ -228,15 +236,44 @@ TEXT ·limbsPrep(SB), NOSPLIT, $0-32
 	VPBROADCASTD AX, Z29
 	MOVL         $0x4afe0000, AX      // 127·2^16
 	VMOVD        AX, X28
-	MOVL         $0x0d800000, AX      // 2^-100: an all-zero block keeps finite scales
+	MOVL         $0x00800000, AX      // 2^-126: an all-zero block keeps finite scales
 	VMOVD        AX, X27
 	VMOVDQU32    vnniRep<>(SB), Z26
+
+	// e = floor(log2) of x's largest |x|: the blocks are computed on
+	// x·2^-e (exact), the kernels scale their results by 2^e (at sc + 8·nb),
+	// so no block's s is subnormal unless the block is 2^-100 of x's largest.
+	MOVQ          CX, BX
+	MOVQ          SI, R8
+	VXORPS        Z9, Z9, Z9
+mx:
+	VANDPS        (R8), Z31, Z2
+	VMAXPS        Z2, Z9, Z9
+	VANDPS        64(R8), Z31, Z2
+	VMAXPS        Z2, Z9, Z9
+	ADDQ          $128, R8
+	DECQ          BX
+	JNZ           mx
+	HREDUCE(VMAXPS, Z9, Y9, X9, Z10, Y10, X10)
+	VMAXSS        X27, X9, X9
+	VGETEXPSS     X9, X9, X5
+	VXORPS        X6, X6, X6
+	VSUBSS        X5, X6, X6
+	VBROADCASTSS  X6, Z6              // −e
+	MOVL          $0x3f800000, AX
+	VMOVD         AX, X7
+	VSCALEFSS     X5, X7, X7          // 2^e
+	MOVQ          CX, BX
+	SHLQ          $5, BX
+	VMOVSS        X7, (DX)(BX*1)
 
 lp:
 	TESTQ         CX, CX
 	JZ            done
 	VMOVUPS       (SI), Z0
 	VMOVUPS       64(SI), Z1
+	VSCALEFPS     Z6, Z0, Z0
+	VSCALEFPS     Z6, Z1, Z1
 	VADDPS        Z1, Z0, Z9
 	HREDUCE(VADDPS, Z9, Y9, X9, Z10, Y10, X10)
 	VANDPS        Z31, Z0, Z2
