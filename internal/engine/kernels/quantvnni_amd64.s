@@ -10,10 +10,11 @@
 // 64 of them with 64 bytes of x at once — but x is not rounded to 8 bits
 // as llama.cpp's integer dots do (that moves logprobs by tenths): limbsPrep
 // writes each 32-value block of x as v·s, v an integer of 23 bits
-// (|v| ≤ 127·2^16, s = the block's largest |x| / (127·2^16); x and that
-// largest value first scaled by a power of two to [1, 2), so that tiny
-// and huge blocks lose nothing to overflow), split into
-// three signed bytes A, B, C with v = A·2^16 + B·2^8 + C. The kernel sums
+// (|v| ≤ 127·2^16, s = the block's largest |x| / (127·2^16)), split into
+// three signed bytes A, B, C with v = A·2^16 + B·2^8 + C — x first scaled
+// exactly by the power of two that brings its largest |x| to [1, 2) and
+// the results scaled back, so tiny and huge activations keep their
+// precision (s never underflows, 1/s never overflows). The kernel sums
 // l·A, shifts by 8, adds l·B, shifts, adds l·C, exact in int32 (|sum| ≤
 // 8·15·(127·2^16 + 128·257) < 2^31), then converts once per block. What
 // is rounded is x, to 2^-24 of its block's largest value — the rounding
@@ -78,8 +79,8 @@ DATA vnniRep<>+48(SB)/8, $0x0000000300000003
 DATA vnniRep<>+56(SB)/8, $0x0000000300000003
 GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 
-// The horizontal max (fmax) or sum (fadd) of Z reg into every lane of
-// X reg (Y y, X x, X t: scratch t).
+// The horizontal max or sum (op: VMAXPS or VADDPS) of z into every lane
+// of x (y, x: z's lower halves; zt, yt, xt: scratch).
 #define HREDUCE(op, z, y, x, zt, yt, xt) \
 	VEXTRACTF64X4 $1, z, yt \
 	op            yt, y, y \
