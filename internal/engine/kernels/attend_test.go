@@ -108,28 +108,35 @@ func TestEvenOdd(t *testing.T) {
 
 // A streamed product's tasks cover its rows once, in order, in multiples
 // of 4 rows (but the last), no shorter than streamMinChunk bytes (but the
-// last), and get shorter towards the end.
+// last), and get shorter towards the end; front-loaded, the workers' first
+// tasks (one each) cover at least 4/5 of the rows, less 4 a worker, when
+// the product has that many tasks.
 func TestStreamSplit(t *testing.T) {
-	for _, n := range []int{1, 4, 37, 576, 960, 3072, 49152} {
-		for _, rowBytes := range []int{64, 1152, 2304, 8192, 1 << 16} {
-			s := newStreamSplit(n, rowBytes)
-			tasks := s.tasks()
-			j, prev := 0, math.MaxInt
-			for ti := range tasks {
-				j0, j1 := s.task(ti)
-				if j0 != j || j1 <= j0 || j1 > n {
-					t.Fatalf("n=%d rowBytes=%d: task %d is [%d, %d) after %d", n, rowBytes, ti, j0, j1, j)
+	for _, front := range []bool{false, true} {
+		for _, n := range []int{1, 4, 37, 576, 960, 3072, 49152} {
+			for _, rowBytes := range []int{64, 1152, 2304, 8192, 1 << 16} {
+				s := newStreamSplit(n, rowBytes, front)
+				tasks := s.tasks()
+				j, prev := 0, math.MaxInt
+				for ti := range tasks {
+					j0, j1 := s.task(ti)
+					if j0 != j || j1 <= j0 || j1 > n {
+						t.Fatalf("n=%d rowBytes=%d front=%v: task %d is [%d, %d) after %d", n, rowBytes, front, ti, j0, j1, j)
+					}
+					if j1 < n && ((j1-j0)%4 != 0 || (j1-j0)*rowBytes < min(streamMinChunk, 4*rowBytes)) {
+						t.Fatalf("n=%d rowBytes=%d front=%v: task %d has %d rows", n, rowBytes, front, ti, j1-j0)
+					}
+					if j1 < n && j1-j0 > prev {
+						t.Fatalf("n=%d rowBytes=%d front=%v: task %d (%d rows) longer than the one before (%d)", n, rowBytes, front, ti, j1-j0, prev)
+					}
+					if front && ti == workers()-1 && j1 < 4*n/5-4*workers() {
+						t.Fatalf("n=%d rowBytes=%d: the workers' first tasks end at row %d", n, rowBytes, j1)
+					}
+					prev, j = j1-j0, j1
 				}
-				if j1 < n && ((j1-j0)%4 != 0 || (j1-j0)*rowBytes < min(streamMinChunk, 4*rowBytes)) {
-					t.Fatalf("n=%d rowBytes=%d: task %d has %d rows", n, rowBytes, ti, j1-j0)
+				if j != n {
+					t.Fatalf("n=%d rowBytes=%d front=%v: tasks end at %d", n, rowBytes, front, j)
 				}
-				if j1 < n && j1-j0 > prev {
-					t.Fatalf("n=%d rowBytes=%d: task %d (%d rows) longer than the one before (%d)", n, rowBytes, ti, j1-j0, prev)
-				}
-				prev, j = j1-j0, j1
-			}
-			if j != n {
-				t.Fatalf("n=%d rowBytes=%d: tasks end at %d", n, rowBytes, j)
 			}
 		}
 	}

@@ -21,7 +21,9 @@ import (
 //     order;
 //   - the software-prefetch distance of the kernels that read one stream
 //     (row order, and the four-row layouts' kernels): how far ahead of
-//     its loads, in bytes, a kernel prefetches.
+//     its loads, in bytes, a kernel prefetches;
+//   - the four-row layouts' task split (streamSplit): guided from the
+//     start, or front-loaded (one long run a worker, a guided tail).
 //
 // Which setting streams fastest depends on the machine (its hardware
 // prefetchers, memory latency, how many streams a core follows well), so
@@ -42,8 +44,9 @@ type decodeTuner struct {
 	orders bool            // whether the family has two access orders
 	cands  []decodeSetting // cands[0]: the default, kept on a tie
 
-	rows    atomic.Bool  // the setting in use: access order
-	pf      atomic.Int64 // and prefetch distance
+	rows    atomic.Bool  // the setting in use: access order,
+	pf      atomic.Int64 // prefetch distance
+	front   atomic.Bool  // and task split
 	decided atomic.Bool  // calibration done, or the setting was fixed
 
 	mu     sync.Mutex
@@ -62,8 +65,9 @@ type calibRound struct {
 
 // decodeSetting is one candidate setting of a decode kernel family.
 type decodeSetting struct {
-	rows bool // one weight row at a time (a four-row layout's kernel: always)
-	pf   int  // prefetch distance of the one-stream kernels, bytes
+	rows  bool // one weight row at a time (a four-row layout's kernel: always)
+	pf    int  // prefetch distance of the one-stream kernels, bytes
+	front bool // a product's tasks front-loaded (streamSplit), not guided from the start
 }
 
 // Prefetch is the software-prefetch distances, in bytes ahead in the
@@ -85,9 +89,9 @@ var (
 
 	// The AVX2 kernels (no AVX-512) prefetch a fixed distance: only their
 	// order is calibrated.
-	halfTuner   = newDecodeTuner("float32/16-bit", true, haveAVX512, defaultPrefetch.Half) // dot1*Z / dot1*R
-	quantTuner  = newDecodeTuner("block-quantized", true, true, defaultPrefetch.Quant)     // qdot*Z / qdot*R
-	repackTuner = newDecodeTuner("four-row layout", false, true, defaultPrefetch.Repacked) // qdotQ4?X
+	halfTuner   = newDecodeTuner("float32/16-bit", true, haveAVX512, defaultPrefetch.Half, false) // dot1*Z / dot1*R
+	quantTuner  = newDecodeTuner("block-quantized", true, true, defaultPrefetch.Quant, false)     // qdot*Z / qdot*R
+	repackTuner = newDecodeTuner("four-row layout", false, true, defaultPrefetch.Repacked, true) // qdotQ4?X, qdotQ4?V
 )
 
 const (
@@ -97,15 +101,18 @@ const (
 )
 
 // newDecodeTuner is a family's tuner: candidates row order (orders: and
-// lockstep) with the default distance pf and (distances) the others of
-// prefetchCands.
-func newDecodeTuner(name string, orders, distances bool, pf int) *decodeTuner {
+// lockstep) with the default distance pf, (distances) the others of
+// prefetchCands, and (front) the default distance with front-loaded tasks.
+func newDecodeTuner(name string, orders, distances bool, pf int, front bool) *decodeTuner {
 	t := &decodeTuner{name: name, orders: orders, cands: []decodeSetting{{rows: true, pf: pf}},
 		rng: rand.New(rand.NewPCG(1, 2)), rounds: map[int]*calibRound{}}
 	for _, d := range prefetchCands {
 		if distances && d != pf {
 			t.cands = append(t.cands, decodeSetting{rows: true, pf: d})
 		}
+	}
+	if front {
+		t.cands = append(t.cands, decodeSetting{rows: true, pf: pf, front: true})
 	}
 	if orders {
 		t.cands = append(t.cands, decodeSetting{rows: false, pf: pf})
@@ -154,12 +161,13 @@ func SetPrefetch(p Prefetch) Prefetch {
 }
 
 func (t *decodeTuner) setting() decodeSetting {
-	return decodeSetting{rows: t.rows.Load(), pf: int(t.pf.Load())}
+	return decodeSetting{rows: t.rows.Load(), pf: int(t.pf.Load()), front: t.front.Load()}
 }
 
 func (t *decodeTuner) set(s decodeSetting) {
 	t.rows.Store(s.rows)
 	t.pf.Store(int64(s.pf))
+	t.front.Store(s.front)
 }
 
 // pick returns the setting for a call with m activation rows that streams
@@ -259,13 +267,18 @@ func SetDecodeSetting(kernels, setting string) error {
 }
 
 // describe names a setting of t's family: "lockstep" or the distance
-// (for the families with two orders, "row order" first).
+// (for the families with two orders, "row order" first; "front-loaded"
+// after it for that split).
 func (t *decodeTuner) describe(s decodeSetting) string {
+	d := fmt.Sprintf("prefetch %d KiB", s.pf>>10)
 	switch {
 	case !s.rows:
 		return "lockstep"
 	case t.orders:
-		return fmt.Sprintf("row order, prefetch %d KiB", s.pf>>10)
+		d = "row order, " + d
 	}
-	return fmt.Sprintf("prefetch %d KiB", s.pf>>10)
+	if s.front {
+		d += ", front-loaded"
+	}
+	return d
 }

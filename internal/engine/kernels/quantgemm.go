@@ -148,12 +148,10 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 			kern.prep(prep.s[i*pl:(i+1)*pl], a[i*lda:i*lda+k])
 		}
 	}
-	split := newStreamSplit(n, rb)
-	tasks := split.tasks()
-	// The kernel's access order and prefetch distance (order.go), timed
-	// while calibrating.
+	// The kernel's access order, prefetch distance and task split
+	// (order.go), timed while calibrating.
 	var dots func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
-	pf := 0
+	pf, front := 0, false
 	if kern != nil {
 		tuner := quantTuner
 		if t.Repacked() {
@@ -163,11 +161,13 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 		if cand >= 0 {
 			defer tuner.time(cand, n*rb)()
 		}
-		dots, pf = kern.dots, set.pf
+		dots, pf, front = kern.dots, set.pf, set.front
 		if set.rows {
 			dots = kern.rowDots
 		}
 	}
+	split := newStreamSplit(n, rb, front)
+	tasks := split.tasks()
 	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
 		j0, j1 := split.task(ti)
 		var f *buf // dequantised group of weight rows (no kernel for t)
