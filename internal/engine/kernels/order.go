@@ -91,7 +91,7 @@ var (
 	// order is calibrated.
 	halfTuner   = newDecodeTuner("float32/16-bit", true, haveAVX512, defaultPrefetch.Half, false) // dot1*Z / dot1*R
 	quantTuner  = newDecodeTuner("block-quantized", true, true, defaultPrefetch.Quant, false)     // qdot*Z / qdot*R
-	repackTuner = newDecodeTuner("four-row layout", false, true, defaultPrefetch.Repacked, true) // qdotQ4?X, qdotQ4?V
+	repackTuner = newDecodeTuner("four-row layout", false, true, defaultPrefetch.Repacked, true)  // qdotQ4?X, qdotQ4?V
 )
 
 const (
