@@ -226,6 +226,8 @@ done: \
 // s, Σx four times over; at sc + 8·nb, 2^e.
 TEXT ·limbsPrep(SB), NOSPLIT, $0-32
 	MOVQ         nb+0(FP), CX
+	TESTQ        CX, CX               // no blocks: nothing to write (the max loop below runs at least once)
+	JZ           done
 	MOVQ         x+8(FP), SI
 	MOVQ         limbs+16(FP), DI
 	MOVQ         sc+24(FP), DX
