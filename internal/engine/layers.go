@@ -377,10 +377,16 @@ type attnTasks struct {
 }
 
 // attnDecodeBlock is the keys per task of a decode row's attention: the
-// keys are split into blocks so both workers stream the KV cache even for
-// one sequence (its rows are cold after the layer's weights streamed by),
-// and a sequence's result depends only on its own length.
-const attnDecodeBlock = 64
+// keys are split into blocks so that every worker has some of the KV cache
+// to stream even for one sequence (its rows are cold after the layer's
+// weights streamed by), and fixed, so a sequence's result depends only on
+// its own length. Each task (a kv head's block) costs a hand-off and its
+// block a merge: on the real SmolLM2-135M Q4_1 file at a 128-token context
+// (3 kv heads, 2 workers) 256-key blocks — three tasks a layer, no merge —
+// took 19–24 % less time in attention than 64-key blocks (nine tasks,
+// merged) and two equal blocks per head (six) 5–20 % more than 256, in
+// alternated runs; a token 3.5–5 % less (docs/benchmarks.md).
+const attnDecodeBlock = 256
 
 // attnScratch is one worker's blocks: gathered queries, scores, outputs.
 type attnScratch[T Float] struct{ qg, s, og, dog, dp []T }

@@ -253,9 +253,10 @@ func TestDecodeAttention(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, d := range []int{64, 20} {
 		for _, win := range []int{0, 50} {
-			const nh, nkv, cp = 6, 2, 256
+			const nh, nkv, B = 6, 2, attnDecodeBlock
+			const cp = 3 * B
 			type seq struct{ p0, n int }
-			seqs := []seq{{0, 1}, {3, 5}, {63, 1}, {64, 1}, {150, 1}, {200, 1}}
+			seqs := []seq{{0, 1}, {3, 5}, {B - 1, 1}, {B, 1}, {B + B/3, 1}, {2*B + B/4, 1}, {3*B - 1, 1}}
 			ge := attnGeom{nh: nh, nkv: nkv, d: d, win: win}
 			N := 0
 			for _, s := range seqs {

@@ -44,7 +44,10 @@ func models135MQuant(b *testing.B) (q41, q80, q41row *Model) {
 // shape (random weights, 128-token context) with Q4_1 projections and a
 // Q8_0 tied embedding (the layout of the real Q4_1 file) and with all
 // matrices Q8_0, and reports tok/s and the fraction of the bandwidth limit
-// (quantized weight bytes per token / read bandwidth); and the Q4_1
+// (quantized weight bytes per token / read bandwidth), and the same with
+// the KV cache's bytes that a step reads as well (kv-MB, "-of-limit-kv":
+// at this context ~7 % of the Q4_1 weights, read from memory each step
+// because the weights' stream evicts it from the caches); and the Q4_1
 // model's decode of 8 sequences at once (tok/s summed over them); and
 // the Q4_1 model with its matrices in the file's row layout (q4_1-rows,
 // batch 1 and 8: the row-layout kernels, against the four-row layout's).
@@ -76,6 +79,10 @@ func BenchmarkQuantDecode135M(b *testing.B) {
 	b.ReportMetric(w80/1e6, "q8_0-MB")
 	b.ReportMetric(t80, "q8_0-tok/s")
 	b.ReportMetric(t80/(bw/w80), "q8_0-of-limit")
+	kv := kvBytesPerToken(*q41.Config, steps)
+	b.ReportMetric(kv/1e6, "kv-MB")
+	b.ReportMetric(t41/(bw/(w41+kv)), "q4_1-of-limit-kv")
+	b.ReportMetric(t80/(bw/(w80+kv)), "q8_0-of-limit-kv")
 	b.ReportMetric(float64(8*b.N*steps)/d8, "q4_1-b8-tok/s")
 	b.ReportMetric(float64(8*b.N*steps)/d8row, "q4_1-rows-b8-tok/s")
 }
@@ -144,4 +151,13 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 		b.ReportMetric(tps, name+"-tok/s")
 		b.ReportMetric(tps/(bw/float64(weightBytes(m.Weights))), name+"-of-limit")
 	}
+}
+
+// kvBytesPerToken is the float32 KV cache a decode step of a sequence
+// reads, averaged over the steps of decodeSteps from benchContext: every
+// layer's keys and values of the positions attended (the context plus the
+// new token).
+func kvBytesPerToken(c Config, steps int) float64 {
+	ctx := float64(benchContext) + float64(steps+1)/2
+	return float64(c.NumLayers*2*c.NumKVHeads*c.HeadDim*4) * ctx
 }

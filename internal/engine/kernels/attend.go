@@ -26,11 +26,14 @@ func AttendBlock(q []float32, rep, d int, K, V []float32, rs, n int, scale float
 	_ = V[(n-1)*rs+d-1]
 	_, _, _ = o[rep*d-1], ml[2*rep-1], s[rep*n-1]
 	if haveAVX512 && d%16 == 0 {
-		n4 := n &^ 3
+		n16, n4 := n&^15, n&^3
 		for h := range rep {
 			qh, sh := q[h*d:(h+1)*d], s[h*n:(h+1)*n]
-			if n4 > 0 {
-				scoresZ(n4/4, d, &qh[0], &K[0], rs, &sh[0], scale)
+			if n16 > 0 {
+				scores16Z(n16/16, d, &qh[0], &K[0], rs, &sh[0], scale)
+			}
+			if n4 > n16 {
+				scoresZ((n4-n16)/4, d, &qh[0], &K[n16*rs], rs, &sh[n16], scale)
 			}
 			for p := n4; p < n; p++ {
 				sh[p] = scale * dotImpl(qh, K[p*rs:p*rs+d])

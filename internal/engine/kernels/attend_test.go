@@ -38,7 +38,7 @@ func TestAttendBlockAndMerge(t *testing.T) {
 	forSIMD(t, func(t *testing.T) {
 		for _, d := range []int{64, 128, 16, 24, 5} {
 			for _, rep := range []int{1, 3, 4} {
-				for _, n := range []int{1, 3, 4, 7, 64, 65, 200} {
+				for _, n := range []int{1, 3, 4, 7, 31, 64, 65, 200} {
 					for _, pad := range []int{0, 8} {
 						rs := d + pad
 						q := randSlice(r, rep*d)

@@ -78,4 +78,7 @@ func maxAVX(n int, x *float32) float32
 func scoresZ(n4 int, d int, q *float32, k *float32, rs int, s *float32, scale float32)
 
 //go:noescape
+func scores16Z(n16 int, d int, q *float32, k *float32, rs int, s *float32, scale float32)
+
+//go:noescape
 func axpyRowsZ(n int, d int, s *float32, v *float32, rs int, o *float32)

@@ -36,4 +36,7 @@ func sgemmKernel6x32r(kc int, a *float32, lda int, b *float32, bs int, c *float3
 func scoresZ(n4 int, d int, q *float32, k *float32, rs int, s *float32, scale float32) {
 	panic("kernels: no asm")
 }
+func scores16Z(n16 int, d int, q *float32, k *float32, rs int, s *float32, scale float32) {
+	panic("kernels: no asm")
+}
 func axpyRowsZ(n int, d int, s *float32, v *float32, rs int, o *float32) { panic("kernels: no asm") }
