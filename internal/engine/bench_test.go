@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -399,6 +400,52 @@ func prefillFLOPs(m *Model, T int) int64 {
 	perTok := int64(c.NumLayers) * 2 * (H*QD + 2*H*KVD + QD*H + 3*H*I)
 	att := int64(c.NumLayers) * int64(c.NumHeads) * 2 * 2 * int64(c.HeadDim) * int64(T) * int64(T+1) / 2
 	return perTok*int64(T) + att + 2*int64(c.VocabSize)*H
+}
+
+// BenchmarkDecodeAttention is batch-1 decode attention at the SmolLM2-135M
+// shape (9 query heads over 3 KV heads of 64, 30 layers' caches of 144
+// positions, as BenchmarkQuantDecode135M decodes): µs for one token's 30
+// layers with every cache warm (hot), and cold, after 64 MiB of other
+// reads have evicted them, as a token's weight stream does (the cold
+// figure is what a token pays; the difference is the caches' bytes from
+// memory).
+func BenchmarkDecodeAttention(b *testing.B) {
+	const nh, nkv, d, ctx, layers = 9, 3, 64, 144, 30
+	c := smolLM2Config()
+	if c.NumHeads != nh || c.NumKVHeads != nkv || c.HeadDim != d || c.NumLayers != layers {
+		b.Fatalf("SmolLM2 shape changed: %+v", c)
+	}
+	ge := attnGeom{nh: nh, nkv: nkv, d: d}
+	rng := rand.New(rand.NewPCG(1, 2))
+	q, out := randVec(rng, nh*d, 1), make([]float32, nh*d)
+	K, V := make([][]float32, layers), make([][]float32, layers)
+	for l := range K {
+		K[l], V[l] = randVec(rng, nkv*ctx*d, 1), randVec(rng, nkv*ctx*d, 1)
+	}
+	scr, at := make([]attnScratch[float32], par.Workers()), new(attnTasks)
+	junk := hugemem.Make[float32](64 << 20 / 4)
+	views := make([]attnView[float32], 1)
+	var ns [2]time.Duration
+	var sink float32
+	b.ResetTimer()
+	for range b.N {
+		for cold := range 2 {
+			if cold == 1 {
+				for i := 0; i < len(junk); i += 16 {
+					sink += junk[i]
+				}
+			}
+			start := time.Now()
+			for l := range layers {
+				views[0] = attnView[float32]{R0: 0, N: 1, P0: ctx - 1, KV: []kvChunk[float32]{{K: K[l], V: V[l], RS: d, HS: ctx * d, N: ctx, R0: -1}}}
+				attentionForward(q, views, ge, nil, out, scr, at)
+			}
+			ns[cold] += time.Since(start)
+		}
+	}
+	junk[0] = sink
+	b.ReportMetric(float64(ns[0].Microseconds())/float64(b.N), "hot-µs/token")
+	b.ReportMetric(float64(ns[1].Microseconds())/float64(b.N), "cold-µs/token")
 }
 
 // BenchmarkTrainAttention compares the attention's kernels (SmolLM2 heads,

@@ -114,9 +114,9 @@ func TestTunerPicksFastest(t *testing.T) {
 	cases := []tcase{
 		{"all alike", func(int) float64 { return 1e-3 }, 0},
 		{"others within the margin", func(c int) float64 { return 1e-3 / (1 + 0.3*calibMargin*float64(min(c, 1))) }, 0},
-		{"default slower", func(c int) float64 { return 1e-3 * (1 + 0.1*float64(max(0, 2-c))) }, 2},
+		{"default slower", func(c int) float64 { return 1e-3 * (1 + 0.1*math.Abs(float64(c-2))) }, 2},
 	}
-	n := len(newDecodeTuner("", true, true, defaultPrefetch.Quant, false).cands)
+	n := len(newDecodeTuner("", true, true, defaultPrefetch.Quant).cands)
 	for f := range n {
 		cases = append(cases, tcase{fmt.Sprintf("candidate %d faster", f), func(c int) float64 {
 			if c == f {
@@ -126,7 +126,7 @@ func TestTunerPicksFastest(t *testing.T) {
 		}, f})
 	}
 	for _, c := range cases {
-		tu := newDecodeTuner("test", true, true, defaultPrefetch.Quant, false)
+		tu := newDecodeTuner("test", true, true, defaultPrefetch.Quant)
 		r := rand.New(rand.NewPCG(3, 4))
 		calls := 0
 		for !tu.decided.Load() {
