@@ -57,14 +57,11 @@ func rmsnormForward[T Float](x, w []T, n, c int, eps float64, y, rinv []T) {
 	if x32, ok := any(x).([]float32); ok {
 		y32, w32 := any(y).([]float32), any(w).([]float32)
 		r32, _ := any(rinv).([]float32)
-		par.Range(n, c, func(lo, hi int) {
-			for t := lo; t < hi; t++ {
-				ri := kernels.RMSNorm(y32[t*c:(t+1)*c], x32[t*c:(t+1)*c], w32, float32(eps))
-				if r32 != nil {
-					r32[t] = ri
-				}
-			}
-		})
+		if par.Serial(n, c) { // a decode step: no closure to allocate
+			rmsnormRows32(0, n, c, x32, w32, float32(eps), y32, r32)
+			return
+		}
+		par.Range(n, c, func(lo, hi int) { rmsnormRows32(lo, hi, c, x32, w32, float32(eps), y32, r32) })
 		return
 	}
 	par.Range(n, c, func(lo, hi int) {
@@ -84,6 +81,16 @@ func rmsnormForward[T Float](x, w []T, n, c int, eps float64, y, rinv []T) {
 			}
 		}
 	})
+}
+
+// rmsnormRows32 is rmsnormForward's float32 rows [lo, hi).
+func rmsnormRows32(lo, hi, c int, x, w []float32, eps float32, y, rinv []float32) {
+	for t := lo; t < hi; t++ {
+		ri := kernels.RMSNorm(y[t*c:(t+1)*c], x[t*c:(t+1)*c], w, eps)
+		if rinv != nil {
+			rinv[t] = ri
+		}
+	}
 }
 
 // rmsnormBackward: with g = w⊙dy,
@@ -131,14 +138,21 @@ func linearBackward[T Float](dy []T, n, out int, W wmat[T], in int, dx []T, accu
 
 // addBias adds b to the first len(b) columns of each of n rows of y.
 func addBias[T Float](y []T, n, ldy int, b []T) {
-	par.Range(n, len(b), func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			yr := y[t*ldy : t*ldy+len(b)]
-			for i, v := range b {
-				yr[i] += v
-			}
+	if par.Serial(n, len(b)) { // a decode step: no closure to allocate
+		biasRows(0, n, y, ldy, b)
+		return
+	}
+	par.Range(n, len(b), func(lo, hi int) { biasRows(lo, hi, y, ldy, b) })
+}
+
+// biasRows is addBias's rows [lo, hi).
+func biasRows[T Float](lo, hi int, y []T, ldy int, b []T) {
+	for t := lo; t < hi; t++ {
+		yr := y[t*ldy : t*ldy+len(b)]
+		for i, v := range b {
+			yr[i] += v
 		}
-	})
+	}
 }
 
 // ---------------------------------------------------------------- LoRA
@@ -265,55 +279,60 @@ func loraBackward[T Float](groups []loraRows[T], l, mod int, x []T, in int, xa [
 // ropeRows fills cos and sin [n, D/2] for the positions pos [n] and the
 // frequencies invFreq (ropeInvFreq): row t rotates pair i by pos[t]·invFreq[i].
 func ropeRows[T Float](invFreq []float64, pos []int, cos, sin []T) {
+	if par.Serial(len(pos), 8*len(invFreq)) { // a decode step: no closure to allocate
+		ropeTable(0, len(pos), invFreq, pos, cos, sin)
+		return
+	}
+	par.Range(len(pos), 8*len(invFreq), func(lo, hi int) { ropeTable(lo, hi, invFreq, pos, cos, sin) })
+}
+
+// ropeTable is ropeRows's rows [lo, hi).
+func ropeTable[T Float](lo, hi int, invFreq []float64, pos []int, cos, sin []T) {
 	half := len(invFreq)
-	par.Range(len(pos), 8*half, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			for i, f := range invFreq {
-				a := float64(pos[t]) * f
-				s, c := math.Sincos(a)
-				cos[t*half+i], sin[t*half+i] = T(c), T(s)
-			}
+	for t := lo; t < hi; t++ {
+		for i, f := range invFreq {
+			s, c := math.Sincos(float64(pos[t]) * f)
+			cos[t*half+i], sin[t*half+i] = T(c), T(s)
 		}
-	})
+	}
 }
 
 // ropeForward rotates x [n, heads, D] in place, row t with cos/sin row t
 // (rotate_half convention): y1 = x1·cos − x2·sin, y2 = x2·cos + x1·sin
 // (x1 = x[:D/2], x2 = x[D/2:]).
 func ropeForward[T Float](x []T, n, heads, d int, cos, sin []T) {
-	half := d / 2
-	par.Range(n, heads*d, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			c, s := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
-			for h := 0; h < heads; h++ {
-				v := x[(t*heads+h)*d : (t*heads+h+1)*d]
-				for i := 0; i < half; i++ {
-					x1, x2 := v[i], v[i+half]
-					v[i] = x1*c[i] - x2*s[i]
-					v[i+half] = x2*c[i] + x1*s[i]
-				}
-			}
-		}
-	})
+	if par.Serial(n, heads*d) { // a decode step: no closure to allocate
+		rotateRows(0, n, x, heads, d, cos, sin, false)
+		return
+	}
+	par.Range(n, heads*d, func(lo, hi int) { rotateRows(lo, hi, x, heads, d, cos, sin, false) })
 }
 
 // ropeBackward applies the transposed rotation to the gradient in place:
 // dx1 = dy1·cos + dy2·sin, dx2 = dy2·cos − dy1·sin.
 func ropeBackward[T Float](dx []T, n, heads, d int, cos, sin []T) {
+	par.Range(n, heads*d, func(lo, hi int) { rotateRows(lo, hi, dx, heads, d, cos, sin, true) })
+}
+
+// rotateRows rotates the rows [lo, hi) of x [n, heads, D] in place by
+// their angles (ropeForward), or back by them (inverse: ropeBackward's
+// transposed rotation, sin negated — exactly, so the same sums).
+func rotateRows[T Float](lo, hi int, x []T, heads, d int, cos, sin []T, inverse bool) {
 	half := d / 2
-	par.Range(n, heads*d, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			c, s := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
-			for h := 0; h < heads; h++ {
-				v := dx[(t*heads+h)*d : (t*heads+h+1)*d]
-				for i := 0; i < half; i++ {
-					g1, g2 := v[i], v[i+half]
-					v[i] = g1*c[i] + g2*s[i]
-					v[i+half] = g2*c[i] - g1*s[i]
+	for t := lo; t < hi; t++ {
+		c, s := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
+		for h := 0; h < heads; h++ {
+			v := x[(t*heads+h)*d : (t*heads+h+1)*d]
+			for i := 0; i < half; i++ {
+				x1, x2, si := v[i], v[i+half], s[i]
+				if inverse {
+					si = -si
 				}
+				v[i] = x1*c[i] - x2*si
+				v[i+half] = x2*c[i] + x1*si
 			}
 		}
-	})
+	}
 }
 
 // ---------------------------------------------------------------- attention
@@ -374,6 +393,7 @@ type attnTask struct{ v, g, i0, i1, kb int }
 type attnTasks struct {
 	ts   []attnTask
 	part []float32
+	call any // *attnCall[T] of the calls' float type
 }
 
 // attnDecodeBlock is the keys per task of a decode row's attention: the
@@ -494,55 +514,15 @@ func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out
 		at.part = grow(at.part, len(ts)*stride)
 	}
 	at.ts = ts
-	par.Tasks(len(ts), work < 1<<16, func(w, ti int) {
-		tk := ts[ti]
-		v := &views[tk.v]
-		sc := &scr[w]
-		if tk.kb >= 0 {
-			lo, hi := ge.keyRange(v.P0, 0, 1)
-			a := lo + tk.kb*attnDecodeBlock
-			b := min(hi, a+attnDecodeBlock)
-			c := &v.KV[0]
-			K, V := c.at(tk.g, a)
-			sc.s = grow(sc.s, rep*(b-a))
-			o := at.part[ti*stride : ti*stride+rep*d]
-			ml := at.part[ti*stride+rep*d : (ti+1)*stride]
-			r := v.R0
-			kernels.AttendBlock(any(q[r*nh*d+tk.g*rep*d:r*nh*d+(tk.g+1)*rep*d]).([]float32), rep, d,
-				any(K).([]float32), any(V).([]float32), c.RS, b-a, float32(scale), o, ml, any(sc.s).([]float32))
-			return
-		}
-		B := tk.i1 - tk.i0
-		lo, hi := ge.keyRange(v.P0, tk.i0, tk.i1)
-		P, M := hi-lo, rep*B
-		sc.qg, sc.s, sc.og = grow(sc.qg, M*d), grow(sc.s, M*P), grow(sc.og, M*d)
-		gatherHeads(q, v.R0+tk.i0, B, tk.g, ge, sc.qg, false)
-		scores(v, tk.g, lo, hi, M, d, scale, sc.qg, sc.s)
-		for i := 0; i < M; i++ {
-			hl, t := i/B, i%B
-			row := sc.s[i*P : (i+1)*P]
-			klo, khi := ge.rowKeys(v.P0 + tk.i0 + t)
-			klo, khi = klo-lo, khi-lo
-			clear(row[:klo])
-			clear(row[khi:])
-			m := softmaxRow(row[klo:khi], lse != nil)
-			if lse != nil {
-				lse[(v.R0+tk.i0+t)*nh+tk.g*rep+hl] = m
-			}
-		}
-		var beta T
-		for ci := range v.KV {
-			c := &v.KV[ci]
-			a, b := c.overlap(lo, hi)
-			if a >= b {
-				continue
-			}
-			_, V := c.at(tk.g, a)
-			attnGemm(false, false, M, d, b-a, 1, sc.s[a-lo:], P, V, c.RS, beta, sc.og, d)
-			beta = 1
-		}
-		gatherHeads(out, v.R0+tk.i0, B, tk.g, ge, sc.og, true)
-	})
+	ac, _ := at.call.(*attnCall[T])
+	if ac == nil {
+		ac = new(attnCall[T])
+		ac.run = ac.task
+		at.call = ac
+	}
+	ac.q, ac.views, ac.ge, ac.lse, ac.out, ac.scr, ac.at, ac.scale = q, views, ge, lse, out, scr, at, scale
+	par.Tasks(len(ts), work < 1<<16, ac.run)
+	ac.q, ac.views, ac.lse, ac.out, ac.scr = nil, nil, nil, nil, nil // nothing kept past the call
 	// Merge each decode row's blocks (a view's tasks for head g are
 	// consecutive, in block order).
 	for t0 := 0; t0 < len(ts) && nd > 0; {
@@ -563,6 +543,74 @@ func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out
 		}
 		t0 = t1
 	}
+}
+
+// attnCall is one attentionForward call's arguments as its tasks read
+// them, kept in its attnTasks with task bound to run once, so that a call
+// hands par.Tasks no new closure (a decode step makes 30 calls).
+type attnCall[T Float] struct {
+	q, lse, out []T
+	views       []attnView[T]
+	ge          attnGeom
+	scr         []attnScratch[T]
+	at          *attnTasks
+	scale       T
+	run         func(w, ti int)
+}
+
+// task is attentionForward's task ti on worker w.
+func (ac *attnCall[T]) task(w, ti int) {
+	q, views, ge, lse, out, scr, at, scale := ac.q, ac.views, ac.ge, ac.lse, ac.out, ac.scr, ac.at, ac.scale
+	rep, d, nh := ge.nh/ge.nkv, ge.d, ge.nh
+	stride := rep * (d + 2)
+	ts := at.ts
+	tk := ts[ti]
+	v := &views[tk.v]
+	sc := &scr[w]
+	if tk.kb >= 0 {
+		lo, hi := ge.keyRange(v.P0, 0, 1)
+		a := lo + tk.kb*attnDecodeBlock
+		b := min(hi, a+attnDecodeBlock)
+		c := &v.KV[0]
+		K, V := c.at(tk.g, a)
+		sc.s = grow(sc.s, rep*(b-a))
+		o := at.part[ti*stride : ti*stride+rep*d]
+		ml := at.part[ti*stride+rep*d : (ti+1)*stride]
+		r := v.R0
+		kernels.AttendBlock(any(q[r*nh*d+tk.g*rep*d:r*nh*d+(tk.g+1)*rep*d]).([]float32), rep, d,
+			any(K).([]float32), any(V).([]float32), c.RS, b-a, float32(scale), o, ml, any(sc.s).([]float32))
+		return
+	}
+	B := tk.i1 - tk.i0
+	lo, hi := ge.keyRange(v.P0, tk.i0, tk.i1)
+	P, M := hi-lo, rep*B
+	sc.qg, sc.s, sc.og = grow(sc.qg, M*d), grow(sc.s, M*P), grow(sc.og, M*d)
+	gatherHeads(q, v.R0+tk.i0, B, tk.g, ge, sc.qg, false)
+	scores(v, tk.g, lo, hi, M, d, scale, sc.qg, sc.s)
+	for i := 0; i < M; i++ {
+		hl, t := i/B, i%B
+		row := sc.s[i*P : (i+1)*P]
+		klo, khi := ge.rowKeys(v.P0 + tk.i0 + t)
+		klo, khi = klo-lo, khi-lo
+		clear(row[:klo])
+		clear(row[khi:])
+		m := softmaxRow(row[klo:khi], lse != nil)
+		if lse != nil {
+			lse[(v.R0+tk.i0+t)*nh+tk.g*rep+hl] = m
+		}
+	}
+	var beta T
+	for ci := range v.KV {
+		c := &v.KV[ci]
+		a, b := c.overlap(lo, hi)
+		if a >= b {
+			continue
+		}
+		_, V := c.at(tk.g, a)
+		attnGemm(false, false, M, d, b-a, 1, sc.s[a-lo:], P, V, c.RS, beta, sc.og, d)
+		beta = 1
+	}
+	gatherHeads(out, v.R0+tk.i0, B, tk.g, ge, sc.og, true)
 }
 
 // softmaxRow replaces row with softmax(row) and, when wantLSE, returns
@@ -735,18 +783,25 @@ func (v *attnView[T]) chunkOf(p int) *kvChunk[T] {
 // swigluForward: h = silu(g) ⊙ u, silu(g) = g·σ(g), per row; gu [n, 2I]
 // holds each row's g then u; h [n, I].
 func swigluForward[T Float](gu []T, n, I int, h []T) {
-	par.Range(n, 8*I, func(lo, hi int) {
-		for t := lo; t < hi; t++ {
-			g, u, hr := gu[2*t*I:(2*t+1)*I], gu[(2*t+1)*I:(2*t+2)*I], h[t*I:(t+1)*I]
-			if h32, ok := any(hr).([]float32); ok {
-				kernels.SwiGLU(h32, any(g).([]float32), any(u).([]float32))
-				continue
-			}
-			for i, x := range g {
-				hr[i] = x / (1 + exp(-x)) * u[i]
-			}
+	if par.Serial(n, 8*I) { // a decode step: no closure to allocate
+		swigluRows(0, n, gu, I, h)
+		return
+	}
+	par.Range(n, 8*I, func(lo, hi int) { swigluRows(lo, hi, gu, I, h) })
+}
+
+// swigluRows is swigluForward's rows [lo, hi).
+func swigluRows[T Float](lo, hi int, gu []T, I int, h []T) {
+	for t := lo; t < hi; t++ {
+		g, u, hr := gu[2*t*I:(2*t+1)*I], gu[(2*t+1)*I:(2*t+2)*I], h[t*I:(t+1)*I]
+		if h32, ok := any(hr).([]float32); ok {
+			kernels.SwiGLU(h32, any(g).([]float32), any(u).([]float32))
+			continue
 		}
-	})
+		for i, x := range g {
+			hr[i] = x / (1 + exp(-x)) * u[i]
+		}
+	}
 }
 
 // swigluBackward: du = dh·silu(g); dg = dh·u·σ(g)·(1 + g·(1−σ(g))), into

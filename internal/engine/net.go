@@ -312,6 +312,18 @@ func (a *acts[T]) ensure(n *Net[T], N, rmax int, train bool) {
 	}
 }
 
+// splitQKV copies the rows [lo, hi) of the fused projection's output
+// qkv [N, Q+2·KV] into q, k and v.
+func splitQKV[T Float](lo, hi int, qkv []T, Q, KV int, q, k, v []T) {
+	W := Q + 2*KV
+	for r := lo; r < hi; r++ {
+		row := qkv[r*W : (r+1)*W]
+		copy(q[r*Q:(r+1)*Q], row[:Q])
+		copy(k[r*KV:(r+1)*KV], row[Q:Q+KV])
+		copy(v[r*KV:(r+1)*KV], row[Q+KV:])
+	}
+}
+
 // blockForward runs decoder layer l on the rows x [N,H] and writes its
 // output to out [N,H] (out may be x when a is not kept for a backward),
 // leaving its activations in a.
@@ -336,14 +348,11 @@ func (n *Net[T]) blockForward(l int, st *rowsState[T], x []T, a *acts[T], out []
 		W := Q + 2*KV
 		st.qkv = grow(st.qkv, N*W)
 		mulNT(N, W, H, a.xn1, H, L.wqkv, 0, st.qkv, W)
-		par.Range(N, W, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				row := st.qkv[r*W : (r+1)*W]
-				copy(a.q[r*Q:(r+1)*Q], row[:Q])
-				copy(a.k[r*KV:(r+1)*KV], row[Q:Q+KV])
-				copy(a.v[r*KV:(r+1)*KV], row[Q+KV:])
-			}
-		})
+		if par.Serial(N, W) { // a decode step: no closure to allocate
+			splitQKV(0, N, st.qkv, Q, KV, a.q, a.k, a.v)
+		} else {
+			par.Range(N, W, func(lo, hi int) { splitQKV(lo, hi, st.qkv, Q, KV, a.q, a.k, a.v) })
+		}
 		if L.bq != nil {
 			addBias(a.q, N, Q, L.bq)
 			addBias(a.k, N, KV, L.bk)

@@ -26,11 +26,11 @@ func Range(n, cost int, f func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	w := min(runtime.GOMAXPROCS(0), n)
-	if w <= 1 || (cost > 0 && n*cost < MinWork) {
+	if Serial(n, cost) {
 		f(0, n)
 		return
 	}
+	w := min(runtime.GOMAXPROCS(0), n)
 	var wg sync.WaitGroup
 	var p panicked
 	chunk := (n + w - 1) / w
@@ -49,6 +49,15 @@ func Range(n, cost int, f func(lo, hi int)) {
 	}()
 	wg.Wait()
 	p.rethrow()
+}
+
+// Serial reports whether Range(n, cost, f) runs f(0, n) on the caller's
+// goroutine (one index, one core, or too little work). A caller on a hot
+// path checks it first and calls its loop directly, because a closure
+// passed to Range is allocated on the heap wherever it is created: batch-1
+// decode makes ~300 such calls a token.
+func Serial(n, cost int) bool {
+	return n <= 1 || (cost > 0 && n*cost < MinWork) || runtime.GOMAXPROCS(0) <= 1
 }
 
 // Tasks runs f(worker, i) for every i in [0, n), handing indices out one at

@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
@@ -403,96 +404,132 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 	split := newStreamSplit(n, k*w.elemSize(), set.front)
 	tasks := split.tasks()
 	rows, pf := set.rows, set.pf
-	par.Tasks(tasks, serial || m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
-		j0, j1 := split.task(ti)
-		var wide *buf // widened group of half weights (m > 1 without AVX-512)
-		if m > 1 && w.h != nil && kz == 0 {
-			wide = getBuf(4 * k)
-			defer putBuf(wide)
-		}
-		var out [16]float32
-		tail := func(i, j int, d *[4]float32) { // columns [kz, k), in order
-			for p := kz; p < k; p++ {
-				x := a[i*lda+p]
-				for r := range 4 {
-					d[r] += x * w.at(j+r, p)
-				}
+	hc := halfCalls.Get().(*halfCall)
+	*hc = halfCall{m: m, n: n, k: k, a: a, lda: lda, w: w, beta: beta, c: c, ldc: ldc,
+		kz: kz, xa: xa, ldx: ldx, rows: rows, pf: pf, split: split, run: hc.run}
+	par.Tasks(tasks, serial || m*n*k < gemvParallelMin || tasks < 2, hc.run)
+	*hc = halfCall{run: hc.run} // nothing kept past the call
+	halfCalls.Put(hc)
+}
+
+// halfCall is one streamNT call's arguments as its tasks read them. Calls
+// come from a pool with task bound to run once, so that a product hands
+// par.Tasks no new closure (batch-1 decode makes ~120 a token).
+type halfCall struct {
+	m, n, k int
+	a       []float32
+	lda     int
+	w       *wrows
+	beta    float32
+	c       []float32
+	ldc     int
+	kz      int
+	xa      []float32
+	ldx     int
+	rows    bool
+	pf      int
+	split   streamSplit
+	run     func(worker, ti int)
+}
+
+var halfCalls = sync.Pool{New: func() any {
+	hc := new(halfCall)
+	hc.run = hc.task
+	return hc
+}}
+
+// task is streamNT's task ti.
+func (hc *halfCall) task(_, ti int) {
+	m, k, a, lda, w, beta, c, ldc := hc.m, hc.k, hc.a, hc.lda, hc.w, hc.beta, hc.c, hc.ldc
+	kz, xa, ldx, rows, pf, split := hc.kz, hc.xa, hc.ldx, hc.rows, hc.pf, hc.split
+	j0, j1 := split.task(ti)
+	var wide *buf // widened group of half weights (m > 1 without AVX-512)
+	if m > 1 && w.h != nil && kz == 0 {
+		wide = getBuf(4 * k)
+		defer putBuf(wide)
+	}
+	var out [16]float32
+	tail := func(i, j int, d *[4]float32) { // columns [kz, k), in order
+		for p := kz; p < k; p++ {
+			x := a[i*lda+p]
+			for r := range 4 {
+				d[r] += x * w.at(j+r, p)
 			}
 		}
-		j := j0
-		for ; j+4 <= j1; j += 4 {
-			i := 0
-			if kz > 0 {
-				for ; i+4 <= m; i += 4 {
-					switch {
-					case w.h == nil:
-						mdotF32Z(kz, &xa[i*ldx], ldx, &w.f[j*w.ld], w.ld, &out)
-					case w.t == BF16:
-						mdotBF16Z(kz, &xa[i*ldx], ldx, &w.h[j*w.ld], w.ld, &out)
-					default:
-						mdotF16Z(kz, &xa[i*ldx], ldx, &w.h[j*w.ld], w.ld, &out)
-					}
-					for q := range 4 {
-						d := [4]float32{out[4*q], out[4*q+1], out[4*q+2], out[4*q+3]}
-						tail(i+q, j, &d)
-						store4(c, (i+q)*ldc+j, beta, d)
-					}
+	}
+	j := j0
+	for ; j+4 <= j1; j += 4 {
+		i := 0
+		if kz > 0 {
+			for ; i+4 <= m; i += 4 {
+				switch {
+				case w.h == nil:
+					mdotF32Z(kz, &xa[i*ldx], ldx, &w.f[j*w.ld], w.ld, &out)
+				case w.t == BF16:
+					mdotBF16Z(kz, &xa[i*ldx], ldx, &w.h[j*w.ld], w.ld, &out)
+				default:
+					mdotF16Z(kz, &xa[i*ldx], ldx, &w.h[j*w.ld], w.ld, &out)
 				}
-				for ; i < m; i++ {
-					var d [4]float32
-					switch {
-					case w.h == nil && rows:
-						dot1F32R(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d, pf)
-					case w.h == nil:
-						dot1F32Z(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
-					case w.t == BF16 && rows:
-						dot1BF16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d, pf)
-					case w.t == BF16:
-						dot1BF16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
-					case rows:
-						dot1F16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d, pf)
-					default:
-						dot1F16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
-					}
-					tail(i, j, &d)
-					store4(c, i*ldc+j, beta, d)
+				for q := range 4 {
+					d := [4]float32{out[4*q], out[4*q+1], out[4*q+2], out[4*q+3]}
+					tail(i+q, j, &d)
+					store4(c, (i+q)*ldc+j, beta, d)
 				}
-				continue
 			}
-			switch {
-			case w.h == nil:
-				for ; i < m; i++ {
-					store4(c, i*ldc+j, beta, dot4Ordered(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld, rows))
+			for ; i < m; i++ {
+				var d [4]float32
+				switch {
+				case w.h == nil && rows:
+					dot1F32R(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d, pf)
+				case w.h == nil:
+					dot1F32Z(kz, &xa[i*ldx], &w.f[j*w.ld], w.ld, &d)
+				case w.t == BF16 && rows:
+					dot1BF16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d, pf)
+				case w.t == BF16:
+					dot1BF16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
+				case rows:
+					dot1F16R(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d, pf)
+				default:
+					dot1F16Z(kz, &xa[i*ldx], &w.h[j*w.ld], w.ld, &d)
 				}
-			case wide != nil:
-				f := wide.s[:4*k]
-				for r := range 4 {
-					HalfToFloat32(w.t, f[r*k:(r+1)*k], w.h[(j+r)*w.ld:])
-				}
-				for ; i < m; i++ {
-					store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f, k))
-				}
-			default:
-				store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld, rows))
+				tail(i, j, &d)
+				store4(c, i*ldc+j, beta, d)
+			}
+			continue
+		}
+		switch {
+		case w.h == nil:
+			for ; i < m; i++ {
+				store4(c, i*ldc+j, beta, dot4Ordered(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld, rows))
+			}
+		case wide != nil:
+			f := wide.s[:4*k]
+			for r := range 4 {
+				HalfToFloat32(w.t, f[r*k:(r+1)*k], w.h[(j+r)*w.ld:])
+			}
+			for ; i < m; i++ {
+				store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f, k))
+			}
+		default:
+			store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld, rows))
+		}
+	}
+	for ; j < j1; j++ { // rows left over: plain dots
+		for i := range m {
+			o := i*ldc + j
+			var d float32
+			if w.h != nil {
+				d = hdot(w.t, a[i*lda:i*lda+k], w.h[j*w.ld:j*w.ld+k])
+			} else {
+				d = dotImpl(a[i*lda:i*lda+k], w.f[j*w.ld:j*w.ld+k])
+			}
+			if beta == 0 {
+				c[o] = d
+			} else {
+				c[o] = d + beta*c[o]
 			}
 		}
-		for ; j < j1; j++ { // rows left over: plain dots
-			for i := range m {
-				o := i*ldc + j
-				var d float32
-				if w.h != nil {
-					d = hdot(w.t, a[i*lda:i*lda+k], w.h[j*w.ld:j*w.ld+k])
-				} else {
-					d = dotImpl(a[i*lda:i*lda+k], w.f[j*w.ld:j*w.ld+k])
-				}
-				if beta == 0 {
-					c[o] = d
-				} else {
-					c[o] = d + beta*c[o]
-				}
-			}
-		}
-	})
+	}
 }
 
 // store4 sets c[o+r] = d[r] + beta·c[o+r], r < 4.

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"sync"
 
 	"flywheel/internal/par"
 )
@@ -168,75 +169,112 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	}
 	split := newStreamSplit(n, rb, front)
 	tasks := split.tasks()
-	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, func(_, ti int) {
-		j0, j1 := split.task(ti)
-		var f *buf // dequantised group of weight rows (no kernel for t)
-		if kern == nil {
-			f = getBuf(4 * k)
-			defer putBuf(f)
+	qc := quantCalls.Get().(*quantCall)
+	*qc = quantCall{t: t, m: m, n: n, k: k, a: a, lda: lda, w: w, beta: beta, c: c, ldc: ldc,
+		rb: rb, kern: kern, prep: prep, dots: dots, pf: pf, split: split, run: qc.run}
+	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, qc.run)
+	*qc = quantCall{run: qc.run} // nothing kept past the call
+	quantCalls.Put(qc)
+}
+
+// quantCall is one quantStreamNT call's arguments as its tasks read them.
+// Calls come from a pool with task bound to run once, so that a product
+// hands par.Tasks no new closure (batch-1 decode makes ~120 a token).
+type quantCall struct {
+	t       QuantType
+	m, n, k int
+	a       []float32
+	lda     int
+	w       []byte
+	beta    float32
+	c       []float32
+	ldc     int
+	rb      int
+	kern    *quantDots
+	prep    *buf
+	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
+	pf      int
+	split   streamSplit
+	run     func(worker, ti int)
+}
+
+var quantCalls = sync.Pool{New: func() any {
+	qc := new(quantCall)
+	qc.run = qc.task
+	return qc
+}}
+
+// task is quantStreamNT's task ti.
+func (qc *quantCall) task(_, ti int) {
+	t, m, k, a, lda, w, beta, c, ldc := qc.t, qc.m, qc.k, qc.a, qc.lda, qc.w, qc.beta, qc.c, qc.ldc
+	rb, kern, prep, dots, pf, split := qc.rb, qc.kern, qc.prep, qc.dots, qc.pf, qc.split
+	j0, j1 := split.task(ti)
+	var f *buf // dequantised group of weight rows (no kernel for t)
+	if kern == nil {
+		f = getBuf(4 * k)
+		defer putBuf(f)
+	}
+	j := j0
+	if kern != nil {
+		// Chunks of 64 weight rows (~40 KiB), each dotted with every
+		// row of A while it is in cache.
+		const chunk = 64
+		g := (j1 - j0) &^ 3
+		pl := kern.prepSize(k / t.BlockElems())
+		var tmp *buf // a chunk's dots before beta·C is added (pooled: decode calls this ~200 times a token)
+		if beta != 0 {
+			tmp = getBuf(chunk)
+			defer putBuf(tmp)
 		}
-		j := j0
-		if kern != nil {
-			// Chunks of 64 weight rows (~40 KiB), each dotted with every
-			// row of A while it is in cache.
-			const chunk = 64
-			g := (j1 - j0) &^ 3
-			pl := kern.prepSize(k / t.BlockElems())
-			var tmp *buf // a chunk's dots before beta·C is added (pooled: decode calls this ~200 times a token)
-			if beta != 0 {
-				tmp = getBuf(chunk)
-				defer putBuf(tmp)
-			}
-			for r0 := j0; r0 < j0+g; r0 += chunk {
-				r1 := min(r0+chunk, j0+g)
-				for i := range m {
-					var p []float32
-					if prep != nil {
-						p = prep.s[i*pl : (i+1)*pl]
-					}
-					cr := c[i*ldc+r0 : i*ldc+r1]
-					if beta == 0 {
-						dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr, pf)
-						continue
-					}
-					d := tmp.s[:r1-r0]
-					dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d, pf)
-					for r, v := range d {
-						cr[r] = v + beta*cr[r]
-					}
-				}
-			}
-			j += g
-		}
-		for ; kern == nil && j+4 <= j1; j += 4 {
-			if t.Repacked() {
-				dequantGroup(t, f.s, k, w[j*rb:(j+4)*rb])
-			} else {
-				for r := range 4 {
-					DequantRow(t, f.s[r*k:(r+1)*k], w[(j+r)*rb:(j+r+1)*rb])
-				}
-			}
+		for r0 := j0; r0 < j0+g; r0 += chunk {
+			r1 := min(r0+chunk, j0+g)
 			for i := range m {
-				store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f.s, k))
-			}
-		}
-		if j < j1 { // rows left over (not of a four-row layout): plain dots
-			row := getBuf(k)
-			defer putBuf(row)
-			for ; j < j1; j++ {
-				DequantRow(t, row.s, w[j*rb:(j+1)*rb])
-				for i := range m {
-					o := i*ldc + j
-					d := dotImpl(a[i*lda:i*lda+k], row.s)
-					if beta == 0 {
-						c[o] = d
-					} else {
-						c[o] = d + beta*c[o]
-					}
+				var p []float32
+				if prep != nil {
+					p = prep.s[i*pl : (i+1)*pl]
+				}
+				cr := c[i*ldc+r0 : i*ldc+r1]
+				if beta == 0 {
+					dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, cr, pf)
+					continue
+				}
+				d := tmp.s[:r1-r0]
+				dots(k/t.BlockElems(), a[i*lda:i*lda+k], p, w[r0*rb:r1*rb], rb, d, pf)
+				for r, v := range d {
+					cr[r] = v + beta*cr[r]
 				}
 			}
 		}
-	})
+		j += g
+	}
+	for ; kern == nil && j+4 <= j1; j += 4 {
+		if t.Repacked() {
+			dequantGroup(t, f.s, k, w[j*rb:(j+4)*rb])
+		} else {
+			for r := range 4 {
+				DequantRow(t, f.s[r*k:(r+1)*k], w[(j+r)*rb:(j+r+1)*rb])
+			}
+		}
+		for i := range m {
+			store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f.s, k))
+		}
+	}
+	if j < j1 { // rows left over (not of a four-row layout): plain dots
+		row := getBuf(k)
+		defer putBuf(row)
+		for ; j < j1; j++ {
+			DequantRow(t, row.s, w[j*rb:(j+1)*rb])
+			for i := range m {
+				o := i*ldc + j
+				d := dotImpl(a[i*lda:i*lda+k], row.s)
+				if beta == 0 {
+					c[o] = d
+				} else {
+					c[o] = d + beta*c[o]
+				}
+			}
+		}
+	}
 }
 
 // quantDots is a format's decode kernel: dots sets out[r] to the dot of x
