@@ -405,7 +405,7 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 	tasks := split.tasks()
 	rows, pf := set.rows, set.pf
 	hc := halfCalls.Get().(*halfCall)
-	*hc = halfCall{m: m, n: n, k: k, a: a, lda: lda, w: w, beta: beta, c: c, ldc: ldc,
+	*hc = halfCall{m: m, n: n, k: k, a: a, lda: lda, w: *w, beta: beta, c: c, ldc: ldc,
 		kz: kz, xa: xa, ldx: ldx, rows: rows, pf: pf, split: split, run: hc.run}
 	par.Tasks(tasks, serial || m*n*k < gemvParallelMin || tasks < 2, hc.run)
 	*hc = halfCall{run: hc.run} // nothing kept past the call
@@ -419,7 +419,7 @@ type halfCall struct {
 	m, n, k int
 	a       []float32
 	lda     int
-	w       *wrows
+	w       wrows // a copy: the caller's does not escape
 	beta    float32
 	c       []float32
 	ldc     int
@@ -440,7 +440,7 @@ var halfCalls = sync.Pool{New: func() any {
 
 // task is streamNT's task ti.
 func (hc *halfCall) task(_, ti int) {
-	m, k, a, lda, w, beta, c, ldc := hc.m, hc.k, hc.a, hc.lda, hc.w, hc.beta, hc.c, hc.ldc
+	m, k, a, lda, w, beta, c, ldc := hc.m, hc.k, hc.a, hc.lda, &hc.w, hc.beta, hc.c, hc.ldc
 	kz, xa, ldx, rows, pf, split := hc.kz, hc.xa, hc.ldx, hc.rows, hc.pf, hc.split
 	j0, j1 := split.task(ti)
 	var wide *buf // widened group of half weights (m > 1 without AVX-512)
