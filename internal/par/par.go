@@ -66,12 +66,25 @@ func Serial(n, cost int) bool {
 // per-worker scratch. With serial set (too little work) everything runs on
 // the caller's goroutine as worker 0. Workers other than the caller are
 // long-lived helpers (see helper) when free, else fresh goroutines.
-func Tasks(n int, serial bool, f func(worker, i int)) {
+func Tasks(n int, serial bool, f func(worker, i int)) { TasksAfter(n, serial, nil, f) }
+
+// TasksAfter is Tasks with a first step: prepare (when not nil) runs on
+// the caller's goroutine after the other workers have been handed the job
+// and before any task starts, so that their wake-up — the few hundred
+// nanoseconds a helper takes to see a job, on the critical path of each of
+// a decode step's ~150 products — overlaps it. For work every task reads,
+// such as a product's activations laid out for its kernel; it should take
+// microseconds, as the workers spin while it runs. A panic in prepare is
+// re-raised in the caller as a task's is, and then no task runs.
+func TasksAfter(n int, serial bool, prepare func(), f func(worker, i int)) {
 	if n <= 0 {
 		return
 	}
 	w := min(runtime.GOMAXPROCS(0), n)
 	if w <= 1 || serial {
+		if prepare != nil {
+			prepare()
+		}
 		for i := 0; i < n; i++ {
 			f(0, i)
 		}
@@ -85,6 +98,7 @@ func Tasks(n int, serial bool, f func(worker, i int)) {
 	}
 	j.f, j.n, j.lent = f, int64(n), j.lent[:0]
 	j.next.Store(0)
+	j.ready.Store(prepare == nil)
 	for wk := 1; wk < w; wk++ {
 		if h := lend(wk, j); h != nil {
 			j.lent = append(j.lent, h)
@@ -95,6 +109,16 @@ func Tasks(n int, serial bool, f func(worker, i int)) {
 			defer j.wg.Done()
 			j.run(wk)
 		}()
+	}
+	if prepare != nil {
+		func() {
+			defer j.p.catch()
+			prepare()
+		}()
+		if j.p.v.Load() != nil {
+			j.n = 0 // no task runs (the workers read n only once ready)
+		}
+		j.ready.Store(true)
 	}
 	j.run(0)   // worker 0 is the caller's goroutine
 	taken := 0 // helpers that took j and have yet to say done
@@ -128,16 +152,19 @@ var jobs = sync.Pool{New: func() any { return new(job) }}
 // out one at a time from next. A helper that takes the job sends on done
 // once it has run out of tasks.
 type job struct {
-	f    func(worker, i int)
-	n    int64
-	next atomic.Int64
-	p    panicked
-	done chan struct{}
-	lent []*helper      // helpers handed the job
-	wg   sync.WaitGroup // goroutines started for slots without an idle helper
+	f     func(worker, i int)
+	n     int64
+	ready atomic.Bool // the caller's prepare is done (TasksAfter)
+	next  atomic.Int64
+	p     panicked
+	done  chan struct{}
+	lent  []*helper      // helpers handed the job
+	wg    sync.WaitGroup // goroutines started for slots without an idle helper
 }
 
 func (j *job) run(worker int) {
+	for !j.ready.Load() { // the caller's prepare (TasksAfter): microseconds
+	}
 	defer j.p.catch()
 	for {
 		i := j.next.Add(1) - 1

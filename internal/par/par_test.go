@@ -1,10 +1,13 @@
 package par
 
 import (
+	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestRangeCoversEachIndexOnce(t *testing.T) {
@@ -130,4 +133,61 @@ func TestTasksAllocatesNothing(t *testing.T) {
 	if a := testing.AllocsPerRun(200, func() { Tasks(8, false, f) }); a != 0 {
 		t.Errorf("Tasks allocates %v times a call, want 0", a)
 	}
+}
+
+// TestTasksAfterPrepare: prepare runs once, on the caller, before every
+// task (each task sees its write), parallel or serial; a panic in prepare
+// reaches the caller and no task runs, and the next call runs them all.
+func TestTasksAfterPrepare(t *testing.T) {
+	for _, serial := range []bool{false, true} {
+		for range 50 {
+			var prepared, calls, early atomic.Int64
+			var prepG, taskG atomic.Int64
+			TasksAfter(64, serial, func() {
+				// Long enough for the helpers to see the job first.
+				for start := time.Now(); time.Since(start) < 20*time.Microsecond; {
+				}
+				prepared.Store(1)
+				calls.Add(1)
+				prepG.Store(goid())
+			}, func(w, i int) {
+				if prepared.Load() == 0 {
+					early.Add(1)
+				}
+				if w == 0 {
+					taskG.Store(goid())
+				}
+			})
+			if calls.Load() != 1 || early.Load() != 0 {
+				t.Fatalf("serial=%v: prepare ran %d times, %d tasks started before it", serial, calls.Load(), early.Load())
+			}
+			if taskG.Load() != 0 && prepG.Load() != taskG.Load() {
+				t.Fatalf("serial=%v: prepare ran on goroutine %d, worker 0 on %d", serial, prepG.Load(), taskG.Load())
+			}
+		}
+		var ran atomic.Int64
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "prep boom") {
+					t.Errorf("serial=%v: recovered %v, want the prepare's panic", serial, r)
+				}
+			}()
+			TasksAfter(64, serial, func() { panic("prep boom") }, func(w, i int) { ran.Add(1) })
+		}()
+		if ran.Load() != 0 {
+			t.Errorf("serial=%v: %d tasks ran after prepare panicked", serial, ran.Load())
+		}
+		TasksAfter(64, serial, func() {}, func(w, i int) { ran.Add(1) })
+		if ran.Load() != 64 {
+			t.Errorf("serial=%v: the next call ran %d tasks, want 64", serial, ran.Load())
+		}
+	}
+}
+
+// goid is the calling goroutine's id, from its stack trace's header.
+func goid() int64 {
+	var buf [32]byte
+	s := strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
+	id, _ := strconv.ParseInt(s[:strings.IndexByte(s, ' ')], 10, 64)
+	return id
 }

@@ -140,14 +140,10 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	_ = c[(m-1)*ldc+n-1]
 	rb := t.RowBytes(k)
 	kern := quantKernel(t)
-	var prep *buf // per-row precomputation of A for the kernel
+	var prep *buf // per-row precomputation of A for the kernel (quantCall.prepare)
 	if kern != nil && kern.prepLen > 0 {
-		pl := kern.prepSize(k / t.BlockElems())
-		prep = getBuf(m * pl)
+		prep = getBuf(m * kern.prepSize(k/t.BlockElems()))
 		defer putBuf(prep)
-		for i := range m {
-			kern.prep(prep.s[i*pl:(i+1)*pl], a[i*lda:i*lda+k])
-		}
 	}
 	// The kernel's access order, prefetch distance and task split
 	// (order.go), timed while calibrating.
@@ -171,9 +167,13 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	tasks := split.tasks()
 	qc := quantCalls.Get().(*quantCall)
 	*qc = quantCall{t: t, m: m, n: n, k: k, a: a, lda: lda, w: w, beta: beta, c: c, ldc: ldc,
-		rb: rb, kern: kern, prep: prep, dots: dots, pf: pf, split: split, run: qc.run}
-	par.Tasks(tasks, m*n*k < gemvParallelMin || tasks < 2, qc.run)
-	*qc = quantCall{run: qc.run} // nothing kept past the call
+		rb: rb, kern: kern, prep: prep, dots: dots, pf: pf, split: split, run: qc.run, prepFn: qc.prepFn}
+	var prepare func()
+	if prep != nil {
+		prepare = qc.prepFn // while the helpers wake up
+	}
+	par.TasksAfter(tasks, m*n*k < gemvParallelMin || tasks < 2, prepare, qc.run)
+	*qc = quantCall{run: qc.run, prepFn: qc.prepFn} // nothing kept past the call
 	quantCalls.Put(qc)
 }
 
@@ -195,14 +195,23 @@ type quantCall struct {
 	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
 	pf      int
 	split   streamSplit
-	run     func(worker, ti int)
+	run     func(worker, ti int) // task
+	prepFn  func()               // prepare
 }
 
 var quantCalls = sync.Pool{New: func() any {
 	qc := new(quantCall)
-	qc.run = qc.task
+	qc.run, qc.prepFn = qc.task, qc.prepare
 	return qc
 }}
+
+// prepare computes the kernel's per-row precomputation of A into prep.
+func (qc *quantCall) prepare() {
+	pl := qc.kern.prepSize(qc.k / qc.t.BlockElems())
+	for i := range qc.m {
+		qc.kern.prep(qc.prep.s[i*pl:(i+1)*pl], qc.a[i*qc.lda:i*qc.lda+qc.k])
+	}
+}
 
 // task is quantStreamNT's task ti.
 func (qc *quantCall) task(_, ti int) {
