@@ -66,7 +66,9 @@ func TestDecodeAllocsIndependentOfDepth(t *testing.T) {
 			return m
 		}},
 	} {
-		if a2, a8 := allocs(c.load(2)), allocs(c.load(8)); a8 > a2 {
+		// Six more layers that each allocated once would add six a step; one
+		// of slack absorbs a pool refilled after a garbage collection.
+		if a2, a8 := allocs(c.load(2)), allocs(c.load(8)); a8 > a2+1 {
 			t.Errorf("%s: a decode step of two sequences allocates %v times with 8 layers, %v with 2", c.name, a8, a2)
 		}
 	}
