@@ -405,10 +405,10 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 	tasks := split.tasks()
 	rows, pf := set.rows, set.pf
 	hc := halfCalls.Get().(*halfCall)
-	*hc = halfCall{m: m, n: n, k: k, a: a, lda: lda, w: *w, beta: beta, c: c, ldc: ldc,
-		kz: kz, xa: xa, ldx: ldx, rows: rows, pf: pf, split: split, run: hc.run}
+	hc.halfArgs = halfArgs{m: m, k: k, a: a, lda: lda, w: *w, beta: beta, c: c, ldc: ldc,
+		kz: kz, xa: xa, ldx: ldx, rows: rows, pf: pf, split: split}
 	par.Tasks(tasks, serial || m*n*k < gemvParallelMin || tasks < 2, hc.run)
-	*hc = halfCall{run: hc.run} // nothing kept past the call
+	hc.halfArgs = halfArgs{} // nothing kept past the call
 	halfCalls.Put(hc)
 }
 
@@ -416,20 +416,24 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 // come from a pool with task bound to run once, so that a product hands
 // par.Tasks no new closure (batch-1 decode makes ~120 a token).
 type halfCall struct {
-	m, n, k int
-	a       []float32
-	lda     int
-	w       wrows // a copy: the caller's does not escape
-	beta    float32
-	c       []float32
-	ldc     int
-	kz      int
-	xa      []float32
-	ldx     int
-	rows    bool
-	pf      int
-	split   streamSplit
-	run     func(worker, ti int)
+	halfArgs
+	run func(worker, ti int) // task
+}
+
+type halfArgs struct {
+	m, k  int
+	a     []float32
+	lda   int
+	w     wrows // a copy: the caller's does not escape
+	beta  float32
+	c     []float32
+	ldc   int
+	kz    int
+	xa    []float32
+	ldx   int
+	rows  bool
+	pf    int
+	split streamSplit
 }
 
 var halfCalls = sync.Pool{New: func() any {

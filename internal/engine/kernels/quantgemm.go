@@ -166,37 +166,42 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	split := newStreamSplit(n, rb, front)
 	tasks := split.tasks()
 	qc := quantCalls.Get().(*quantCall)
-	*qc = quantCall{t: t, m: m, n: n, k: k, a: a, lda: lda, w: w, beta: beta, c: c, ldc: ldc,
-		rb: rb, kern: kern, prep: prep, dots: dots, pf: pf, split: split, run: qc.run, prepFn: qc.prepFn}
+	qc.quantArgs = quantArgs{t: t, m: m, k: k, a: a, lda: lda, w: w, beta: beta, c: c, ldc: ldc,
+		rb: rb, kern: kern, prep: prep, dots: dots, pf: pf, split: split}
 	var prepare func()
 	if prep != nil {
 		prepare = qc.prepFn // while the helpers wake up
 	}
 	par.TasksAfter(tasks, m*n*k < gemvParallelMin || tasks < 2, prepare, qc.run)
-	*qc = quantCall{run: qc.run, prepFn: qc.prepFn} // nothing kept past the call
+	qc.quantArgs = quantArgs{} // nothing kept past the call
 	quantCalls.Put(qc)
 }
 
 // quantCall is one quantStreamNT call's arguments as its tasks read them.
-// Calls come from a pool with task bound to run once, so that a product
-// hands par.Tasks no new closure (batch-1 decode makes ~120 a token).
+// Calls come from a pool with task and prepare bound once, so that a
+// product hands par.Tasks no new closure (batch-1 decode makes ~120 a
+// token).
 type quantCall struct {
-	t       QuantType
-	m, n, k int
-	a       []float32
-	lda     int
-	w       []byte
-	beta    float32
-	c       []float32
-	ldc     int
-	rb      int
-	kern    *quantDots
-	prep    *buf
-	dots    func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
-	pf      int
-	split   streamSplit
-	run     func(worker, ti int) // task
-	prepFn  func()               // prepare
+	quantArgs
+	run    func(worker, ti int) // task
+	prepFn func()               // prepare
+}
+
+type quantArgs struct {
+	t     QuantType
+	m, k  int
+	a     []float32
+	lda   int
+	w     []byte
+	beta  float32
+	c     []float32
+	ldc   int
+	rb    int
+	kern  *quantDots
+	prep  *buf
+	dots  func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
+	pf    int
+	split streamSplit
 }
 
 var quantCalls = sync.Pool{New: func() any {
