@@ -148,7 +148,7 @@ func TestQuantizedLoRATrainingMatchesDequantised(t *testing.T) {
 				t.Fatal("base not quantized")
 			}
 			bases := []*Weights{qw}
-			if qt.RepackedType() != kernels.QNone { // and in the four-row layout
+			if qt.RepackPays() { // and in the four-row layout
 				rw := base.ToQuant(qt)
 				repackWeights(rw, cfg, false)
 				bases = append(bases, rw)

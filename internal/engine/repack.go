@@ -6,10 +6,11 @@ import (
 	"flywheel/internal/engine/kernels"
 )
 
-// repackWeights puts w's Q4_1 and Q4_0 matrices whose rows are a
+// repackWeights puts w's Q4_1 and Q4_0 matrices (and Q8_0 ones where the
+// CPU has its integer kernel: QuantType.RepackPays) whose rows are a
 // multiple of four (a fused q/k/v or gate/up buffer whole, when each of
 // its parts is) into the four-row layout of kernels.Repack4 (types
-// Q4_1x4, Q4_0x4), which batch-1 decode streams faster (issue 22). The
+// Q4_1x4, Q4_0x4, Q8_0x4), which batch-1 decode streams faster (issue 22). The
 // model holds one copy of each, the same bytes rearranged: owned (the GGUF
 // loader's arena, which nothing else refers to) rearranges them in place;
 // otherwise (NewModel, whose weights may share buffers with others, as
@@ -69,11 +70,12 @@ type repacker struct {
 	size  int    // >= 0: a dry run summing the copies' arena bytes
 }
 
-// repackable reports whether m is a Q4_1/Q4_0 matrix of rows of cols
-// values (whole blocks) in a multiple of four rows.
+// repackable reports whether m is a matrix of a format whose four-row
+// layout decode streams faster here (Q4_1, Q4_0; Q8_0 with VNNI), of rows
+// of cols values (whole blocks) in a multiple of four rows.
 func repackable(m Mat, cols int) bool {
 	t := m.QuantType
-	return m.Quant != nil && t.RepackedType() != kernels.QNone && cols > 0 && cols%t.BlockElems() == 0 &&
+	return m.Quant != nil && t.RepackPays() && cols > 0 && cols%t.BlockElems() == 0 &&
 		m.Len()%(4*cols) == 0
 }
 

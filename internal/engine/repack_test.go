@@ -12,13 +12,18 @@ import (
 	"flywheel/internal/engine/tiny"
 )
 
-// TestRepackWeights: repackWeights puts the Q4_1 and Q4_0 matrices whose
-// rows are a multiple of four (an embedding of 42 rows is not) into the
-// four-row layout, keeping the fused layout, the tied head, the bytes
+// TestRepackWeights: repackWeights puts the Q4_1 and Q4_0 matrices (and
+// Q8_0 ones where the CPU has its integer kernel) whose rows are a
+// multiple of four (an embedding of 42 rows is not) into the four-row
+// layout, keeping the fused layout, the tied head, the bytes
 // and every value (Float32 bit-identical to the plain matrix's); a second
 // call changes nothing, and row slices that split a group are refused.
 func TestRepackWeights(t *testing.T) {
-	for _, qt := range []kernels.QuantType{kernels.Q4_1, kernels.Q4_0} {
+	qts := []kernels.QuantType{kernels.Q4_1, kernels.Q4_0}
+	if kernels.Q8_0.RepackPays() {
+		qts = append(qts, kernels.Q8_0)
+	}
+	for _, qt := range qts {
 		for _, vocab := range []int{40, 42} {
 			t.Run(fmt.Sprintf("%v/vocab=%d", qt, vocab), func(t *testing.T) {
 				cfg := quantCfg(vocab == 40)

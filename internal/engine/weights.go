@@ -18,8 +18,9 @@ import (
 // kernels dequantise as they multiply. Exactly one of F32, Half and Quant
 // is set (all nil: absent). A quantized Mat's rows each hold whole blocks
 // (cols % BlockElems == 0), so slicing at row boundaries (fused q/k/v,
-// gate/up) is slicing bytes; a model holds its Q4_1 and Q4_0 matrices in
-// the four-row layout (repackWeights), sliced at multiples of four rows.
+// gate/up) is slicing bytes; a model holds its Q4_1 and Q4_0 matrices (and
+// Q8_0 ones where the CPU has VNNI) in the four-row layout
+// (repackWeights), sliced at multiples of four rows.
 type Mat struct {
 	F32       []float32
 	Half      []uint16

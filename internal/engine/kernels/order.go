@@ -78,7 +78,7 @@ type decodeSetting struct {
 type Prefetch struct {
 	Half     int // float32/16-bit weights, row order (dot1*R)
 	Quant    int // block-quantized rows, row order (qdot*R)
-	Repacked int // the four-row layouts Q4_1x4 and Q4_0x4 (qdotQ4?X)
+	Repacked int // the four-row layouts Q4_1x4, Q4_0x4 and Q8_0x4 (qdotQ4?X, qdot??V)
 }
 
 var (
@@ -94,7 +94,7 @@ var (
 	// order is calibrated.
 	halfTuner   = newDecodeTuner("float32/16-bit", true, haveAVX512, defaultPrefetch.Half) // dot1*Z / dot1*R
 	quantTuner  = newDecodeTuner("block-quantized", true, true, defaultPrefetch.Quant)     // qdot*Z / qdot*R
-	repackTuner = newDecodeTuner("four-row layout", false, true, defaultPrefetch.Repacked) // qdotQ4?X, qdotQ4?V
+	repackTuner = newDecodeTuner("four-row layout", false, true, defaultPrefetch.Repacked) // qdotQ4?X, qdot??V
 )
 
 const (

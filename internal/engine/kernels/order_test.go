@@ -250,8 +250,11 @@ func TestPrefetchBitIdentical(t *testing.T) {
 			}
 		}
 	}
-	for _, qt := range append(allQuant, Q4_1x4, Q4_0x4) {
+	for _, qt := range append(allQuant, Q4_1x4, Q4_0x4, Q8_0x4) {
 		kern := quantKernel(qt)
+		if kern == nil { // Q8_0x4 without VNNI
+			continue
+		}
 		for _, k := range []int{32, 96, 512, 768, 800} {
 			if k%qt.BlockElems() != 0 {
 				continue

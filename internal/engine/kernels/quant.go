@@ -21,11 +21,13 @@ const (
 	Q4_K            // ggml type 12: 256 values (super-block)
 	Q5_K            // ggml type 13
 	Q6_K            // ggml type 14
-	// Q4_1x4 and Q4_0x4 are Q4_1 and Q4_0 matrices in the four-row layout
-	// of Repack4 (the same blocks, interleaved by groups of four rows),
-	// which the AVX-512 decode kernels stream faster; no file stores them.
+	// Q4_1x4, Q4_0x4 and Q8_0x4 are Q4_1, Q4_0 and Q8_0 matrices in the
+	// four-row layout of Repack4 (the same blocks, interleaved by groups of
+	// four rows), which the AVX-512 decode kernels stream faster; no file
+	// stores them.
 	Q4_1x4
 	Q4_0x4
+	Q8_0x4
 )
 
 // qk is the super-block size of the K-quants (ggml's QK_K).
@@ -45,6 +47,7 @@ var quantInfo = [...]struct {
 	Q6_K:   {"Q6_K", 14, qk, qk/2 + qk/4 + qk/16 + 2},
 	Q4_1x4: {"Q4_1x4", ^uint32(0), 32, 2 + 2 + 16},
 	Q4_0x4: {"Q4_0x4", ^uint32(0), 32, 2 + 16},
+	Q8_0x4: {"Q8_0x4", ^uint32(0), 32, 2 + 32},
 }
 
 // valid reports whether t is one of the formats above (not QNone).
@@ -74,31 +77,51 @@ func (t QuantType) BlockBytes() int {
 	return quantInfo[t].nbytes
 }
 
-// Repacked reports whether t is a four-row layout (Q4_1x4, Q4_0x4), whose
-// rows come in groups of four and are read with the matrix's row length
-// (DequantMat, DequantEmbedRow, the products), not one by one (DequantRow).
-func (t QuantType) Repacked() bool { return t == Q4_1x4 || t == Q4_0x4 }
+// Repacked reports whether t is a four-row layout (Q4_1x4, Q4_0x4,
+// Q8_0x4), whose rows come in groups of four and are read with the
+// matrix's row length (DequantMat, DequantEmbedRow, the products), not one
+// by one (DequantRow).
+func (t QuantType) Repacked() bool { return t == Q4_1x4 || t == Q4_0x4 || t == Q8_0x4 }
 
 // RepackedType is the four-row layout of t (Q4_1x4 for Q4_1, Q4_0x4 for
-// Q4_0), QNone for formats without one.
+// Q4_0, Q8_0x4 for Q8_0), QNone for formats without one.
 func (t QuantType) RepackedType() QuantType {
 	switch t {
 	case Q4_1:
 		return Q4_1x4
 	case Q4_0:
 		return Q4_0x4
+	case Q8_0:
+		return Q8_0x4
 	}
 	return QNone
 }
 
-// plain is the format of t's blocks: Q4_1 for Q4_1x4, Q4_0 for Q4_0x4, t
-// itself otherwise.
+// RepackPays reports whether batch-1 decode streams t's matrices faster
+// in its four-row layout than as plain rows on this machine: Q4_1 and
+// Q4_0 always (their float kernels too gain from it); Q8_0 where its
+// integer kernel runs (AVX-512 VNNI), the plain rows' float kernels being
+// as fast as a float one of the layout would be.
+func (t QuantType) RepackPays() bool {
+	switch t {
+	case Q4_1, Q4_0:
+		return true
+	case Q8_0:
+		return q80Repacks()
+	}
+	return false
+}
+
+// plain is the format of t's blocks: Q4_1 for Q4_1x4, Q4_0 for Q4_0x4,
+// Q8_0 for Q8_0x4, t itself otherwise.
 func (t QuantType) plain() QuantType {
 	switch t {
 	case Q4_1x4:
 		return Q4_1
 	case Q4_0x4:
 		return Q4_0
+	case Q8_0x4:
+		return Q8_0
 	}
 	return t
 }

@@ -79,13 +79,19 @@ func qdotQ41X(nb int, x *float32, w *byte, groups int, out *float32, tab *float3
 func qdotQ40X(nb int, x *float32, w *byte, groups int, out *float32, tab *float32, pf int)
 
 //go:noescape
-func limbsPrep(nb int, x *float32, limbs *byte, sc *float32)
+func limbsPrep(nb int, x *float32, limbs *byte, sc *float32, corr int)
 
 //go:noescape
 func qdotQ41V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
 func qdotQ40V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ80V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func dequantQ80X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 
 //go:noescape
 func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
@@ -186,43 +192,59 @@ func groupsOf(out []float32, nb, size int, w []byte, ldw int) int {
 
 // The integer kernels' prep per 32-value block of x: 384 bytes of limbs
 // (three signed bytes per value, each 16 values' replicated over a
-// vector's four lanes) and the floats s, Σx four times over; then one
-// float, the power of two x was scaled by (quantvnni_amd64.s).
+// vector's four lanes; Q8_0x4's 512, with its offset corrections) and the
+// floats s, Σx four times over; then one float, the power of two x was
+// scaled by (quantvnni_amd64.s).
 const (
 	limbFloats  = 384 / 4
-	vnniPrepLen = limbFloats + 8
+	limb8Floats = 512 / 4
 )
 
-// limbSplit is the prep p of nb blocks as the integer kernels read it:
-// the limbs from p's first 64-byte boundary, the scales after them (and
-// 2^e after those).
-func limbSplit(p []float32, nb int) (limbs *byte, sc *float32) {
+// limbSplit is the prep p of nb blocks as the integer kernels read it
+// (lf floats of limbs a block): the limbs from p's first 64-byte
+// boundary, the scales after them (and 2^e after those).
+func limbSplit(p []float32, nb, lf int) (limbs *byte, sc *float32) {
 	off := int(-uintptr(unsafe.Pointer(&p[0]))%64) / 4
-	_ = p[off+vnniPrepLen*nb] // and 2^e after the scales
-	return (*byte)(unsafe.Pointer(&p[off])), &p[off+limbFloats*nb]
+	_ = p[off+(lf+8)*nb] // and 2^e after the scales
+	return (*byte)(unsafe.Pointer(&p[off])), &p[off+lf*nb]
 }
 
-// vnniPrep is the integer kernels' prep: x's limbs and scales.
+// vnniPrep is the nibble formats' integer kernels' prep: x's limbs and
+// scales.
 func vnniPrep(dst, x []float32) {
 	nb := len(x) / 32
-	l, sc := limbSplit(dst, nb)
-	limbsPrep(nb, &x[0], l, sc)
+	l, sc := limbSplit(dst, nb, limbFloats)
+	limbsPrep(nb, &x[0], l, sc, 0)
+}
+
+// vnni8Prep is Q8_0x4's prep: x's limbs with the offset corrections, and
+// scales.
+func vnni8Prep(dst, x []float32) {
+	nb := len(x) / 32
+	l, sc := limbSplit(dst, nb, limb8Floats)
+	limbsPrep(nb, &x[0], l, sc, 1)
 }
 
 // vnniDots wraps an integer kernel of a four-row layout (blocks of size
-// bytes) as quantDots.dots, checking the bounds the assembly relies on.
-func vnniDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int), size int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
+// bytes, lf floats of limbs a block in the prep) as quantDots.dots,
+// checking the bounds the assembly relies on.
+func vnniDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int), size, lf int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
 	return func(nb int, _, prep []float32, w []byte, ldw int, out []float32, pf int) {
 		if g := groupsOf(out, nb, size, w, ldw); g > 0 {
-			l, sc := limbSplit(prep, nb)
+			l, sc := limbSplit(prep, nb, lf)
 			f(nb, l, sc, &w[0], g, &out[0], pf)
 		}
 	}
 }
 
+// q80Repacks reports whether Q8_0 matrices are held in the four-row
+// layout (QuantType.RepackPays): where qdotQ80V runs.
+func q80Repacks() bool { return haveAVX512 && haveF16C && haveVNNI }
+
 var (
-	q41vKernel = &quantDots{prepLen: vnniPrepLen, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ41V, 20), rowDots: vnniDots(qdotQ41V, 20)}
-	q40vKernel = &quantDots{prepLen: vnniPrepLen, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ40V, 18), rowDots: vnniDots(qdotQ40V, 18)}
+	q41vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ41V, 20, limbFloats), rowDots: vnniDots(qdotQ41V, 20, limbFloats)}
+	q40vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ40V, 18, limbFloats), rowDots: vnniDots(qdotQ40V, 18, limbFloats)}
+	q80vKernel = &quantDots{prepLen: limb8Floats + 8, prepPad: 16, prep: vnni8Prep, dots: vnniDots(qdotQ80V, 34, limb8Floats), rowDots: vnniDots(qdotQ80V, 34, limb8Floats)}
 	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
 	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
 	q41Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ41Z), 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
@@ -258,6 +280,11 @@ func quantKernel(t QuantType) *quantDots {
 			return q40vKernel
 		}
 		return q40xKernel
+	case Q8_0x4:
+		if haveVNNI {
+			return q80vKernel
+		}
+		return nil // no float kernel of the layout: RepackPays keeps Q8_0 plain there
 	case Q8_0:
 		return q80Kernel
 	case Q4_K:
@@ -289,8 +316,11 @@ func dequantGroupAsm(t QuantType, dst []float32, cols int, src []byte) bool {
 		return false
 	}
 	f := dequantQ41X
-	if t == Q4_0x4 {
+	switch t {
+	case Q4_0x4:
 		f = dequantQ40X
+	case Q8_0x4:
+		f = dequantQ80X
 	}
 	f(cols/32, &dst[0], 4*cols, &src[0], &f16Table()[0])
 	return true

@@ -10,3 +10,6 @@ func dequantRowAsm(QuantType, []float32, []byte) bool { return false }
 
 // dequantGroupAsm is false: no assembly dequantisation on this build.
 func dequantGroupAsm(QuantType, []float32, int, []byte) bool { return false }
+
+// q80Repacks is false: no kernel streams Q8_0x4 on this build.
+func q80Repacks() bool { return false }

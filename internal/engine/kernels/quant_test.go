@@ -245,7 +245,7 @@ func TestQuantDecodeExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	defer SetRowOrder(SetRowOrder(true))
 	forSIMD(t, func(t *testing.T) {
-		for _, qt := range append(allQuant, Q4_1x4, Q4_0x4) {
+		for _, qt := range append(allQuant, Q4_1x4, Q4_0x4, Q8_0x4) {
 			for _, k := range []int{800, 1536, 2304} {
 				if k%qt.BlockElems() != 0 {
 					continue

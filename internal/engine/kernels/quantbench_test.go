@@ -88,7 +88,7 @@ func BenchmarkDequantRow(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	const rows, cols = 1536, 768
 	dst := make([]float32, rows*cols)
-	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_1x4, Q4_0x4} {
+	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_1x4, Q4_0x4, Q8_0x4} {
 		w, _ := randQuant(r, qt, rows, cols)
 		b.Run(qt.String(), func(b *testing.B) {
 			for range b.N {
@@ -128,7 +128,7 @@ func BenchmarkQuantStream(b *testing.B) {
 		mats int
 	}
 	var fs []format
-	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_1x4, Q4_0x4} {
+	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_1x4, Q4_0x4, Q8_0x4} {
 		mat, _ := randQuant(r, qt, n, k)
 		mats := bytes / len(mat)
 		w := hugemem.Make[byte](mats * len(mat))
@@ -191,7 +191,7 @@ func BenchmarkQuantBound(b *testing.B) {
 	for _, f := range []struct {
 		t QuantType
 		n int
-	}{{Q4_1, 1536}, {Q4_1x4, 1536}, {Q8_0, 768}} {
+	}{{Q4_1, 1536}, {Q4_1x4, 1536}, {Q8_0, 768}, {Q8_0x4, 768}} {
 		mat, _ := randQuant(r, f.t, f.n, k)
 		vs = append(vs, variant{f.t.String() + "-L2", f.t, f.n, mat, 1})
 		mats := big / len(mat)

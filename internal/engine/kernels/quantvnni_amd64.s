@@ -191,7 +191,7 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	VFMADD231PS    X2, X1, X0 \
 	VMULPS.BCST    (R15), X0, X0
 
-#define VRUN(grp, lp, done, SCALE, END, size) \
+#define VRUN(grp, lp, done, BLOCK, SCALE, END, size, lsize) \
 grp: \
 	TESTQ R12, R12 \
 	JZ    done \
@@ -201,11 +201,11 @@ grp: \
 	VPXORD Z0, Z0, Z0 \
 	VPXORD Z1, Z1, Z1 \
 lp: \
-	VBLOCK \
+	BLOCK \
 	SCALE \
 	PREFETCHT0 (R8)(R10*1) \
 	ADDQ  $size, R8 \
-	ADDQ  $384, SI \
+	ADDQ  $lsize, SI \
 	ADDQ  $32, DI \
 	DECQ  CX \
 	JNZ   lp \
@@ -218,19 +218,25 @@ done: \
 	VZEROUPPER \
 	RET
 
-// func limbsPrep(nb int, x *float32, limbs *byte, sc *float32)
+// func limbsPrep(nb int, x *float32, limbs *byte, sc *float32, corr int)
 //
 // For each block b of 32 values of x·2^-e (e: the exponent of x's largest
-// |x|): at limbs + 384·b the six 64-byte vectors A, B, C of values 0..15
-// (offsets 0, 128, 256) and 16..31 (64, 192, 320); at sc + 8·b the floats
+// |x|): at limbs + 384·b (corr ≠ 0: 512·b) the six 64-byte vectors A, B,
+// C of values 0..15 (offsets 0, 128, 256) and 16..31 (64, 192, 320); with
+// corr ≠ 0, Q8_0's offset corrections after them: at 384 −128·ΣA and at
+// 448 −(32768·ΣB + 128·ΣC) per dword, the sums over the eight values
+// whose limbs that dword's lane holds (qdotQ80V); at sc + 8·b the floats
 // s, Σx four times over; at sc + 8·nb, 2^e.
-TEXT ·limbsPrep(SB), NOSPLIT, $0-32
+TEXT ·limbsPrep(SB), NOSPLIT, $0-40
 	MOVQ         nb+0(FP), CX
 	TESTQ        CX, CX               // no blocks: nothing to write (the max loop below runs at least once)
 	JZ           done
 	MOVQ         x+8(FP), SI
 	MOVQ         limbs+16(FP), DI
 	MOVQ         sc+24(FP), DX
+	MOVQ         corr+32(FP), R9
+	MOVL         $0x80808080, AX
+	VPBROADCASTD AX, Z25
 	MOVL         $0x7fffffff, AX
 	VPBROADCASTD AX, Z31
 	MOVL         $128, AX
@@ -293,6 +299,26 @@ lp:
 	VCVTPS2DQ     Z1, Z1
 	LIMBS(Z0, 0, 128, 256)
 	LIMBS(Z1, 64, 192, 320)
+	TESTQ         R9, R9
+	JZ            nocorr
+	VPXORD        Z11, Z11, Z11       // 128·ΣA, 128·ΣB, 128·ΣC per dword
+	VPDPBUSD      0(DI), Z25, Z11
+	VPDPBUSD      64(DI), Z25, Z11
+	VPXORD        Z12, Z12, Z12
+	VPDPBUSD      128(DI), Z25, Z12
+	VPDPBUSD      192(DI), Z25, Z12
+	VPXORD        Z13, Z13, Z13
+	VPDPBUSD      256(DI), Z25, Z13
+	VPDPBUSD      320(DI), Z25, Z13
+	VPSLLD        $8, Z12, Z12
+	VPADDD        Z13, Z12, Z12
+	VPXORD        Z14, Z14, Z14
+	VPSUBD        Z11, Z14, Z11
+	VPSUBD        Z12, Z14, Z12
+	VMOVDQU32     Z11, 384(DI)
+	VMOVDQU32     Z12, 448(DI)
+	ADDQ          $128, DI
+nocorr:
 	VUNPCKLPS     X9, X4, X4          // s, Σx
 	VMOVLHPS      X4, X4, X4
 	VINSERTF128   $1, X4, Y4, Y4
@@ -310,9 +336,185 @@ done:
 // func qdotQ41V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ41V(SB), NOSPLIT, $0-56
 	VSETUP
-	VRUN(v41g, v41, v41done, V41SCALE, V41END, 80)
+	VRUN(v41g, v41, v41done, VBLOCK, V41SCALE, V41END, 80, 384)
 
 // func qdotQ40V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
 	VSETUP
-	VRUN(v40g, v40, v40done, V40SCALE, V40END, 72)
+	VRUN(v40g, v40, v40done, VBLOCK, V40SCALE, V40END, 72, 384)
+
+// Q8_0x4 (repack.go: the values as unsigned bytes u = q + 128, each
+// row's four consecutive values in one dword, the layout VPDPBUSD sums as
+// it is). The 23-bit integers v of x times 8-bit values do not fit int32
+// over a block, so the sum is taken in two parts, each exact in int32:
+// H = 256·Σ q·A + Σ u·B (|H| < 2^26) and L = Σ u·C − 128·ΣC − 32768·ΣB
+// (|L| < 2^26), so that 256·H + L = Σ q·v (Σ u·A − 128·ΣA = Σ q·A, and
+// likewise for B and C). The offset's terms are the prep's (limbsPrep with
+// corr): H starts at −128·ΣA before its shift, L at −128·ΣC − 32768·ΣB; a
+// block costs six VPDPBUSD and no rearranging. H and L are converted once
+// per block and joined by one FMA: H's rounding is at most 2^-24 of
+// 256·Σ|q·A| + Σ|u·B|, in units of v 2^-24·Σ|q·v| and a few units more
+// (float32 summation noise); L's is 2^-24 of 2^26, four units of v.
+
+// Σ q·v of the four rows' block at R8 against the limbs at SI, per (lane
+// c, dword j = row j), as float32 into Z20 (Z28 = 256.0); a block is more
+// than two cache lines: the second line's prefetch here (VRUN's, the
+// first's).
+#define V80BLOCK \
+	PREFETCHT0  64(R8)(R10*1) \
+	VMOVDQU32   (R8), Z16 \
+	VMOVDQU32   64(R8), Z17 \
+	VMOVDQU32   384(SI), Z19 \
+	VMOVDQU32   448(SI), Z20 \
+	VPDPBUSD    (SI), Z16, Z19 \
+	VPDPBUSD    64(SI), Z17, Z19 \
+	VPDPBUSD    256(SI), Z16, Z20 \
+	VPDPBUSD    320(SI), Z17, Z20 \
+	VPSLLD      $8, Z19, Z19 \
+	VPDPBUSD    128(SI), Z16, Z19 \
+	VPDPBUSD    192(SI), Z17, Z19 \
+	VCVTDQ2PS   Z19, Z19 \
+	VCVTDQ2PS   Z20, Z20 \
+	VFMADD231PS Z28, Z19, Z20
+
+// Z0 += the rows' d times s per lane times the block's sums.
+#define V80SCALE \
+	VCVTPH2PS   128(R8), X18 \
+	VMULPS.BCST (DI), X18, X18 \
+	VSHUFF32X4  $0, Z18, Z18, Z22 \
+	VFMADD231PS Z22, Z20, Z0
+
+// The sum of Z0 over its lanes, to X0.
+#define V80END \
+	VEXTRACTF64X4  $1, Z0, Y3 \
+	VADDPS         Y3, Y0, Y0 \
+	VEXTRACTF128   $1, Y0, X3 \
+	VADDPS         X3, X0, X0 \
+	VMULPS.BCST    (R15), X0, X0
+
+// func qdotQ80V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+// limbs as limbsPrep writes them with corr.
+TEXT ·qdotQ80V(SB), NOSPLIT, $0-56
+	VSETUP
+	MOVL         $0x43800000, AX      // 256.0
+	VPBROADCASTD AX, Z28
+	VRUN(v80g, v80, v80done, V80BLOCK, V80SCALE, V80END, 136, 512)
+
+// VPERMD indices gathering row j's dwords j, 4+j, 8+j, 12+j (j = 0..3).
+DATA dq80Idx<>+0(SB)/4, $0
+DATA dq80Idx<>+4(SB)/4, $4
+DATA dq80Idx<>+8(SB)/4, $8
+DATA dq80Idx<>+12(SB)/4, $12
+DATA dq80Idx<>+16(SB)/4, $0
+DATA dq80Idx<>+20(SB)/4, $0
+DATA dq80Idx<>+24(SB)/4, $0
+DATA dq80Idx<>+28(SB)/4, $0
+DATA dq80Idx<>+32(SB)/4, $0
+DATA dq80Idx<>+36(SB)/4, $0
+DATA dq80Idx<>+40(SB)/4, $0
+DATA dq80Idx<>+44(SB)/4, $0
+DATA dq80Idx<>+48(SB)/4, $0
+DATA dq80Idx<>+52(SB)/4, $0
+DATA dq80Idx<>+56(SB)/4, $0
+DATA dq80Idx<>+60(SB)/4, $0
+DATA dq80Idx<>+64(SB)/4, $1
+DATA dq80Idx<>+68(SB)/4, $5
+DATA dq80Idx<>+72(SB)/4, $9
+DATA dq80Idx<>+76(SB)/4, $13
+DATA dq80Idx<>+80(SB)/4, $0
+DATA dq80Idx<>+84(SB)/4, $0
+DATA dq80Idx<>+88(SB)/4, $0
+DATA dq80Idx<>+92(SB)/4, $0
+DATA dq80Idx<>+96(SB)/4, $0
+DATA dq80Idx<>+100(SB)/4, $0
+DATA dq80Idx<>+104(SB)/4, $0
+DATA dq80Idx<>+108(SB)/4, $0
+DATA dq80Idx<>+112(SB)/4, $0
+DATA dq80Idx<>+116(SB)/4, $0
+DATA dq80Idx<>+120(SB)/4, $0
+DATA dq80Idx<>+124(SB)/4, $0
+DATA dq80Idx<>+128(SB)/4, $2
+DATA dq80Idx<>+132(SB)/4, $6
+DATA dq80Idx<>+136(SB)/4, $10
+DATA dq80Idx<>+140(SB)/4, $14
+DATA dq80Idx<>+144(SB)/4, $0
+DATA dq80Idx<>+148(SB)/4, $0
+DATA dq80Idx<>+152(SB)/4, $0
+DATA dq80Idx<>+156(SB)/4, $0
+DATA dq80Idx<>+160(SB)/4, $0
+DATA dq80Idx<>+164(SB)/4, $0
+DATA dq80Idx<>+168(SB)/4, $0
+DATA dq80Idx<>+172(SB)/4, $0
+DATA dq80Idx<>+176(SB)/4, $0
+DATA dq80Idx<>+180(SB)/4, $0
+DATA dq80Idx<>+184(SB)/4, $0
+DATA dq80Idx<>+188(SB)/4, $0
+DATA dq80Idx<>+192(SB)/4, $3
+DATA dq80Idx<>+196(SB)/4, $7
+DATA dq80Idx<>+200(SB)/4, $11
+DATA dq80Idx<>+204(SB)/4, $15
+DATA dq80Idx<>+208(SB)/4, $0
+DATA dq80Idx<>+212(SB)/4, $0
+DATA dq80Idx<>+216(SB)/4, $0
+DATA dq80Idx<>+220(SB)/4, $0
+DATA dq80Idx<>+224(SB)/4, $0
+DATA dq80Idx<>+228(SB)/4, $0
+DATA dq80Idx<>+232(SB)/4, $0
+DATA dq80Idx<>+236(SB)/4, $0
+DATA dq80Idx<>+240(SB)/4, $0
+DATA dq80Idx<>+244(SB)/4, $0
+DATA dq80Idx<>+248(SB)/4, $0
+DATA dq80Idx<>+252(SB)/4, $0
+GLOBL dq80Idx<>(SB), RODATA|NOPTR, $256
+
+// Row j of the block in Z16 (values 0..15) and Z17 (16..31) with its d
+// (f16 at doff(R8)), by the VPERMD indices idx, stored at lo and hi.
+#define DQ80ROW(idx, doff, lo, hi) \
+	MOVWLZX          doff(R8), AX \
+	VBROADCASTSS     (R15)(AX*4), Z19 \
+	VPERMD           Z16, idx, Z18 \
+	VPMOVSXBD        X18, Z18 \
+	VCVTDQ2PS        Z18, Z18 \
+	VMULPS           Z19, Z18, Z18 \
+	VMOVUPS          Z18, lo \
+	VPERMD           Z17, idx, Z18 \
+	VPMOVSXBD        X18, Z18 \
+	VCVTDQ2PS        Z18, Z18 \
+	VMULPS           Z19, Z18, Z18 \
+	VMOVUPS          Z18, hi
+
+// func dequantQ80X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+//
+// One group of four Q8_0x4 rows (nb blocks): row j's values to dst + j·ldd
+// bytes, each float32(q)·d as dequantBlock computes it (d from tab, the
+// f16 table). Row j's sixteen values of a half are dwords j, 4+j, 8+j,
+// 12+j of its vector (VPERMD with Z20..Z23), its q = u XOR 0x80.
+TEXT ·dequantQ80X(SB), NOSPLIT, $0-40
+	MOVQ         nb+0(FP), CX
+	MOVQ         dst+8(FP), DI
+	MOVQ         ldd+16(FP), R12
+	MOVQ         src+24(FP), R8
+	MOVQ         tab+32(FP), R15
+	LEAQ         (R12)(R12*2), R13
+	MOVL         $0x80808080, AX
+	VPBROADCASTD AX, Z24
+	VMOVDQU32    dq80Idx<>+0(SB), Z20
+	VMOVDQU32    dq80Idx<>+64(SB), Z21
+	VMOVDQU32    dq80Idx<>+128(SB), Z22
+	VMOVDQU32    dq80Idx<>+192(SB), Z23
+dlp:
+	TESTQ        CX, CX
+	JZ           ddone
+	VPXORD       (R8), Z24, Z16
+	VPXORD       64(R8), Z24, Z17
+	DQ80ROW(Z20, 128, (DI), 64(DI))
+	DQ80ROW(Z21, 130, (DI)(R12*1), 64(DI)(R12*1))
+	DQ80ROW(Z22, 132, (DI)(R12*2), 64(DI)(R12*2))
+	DQ80ROW(Z23, 134, (DI)(R13*1), 64(DI)(R13*1))
+	ADDQ         $136, R8
+	ADDQ         $128, DI
+	DECQ         CX
+	JMP          dlp
+ddone:
+	VZEROUPPER
+	RET

@@ -2,24 +2,30 @@ package kernels
 
 import "fmt"
 
-// The four-row layout (Q4_1x4, Q4_0x4). Batch-1 decode of Q4_1 and Q4_0
-// weights was bounded by the kernels' loads, not by memory (issue 22): a
-// block of one row cost its nibbles, x's two halves and its scales. With
-// four rows' blocks b side by side, one load gives all four rows'
-// nibbles and x's halves serve the four rows (quant_amd64.s, qdotQ41X).
+// The four-row layout (Q4_1x4, Q4_0x4, Q8_0x4). Batch-1 decode of Q4_1
+// and Q4_0 weights was bounded by the kernels' loads, not by memory (issue
+// 22): a block of one row cost its nibbles, x's two halves and its
+// scales. With four rows' blocks b side by side, one load gives all four
+// rows' nibbles and x's halves serve the four rows (quant_amd64.s,
+// qdotQ41X). Q8_0's layout is the one its integer kernel multiplies
+// without rearranging (quantvnni_amd64.s, qdotQ80V): each row's four
+// consecutive values in one dword, the values stored offset by 128 as
+// unsigned bytes (q XOR 0x80).
 // The layout holds the same bytes as the plain rows, rearranged within
 // each group of four rows, so a matrix is held in one layout only. Row
 // slices at multiples of four rows (fused q/k/v and gate/up) are byte
 // slices as before; a matrix whose rows are not a multiple of four stays
 // plain.
 
-// Repack4 writes the rows×cols Q4_1 or Q4_0 matrix src (plain rows, rows
-// a multiple of 4) into dst (as many bytes; src itself rearranges the
-// matrix in place, any other overlap is not allowed) in the four-row
-// layout, the matrix of type t.RepackedType(): for each group of four
-// rows and each block index, 64 bytes of the four rows' nibbles (byte
-// 4i+j: byte i of row j's 16), then the four rows' scales (Q4_1: d, m;
-// Q4_0: d; each row's as its block stores them).
+// Repack4 writes the rows×cols Q4_1, Q4_0 or Q8_0 matrix src (plain
+// rows, rows a multiple of 4) into dst (as many bytes; src itself
+// rearranges the matrix in place, any other overlap is not allowed) in
+// the four-row layout, the matrix of type t.RepackedType(): for each
+// group of four rows and each block index, Q4_1 and Q4_0: 64 bytes of
+// the four rows' nibbles (byte 4i+j: byte i of row j's 16), then the four
+// rows' scales (Q4_1: d, m; Q4_0: d; each row's as its block stores
+// them); Q8_0: 128 bytes of values (byte 64h+16c+4j+i: row j's value
+// 16h+4c+i, XOR 0x80), then the four rows' d.
 func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 	if t.RepackedType() == QNone {
 		panic(fmt.Sprintf("kernels: Repack4: %v has no four-row layout", t))
@@ -38,6 +44,13 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 			blk := dst[g*rb+4*b*bb : g*rb+4*(b+1)*bb]
 			for j := range 4 {
 				s := grp[j*rb+b*bb : j*rb+(b+1)*bb]
+				if t == Q8_0 {
+					for v := range 32 {
+						blk[64*(v/16)+16*(v%16/4)+4*j+v%4] = s[2+v] ^ 0x80
+					}
+					copy(blk[128+2*j:130+2*j], s[:2])
+					continue
+				}
 				for i := range 16 {
 					blk[4*i+j] = s[sb+i]
 				}
@@ -83,6 +96,15 @@ func dequantGroup(t QuantType, dst []float32, cols int, src []byte) {
 	sb := bb - 16 // scale bytes per row
 	for b := range cols / 32 {
 		s := src[4*b*bb : 4*(b+1)*bb]
+		if t == Q8_0x4 {
+			for j := range 4 {
+				y, d := dst[j*cols+32*b:j*cols+32*(b+1)], f16(s[128+2*j:])
+				for v := range y {
+					y[v] = float32(int8(s[64*(v/16)+16*(v%16/4)+4*j+v%4]^0x80)) * d
+				}
+			}
+			continue
+		}
 		for j := range 4 {
 			y, sc := dst[j*cols+32*b:j*cols+32*(b+1)], s[64+sb*j:]
 			if t == Q4_1x4 {

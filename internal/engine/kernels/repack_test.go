@@ -13,7 +13,7 @@ import (
 func TestRepack4(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	forSIMD(t, func(t *testing.T) {
-		for _, qt := range []QuantType{Q4_1, Q4_0} {
+		for _, qt := range []QuantType{Q4_1, Q4_0, Q8_0} {
 			for _, rows := range []int{4, 8, 28} {
 				for _, cols := range []int{32, 96, 576} {
 					q, want := randQuant(r, qt, rows, cols)
@@ -54,7 +54,7 @@ func TestRepack4(t *testing.T) {
 func TestRepackedGemm(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 24))
 	forSIMD(t, func(t *testing.T) {
-		for _, qt := range []QuantType{Q4_1x4, Q4_0x4} {
+		for _, qt := range []QuantType{Q4_1x4, Q4_0x4, Q8_0x4} {
 			for _, m := range []int{1, 2, 5, 17} {
 				for _, n := range []int{4, 8, 68, 204} {
 					for _, k := range []int{32, 96, 768} {
@@ -94,5 +94,63 @@ func TestRepackedRefused(t *testing.T) {
 	}
 	if _, ok := QuantTypeFromGGML(math.MaxUint32); ok {
 		t.Error("a four-row layout maps from a ggml type")
+	}
+}
+
+// TestQ80x4Extremes: Q8_0x4's integer kernel (where it runs) at the ends
+// of its ranges — every weight −128 or 127, x at its blocks' largest
+// values, of one sign or alternating — stays within float32 noise of the
+// exact product (its int32 sums would overflow without the split into
+// two parts).
+func TestQ80x4Extremes(t *testing.T) {
+	const rows, k = 8, 256
+	r := rand.New(rand.NewPCG(31, 32))
+	q := make([]byte, rows*Q8_0.RowBytes(k))
+	wf := make([]float64, rows*k)
+	for row := range rows {
+		for b := range k / 32 {
+			blk := q[(row*k/32+b)*34:]
+			blk[0], blk[1] = 0x00, 0x3c // d = 1
+			for i := range 32 {
+				v := int8(127)
+				switch row % 4 {
+				case 1:
+					v = -128
+				case 2:
+					if i%2 == 1 {
+						v = -128
+					}
+				case 3:
+					v = int8(r.IntN(256) - 128)
+				}
+				blk[2+i] = byte(v)
+				wf[row*k+32*b+i] = float64(v)
+			}
+		}
+	}
+	w := make([]byte, len(q))
+	Repack4(Q8_0, w, q, rows, k)
+	for name, xs := range map[string]func(i int) float32{
+		"max":         func(int) float32 { return 1 },
+		"near max":    func(int) float32 { return 1 - float32(r.Float64())/64 },
+		"alternating": func(i int) float32 { return float32(1-2*(i%2)) * (1 - float32(r.Float64())/64) },
+		"negative":    func(int) float32 { return -1 + float32(r.Float64())/1024 },
+	} {
+		x := make([]float32, k)
+		for i := range x {
+			x[i] = xs(i)
+		}
+		c := make([]float32, rows)
+		QuantGemmNT(Q8_0x4, 1, rows, k, x, k, w, 0, c, rows)
+		for j := range rows {
+			var want, mag float64
+			for i := range k {
+				want += float64(x[i]) * wf[j*k+i]
+				mag += math.Abs(float64(x[i]) * wf[j*k+i])
+			}
+			if rel := math.Abs(float64(c[j])-want) / mag; rel > 5e-7 {
+				t.Errorf("%s: row %d = %g, exact %g: error %.2g of Σ|x·w|", name, j, c[j], want, rel)
+			}
+		}
 	}
 }
