@@ -384,8 +384,8 @@ type attnView[T Float] struct {
 }
 
 // attnTask is the attention of the query rows [i0, i1) of view v for kv
-// head g; with kb >= 0, of its one query row over the kb-th block of
-// attnDecodeBlock keys (a decode step, see attentionForward).
+// head g; with kb >= 0, of its one query row over the keys [i0, i1), the
+// kb-th part of its keys (a decode step, see attentionForward).
 type attnTask struct{ v, g, i0, i1, kb int }
 
 // attnTasks is attentionForward's reused storage: the task list and the
@@ -405,8 +405,36 @@ type attnTasks struct {
 // (3 kv heads, 2 workers) 256-key blocks — three tasks a layer, no merge —
 // took 19–24 % less time in attention than 64-key blocks (nine tasks,
 // merged) and two equal blocks per head (six) 5–20 % more than 256, in
-// alternated runs; a token 3.5–5 % less (docs/benchmarks.md).
+// alternated runs; a token 3.5–5 % less (docs/benchmarks.md). With 2
+// workers the third head's block is then split in two (decodeParts): four
+// tasks, one merge.
 const attnDecodeBlock = 256
+
+// decodeParts is how many parts a block of n keys of kv head g of a
+// decode row is split into (of nkv heads): 1, but where the workers do
+// not divide the heads (3 kv heads, 2 workers: one would wait for the
+// other's second head), the blocks of the last nkv mod workers heads are
+// split in one part per worker, so every worker has the same keys to
+// read; parts of at least attnPartMin keys. A function of the row's
+// length and the machine's worker count only, so a sequence's result does
+// not depend on the batch.
+// On the real SmolLM2-135M Q4_1 file at a 128-token context (2 workers)
+// a token took 1.9–2.1 % less time (eleven alternated runs, faster in
+// nine); the Q8_0 file's the same (±1.5 %).
+func decodeParts(nkv, g, n int) int {
+	w := attnWorkers()
+	if r := nkv % w; w < 2 || r == 0 || g < nkv-r || n < attnPartMin*w {
+		return 1
+	}
+	return w
+}
+
+// attnPartMin is the fewest keys of a part of a split decode head.
+const attnPartMin = 64
+
+// attnWorkers is the worker count decodeParts splits for (a variable for
+// the tests).
+var attnWorkers = par.Workers
 
 // attnScratch is one worker's blocks: gathered queries, scores, outputs.
 type attnScratch[T Float] struct{ qg, s, og, dog, dp []T }
@@ -481,8 +509,9 @@ func scores[T Float](v *attnView[T], g, lo, hi, M, d int, scale T, qg, S []T) {
 //
 // A decode row (a view with one new row over a KV cache, float32, no lse)
 // is split by keys instead: one task per (kv head, block of
-// attnDecodeBlock keys) writes the block's unnormalised softmax state
-// (kernels.AttendBlock), and the blocks are merged after (FlashDecoding).
+// attnDecodeBlock keys, part of the block: decodeParts) writes its keys'
+// unnormalised softmax state (kernels.AttendBlock), and a head's parts are
+// merged after (FlashDecoding).
 //
 // at is reused storage (so a decode step allocates nothing here).
 func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out []T, scr []attnScratch[T], at *attnTasks) {
@@ -495,9 +524,19 @@ func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out
 		if f32 && lse == nil && v.N == 1 && len(v.KV) == 1 {
 			lo, hi := ge.keyRange(v.P0, 0, 1)
 			for g := 0; g < ge.nkv; g++ {
-				for kb := 0; lo+kb*attnDecodeBlock < hi; kb++ {
-					ts = append(ts, attnTask{vi, g, 0, 1, kb})
-					nd++
+				kb := 0
+				for a := lo; a < hi; a += attnDecodeBlock {
+					b := min(hi, a+attnDecodeBlock)
+					parts := decodeParts(ge.nkv, g, b-a)
+					for p := range parts {
+						pa, pb := a+((b-a)*p/parts)&^15, b
+						if p+1 < parts {
+							pb = a + ((b-a)*(p+1)/parts)&^15
+						}
+						ts = append(ts, attnTask{vi, g, pa, pb, kb})
+						kb++
+						nd++
+					}
 				}
 			}
 		} else {
@@ -568,9 +607,7 @@ func (ac *attnCall[T]) task(w, ti int) {
 	v := &views[tk.v]
 	sc := &scr[w]
 	if tk.kb >= 0 {
-		lo, hi := ge.keyRange(v.P0, 0, 1)
-		a := lo + tk.kb*attnDecodeBlock
-		b := min(hi, a+attnDecodeBlock)
+		a, b := tk.i0, tk.i1
 		c := &v.KV[0]
 		K, V := c.at(tk.g, a)
 		sc.s = grow(sc.s, rep*(b-a))

@@ -244,61 +244,91 @@ func TestLogSoftmaxValues(t *testing.T) {
 }
 
 // Decode rows (one new row over a KV cache) take attentionForward's
-// split-by-keys path in float32 (blocks of attnDecodeBlock keys, merged);
-// float64 takes the blocked path. Both against each other, for a batch that
-// mixes decode rows at several positions (one key, a block boundary,
-// several blocks) with a prefill row block, with and without a sliding
-// window, for head sizes on and off the AVX-512 kernels.
+// split-by-keys path in float32 (blocks of attnDecodeBlock keys, merged;
+// blocks of some heads split further where the workers do not divide the
+// kv heads); float64 takes the blocked path. Both against each other, for
+// a batch that mixes decode rows at several positions (one key, a block
+// boundary, several blocks) with a prefill row block, with and without a
+// sliding window, for head sizes on and off the AVX-512 kernels, 2 and 3
+// kv heads, and 1 to 3 workers.
 func TestDecodeAttention(t *testing.T) {
+	defer func(f func() int) { attnWorkers = f }(attnWorkers)
 	rng := rand.New(rand.NewPCG(9, 10))
-	for _, d := range []int{64, 20} {
-		for _, win := range []int{0, 50} {
-			const nh, nkv, B = 6, 2, attnDecodeBlock
-			const cp = 3 * B
-			type seq struct{ p0, n int }
-			seqs := []seq{{0, 1}, {3, 5}, {B - 1, 1}, {B, 1}, {B + B/3, 1}, {2*B + B/4, 1}, {3*B - 1, 1}}
-			ge := attnGeom{nh: nh, nkv: nkv, d: d, win: win}
-			N := 0
-			for _, s := range seqs {
-				N += s.n
-			}
-			round := func(x []float64) []float64 {
-				for i, v := range x {
-					x[i] = float64(float32(v))
-				}
-				return x
-			}
-			q := round(rvec(rng, N*nh*d, 1))
-			caches := make([][2][]float64, len(seqs))
-			for i := range seqs {
-				caches[i] = [2][]float64{round(rvec(rng, nkv*cp*d, 1)), round(rvec(rng, nkv*cp*d, 1))}
-			}
-			run32 := func() []float32 {
-				views := make([]attnView[float32], len(seqs))
-				r := 0
-				for i, s := range seqs {
-					K, V := f32s(caches[i][0]), f32s(caches[i][1])
-					views[i] = attnView[float32]{R0: r, N: s.n, P0: s.p0, KV: []kvChunk[float32]{{K: K, V: V, RS: d, HS: cp * d, N: s.p0 + s.n, R0: -1}}}
-					r += s.n
-				}
-				out := make([]float32, N*nh*d)
-				attentionForward(f32s(q), views, ge, nil, out, make([]attnScratch[float32], 8), new(attnTasks))
-				return out
-			}
-			views := make([]attnView[float64], len(seqs))
-			r := 0
-			for i, s := range seqs {
-				views[i] = attnView[float64]{R0: r, N: s.n, P0: s.p0, KV: []kvChunk[float64]{{K: caches[i][0], V: caches[i][1], RS: d, HS: cp * d, N: s.p0 + s.n, R0: -1}}}
-				r += s.n
-			}
-			want := make([]float64, N*nh*d)
-			attentionForward(q, views, ge, nil, want, make([]attnScratch[float64], 8), new(attnTasks))
-			got := run32()
-			for i := range want {
-				if math.Abs(float64(got[i])-want[i]) > 1e-5 {
-					t.Fatalf("d=%d win=%d: out[%d] (row %d) = %g, want %g", d, win, i, i/(nh*d), got[i], want[i])
+	for _, workers := range []int{1, 2, 3} {
+		attnWorkers = func() int { return workers }
+		for _, nkv := range []int{2, 3} {
+			for _, d := range []int{64, 20} {
+				for _, win := range []int{0, 50} {
+					checkDecodeAttention(t, rng, workers, nkv, d, win)
 				}
 			}
+		}
+	}
+}
+
+// checkDecodeAttention is TestDecodeAttention for one geometry, with
+// decodeParts splitting for workers: decode rows at and around the block
+// boundaries against the float64 attention of the general path; where the
+// workers do not divide the kv heads, some heads' blocks must be split.
+func checkDecodeAttention(t *testing.T, rng *rand.Rand, workers, nkv, d, win int) {
+	t.Helper()
+	const nh, B = 6, attnDecodeBlock
+	const cp = 3 * B
+	type seq struct{ p0, n int }
+	seqs := []seq{{0, 1}, {3, 5}, {B - 1, 1}, {B, 1}, {B + B/3, 1}, {2*B + B/4, 1}, {3*B - 1, 1}}
+	ge := attnGeom{nh: nh, nkv: nkv, d: d, win: win}
+	N := 0
+	for _, s := range seqs {
+		N += s.n
+	}
+	round := func(x []float64) []float64 {
+		for i, v := range x {
+			x[i] = float64(float32(v))
+		}
+		return x
+	}
+	q := round(rvec(rng, N*nh*d, 1))
+	caches := make([][2][]float64, len(seqs))
+	for i := range seqs {
+		caches[i] = [2][]float64{round(rvec(rng, nkv*cp*d, 1)), round(rvec(rng, nkv*cp*d, 1))}
+	}
+	views := make([]attnView[float32], len(seqs))
+	r := 0
+	for i, s := range seqs {
+		K, V := f32s(caches[i][0]), f32s(caches[i][1])
+		views[i] = attnView[float32]{R0: r, N: s.n, P0: s.p0, KV: []kvChunk[float32]{{K: K, V: V, RS: d, HS: cp * d, N: s.p0 + s.n, R0: -1}}}
+		r += s.n
+	}
+	got := make([]float32, N*nh*d)
+	at := new(attnTasks)
+	attentionForward(f32s(q), views, ge, nil, got, make([]attnScratch[float32], 8), at)
+	blocks, tasks := 0, 0 // the decode rows' blocks of keys, and their tasks
+	for _, v := range views {
+		if v.N == 1 {
+			lo, hi := ge.keyRange(v.P0, 0, 1)
+			blocks += nkv * ((hi - lo + B - 1) / B)
+		}
+	}
+	for _, tk := range at.ts {
+		if tk.kb >= 0 {
+			tasks++
+		}
+	}
+	// Windows of 50 keys are never split (parts of at least attnPartMin).
+	if split, want := tasks > blocks, workers > 1 && nkv%workers != 0 && win == 0; split != want {
+		t.Errorf("workers %d, %d kv heads, win %d: %d tasks for %d blocks: split %v, want %v", workers, nkv, win, tasks, blocks, split, want)
+	}
+	wviews := make([]attnView[float64], len(seqs))
+	r = 0
+	for i, s := range seqs {
+		wviews[i] = attnView[float64]{R0: r, N: s.n, P0: s.p0, KV: []kvChunk[float64]{{K: caches[i][0], V: caches[i][1], RS: d, HS: cp * d, N: s.p0 + s.n, R0: -1}}}
+		r += s.n
+	}
+	want := make([]float64, N*nh*d)
+	attentionForward(q, wviews, ge, nil, want, make([]attnScratch[float64], 8), new(attnTasks))
+	for i := range want {
+		if math.Abs(float64(got[i])-want[i]) > 1e-5 {
+			t.Fatalf("workers %d, %d kv heads, d=%d win=%d: out[%d] (row %d) = %g, want %g", workers, nkv, d, win, i, i/(nh*d), got[i], want[i])
 		}
 	}
 }
