@@ -416,13 +416,13 @@ const attnDecodeBlock = 256
 // other's second head), the blocks of the last nkv mod workers heads are
 // split in one part per worker, so every worker has the same keys to
 // read; parts of at least attnPartMin keys. A function of the row's
-// length and the machine's worker count only, so a sequence's result does
-// not depend on the batch.
+// length and the machine's worker count w only, so a sequence's result
+// does not depend on the batch.
+//
 // On the real SmolLM2-135M Q4_1 file at a 128-token context (2 workers)
 // a token took 1.9–2.1 % less time (eleven alternated runs, faster in
 // nine); the Q8_0 file's the same (±1.5 %).
-func decodeParts(nkv, g, n int) int {
-	w := attnWorkers()
+func decodeParts(nkv, g, n, w int) int {
 	if r := nkv % w; w < 2 || r == 0 || g < nkv-r || n < attnPartMin*w {
 		return 1
 	}
@@ -520,6 +520,7 @@ func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out
 	_, f32 := any(q).([]float32)
 	ts := at.ts[:0]
 	work, nd := 0, 0
+	workers := attnWorkers()
 	for vi, v := range views {
 		if f32 && lse == nil && v.N == 1 && len(v.KV) == 1 {
 			lo, hi := ge.keyRange(v.P0, 0, 1)
@@ -527,7 +528,7 @@ func attentionForward[T Float](q []T, views []attnView[T], ge attnGeom, lse, out
 				kb := 0
 				for a := lo; a < hi; a += attnDecodeBlock {
 					b := min(hi, a+attnDecodeBlock)
-					parts := decodeParts(ge.nkv, g, b-a)
+					parts := decodeParts(ge.nkv, g, b-a, workers)
 					for p := range parts {
 						pa, pb := a+((b-a)*p/parts)&^15, b
 						if p+1 < parts {
