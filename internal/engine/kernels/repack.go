@@ -46,7 +46,7 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 				s := grp[j*rb+b*bb : j*rb+(b+1)*bb]
 				if t == Q8_0 {
 					for v := range 32 {
-						blk[64*(v/16)+16*(v%16/4)+4*j+v%4] = s[2+v] ^ 0x80
+						blk[q80x4Pos(j, v)] = s[2+v] ^ 0x80
 					}
 					copy(blk[128+2*j:130+2*j], s[:2])
 					continue
@@ -59,6 +59,11 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 		}
 	}
 }
+
+// q80x4Pos is where value v (< 32) of row j (< 4) of a block sits in
+// Q8_0x4's 128 value bytes: half v/16's vector, lane (v%16)/4, dword j,
+// byte v%4.
+func q80x4Pos(j, v int) int { return 64*(v/16) + 16*(v%16/4) + 4*j + v%4 }
 
 // DequantMat writes the values of the quantized matrix src of type t
 // (rows of cols values, back to back) into dst, row after row: for a row
@@ -100,7 +105,7 @@ func dequantGroup(t QuantType, dst []float32, cols int, src []byte) {
 			for j := range 4 {
 				y, d := dst[j*cols+32*b:j*cols+32*(b+1)], f16(s[128+2*j:])
 				for v := range y {
-					y[v] = float32(int8(s[64*(v/16)+16*(v%16/4)+4*j+v%4]^0x80)) * d
+					y[v] = float32(int8(s[q80x4Pos(j, v)]^0x80)) * d
 				}
 			}
 			continue
