@@ -61,7 +61,20 @@ echo "-- the same weights dequantised to F32 (llama.cpp computes them unrounded)
 "$venv/bin/python" .ci/gguf_ref.py "$work/f32.gguf" "$work/ref-f32.json"
 FLYWHEEL_GGUF_LLAMA_EXACT=1 FLYWHEEL_GGUF_MODEL="$work/f32.gguf" FLYWHEEL_GGUF_REF="$work/ref-f32.json" \
     go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+
+echo "-- llama.cpp's Q4_K_M of the same weights (Q4_K and Q6_K, and their fallbacks Q5_0 and Q8_0 for the"
+echo "   rows that are not whole 256-value super-blocks): flywheel against float64 and llama.cpp"
+"$venv/bin/python" bench/llama_decode.py --quantize "$work/f32.gguf" "$work/q4_k_m.gguf" q4_k_m
 rm -f "$work/f32.gguf"
+"$venv/bin/python" -c 'import collections, sys, gguf
+c = collections.Counter(t.tensor_type.name for t in gguf.GGUFReader(sys.argv[1]).tensors)
+print("tensor types:", dict(c))
+sys.exit(0 if {"Q4_K", "Q6_K", "Q5_0", "Q8_0"} <= set(c) else "not the mix this check is for")' "$work/q4_k_m.gguf"
+"$venv/bin/python" .ci/gguf_ref.py "$work/q4_k_m.gguf" "$work/ref-q4km.json"
+"$venv/bin/python" .ci/gguf_f64.py "$work/q4_k_m.gguf" "$work/ref-q4km.json"
+FLYWHEEL_GGUF_MODEL="$work/q4_k_m.gguf" FLYWHEEL_GGUF_REF="$work/ref-q4km.json" \
+    go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+rm -f "$work/q4_k_m.gguf"
 
 echo "-- resident memory: the Q4_1 model after 576 tokens, at most 1.2 x (file + KV cache)"
 FLYWHEEL_BENCH_GGUF="$gguf" go test -count=1 -run '^$' -bench '^BenchmarkPeakMemory135M$/^GGUF$' -benchtime 1x \

@@ -93,11 +93,10 @@ func TestGGUFEqualsSafetensors(t *testing.T) {
 // Quantized GGUF matrices load as quantized Mats holding the file's blocks
 // (q and k rows un-permuted), in the fused layout, tied embeddings shared.
 func TestGGUFQuantizedWeights(t *testing.T) {
-	for _, qt := range []kernels.QuantType{kernels.Q8_0, kernels.Q4_0, kernels.Q4_1, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K} {
+	for _, qt := range kernels.FileTypes() {
 		t.Run(qt.String(), func(t *testing.T) {
 			spec := tiny.Spec{Arch: ArchLlama, Hidden: 256, Intermediate: 512, Heads: 4, KVHeads: 2}
-			ggmlType := map[kernels.QuantType]gguf.GGMLType{kernels.Q8_0: gguf.Q8_0, kernels.Q4_0: gguf.Q4_0, kernels.Q4_1: gguf.Q4_1,
-				kernels.Q4_K: gguf.Q4_K, kernels.Q5_K: gguf.Q5_K, kernels.Q6_K: gguf.Q6_K}[qt]
+			ggmlType := gguf.GGMLType(qt.GGML())
 			path := writeGGUF(t, spec, ggmlType)
 			f, err := gguf.Open(path)
 			if err != nil {
@@ -213,11 +212,11 @@ func TestGGUFRefused(t *testing.T) {
 			}
 			return kvs, ts
 		}},
-		{"unsupported quant", "tensor blk.0.ffn_up.weight: unsupported type Q5_0", func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+		{"unsupported quant", "tensor blk.0.ffn_up.weight: unsupported type Q8_1", func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			for i := range ts {
 				if ts[i].Name == "blk.0.ffn_up.weight" {
-					ts[i].Type = gguf.Q5_0
-					ts[i].Data = make([]byte, 128*64/32*22)
+					ts[i].Type = gguf.Q8_1
+					ts[i].Data = make([]byte, 128*64/32*36)
 				}
 			}
 			return kvs, ts

@@ -17,7 +17,7 @@ func checkQuant(t *gguf.Tensor) error {
 
 func quantTypeNames() string {
 	s := ""
-	for _, q := range []kernels.QuantType{kernels.Q8_0, kernels.Q4_0, kernels.Q4_1, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K} {
+	for _, q := range kernels.FileTypes() {
 		if s != "" {
 			s += ", "
 		}

@@ -156,8 +156,12 @@ func TestRealGGUFMatchesLlamaCpp(t *testing.T) {
 			if k := same(greedy, r.GreedyF64); k < len(greedy) {
 				t.Errorf("%q: greedy continuation differs from the float64 reference's at token %d", name, k)
 			}
-			if !exact && dLlama > roundedTol {
-				t.Errorf("%q: max |Δ logprob| vs llama.cpp %.2f > %.1f, more than its 8-bit rounding explains", name, dLlama, roundedTol)
+			// llama.cpp's distance from the exact model is its 8-bit
+			// rounding's (dQ8: the rounding alone, on float64; up to 0.43
+			// on the real model's Q4_K_M): more than twice that, and more
+			// than roundedTol, is a difference of ours.
+			if lim := math.Max(roundedTol, 2*dQ8); !exact && dLlama > lim {
+				t.Errorf("%q: max |Δ logprob| vs llama.cpp %.2f > %.2f, more than its 8-bit rounding explains", name, dLlama, lim)
 			}
 		}
 	}

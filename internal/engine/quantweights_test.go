@@ -17,7 +17,7 @@ func quantCfg(tied bool) *Config {
 		RMSNormEps: 1e-5, RopeTheta: 10000, TieWordEmbeddings: tied, BOSTokenID: -1}
 }
 
-var allQuantTypes = []kernels.QuantType{kernels.Q8_0, kernels.Q4_0, kernels.Q4_1, kernels.Q4_K, kernels.Q5_K, kernels.Q6_K}
+var allQuantTypes = kernels.FileTypes()
 
 // TestToQuantKeepsLayout: quantizing random weights keeps the fused layout
 // and the tied head; Len, Bytes, parts and Float32 of a quantized Mat

@@ -6,12 +6,12 @@ import (
 	"flywheel/internal/engine/kernels"
 )
 
-// repackWeights puts w's Q4_1 and Q4_0 matrices (and Q8_0 ones where the
-// CPU has its integer kernel: QuantType.RepackPays) whose rows are a
-// multiple of four (a fused q/k/v or gate/up buffer whole, when each of
-// its parts is) into the four-row layout of kernels.Repack4 (types
-// Q4_1x4, Q4_0x4, Q8_0x4), which batch-1 decode streams faster (issue 22). The
-// model holds one copy of each, the same bytes rearranged: owned (the GGUF
+// repackWeights puts w's Q4_1 and Q4_0 matrices (and Q8_0, Q5_0 and Q5_1
+// ones where the CPU has their integer kernels: QuantType.RepackPays)
+// whose rows are a multiple of four (a fused q/k/v or gate/up buffer
+// whole, when each of its parts is) into the four-row layout of
+// kernels.Repack4 (types Q4_1x4, ..., Q5_1x4), which batch-1 decode
+// streams faster (issue 22). The model holds one copy of each, the same bytes rearranged: owned (the GGUF
 // loader's arena, which nothing else refers to) rearranges them in place;
 // otherwise (NewModel, whose weights may share buffers with others, as
 // ToQuant's tied heads do) they are copied into a new arena. Fused layouts
@@ -71,7 +71,8 @@ type repacker struct {
 }
 
 // repackable reports whether m is a matrix of a format whose four-row
-// layout decode streams faster here (Q4_1, Q4_0; Q8_0 with VNNI), of rows
+// layout decode streams faster here (Q4_1, Q4_0; Q8_0, Q5_0, Q5_1 with
+// VNNI: QuantType.RepackPays), of rows
 // of cols values (whole blocks) in a multiple of four rows.
 func repackable(m Mat, cols int) bool {
 	t := m.QuantType

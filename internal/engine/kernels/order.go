@@ -78,7 +78,7 @@ type decodeSetting struct {
 type Prefetch struct {
 	Half     int // float32/16-bit weights, row order (dot1*R)
 	Quant    int // block-quantized rows, row order (qdot*R)
-	Repacked int // the four-row layouts Q4_1x4, Q4_0x4 and Q8_0x4 (qdotQ4?X, qdot??V)
+	Repacked int // the four-row layouts Q4_1x4, ..., Q5_1x4 (qdotQ4?X, qdot??V)
 }
 
 var (

@@ -250,7 +250,7 @@ func TestPrefetchBitIdentical(t *testing.T) {
 			}
 		}
 	}
-	for _, qt := range append(allQuant, Q4_1x4, Q4_0x4, Q8_0x4) {
+	for _, qt := range append(allQuant, allRepacked...) {
 		kern := quantKernel(qt)
 		if kern == nil { // Q8_0x4 without VNNI
 			continue

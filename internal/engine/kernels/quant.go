@@ -21,13 +21,17 @@ const (
 	Q4_K            // ggml type 12: 256 values (super-block)
 	Q5_K            // ggml type 13
 	Q6_K            // ggml type 14
-	// Q4_1x4, Q4_0x4 and Q8_0x4 are Q4_1, Q4_0 and Q8_0 matrices in the
-	// four-row layout of Repack4 (the same blocks, interleaved by groups of
-	// four rows), which the AVX-512 decode kernels stream faster; no file
-	// stores them.
+	// Q4_1x4, Q4_0x4, Q8_0x4, Q5_0x4 and Q5_1x4 are Q4_1, Q4_0, Q8_0, Q5_0
+	// and Q5_1 matrices in the four-row layout of Repack4 (the same blocks,
+	// interleaved by groups of four rows), which the AVX-512 decode kernels
+	// stream faster; no file stores them.
 	Q4_1x4
 	Q4_0x4
 	Q8_0x4
+	Q5_0   // ggml type 6:  32 values, f16 d, 4 bytes of fifth bits, 16 bytes of nibbles
+	Q5_1   // ggml type 7:  32 values, f16 d, f16 m, 4 bytes of fifth bits, 16 bytes
+	Q5_0x4 // (the numbers of the types above stay as they were)
+	Q5_1x4
 )
 
 // qk is the super-block size of the K-quants (ggml's QK_K).
@@ -48,6 +52,22 @@ var quantInfo = [...]struct {
 	Q4_1x4: {"Q4_1x4", ^uint32(0), 32, 2 + 2 + 16},
 	Q4_0x4: {"Q4_0x4", ^uint32(0), 32, 2 + 16},
 	Q8_0x4: {"Q8_0x4", ^uint32(0), 32, 2 + 32},
+	Q5_0:   {"Q5_0", 6, 32, 2 + 4 + 16},
+	Q5_1:   {"Q5_1", 7, 32, 2 + 2 + 4 + 16},
+	Q5_0x4: {"Q5_0x4", ^uint32(0), 32, 2 + 4 + 16},
+	Q5_1x4: {"Q5_1x4", ^uint32(0), 32, 2 + 2 + 4 + 16},
+}
+
+// FileTypes is the block formats a GGUF file may hold that flywheel
+// reads (not the four-row layouts), in the order of their declaration.
+func FileTypes() []QuantType {
+	var ts []QuantType
+	for t := Q8_0; t.valid(); t++ {
+		if !t.Repacked() {
+			ts = append(ts, t)
+		}
+	}
+	return ts
 }
 
 // valid reports whether t is one of the formats above (not QNone).
@@ -59,6 +79,15 @@ func (t QuantType) String() string {
 		return quantInfo[t].name
 	}
 	return fmt.Sprintf("QuantType(%d)", uint8(t))
+}
+
+// GGML is t's ggml tensor type number, as GGUF files store it (the
+// four-row layouts, which no file stores, have none: ^0).
+func (t QuantType) GGML() uint32 {
+	if !t.valid() {
+		return ^uint32(0)
+	}
+	return quantInfo[t].ggml
 }
 
 // BlockElems is the number of values per block (32 or 256; 0 for QNone).
@@ -77,14 +106,14 @@ func (t QuantType) BlockBytes() int {
 	return quantInfo[t].nbytes
 }
 
-// Repacked reports whether t is a four-row layout (Q4_1x4, Q4_0x4,
-// Q8_0x4), whose rows come in groups of four and are read with the
-// matrix's row length (DequantMat, DequantEmbedRow, the products), not one
-// by one (DequantRow).
-func (t QuantType) Repacked() bool { return t == Q4_1x4 || t == Q4_0x4 || t == Q8_0x4 }
+// Repacked reports whether t is a four-row layout (Q4_1x4, ..., Q5_1x4),
+// whose rows come in groups of four and are read with the matrix's row
+// length (DequantMat, DequantEmbedRow, the products), not one by one
+// (DequantRow).
+func (t QuantType) Repacked() bool { return t.valid() && quantInfo[t].ggml == ^uint32(0) }
 
-// RepackedType is the four-row layout of t (Q4_1x4 for Q4_1, Q4_0x4 for
-// Q4_0, Q8_0x4 for Q8_0), QNone for formats without one.
+// RepackedType is the four-row layout of t (Q4_1x4 for Q4_1, ..., Q5_1x4
+// for Q5_1), QNone for formats without one.
 func (t QuantType) RepackedType() QuantType {
 	switch t {
 	case Q4_1:
@@ -93,27 +122,32 @@ func (t QuantType) RepackedType() QuantType {
 		return Q4_0x4
 	case Q8_0:
 		return Q8_0x4
+	case Q5_0:
+		return Q5_0x4
+	case Q5_1:
+		return Q5_1x4
 	}
 	return QNone
 }
 
 // RepackPays reports whether batch-1 decode streams t's matrices faster
 // in its four-row layout than as plain rows on this machine: Q4_1 and
-// Q4_0 always (their float kernels too gain from it); Q8_0 where its
-// integer kernel runs (AVX-512 VNNI), the plain rows' float kernels being
-// as fast as a float one of the layout would be.
+// Q4_0 always (their float kernels too gain from it); Q8_0, Q5_0 and Q5_1
+// where their integer kernels run (AVX-512 VNNI), the layout having no
+// float kernel (Q8_0's plain rows have one as fast as a float one of the
+// layout would be; Q5's plain rows are dequantised into a buffer).
 func (t QuantType) RepackPays() bool {
 	switch t {
 	case Q4_1, Q4_0:
 		return true
-	case Q8_0:
-		return q80Repacks()
+	case Q8_0, Q5_0, Q5_1:
+		return vnniRepacks()
 	}
 	return false
 }
 
-// plain is the format of t's blocks: Q4_1 for Q4_1x4, Q4_0 for Q4_0x4,
-// Q8_0 for Q8_0x4, t itself otherwise.
+// plain is the format of t's blocks: Q4_1 for Q4_1x4, ..., Q5_1 for
+// Q5_1x4, t itself otherwise.
 func (t QuantType) plain() QuantType {
 	switch t {
 	case Q4_1x4:
@@ -122,6 +156,10 @@ func (t QuantType) plain() QuantType {
 		return Q4_0
 	case Q8_0x4:
 		return Q8_0
+	case Q5_0x4:
+		return Q5_0
+	case Q5_1x4:
+		return Q5_1
 	}
 	return t
 }
@@ -210,6 +248,19 @@ func dequantBlock(t QuantType, y []float32, x []byte) {
 			y[i] = float32(float32(q&15)*d) + m
 			y[i+16] = float32(float32(q>>4)*d) + m
 		}
+	case Q5_0, Q5_1: // bit i of the 32 in qh: value i's fifth
+		qh, d := q5High(x), f16(x)
+		for i, q := range x[len(x)-16:] {
+			l0, l1 := q&15|byte(qh>>i&1)<<4, q>>4|byte(qh>>(i+16)&1)<<4
+			if t == Q5_0 {
+				y[i] = float32(int(l0)-16) * d
+				y[i+16] = float32(int(l1)-16) * d
+				continue
+			}
+			m := f16(x[2:])
+			y[i] = float32(float32(l0)*d) + m
+			y[i+16] = float32(float32(l1)*d) + m
+		}
 	case Q4_K, Q5_K: // Q5_K: a fifth bit per value in qh
 		d, dmin := f16(x), f16(x[2:])
 		sc, qs, qh := x[4:16], x[16:144], []byte(nil)
@@ -263,9 +314,9 @@ func scaleMinK4(j int, q []byte) (sc, m uint8) {
 }
 
 // QuantizeRow writes the values of src (a multiple of t's BlockElems) into
-// dst (t.RowBytes(len(src)) bytes) in format t. Q8_0, Q4_0 and Q4_1 round
-// exactly as ggml's reference quantize_row_*_ref (and the gguf Python
-// package) do; the K-quants use a plain per-sub-block min/max fit (not
+// dst (t.RowBytes(len(src)) bytes) in format t. Q8_0, Q4_0, Q4_1, Q5_0
+// and Q5_1 round exactly as ggml's reference quantize_row_*_ref (and the
+// gguf Python package) do; the K-quants use a plain per-sub-block min/max fit (not
 // ggml's searched scales), which gives valid blocks of those formats for
 // tests and benchmarks.
 func QuantizeRow(t QuantType, dst []byte, src []float32) {
@@ -316,6 +367,41 @@ func quantBlock(t QuantType, y []byte, x []float32) {
 			q1 := min(15, int8(float32((x[i+16]-lo)*id)+0.5))
 			y[4+i] = byte(q0) | byte(q1)<<4
 		}
+	case Q5_0:
+		var amax, vmax float32
+		for _, v := range x {
+			if amax < abs32(v) {
+				amax, vmax = abs32(v), v
+			}
+		}
+		d := vmax / -16
+		id := inv(d)
+		putF16(y, d)
+		var qh uint32
+		for i := range 16 {
+			q0 := min(31, int8(float32(x[i]*id)+16.5))
+			q1 := min(31, int8(float32(x[i+16]*id)+16.5))
+			y[6+i] = byte(q0)&15 | byte(q1)<<4
+			qh |= uint32(q0>>4&1)<<i | uint32(q1>>4&1)<<(i+16)
+		}
+		y[2], y[3], y[4], y[5] = byte(qh), byte(qh>>8), byte(qh>>16), byte(qh>>24)
+	case Q5_1:
+		lo, hi := x[0], x[0]
+		for _, v := range x {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		d := (hi - lo) / 31
+		id := inv(d)
+		putF16(y, d)
+		putF16(y[2:], lo)
+		var qh uint32
+		for i := range 16 {
+			q0 := uint8(float32((x[i]-lo)*id) + 0.5)
+			q1 := uint8(float32((x[i+16]-lo)*id) + 0.5)
+			y[8+i] = q0&15 | q1<<4
+			qh |= uint32(q0>>4&1)<<i | uint32(q1>>4&1)<<(i+16)
+		}
+		y[4], y[5], y[6], y[7] = byte(qh), byte(qh>>8), byte(qh>>16), byte(qh>>24)
 	case Q4_K, Q5_K:
 		quantK45(t, y, x)
 	case Q6_K:

@@ -85,6 +85,12 @@ func limbsPrep(nb int, x *float32, limbs *byte, sc *float32, corr int)
 func qdotQ41V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
+func qdotQ50V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ51V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
 func qdotQ40V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
@@ -237,14 +243,17 @@ func vnniDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out 
 	}
 }
 
-// q80Repacks reports whether Q8_0 matrices are held in the four-row
-// layout (QuantType.RepackPays): where qdotQ80V runs.
-func q80Repacks() bool { return haveAVX512 && haveF16C && haveVNNI }
+// vnniRepacks reports whether Q8_0, Q5_0 and Q5_1 matrices are held in
+// the four-row layout (QuantType.RepackPays): where their integer kernels
+// (qdotQ80V, qdotQ50V, qdotQ51V) run.
+func vnniRepacks() bool { return haveAVX512 && haveF16C && haveVNNI }
 
 var (
 	q41vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ41V, 20, limbFloats), rowDots: vnniDots(qdotQ41V, 20, limbFloats)}
 	q40vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ40V, 18, limbFloats), rowDots: vnniDots(qdotQ40V, 18, limbFloats)}
 	q80vKernel = &quantDots{prepLen: limb8Floats + 8, prepPad: 16, prep: vnni8Prep, dots: vnniDots(qdotQ80V, 34, limb8Floats), rowDots: vnniDots(qdotQ80V, 34, limb8Floats)}
+	q50vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ50V, 22, limbFloats), rowDots: vnniDots(qdotQ50V, 22, limbFloats)}
+	q51vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ51V, 24, limbFloats), rowDots: vnniDots(qdotQ51V, 24, limbFloats)}
 	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
 	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
 	q41Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ41Z), 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
@@ -285,6 +294,16 @@ func quantKernel(t QuantType) *quantDots {
 			return q80vKernel
 		}
 		return nil // no float kernel of the layout: RepackPays keeps Q8_0 plain there
+	case Q5_0x4:
+		if haveVNNI {
+			return q50vKernel
+		}
+		return nil // as Q8_0x4
+	case Q5_1x4:
+		if haveVNNI {
+			return q51vKernel
+		}
+		return nil
 	case Q8_0:
 		return q80Kernel
 	case Q4_K:
@@ -315,12 +334,16 @@ func dequantGroupAsm(t QuantType, dst []float32, cols int, src []byte) bool {
 	if !haveAVX512 || !haveF16C {
 		return false
 	}
-	f := dequantQ41X
+	var f func(nb int, dst *float32, ldd int, src *byte, tab *float32)
 	switch t {
+	case Q4_1x4:
+		f = dequantQ41X
 	case Q4_0x4:
 		f = dequantQ40X
 	case Q8_0x4:
 		f = dequantQ80X
+	default:
+		return false // Q5_0x4, Q5_1x4: dequantGroup's Go
 	}
 	f(cols/32, &dst[0], 4*cols, &src[0], &f16Table()[0])
 	return true

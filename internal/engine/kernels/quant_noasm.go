@@ -11,5 +11,6 @@ func dequantRowAsm(QuantType, []float32, []byte) bool { return false }
 // dequantGroupAsm is false: no assembly dequantisation on this build.
 func dequantGroupAsm(QuantType, []float32, int, []byte) bool { return false }
 
-// q80Repacks is false: no kernel streams Q8_0x4 on this build.
-func q80Repacks() bool { return false }
+// vnniRepacks is false: no kernel streams Q8_0x4, Q5_0x4 or Q5_1x4 on
+// this build.
+func vnniRepacks() bool { return false }

@@ -9,7 +9,18 @@ import (
 	"testing"
 )
 
-var allQuant = []QuantType{Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K}
+// allQuant is every file format; allRepacked every four-row layout.
+var allQuant, allRepacked = FileTypes(), repackedTypes()
+
+func repackedTypes() []QuantType {
+	var ts []QuantType
+	for _, t := range FileTypes() {
+		if r := t.RepackedType(); r != QNone {
+			ts = append(ts, r)
+		}
+	}
+	return ts
+}
 
 func readF32(t *testing.T, path string) []float32 {
 	t.Helper()
@@ -53,9 +64,10 @@ func testDequantGGUF(t *testing.T) {
 }
 
 // TestQuantizeGGUF checks that QuantizeRow writes the same bytes as the
-// gguf package's quantize (ggml's reference rounding) for Q8_0/Q4_0/Q4_1.
+// gguf package's quantize (ggml's reference rounding) for Q8_0, Q4_0,
+// Q4_1, Q5_0 and Q5_1.
 func TestQuantizeGGUF(t *testing.T) {
-	for _, qt := range []QuantType{Q8_0, Q4_0, Q4_1} {
+	for _, qt := range []QuantType{Q8_0, Q4_0, Q4_1, Q5_0, Q5_1} {
 		dir := filepath.Join("testdata", "quant")
 		src := readF32(t, filepath.Join(dir, qt.String()+".src.f32"))
 		want, err := os.ReadFile(filepath.Join(dir, qt.String()+".q"))
@@ -91,7 +103,7 @@ func TestQuantRoundTrip(t *testing.T) {
 			amax = max(amax, math.Abs(float64(v)))
 		}
 		// relative step: 4 bits ~ 1/15 of the range, 5 bits 1/31, 6 bits 1/63, 8 bits 1/127.
-		tol := map[QuantType]float64{Q8_0: 1.0 / 127, Q4_0: 1.0 / 7, Q4_1: 2.0 / 15, Q4_K: 2.0 / 15, Q5_K: 2.0 / 31, Q6_K: 1.0 / 31}[qt] * amax
+		tol := map[QuantType]float64{Q8_0: 1.0 / 127, Q4_0: 1.0 / 7, Q4_1: 2.0 / 15, Q4_K: 2.0 / 15, Q5_K: 2.0 / 31, Q6_K: 1.0 / 31, Q5_0: 1.0 / 15, Q5_1: 2.0 / 31}[qt] * amax
 		var worst float64
 		for i := range x {
 			worst = max(worst, math.Abs(float64(x[i]-y[i])))
@@ -110,6 +122,7 @@ func TestQuantTypeInfo(t *testing.T) {
 	}{
 		8: {Q8_0, "Q8_0", 32, 34}, 2: {Q4_0, "Q4_0", 32, 18}, 3: {Q4_1, "Q4_1", 32, 20},
 		12: {Q4_K, "Q4_K", 256, 144}, 13: {Q5_K, "Q5_K", 256, 176}, 14: {Q6_K, "Q6_K", 256, 210},
+		6: {Q5_0, "Q5_0", 32, 22}, 7: {Q5_1, "Q5_1", 32, 24},
 	}
 	for g, w := range want {
 		qt, ok := QuantTypeFromGGML(g)
@@ -117,7 +130,7 @@ func TestQuantTypeInfo(t *testing.T) {
 			t.Errorf("ggml %d: %v %v %q %d %d", g, qt, ok, qt.String(), qt.BlockElems(), qt.BlockBytes())
 		}
 	}
-	for _, g := range []uint32{0, 1, 30, 6, 7, 99, math.MaxUint32} {
+	for _, g := range []uint32{0, 1, 30, 10, 11, 99, math.MaxUint32} {
 		if qt, ok := QuantTypeFromGGML(g); ok {
 			t.Errorf("ggml %d: got %v", g, qt)
 		}
@@ -245,7 +258,7 @@ func TestQuantDecodeExact(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	defer SetRowOrder(SetRowOrder(true))
 	forSIMD(t, func(t *testing.T) {
-		for _, qt := range append(allQuant, Q4_1x4, Q4_0x4, Q8_0x4) {
+		for _, qt := range append(allQuant, allRepacked...) {
 			for _, k := range []int{800, 1536, 2304} {
 				if k%qt.BlockElems() != 0 {
 					continue

@@ -9,9 +9,9 @@ import (
 
 // Products with block-quantized weights (QuantType). The weight matrix is
 // the tensor's bytes as a GGUF file stores them: rows of whole blocks,
-// back to back (row stride t.RowBytes(cols) bytes); or, for Q4_1x4,
-// Q4_0x4 and Q8_0x4, the same bytes interleaved by groups of four rows
-// (repack.go).
+// back to back (row stride t.RowBytes(cols) bytes); or, for the four-row
+// layouts (Q4_1x4, ..., Q5_1x4), the same bytes interleaved by groups of
+// four rows (repack.go).
 //
 // Arithmetic. Every product computes, in float32, the product of the
 // activations with the dequantised weights — the values DequantRow gives,

@@ -133,14 +133,10 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	VMOVDQU32    vnniTr<>(SB), Z26 \
 	VMOVDQU32    vnniD<>(SB), Z25
 
-// Σ l·v of the four rows' block at R8 against the limbs at SI, per
-// (lane c, dword j = row j), as float32 into Z19.
-#define VBLOCK \
-	VMOVDQU32   (R8), Z24 \
-	VPSHUFB     Z26, Z24, Z24 \
-	VPSRLW      $4, Z24, Z17 \
-	VPANDD      Z27, Z24, Z16 \
-	VPANDD      Z27, Z17, Z17 \
+// Σ l·v of the values in Z16 (0..15 of the block) and Z17 (16..31)
+// against the limbs at SI, per (lane c, dword j = row j), as float32 into
+// Z19: l·A, shifted by 8, plus l·B, shifted, plus l·C.
+#define VSUMS \
 	VPXORD      Z19, Z19, Z19 \
 	VPDPBUSD    (SI), Z16, Z19 \
 	VPDPBUSD    64(SI), Z17, Z19 \
@@ -151,6 +147,16 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	VPDPBUSD    256(SI), Z16, Z19 \
 	VPDPBUSD    320(SI), Z17, Z19 \
 	VCVTDQ2PS   Z19, Z19
+
+// Σ l·v of the four rows' block at R8 against the limbs at SI, per
+// (lane c, dword j = row j), as float32 into Z19.
+#define VBLOCK \
+	VMOVDQU32   (R8), Z24 \
+	VPSHUFB     Z26, Z24, Z24 \
+	VPSRLW      $4, Z24, Z17 \
+	VPANDD      Z27, Z24, Z16 \
+	VPANDD      Z27, Z17, Z17 \
+	VSUMS
 
 // Q4_1: the block's scale pairs (d, m) times (s, Σx): Z0 += d·s·Σ l·v per
 // lane, Y1 += m·Σx in the odd lanes.
@@ -342,6 +348,69 @@ TEXT ·qdotQ41V(SB), NOSPLIT, $0-56
 TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
 	VSETUP
 	VRUN(v40g, v40, v40done, VBLOCK, V40SCALE, V40END, 72, 384)
+
+// Q5_0x4 and Q5_1x4 (repack.go): the nibbles already in the order
+// VPDPBUSD sums (no transposing shuffle), the fifth bits as two byte
+// masks (low nibbles', high nibbles') that add 16 to the bytes they
+// select. Values 0..31 keep the sums exact in int32: |Σ l·v| ≤
+// 8·31·(127·2^16 + 128·257) < 2^31 (as the nibbles' bound above).
+// Q5_0's value (l − 16)·d: d·s·Σ l·v − 16·d·Σx; Q5_1's l·d + m as
+// Q4_1's. A block is 88 or 96 bytes, 1.4 cache lines: its second line's
+// prefetch here (VRUN's, the first's).
+#define V5BLOCK \
+	PREFETCHT0  64(R8)(R10*1) \
+	VMOVDQU32   (R8), Z24 \
+	KMOVQ       64(R8), K1 \
+	KMOVQ       72(R8), K2 \
+	VPSRLW      $4, Z24, Z17 \
+	VPANDD      Z27, Z24, Z16 \
+	VPANDD      Z27, Z17, Z17 \
+	VPADDB      Z23, Z16, K1, Z16 \
+	VPADDB      Z23, Z17, K2, Z17 \
+	VSUMS
+
+// Q5_0: the block's d times s per lane into Z0, X1 += d·Σx.
+#define V50SCALE \
+	VCVTPH2PS        80(R8), X18 \
+	VFMADD231PS.BCST 4(DI), X18, X1 \
+	VMULPS.BCST      (DI), X18, X18 \
+	VSHUFF32X4       $0, Z18, Z18, Z22 \
+	VFMADD231PS      Z22, Z19, Z0
+
+// Q5_1: as V41SCALE, the scale pairs at 80.
+#define V51SCALE \
+	VCVTPH2PS   80(R8), Y18 \
+	VMULPS      (DI), Y18, Y18 \
+	VPERMPS     Z18, Z25, Z22 \
+	VADDPS      Y18, Y1, Y1 \
+	VFMADD231PS Z22, Z19, Z0
+
+// Q5_0's sum of Z0 over its lanes minus 16·X1, to X0.
+#define V50END \
+	MOVL           $0xc1800000, AX \
+	VPBROADCASTD   AX, X2 \
+	VEXTRACTF64X4  $1, Z0, Y3 \
+	VADDPS         Y3, Y0, Y0 \
+	VEXTRACTF128   $1, Y0, X3 \
+	VADDPS         X3, X0, X0 \
+	VFMADD231PS    X2, X1, X0 \
+	VMULPS.BCST    (R15), X0, X0
+
+// Z23 = 16 in every byte (the fifth bit).
+#define V5SETUP \
+	VSETUP \
+	MOVL         $0x10101010, AX \
+	VPBROADCASTD AX, Z23
+
+// func qdotQ50V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ50V(SB), NOSPLIT, $0-56
+	V5SETUP
+	VRUN(v50g, v50, v50done, V5BLOCK, V50SCALE, V50END, 88, 384)
+
+// func qdotQ51V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ51V(SB), NOSPLIT, $0-56
+	V5SETUP
+	VRUN(v51g, v51, v51done, V5BLOCK, V51SCALE, V41END, 96, 384)
 
 // Q8_0x4 (repack.go: the values as unsigned bytes u = q + 128, each
 // row's four consecutive values in one dword, the layout VPDPBUSD sums as

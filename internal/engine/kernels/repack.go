@@ -2,7 +2,8 @@ package kernels
 
 import "fmt"
 
-// The four-row layout (Q4_1x4, Q4_0x4, Q8_0x4). Batch-1 decode of Q4_1
+// The four-row layout (Q4_1x4, Q4_0x4, Q8_0x4, Q5_0x4, Q5_1x4). Batch-1
+// decode of Q4_1
 // and Q4_0 weights was bounded by the kernels' loads, not by memory (issue
 // 22): a block of one row cost its nibbles, x's two halves and its
 // scales. With four rows' blocks b side by side, one load gives all four
@@ -10,22 +11,29 @@ import "fmt"
 // qdotQ41X). Q8_0's layout is the one its integer kernel multiplies
 // without rearranging (quantvnni_amd64.s, qdotQ80V): each row's four
 // consecutive values in one dword, the values stored offset by 128 as
-// unsigned bytes (q XOR 0x80).
+// unsigned bytes (q XOR 0x80). Q5_0's and Q5_1's (quantvnni_amd64.s,
+// qdotQ5?V) is in the same order: each row's four consecutive nibble
+// bytes in one dword, and the fifth bits as two 64-bit masks, bit p the
+// fifth bit of the nibble at byte p (low nibbles, then high).
 // The layout holds the same bytes as the plain rows, rearranged within
 // each group of four rows, so a matrix is held in one layout only. Row
 // slices at multiples of four rows (fused q/k/v and gate/up) are byte
 // slices as before; a matrix whose rows are not a multiple of four stays
 // plain.
 
-// Repack4 writes the rows×cols Q4_1, Q4_0 or Q8_0 matrix src (plain
-// rows, rows a multiple of 4) into dst (as many bytes; src itself
-// rearranges the matrix in place, any other overlap is not allowed) in
-// the four-row layout, the matrix of type t.RepackedType(): for each
-// group of four rows and each block index, Q4_1 and Q4_0: 64 bytes of
-// the four rows' nibbles (byte 4i+j: byte i of row j's 16), then the four
-// rows' scales (Q4_1: d, m; Q4_0: d; each row's as its block stores
-// them); Q8_0: 128 bytes of values (byte 64h+16c+4j+i: row j's value
-// 16h+4c+i, XOR 0x80), then the four rows' d.
+// Repack4 writes the rows×cols Q4_1, Q4_0, Q8_0, Q5_0 or Q5_1 matrix
+// src (plain rows, rows a multiple of 4) into dst (as many bytes; src
+// itself rearranges the matrix in place, any other overlap is not
+// allowed) in the four-row layout, the matrix of type t.RepackedType():
+// for each group of four rows and each block index, Q4_1 and Q4_0: 64
+// bytes of the four rows' nibbles (byte 4i+j: byte i of row j's 16), then
+// the four rows' scales (Q4_1: d, m; Q4_0: d; each row's as its block
+// stores them); Q8_0: 128 bytes of values (byte 64h+16c+4j+i: row j's
+// value 16h+4c+i, XOR 0x80), then the four rows' d; Q5_0 and Q5_1: 64
+// bytes of nibbles (byte 16c+4j+i: byte 4c+i of row j's 16), the low
+// nibbles' fifth bits (bit 16c+4j+i: row j's bit 4c+i of 32), the high
+// nibbles' (bit 16+4c+i), 8 bytes each, then the four rows' scales (Q5_0:
+// d; Q5_1: d, m).
 func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 	if t.RepackedType() == QNone {
 		panic(fmt.Sprintf("kernels: Repack4: %v has no four-row layout", t))
@@ -42,13 +50,27 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 		copy(grp, src[g*rb:(g+4)*rb])
 		for b := range nb {
 			blk := dst[g*rb+4*b*bb : g*rb+4*(b+1)*bb]
+			if t == Q5_0 || t == Q5_1 {
+				clear(blk[64:80]) // the fifth bits are or-ed in below
+			}
 			for j := range 4 {
 				s := grp[j*rb+b*bb : j*rb+(b+1)*bb]
-				if t == Q8_0 {
+				switch t {
+				case Q8_0:
 					for v := range 32 {
 						blk[q80x4Pos(j, v)] = s[2+v] ^ 0x80
 					}
 					copy(blk[128+2*j:130+2*j], s[:2])
+					continue
+				case Q5_0, Q5_1:
+					qh, sc := q5High(s), bb-20 // scale bytes per row
+					for i := range 16 {
+						p := q80x4Pos(j, i)
+						blk[p] = s[bb-16+i]
+						blk[64+p/8] |= byte(qh>>i&1) << (p % 8)
+						blk[72+p/8] |= byte(qh>>(i+16)&1) << (p % 8)
+					}
+					copy(blk[80+sc*j:80+sc*(j+1)], s[:sc])
 					continue
 				}
 				for i := range 16 {
@@ -62,8 +84,15 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 
 // q80x4Pos is where value v (< 32) of row j (< 4) of a block sits in
 // Q8_0x4's 128 value bytes: half v/16's vector, lane (v%16)/4, dword j,
-// byte v%4.
+// byte v%4; for v < 16, also where Q5_0x4's and Q5_1x4's nibble byte v
+// of row j sits.
 func q80x4Pos(j, v int) int { return 64*(v/16) + 16*(v%16/4) + 4*j + v%4 }
+
+// q5High is the 32 fifth bits of a Q5_0 or Q5_1 block (bit i: value i's).
+func q5High(blk []byte) uint32 {
+	h := blk[len(blk)-20:]
+	return uint32(h[0]) | uint32(h[1])<<8 | uint32(h[2])<<16 | uint32(h[3])<<24
+}
 
 // DequantMat writes the values of the quantized matrix src of type t
 // (rows of cols values, back to back) into dst, row after row: for a row
@@ -101,6 +130,25 @@ func dequantGroup(t QuantType, dst []float32, cols int, src []byte) {
 	sb := bb - 16 // scale bytes per row
 	for b := range cols / 32 {
 		s := src[4*b*bb : 4*(b+1)*bb]
+		if t == Q5_0x4 || t == Q5_1x4 {
+			sc := bb - 20 // scale bytes per row
+			for j := range 4 {
+				y, d := dst[j*cols+32*b:j*cols+32*(b+1)], f16(s[80+sc*j:])
+				for i := range 16 {
+					p := q80x4Pos(j, i)
+					l0, l1 := s[p]&15|(s[64+p/8]>>(p%8)&1)<<4, s[p]>>4|(s[72+p/8]>>(p%8)&1)<<4
+					if t == Q5_0x4 {
+						y[i] = float32(int(l0)-16) * d
+						y[i+16] = float32(int(l1)-16) * d
+						continue
+					}
+					m := f16(s[82+sc*j:])
+					y[i] = float32(float32(l0)*d) + m
+					y[i+16] = float32(float32(l1)*d) + m
+				}
+			}
+			continue
+		}
 		if t == Q8_0x4 {
 			for j := range 4 {
 				y, d := dst[j*cols+32*b:j*cols+32*(b+1)], f16(s[128+2*j:])

@@ -54,7 +54,7 @@ func TestRepack4(t *testing.T) {
 func TestRepackedGemm(t *testing.T) {
 	r := rand.New(rand.NewPCG(23, 24))
 	forSIMD(t, func(t *testing.T) {
-		for _, qt := range []QuantType{Q4_1x4, Q4_0x4, Q8_0x4} {
+		for _, qt := range allRepacked {
 			for _, m := range []int{1, 2, 5, 17} {
 				for _, n := range []int{4, 8, 68, 204} {
 					for _, k := range []int{32, 96, 768} {
@@ -97,6 +97,17 @@ func TestRepackedRefused(t *testing.T) {
 	}
 }
 
+// extremeX is the activations of the integer kernels' extreme tests, value
+// i by name: each block at its largest values, of one sign or alternating.
+func extremeX(r *rand.Rand) map[string]func(i int) float32 {
+	return map[string]func(i int) float32{
+		"max":         func(int) float32 { return 1 },
+		"near max":    func(int) float32 { return 1 - float32(r.Float64())/64 },
+		"alternating": func(i int) float32 { return float32(1-2*(i%2)) * (1 - float32(r.Float64())/64) },
+		"negative":    func(int) float32 { return -1 + float32(r.Float64())/1024 },
+	}
+}
+
 // TestQ80x4Extremes: Q8_0x4's integer kernel (where it runs) at the ends
 // of its ranges — every weight −128 or 127, x at its blocks' largest
 // values, of one sign or alternating — stays within float32 noise of the
@@ -130,12 +141,7 @@ func TestQ80x4Extremes(t *testing.T) {
 	}
 	w := make([]byte, len(q))
 	Repack4(Q8_0, w, q, rows, k)
-	for name, xs := range map[string]func(i int) float32{
-		"max":         func(int) float32 { return 1 },
-		"near max":    func(int) float32 { return 1 - float32(r.Float64())/64 },
-		"alternating": func(i int) float32 { return float32(1-2*(i%2)) * (1 - float32(r.Float64())/64) },
-		"negative":    func(int) float32 { return -1 + float32(r.Float64())/1024 },
-	} {
+	for name, xs := range extremeX(r) {
 		x := make([]float32, k)
 		for i := range x {
 			x[i] = xs(i)
@@ -150,6 +156,65 @@ func TestQ80x4Extremes(t *testing.T) {
 			}
 			if rel := math.Abs(float64(c[j])-want) / mag; rel > 5e-7 {
 				t.Errorf("%s: row %d = %g, exact %g: error %.2g of Σ|x·w|", name, j, c[j], want, rel)
+			}
+		}
+	}
+}
+
+// TestQ5x4Extremes: the integer kernels of Q5_0x4 and Q5_1x4 (where they
+// run) with every value at 31 (the bound their int32 sums are exact to),
+// at 0, or mixed, against x at its blocks' largest values: within
+// float32 noise of the exact product.
+func TestQ5x4Extremes(t *testing.T) {
+	const rows, k = 8, 256
+	r := rand.New(rand.NewPCG(33, 34))
+	for _, qt := range []QuantType{Q5_0, Q5_1} {
+		bb := qt.BlockBytes()
+		q := make([]byte, rows*qt.RowBytes(k))
+		for row := range rows {
+			for b := range k / 32 {
+				blk := q[(row*k/32+b)*bb : (row*k/32+b+1)*bb]
+				blk[0], blk[1] = 0x00, 0x3c // d = 1
+				if qt == Q5_1 {
+					blk[2], blk[3] = 0x00, 0xbc // m = -1
+				}
+				for i := range 20 { // the fifth bits and the nibbles
+					switch row % 4 {
+					case 0:
+						blk[len(blk)-20+i] = 0xff // every value 31
+					case 2:
+						blk[len(blk)-20+i] = 0x0f // values 31, 15, 0, mixed
+					case 3:
+						blk[len(blk)-20+i] = byte(r.IntN(256))
+					}
+				}
+			}
+		}
+		wf := make([]float32, rows*k)
+		DequantRow(qt, wf, q)
+		w := make([]byte, len(q))
+		Repack4(qt, w, q, rows, k)
+		rt := qt.RepackedType()
+		if quantKernel(rt) == nil {
+			t.Logf("%v: no integer kernel here (VNNI)", rt)
+			continue
+		}
+		for name, xs := range extremeX(r) {
+			x := make([]float32, k)
+			for i := range x {
+				x[i] = xs(i)
+			}
+			c := make([]float32, rows)
+			QuantGemmNT(rt, 1, rows, k, x, k, w, 0, c, rows)
+			for j := range rows {
+				var want, mag float64
+				for i := range k {
+					want += float64(x[i]) * float64(wf[j*k+i])
+					mag += math.Abs(float64(x[i]) * float64(wf[j*k+i]))
+				}
+				if d := math.Abs(float64(c[j]) - want); d > 5e-7*mag+1e-30 {
+					t.Errorf("%v %s row %d: %g, exact %g (|Δ| %.2e of Σ|x·w| %g)", rt, name, j, c[j], want, d/mag, mag)
+				}
 			}
 		}
 	}

@@ -7,7 +7,9 @@ ggml's block formats) and numpy installed:
 
 For each format NAME it writes NAME.q (the quantized blocks) and NAME.f32
 (gguf.quants.dequantize of them, little-endian float32). Q8_0, Q4_0 and
-Q4_1 are quantized by gguf.quants.quantize from NAME.src.f32 (seeded
+Q4_1 (and Q5_0, Q5_1, written last from a generator of their own so the
+others' files stay as they were) are quantized by gguf.quants.quantize
+from NAME.src.f32 (seeded
 random values with edge cases: an all-zero block, a constant block, a
 block whose largest magnitude is negative, tiny and large scales); the
 K-quants, for which gguf has no quantizer, are random bytes with the f16
@@ -32,13 +34,17 @@ def src_values(n):
     return x
 
 
-for t in (T.Q8_0, T.Q4_0, T.Q4_1):
+def write_quantized(t):
     x = src_values(32 * 24)
     q = quantize(x.reshape(1, -1), t).reshape(-1)
     y = dequantize(q, t).astype("<f4").reshape(-1)
     x.astype("<f4").tofile(f"{t.name}.src.f32")
     q.tofile(f"{t.name}.q")
     y.tofile(f"{t.name}.f32")
+
+
+for t in (T.Q8_0, T.Q4_0, T.Q4_1):
+    write_quantized(t)
 
 for t, d_offsets in ((T.Q4_K, (0, 2)), (T.Q5_K, (0, 2)), (T.Q6_K, (208,))):
     block, size = GGML_QUANT_SIZES[t]
@@ -52,3 +58,7 @@ for t, d_offsets in ((T.Q4_K, (0, 2)), (T.Q5_K, (0, 2)), (T.Q6_K, (208,))):
     y = dequantize(q, t).astype("<f4").reshape(-1)
     q.tofile(f"{t.name}.q")
     y.tofile(f"{t.name}.f32")
+
+rng = np.random.default_rng(20261127)
+for t in (T.Q5_0, T.Q5_1):
+    write_quantized(t)
