@@ -186,9 +186,10 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	VADDPS         X2, X0, X0 \
 	VMULPS.BCST    (R15), X0, X0
 
-// Q4_0's sum of Z0 over its lanes minus 8·X1, to X0.
-#define V40END \
-	MOVL           $0xc1000000, AX \
+// The sum of Z0 over its lanes plus off·X1 (off: the float32 bits of
+// the values' offset, −8 for Q4_0, −16 for Q5_0), to X0.
+#define VOFFEND(off) \
+	MOVL           off, AX \
 	VPBROADCASTD   AX, X2 \
 	VEXTRACTF64X4  $1, Z0, Y3 \
 	VADDPS         Y3, Y0, Y0 \
@@ -347,7 +348,7 @@ TEXT ·qdotQ41V(SB), NOSPLIT, $0-56
 // func qdotQ40V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
 	VSETUP
-	VRUN(v40g, v40, v40done, VBLOCK, V40SCALE, V40END, 72, 384)
+	VRUN(v40g, v40, v40done, VBLOCK, V40SCALE, VOFFEND($0xc1000000), 72, 384)
 
 // Q5_0x4 and Q5_1x4 (repack.go): the nibbles already in the order
 // VPDPBUSD sums (no transposing shuffle), the fifth bits as two byte
@@ -385,17 +386,6 @@ TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
 	VADDPS      Y18, Y1, Y1 \
 	VFMADD231PS Z22, Z19, Z0
 
-// Q5_0's sum of Z0 over its lanes minus 16·X1, to X0.
-#define V50END \
-	MOVL           $0xc1800000, AX \
-	VPBROADCASTD   AX, X2 \
-	VEXTRACTF64X4  $1, Z0, Y3 \
-	VADDPS         Y3, Y0, Y0 \
-	VEXTRACTF128   $1, Y0, X3 \
-	VADDPS         X3, X0, X0 \
-	VFMADD231PS    X2, X1, X0 \
-	VMULPS.BCST    (R15), X0, X0
-
 // Z23 = 16 in every byte (the fifth bit).
 #define V5SETUP \
 	VSETUP \
@@ -405,7 +395,7 @@ TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
 // func qdotQ50V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ50V(SB), NOSPLIT, $0-56
 	V5SETUP
-	VRUN(v50g, v50, v50done, V5BLOCK, V50SCALE, V50END, 88, 384)
+	VRUN(v50g, v50, v50done, V5BLOCK, V50SCALE, VOFFEND($0xc1800000), 88, 384)
 
 // func qdotQ51V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ51V(SB), NOSPLIT, $0-56
