@@ -21,10 +21,10 @@ const (
 	Q4_K            // ggml type 12: 256 values (super-block)
 	Q5_K            // ggml type 13
 	Q6_K            // ggml type 14
-	// Q4_1x4, Q4_0x4, Q8_0x4, Q5_0x4 and Q5_1x4 are Q4_1, Q4_0, Q8_0, Q5_0
-	// and Q5_1 matrices in the four-row layout of Repack4 (the same blocks,
-	// interleaved by groups of four rows), which the AVX-512 decode kernels
-	// stream faster; no file stores them.
+	// Q4_1x4, Q4_0x4, Q8_0x4, Q5_0x4, Q5_1x4 and Q4_Kx4 are Q4_1, Q4_0,
+	// Q8_0, Q5_0, Q5_1 and Q4_K matrices in the four-row layout of Repack4
+	// (the same blocks, interleaved by groups of four rows), which the
+	// AVX-512 decode kernels stream faster; no file stores them.
 	Q4_1x4
 	Q4_0x4
 	Q8_0x4
@@ -32,6 +32,7 @@ const (
 	Q5_1   // ggml type 7:  32 values, f16 d, f16 m, 4 bytes of fifth bits, 16 bytes
 	Q5_0x4 // (the numbers of the types above stay as they were)
 	Q5_1x4
+	Q4_Kx4
 )
 
 // qk is the super-block size of the K-quants (ggml's QK_K).
@@ -56,6 +57,7 @@ var quantInfo = [...]struct {
 	Q5_1:   {"Q5_1", 7, 32, 2 + 2 + 4 + 16},
 	Q5_0x4: {"Q5_0x4", ^uint32(0), 32, 2 + 4 + 16},
 	Q5_1x4: {"Q5_1x4", ^uint32(0), 32, 2 + 2 + 4 + 16},
+	Q4_Kx4: {"Q4_Kx4", ^uint32(0), qk, 2 + 2 + 12 + qk/2},
 }
 
 // FileTypes is the block formats a GGUF file may hold that flywheel
@@ -126,21 +128,23 @@ func (t QuantType) RepackedType() QuantType {
 		return Q5_0x4
 	case Q5_1:
 		return Q5_1x4
+	case Q4_K:
+		return Q4_Kx4
 	}
 	return QNone
 }
 
 // RepackPays reports whether batch-1 decode streams t's matrices faster
 // in its four-row layout than as plain rows on this machine: Q4_1 and
-// Q4_0 always (their float kernels too gain from it); Q8_0, Q5_0 and Q5_1
-// where their integer kernels run (AVX-512 VNNI), the layout having no
-// float kernel (Q8_0's plain rows have one as fast as a float one of the
-// layout would be; Q5's plain rows are dequantised into a buffer).
+// Q4_0 always (their float kernels too gain from it); Q8_0, Q5_0, Q5_1
+// and Q4_K where their integer kernels run (AVX-512 VNNI), the layout
+// having no float kernel (Q8_0's and Q4_K's plain rows have one; Q5's
+// plain rows are dequantised into a buffer).
 func (t QuantType) RepackPays() bool {
 	switch t {
 	case Q4_1, Q4_0:
 		return true
-	case Q8_0, Q5_0, Q5_1:
+	case Q8_0, Q5_0, Q5_1, Q4_K:
 		return vnniRepacks()
 	}
 	return false
@@ -160,6 +164,8 @@ func (t QuantType) plain() QuantType {
 		return Q5_0
 	case Q5_1x4:
 		return Q5_1
+	case Q4_Kx4:
+		return Q4_K
 	}
 	return t
 }

@@ -88,6 +88,9 @@ func qdotQ41V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float3
 func qdotQ50V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
+func qdotQ4KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
 func qdotQ51V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
@@ -243,6 +246,17 @@ func vnniDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out 
 	}
 }
 
+// vnniKDots wraps Q4_Kx4's integer kernel as quantDots.dots: nb
+// super-blocks, eight 32-value blocks of x's prep each.
+func vnniKDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
+	return func(nb int, _, prep []float32, w []byte, ldw int, out []float32, pf int) {
+		if g := groupsOf(out, nb, qk/2+16, w, ldw); g > 0 {
+			l, sc := limbSplit(prep, 8*nb, limbFloats)
+			f(8*nb, l, sc, &w[0], g, &out[0], pf)
+		}
+	}
+}
+
 // vnniRepacks reports whether Q8_0, Q5_0 and Q5_1 matrices are held in
 // the four-row layout (QuantType.RepackPays): where their integer kernels
 // (qdotQ80V, qdotQ50V, qdotQ51V) run.
@@ -254,6 +268,7 @@ var (
 	q80vKernel = &quantDots{prepLen: limb8Floats + 8, prepPad: 16, prep: vnni8Prep, dots: vnniDots(qdotQ80V, 34, limb8Floats), rowDots: vnniDots(qdotQ80V, 34, limb8Floats)}
 	q50vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ50V, 22, limbFloats), rowDots: vnniDots(qdotQ50V, 22, limbFloats)}
 	q51vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ51V, 24, limbFloats), rowDots: vnniDots(qdotQ51V, 24, limbFloats)}
+	q4KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: vnniPrep, dots: vnniKDots(qdotQ4KV), rowDots: vnniKDots(qdotQ4KV)}
 	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
 	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
 	q41Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ41Z), 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
@@ -302,6 +317,11 @@ func quantKernel(t QuantType) *quantDots {
 	case Q5_1x4:
 		if haveVNNI {
 			return q51vKernel
+		}
+		return nil
+	case Q4_Kx4:
+		if haveVNNI {
+			return q4KvKernel
 		}
 		return nil
 	case Q8_0:

@@ -178,28 +178,31 @@ func BenchmarkQuantStream(b *testing.B) {
 func BenchmarkQuantBound(b *testing.B) {
 	const big = 128 << 20
 	r := rand.New(rand.NewPCG(3, 3))
-	const k = 576
-	x := randSlice(r, k)
+	x := randSlice(r, 1536)
 	type variant struct {
 		name string
 		t    QuantType
-		n    int
+		n, k int
 		w    []byte
 		mats int
 	}
 	var vs []variant
 	for _, f := range []struct {
-		t QuantType
-		n int
-	}{{Q4_1, 1536}, {Q4_1x4, 1536}, {Q8_0, 768}, {Q8_0x4, 768}} {
-		mat, _ := randQuant(r, f.t, f.n, k)
-		vs = append(vs, variant{f.t.String() + "-L2", f.t, f.n, mat, 1})
+		t    QuantType
+		n, k int
+	}{{Q4_1, 1536, 576}, {Q4_1x4, 1536, 576}, {Q8_0, 768, 576}, {Q8_0x4, 768, 576},
+		{Q5_0x4, 1536, 576}, {Q4_K, 576, 1536}, {Q4_Kx4, 576, 1536}} { // Q4_K: a down projection
+		if quantKernel(f.t) == nil {
+			continue // a four-row layout without its integer kernel here
+		}
+		mat, _ := randQuant(r, f.t, f.n, f.k)
+		vs = append(vs, variant{f.t.String() + "-L2", f.t, f.n, f.k, mat, 1})
 		mats := big / len(mat)
 		w := hugemem.Make[byte](mats * len(mat))
 		for o := 0; o < len(w); o += len(mat) {
 			copy(w[o:], mat)
 		}
-		vs = append(vs, variant{f.t.String() + "-mem", f.t, f.n, w, mats})
+		vs = append(vs, variant{f.t.String() + "-mem", f.t, f.n, f.k, w, mats})
 	}
 	c := make([]float32, 4096)
 	secs := make([]float64, len(vs))
@@ -213,7 +216,7 @@ func BenchmarkQuantBound(b *testing.B) {
 			s := time.Now()
 			for range reps {
 				for o := 0; o < len(v.w); o += rb {
-					QuantGemmNT(v.t, 1, v.n, k, x, k, v.w[o:o+rb], 0, c, v.n)
+					QuantGemmNT(v.t, 1, v.n, v.k, x, v.k, v.w[o:o+rb], 0, c, v.n)
 				}
 			}
 			secs[i] += time.Since(s).Seconds()

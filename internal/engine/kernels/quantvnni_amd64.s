@@ -402,6 +402,126 @@ TEXT ·qdotQ51V(SB), NOSPLIT, $0-56
 	V5SETUP
 	VRUN(v51g, v51, v51done, V5BLOCK, V51SCALE, V41END, 96, 384)
 
+// Q4_Kx4 (repack.go, q4kx4): per super-block, the four rows' 6-bit
+// scales and mins of the eight sub-blocks widened at once (V4KSCALES:
+// Z5, Z6 = d·scale, Z7, Z8 = dmin·min, lane 4k+j = row j's of sub-block
+// k, k < 4 then k ≥ 4), then each sub-block as Q4_0x4's block without
+// the transposing shuffle (its nibbles are in VPDPBUSD's order): Z0 +=
+// d·scale·s·Σ l·v, X1 += dmin·min·Σx. The value d·scale·l − dmin·min:
+// the end subtracts X1 (VOFFEND with −1).
+
+// VPSRLVD counts for the scales' high bits: lane q, 2q.
+DATA vnniK2<>+0(SB)/8, $0x0000000200000000
+DATA vnniK2<>+8(SB)/8, $0x0000000600000004
+DATA vnniK2<>+16(SB)/8, $0x0000000a00000008
+DATA vnniK2<>+24(SB)/8, $0x0000000e0000000c
+DATA vnniK2<>+32(SB)/8, $0x0000001200000010
+DATA vnniK2<>+40(SB)/8, $0x0000001600000014
+DATA vnniK2<>+48(SB)/8, $0x0000001a00000018
+DATA vnniK2<>+56(SB)/8, $0x0000001e0000001c
+GLOBL vnniK2<>(SB), RODATA|NOPTR, $64
+
+// VPERMPS indices: the rows' dmin (odd lanes of the widened d, dmin
+// pairs) for each dword j of each lane (vnniD's first 16: their d).
+DATA vnniDmin<>+0(SB)/8, $0x0000000300000001
+DATA vnniDmin<>+8(SB)/8, $0x0000000700000005
+DATA vnniDmin<>+16(SB)/8, $0x0000000300000001
+DATA vnniDmin<>+24(SB)/8, $0x0000000700000005
+DATA vnniDmin<>+32(SB)/8, $0x0000000300000001
+DATA vnniDmin<>+40(SB)/8, $0x0000000700000005
+DATA vnniDmin<>+48(SB)/8, $0x0000000300000001
+DATA vnniDmin<>+56(SB)/8, $0x0000000700000005
+GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
+
+// The sub-blocks' six-bit values of a half (lo: the widened low-bit
+// bytes, hi: the high bits' dword at R8 + off) into z, as int32:
+// lo's bits (lo >> sh) & 15 or-ed with the high bits << 4 (Z20 = 3s,
+// Z21 = vnniK2, Z9 scratch).
+#define K6BITS(lo, sh, off, z) \
+	VPBROADCASTD off(R8), Z9 \
+	VPSRLVD      Z21, Z9, Z9 \
+	VPANDD       Z20, Z9, Z9 \
+	VPSLLD       $4, Z9, Z9 \
+	VPSRLD       sh, lo, z \
+	VPANDD       Z27, z, z \
+	VPORD        Z9, z, z
+
+#define V4KSCALES \
+	PREFETCHT0   512(R8)(R10*1) \
+	VPMOVZXBD    512(R8), Z2 \
+	VPMOVZXBD    528(R8), Z3 \
+	K6BITS(Z2, $0, 544, Z5) \
+	K6BITS(Z3, $0, 548, Z6) \
+	K6BITS(Z2, $4, 552, Z7) \
+	K6BITS(Z3, $4, 556, Z8) \
+	VCVTDQ2PS    Z5, Z5 \
+	VCVTDQ2PS    Z6, Z6 \
+	VCVTDQ2PS    Z7, Z7 \
+	VCVTDQ2PS    Z8, Z8 \
+	VCVTPH2PS    560(R8), Y9 \
+	VPERMPS      Z9, Z25, Z10 \
+	VPERMPS      Z9, Z29, Z11 \
+	VMULPS       Z10, Z5, Z5 \
+	VMULPS       Z10, Z6, Z6 \
+	VMULPS       Z11, Z7, Z7 \
+	VMULPS       Z11, Z8, Z8
+
+// Sub-block at R8 + off, its scales chunk c (selector sel = c·0x55) of
+// zs and zm; the limbs at SI, s and Σx at DI (both advanced).
+#define V4KSUB(off, c, sel, zs, zm) \
+	PREFETCHT0       off(R8)(R10*1) \
+	VMOVDQU32        off(R8), Z24 \
+	VPSRLW           $4, Z24, Z17 \
+	VPANDD           Z27, Z24, Z16 \
+	VPANDD           Z27, Z17, Z17 \
+	VSUMS \
+	VSHUFF32X4       sel, zs, zs, Z22 \
+	VMULPS.BCST      (DI), Z22, Z22 \
+	VFMADD231PS      Z22, Z19, Z0 \
+	VEXTRACTF32X4    c, zm, X18 \
+	VFMADD231PS.BCST 4(DI), X18, X1 \
+	ADDQ             $384, SI \
+	ADDQ             $32, DI
+
+// func qdotQ4KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+// nb: 32-value blocks (eight a super-block).
+TEXT ·qdotQ4KV(SB), NOSPLIT, $0-56
+	VSETUP
+	MOVL         $3, AX
+	VPBROADCASTD AX, Z20
+	VMOVDQU32    vnniK2<>(SB), Z21
+	VMOVDQU32    vnniDmin<>(SB), Z29
+k4g:
+	TESTQ  R12, R12
+	JZ     k4done
+	MOVQ   nb+0(FP), CX
+	SHRQ   $3, CX
+	MOVQ   R14, SI
+	MOVQ   R11, DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+k4:
+	V4KSCALES
+	V4KSUB(0, $0, $0x00, Z5, Z7)
+	V4KSUB(64, $1, $0x55, Z5, Z7)
+	V4KSUB(128, $2, $0xaa, Z5, Z7)
+	V4KSUB(192, $3, $0xff, Z5, Z7)
+	V4KSUB(256, $0, $0x00, Z6, Z8)
+	V4KSUB(320, $1, $0x55, Z6, Z8)
+	V4KSUB(384, $2, $0xaa, Z6, Z8)
+	V4KSUB(448, $3, $0xff, Z6, Z8)
+	ADDQ   $576, R8
+	DECQ   CX
+	JNZ    k4
+	VOFFEND($0xbf800000)
+	VMOVUPS X0, (R13)
+	ADDQ   $16, R13
+	DECQ   R12
+	JMP    k4g
+k4done:
+	VZEROUPPER
+	RET
+
 // Q8_0x4 (repack.go: the values as unsigned bytes u = q + 128, each
 // row's four consecutive values in one dword, the layout VPDPBUSD sums as
 // it is). The 23-bit integers v of x times 8-bit values do not fit int32

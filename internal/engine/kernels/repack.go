@@ -33,7 +33,7 @@ import "fmt"
 // bytes of nibbles (byte 16c+4j+i: byte 4c+i of row j's 16), the low
 // nibbles' fifth bits (bit 16c+4j+i: row j's bit 4c+i of 32), the high
 // nibbles' (bit 16+4c+i), 8 bytes each, then the four rows' scales (Q5_0:
-// d; Q5_1: d, m).
+// d; Q5_1: d, m); Q4_K: per 256-value super-block, q4kx4.
 func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 	if t.RepackedType() == QNone {
 		panic(fmt.Sprintf("kernels: Repack4: %v has no four-row layout", t))
@@ -44,14 +44,17 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 			rows, cols, len(src), len(dst)))
 	}
 	bb := t.BlockBytes()
-	rb, nb, sb := t.RowBytes(cols), cols/32, bb-16
+	rb, nb, sb := t.RowBytes(cols), cols/t.BlockElems(), bb-16
 	grp := make([]byte, 4*rb) // the group's plain rows
 	for g := 0; g < rows; g += 4 {
 		copy(grp, src[g*rb:(g+4)*rb])
 		for b := range nb {
 			blk := dst[g*rb+4*b*bb : g*rb+4*(b+1)*bb]
-			if t == Q5_0 || t == Q5_1 {
+			switch t {
+			case Q5_0, Q5_1:
 				clear(blk[64:80]) // the fifth bits are or-ed in below
+			case Q4_K:
+				clear(blk[q4kx4High : q4kx4High+16])
 			}
 			for j := range 4 {
 				s := grp[j*rb+b*bb : j*rb+(b+1)*bb]
@@ -72,6 +75,9 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 					}
 					copy(blk[80+sc*j:80+sc*(j+1)], s[:sc])
 					continue
+				case Q4_K:
+					repackQ4K(blk, j, s)
+					continue
 				}
 				for i := range 16 {
 					blk[4*i+j] = s[sb+i]
@@ -87,6 +93,52 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 // byte v%4; for v < 16, also where Q5_0x4's and Q5_1x4's nibble byte v
 // of row j sits.
 func q80x4Pos(j, v int) int { return 64*(v/16) + 16*(v%16/4) + 4*j + v%4 }
+
+// The layout of Q4_Kx4, per group of four rows and 256-value super-block
+// (576 bytes, the four rows' 144): at 64k the nibbles of sub-block k
+// (< 8) as Q5_0x4's (byte q80x4Pos(j, i): row j's values 32k+i and
+// 32k+16+i, low and high nibble); at q4kx4Low the low four bits of the
+// sub-blocks' 6-bit scales and mins (byte 4k+j: row j's scale of
+// sub-block k, its min above it); at q4kx4High their high two bits, bits
+// 2·(4k+j mod 16) of four dwords: the scales of k < 4, of k ≥ 4, the mins
+// of k < 4, of k ≥ 4; at q4kx4D the rows' d and dmin. The integer kernel
+// (qdotQ4KV) widens the scales of a super-block at once, each from one
+// byte and two bits in the places a vector shift finds them.
+const (
+	q4kx4Low  = 512
+	q4kx4High = 544
+	q4kx4D    = 560
+)
+
+// repackQ4K writes row j's Q4_K super-block s into the group's blk.
+func repackQ4K(blk []byte, j int, s []byte) {
+	var q [qk]byte
+	for m := range 4 { // ggml's order: 32 bytes, values 64m+l and 64m+32+l
+		for l, v := range s[16+32*m : 48+32*m] {
+			q[64*m+l], q[64*m+32+l] = v&15, v>>4
+		}
+	}
+	for k := range 8 {
+		for i := range 16 {
+			blk[64*k+q80x4Pos(j, i)] = q[32*k+i] | q[32*k+16+i]<<4
+		}
+		sc, m := scaleMinK4(k, s[4:16])
+		e := 4*k + j
+		blk[q4kx4Low+e] = sc&15 | m<<4
+		h, bit := q4kx4High+4*(k/4)+2*(e%16)/8, 2*(e%16)%8
+		blk[h] |= sc >> 4 << bit
+		blk[h+8] |= m >> 4 << bit
+	}
+	copy(blk[q4kx4D+4*j:q4kx4D+4*j+4], s[:4])
+}
+
+// q4kx4ScaleMin is row j's 6-bit scale and min of sub-block k in the
+// Q4_Kx4 super-block blk.
+func q4kx4ScaleMin(blk []byte, k, j int) (sc, m uint8) {
+	e := 4*k + j
+	h, bit := q4kx4High+4*(k/4)+2*(e%16)/8, 2*(e%16)%8
+	return blk[q4kx4Low+e]&15 | (blk[h]>>bit&3)<<4, blk[q4kx4Low+e]>>4 | (blk[h+8]>>bit&3)<<4
+}
 
 // q5High is the 32 fifth bits of a Q5_0 or Q5_1 block (bit i: value i's).
 func q5High(blk []byte) uint32 {
@@ -128,8 +180,24 @@ func dequantGroup(t QuantType, dst []float32, cols int, src []byte) {
 	}
 	bb := t.BlockBytes()
 	sb := bb - 16 // scale bytes per row
-	for b := range cols / 32 {
+	for b := range cols / t.BlockElems() {
 		s := src[4*b*bb : 4*(b+1)*bb]
+		if t == Q4_Kx4 {
+			for j := range 4 {
+				d, dmin := f16(s[q4kx4D+4*j:]), f16(s[q4kx4D+4*j+2:])
+				for k := range 8 {
+					sc, m := q4kx4ScaleMin(s, k, j)
+					d1, o1 := d*float32(sc), dmin*float32(m)
+					y := dst[j*cols+256*b+32*k : j*cols+256*b+32*k+32]
+					for i := range 16 {
+						v := s[64*k+q80x4Pos(j, i)]
+						y[i] = float32(d1*float32(v&15)) - o1
+						y[i+16] = float32(d1*float32(v>>4)) - o1
+					}
+				}
+			}
+			continue
+		}
 		if t == Q5_0x4 || t == Q5_1x4 {
 			sc := bb - 20 // scale bytes per row
 			for j := range 4 {

@@ -13,9 +13,13 @@ import (
 func TestRepack4(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
 	forSIMD(t, func(t *testing.T) {
-		for _, qt := range []QuantType{Q4_1, Q4_0, Q8_0} {
+		for _, xt := range allRepacked {
+			qt := xt.plain()
 			for _, rows := range []int{4, 8, 28} {
-				for _, cols := range []int{32, 96, 576} {
+				for _, cols := range []int{32, 96, 576, 768} {
+					if cols%qt.BlockElems() != 0 {
+						continue
+					}
 					q, want := randQuant(r, qt, rows, cols)
 					p := make([]byte, len(q))
 					Repack4(qt, p, q, rows, cols)
@@ -25,7 +29,6 @@ func TestRepack4(t *testing.T) {
 							t.Fatalf("%v %dx%d: byte %d in place %#x, copied %#x", qt, rows, cols, i, q[i], p[i])
 						}
 					}
-					xt := qt.RepackedType()
 					got := make([]float32, len(want))
 					DequantMat(xt, got, p, cols)
 					for i := range want {
@@ -58,10 +61,13 @@ func TestRepackedGemm(t *testing.T) {
 			for _, m := range []int{1, 2, 5, 17} {
 				for _, n := range []int{4, 8, 68, 204} {
 					for _, k := range []int{32, 96, 768} {
+						if k%qt.BlockElems() != 0 {
+							continue
+						}
 						for _, beta := range []float32{0, -0.5} {
 							checkQuantGemm(t, r, qt, false, m, n, k, (m+n)%3, beta)
 							if n <= 8 {
-								checkQuantGemm(t, r, qt, true, m, k, n*32, (m+n)%3, beta)
+								checkQuantGemm(t, r, qt, true, m, k, n*qt.BlockElems(), (m+n)%3, beta)
 							}
 						}
 					}
