@@ -21,8 +21,8 @@ const (
 	Q4_K            // ggml type 12: 256 values (super-block)
 	Q5_K            // ggml type 13
 	Q6_K            // ggml type 14
-	// Q4_1x4, Q4_0x4, Q8_0x4, Q5_0x4, Q5_1x4 and Q4_Kx4 are Q4_1, Q4_0,
-	// Q8_0, Q5_0, Q5_1 and Q4_K matrices in the four-row layout of Repack4
+	// Q4_1x4, Q4_0x4, Q8_0x4, Q5_0x4, Q5_1x4, Q4_Kx4 and Q6_Kx4 are Q4_1,
+	// Q4_0, Q8_0, Q5_0, Q5_1, Q4_K and Q6_K matrices in the four-row layout of Repack4
 	// (the same blocks, interleaved by groups of four rows), which the
 	// AVX-512 decode kernels stream faster; no file stores them.
 	Q4_1x4
@@ -33,6 +33,7 @@ const (
 	Q5_0x4 // (the numbers of the types above stay as they were)
 	Q5_1x4
 	Q4_Kx4
+	Q6_Kx4
 )
 
 // qk is the super-block size of the K-quants (ggml's QK_K).
@@ -58,6 +59,7 @@ var quantInfo = [...]struct {
 	Q5_0x4: {"Q5_0x4", ^uint32(0), 32, 2 + 4 + 16},
 	Q5_1x4: {"Q5_1x4", ^uint32(0), 32, 2 + 2 + 4 + 16},
 	Q4_Kx4: {"Q4_Kx4", ^uint32(0), qk, 2 + 2 + 12 + qk/2},
+	Q6_Kx4: {"Q6_Kx4", ^uint32(0), qk, qk/2 + qk/4 + qk/16 + 2},
 }
 
 // FileTypes is the block formats a GGUF file may hold that flywheel
@@ -130,21 +132,23 @@ func (t QuantType) RepackedType() QuantType {
 		return Q5_1x4
 	case Q4_K:
 		return Q4_Kx4
+	case Q6_K:
+		return Q6_Kx4
 	}
 	return QNone
 }
 
 // RepackPays reports whether batch-1 decode streams t's matrices faster
 // in its four-row layout than as plain rows on this machine: Q4_1 and
-// Q4_0 always (their float kernels too gain from it); Q8_0, Q5_0, Q5_1
-// and Q4_K where their integer kernels run (AVX-512 VNNI), the layout
-// having no float kernel (Q8_0's and Q4_K's plain rows have one; Q5's
-// plain rows are dequantised into a buffer).
+// Q4_0 always (their float kernels too gain from it); Q8_0, Q5_0, Q5_1,
+// Q4_K and Q6_K where their integer kernels run (AVX-512 VNNI), the
+// layout having no float kernel (the plain rows of Q8_0 and the K-quants
+// have one; Q5's plain rows are dequantised into a buffer).
 func (t QuantType) RepackPays() bool {
 	switch t {
 	case Q4_1, Q4_0:
 		return true
-	case Q8_0, Q5_0, Q5_1, Q4_K:
+	case Q8_0, Q5_0, Q5_1, Q4_K, Q6_K:
 		return vnniRepacks()
 	}
 	return false
@@ -166,6 +170,8 @@ func (t QuantType) plain() QuantType {
 		return Q5_1
 	case Q4_Kx4:
 		return Q4_K
+	case Q6_Kx4:
+		return Q6_K
 	}
 	return t
 }
@@ -289,22 +295,12 @@ func dequantBlock(t QuantType, y []float32, x []byte) {
 				yy[l+32] = float32(d2*float32(hi)) - o2
 			}
 		}
-	case Q6_K:
-		ql, qh, sc := x[0:128], x[128:192], x[192:208]
-		d := f16(x[208:])
-		for n := range 2 { // 128 values
-			l0, h0, s0, yy := ql[64*n:], qh[32*n:], sc[8*n:], y[128*n:]
-			for l := range 32 {
-				is := l / 16
-				h := h0[l]
-				q1 := int(l0[l]&15|(h&3)<<4) - 32
-				q2 := int(l0[l+32]&15|(h>>2&3)<<4) - 32
-				q3 := int(l0[l]>>4|(h>>4&3)<<4) - 32
-				q4 := int(l0[l+32]>>4|(h>>6&3)<<4) - 32
-				yy[l] = d * float32(int8(s0[is])) * float32(q1)
-				yy[l+32] = d * float32(int8(s0[is+2])) * float32(q2)
-				yy[l+64] = d * float32(int8(s0[is+4])) * float32(q3)
-				yy[l+96] = d * float32(int8(s0[is+6])) * float32(q4)
+	case Q6_K: // (d·scale)·(q − 32), scales per 16 values
+		q, d := q6kValues(x), f16(x[208:])
+		for g := range 16 {
+			ds := d * float32(int8(x[192+g]))
+			for i := range 16 {
+				y[16*g+i] = ds * float32(int(q[16*g+i])-32)
 			}
 		}
 	}

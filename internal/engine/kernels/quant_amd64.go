@@ -91,6 +91,9 @@ func qdotQ50V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float3
 func qdotQ4KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
+func qdotQ6KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
 func qdotQ51V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
@@ -226,6 +229,26 @@ func vnniPrep(dst, x []float32) {
 	limbsPrep(nb, &x[0], l, sc, 0)
 }
 
+// q6vPrep is Q6_Kx4's prep: vnniPrep's, with each block's sum of x
+// (scaled as the limbs) replaced by the sums of its two 16-value halves
+// (at sc + 8b + 1 and + 2), Q6_K's scale groups.
+func q6vPrep(dst, x []float32) {
+	vnniPrep(dst, x)
+	nb := len(x) / 32
+	_, scp := limbSplit(dst, nb, limbFloats)
+	sc := unsafe.Slice(scp, 8*nb+1)
+	inv := 1 / sc[8*nb] // 2^-e, exact
+	for b := range nb {
+		for h := range 2 {
+			var s float32
+			for _, v := range x[32*b+16*h : 32*b+16*h+16] {
+				s += v
+			}
+			sc[8*b+1+h] = s * inv
+		}
+	}
+}
+
 // vnni8Prep is Q8_0x4's prep: x's limbs with the offset corrections, and
 // scales.
 func vnni8Prep(dst, x []float32) {
@@ -246,11 +269,12 @@ func vnniDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out 
 	}
 }
 
-// vnniKDots wraps Q4_Kx4's integer kernel as quantDots.dots: nb
-// super-blocks, eight 32-value blocks of x's prep each.
-func vnniKDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
+// vnniKDots wraps a K-quant four-row layout's integer kernel (blocks of
+// size bytes a row) as quantDots.dots: nb super-blocks, eight 32-value
+// blocks of x's prep each.
+func vnniKDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int), size int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
 	return func(nb int, _, prep []float32, w []byte, ldw int, out []float32, pf int) {
-		if g := groupsOf(out, nb, qk/2+16, w, ldw); g > 0 {
+		if g := groupsOf(out, nb, size, w, ldw); g > 0 {
 			l, sc := limbSplit(prep, 8*nb, limbFloats)
 			f(8*nb, l, sc, &w[0], g, &out[0], pf)
 		}
@@ -268,7 +292,8 @@ var (
 	q80vKernel = &quantDots{prepLen: limb8Floats + 8, prepPad: 16, prep: vnni8Prep, dots: vnniDots(qdotQ80V, 34, limb8Floats), rowDots: vnniDots(qdotQ80V, 34, limb8Floats)}
 	q50vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ50V, 22, limbFloats), rowDots: vnniDots(qdotQ50V, 22, limbFloats)}
 	q51vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ51V, 24, limbFloats), rowDots: vnniDots(qdotQ51V, 24, limbFloats)}
-	q4KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: vnniPrep, dots: vnniKDots(qdotQ4KV), rowDots: vnniKDots(qdotQ4KV)}
+	q4KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: vnniPrep, dots: vnniKDots(qdotQ4KV, 144), rowDots: vnniKDots(qdotQ4KV, 144)}
+	q6KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: q6vPrep, dots: vnniKDots(qdotQ6KV, 210), rowDots: vnniKDots(qdotQ6KV, 210)}
 	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
 	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
 	q41Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ41Z), 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
@@ -322,6 +347,11 @@ func quantKernel(t QuantType) *quantDots {
 	case Q4_Kx4:
 		if haveVNNI {
 			return q4KvKernel
+		}
+		return nil
+	case Q6_Kx4:
+		if haveVNNI {
+			return q6KvKernel
 		}
 		return nil
 	case Q8_0:

@@ -483,6 +483,45 @@ GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
 	ADDQ             $384, SI \
 	ADDQ             $32, DI
 
+// A super-block of Q4_Kx4.
+#define V4KSB \
+	V4KSCALES \
+	V4KSUB(0, $0, $0x00, Z5, Z7) \
+	V4KSUB(64, $1, $0x55, Z5, Z7) \
+	V4KSUB(128, $2, $0xaa, Z5, Z7) \
+	V4KSUB(192, $3, $0xff, Z5, Z7) \
+	V4KSUB(256, $0, $0x00, Z6, Z8) \
+	V4KSUB(320, $1, $0x55, Z6, Z8) \
+	V4KSUB(384, $2, $0xaa, Z6, Z8) \
+	V4KSUB(448, $3, $0xff, Z6, Z8)
+
+// The K-quant kernels' loop over the groups of four rows and their
+// super-blocks (SB: one super-block's work, size bytes of weights; the
+// sub-blocks advance SI and DI), END as VRUN's.
+#define VKRUN(grp, lp, done, SB, size, END) \
+grp: \
+	TESTQ  R12, R12 \
+	JZ     done \
+	MOVQ   nb+0(FP), CX \
+	SHRQ   $3, CX \
+	MOVQ   R14, SI \
+	MOVQ   R11, DI \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+lp: \
+	SB \
+	ADDQ   size, R8 \
+	DECQ   CX \
+	JNZ    lp \
+	END \
+	VMOVUPS X0, (R13) \
+	ADDQ   $16, R13 \
+	DECQ   R12 \
+	JMP    grp \
+done: \
+	VZEROUPPER \
+	RET
+
 // func qdotQ4KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 // nb: 32-value blocks (eight a super-block).
 TEXT ·qdotQ4KV(SB), NOSPLIT, $0-56
@@ -491,36 +530,121 @@ TEXT ·qdotQ4KV(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z20
 	VMOVDQU32    vnniK2<>(SB), Z21
 	VMOVDQU32    vnniDmin<>(SB), Z29
-k4g:
-	TESTQ  R12, R12
-	JZ     k4done
-	MOVQ   nb+0(FP), CX
-	SHRQ   $3, CX
-	MOVQ   R14, SI
-	MOVQ   R11, DI
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-k4:
-	V4KSCALES
-	V4KSUB(0, $0, $0x00, Z5, Z7)
-	V4KSUB(64, $1, $0x55, Z5, Z7)
-	V4KSUB(128, $2, $0xaa, Z5, Z7)
-	V4KSUB(192, $3, $0xff, Z5, Z7)
-	V4KSUB(256, $0, $0x00, Z6, Z8)
-	V4KSUB(320, $1, $0x55, Z6, Z8)
-	V4KSUB(384, $2, $0xaa, Z6, Z8)
-	V4KSUB(448, $3, $0xff, Z6, Z8)
-	ADDQ   $576, R8
-	DECQ   CX
-	JNZ    k4
-	VOFFEND($0xbf800000)
-	VMOVUPS X0, (R13)
-	ADDQ   $16, R13
-	DECQ   R12
-	JMP    k4g
-k4done:
-	VZEROUPPER
-	RET
+	VKRUN(k4g, k4, k4done, V4KSB, $576, VOFFEND($0xbf800000))
+
+// Q6_Kx4 (repack.go, q6kx4): per super-block the four rows' int8 scales
+// of the sixteen 16-value groups times their d (V6KSCALES: Z5..Z8, lane
+// 4g+j = row j's of group g, four groups a vector); per sub-block the
+// six-bit values q (0..63, the value plus 32) of its two groups as two
+// vectors (low four bits from the nibbles, high two from the 32 bytes
+// after them, shifted in place per half by a word shift), each group's
+// Σ q·v its own chain (a group's scale is its own; |Σ| ≤ 4·63·(127·2^16
+// + 128·257) < 2^31 for four values a dword), Z0 += d·scale·s·Σ q·v, X1 +=
+// d·scale·Σx of the group (the prep's half sums, q6vPrep); the end
+// subtracts 32·X1.
+
+// VPSLLVW / VPSRLVW counts: the low (high) nibbles' high bits, 4 (0) in
+// the words of bytes 0..31, 2 (2) in those of bytes 32..63.
+DATA v6Left<>+0(SB)/8, $0x0004000400040004
+DATA v6Left<>+8(SB)/8, $0x0004000400040004
+DATA v6Left<>+16(SB)/8, $0x0004000400040004
+DATA v6Left<>+24(SB)/8, $0x0004000400040004
+DATA v6Left<>+32(SB)/8, $0x0002000200020002
+DATA v6Left<>+40(SB)/8, $0x0002000200020002
+DATA v6Left<>+48(SB)/8, $0x0002000200020002
+DATA v6Left<>+56(SB)/8, $0x0002000200020002
+GLOBL v6Left<>(SB), RODATA|NOPTR, $64
+DATA v6Right<>+0(SB)/8, $0
+DATA v6Right<>+8(SB)/8, $0
+DATA v6Right<>+16(SB)/8, $0
+DATA v6Right<>+24(SB)/8, $0
+DATA v6Right<>+32(SB)/8, $0x0002000200020002
+DATA v6Right<>+40(SB)/8, $0x0002000200020002
+DATA v6Right<>+48(SB)/8, $0x0002000200020002
+DATA v6Right<>+56(SB)/8, $0x0002000200020002
+GLOBL v6Right<>(SB), RODATA|NOPTR, $64
+
+// The groups' scales times d, as float32 (Z9 scratch).
+#define V6KSCALES \
+	PREFETCHT0       768(R8)(R10*1) \
+	VCVTPH2PS        832(R8), X9 \
+	VSHUFF32X4       $0, Z9, Z9, Z9 \
+	VPMOVSXBD        768(R8), Z5 \
+	VPMOVSXBD        784(R8), Z6 \
+	VPMOVSXBD        800(R8), Z7 \
+	VPMOVSXBD        816(R8), Z8 \
+	VCVTDQ2PS        Z5, Z5 \
+	VCVTDQ2PS        Z6, Z6 \
+	VCVTDQ2PS        Z7, Z7 \
+	VCVTDQ2PS        Z8, Z8 \
+	VMULPS           Z9, Z5, Z5 \
+	VMULPS           Z9, Z6, Z6 \
+	VMULPS           Z9, Z7, Z7 \
+	VMULPS           Z9, Z8, Z8
+
+// Σ q·v of the values in z against the limbs at SI + off (A; B and C
+// 128 and 256 after), as float32 into acc.
+#define V6CHAIN(z, off, acc) \
+	VPXORD      acc, acc, acc \
+	VPDPBUSD    off(SI), z, acc \
+	VPSLLD      $8, acc, acc \
+	VPDPBUSD    off+128(SI), z, acc \
+	VPSLLD      $8, acc, acc \
+	VPDPBUSD    off+256(SI), z, acc \
+	VCVTDQ2PS   acc, acc
+
+// Group scale chunk c (selector sel) of zs times s into Z0 with acc, and
+// into X1 times the group's Σx at DI + sx.
+#define V6SCALE(c, sel, zs, acc, sx) \
+	VSHUFF32X4       sel, zs, zs, Z22 \
+	VMULPS.BCST      (DI), Z22, Z22 \
+	VFMADD231PS      Z22, acc, Z0 \
+	VEXTRACTF32X4    c, zs, X18 \
+	VFMADD231PS.BCST sx(DI), X18, X1
+
+// Sub-block at R8 + off, its groups' scales chunks clo, chi of zs.
+#define V6KSUB(off, zs, clo, sello, chi, selhi) \
+	PREFETCHT0       off(R8)(R10*1) \
+	PREFETCHT0       off+64(R8)(R10*1) \
+	VMOVDQU32        off(R8), Z24 \
+	VBROADCASTI64X4  off+64(R8), Z18 \
+	VPSLLVW          Z21, Z18, Z16 \
+	VPSRLVW          Z20, Z18, Z17 \
+	VPANDD           Z23, Z16, Z16 \
+	VPANDD           Z23, Z17, Z17 \
+	VPANDD           Z27, Z24, Z2 \
+	VPSRLW           $4, Z24, Z24 \
+	VPANDD           Z27, Z24, Z24 \
+	VPORD            Z2, Z16, Z16 \
+	VPORD            Z24, Z17, Z17 \
+	V6CHAIN(Z16, 0, Z19) \
+	V6CHAIN(Z17, 64, Z3) \
+	V6SCALE(clo, sello, zs, Z19, 4) \
+	V6SCALE(chi, selhi, zs, Z3, 8) \
+	ADDQ             $384, SI \
+	ADDQ             $32, DI
+
+// A super-block of Q6_Kx4.
+#define V6KSB \
+	V6KSCALES \
+	V6KSUB(0, Z5, $0, $0x00, $1, $0x55) \
+	V6KSUB(96, Z5, $2, $0xaa, $3, $0xff) \
+	V6KSUB(192, Z6, $0, $0x00, $1, $0x55) \
+	V6KSUB(288, Z6, $2, $0xaa, $3, $0xff) \
+	V6KSUB(384, Z7, $0, $0x00, $1, $0x55) \
+	V6KSUB(480, Z7, $2, $0xaa, $3, $0xff) \
+	V6KSUB(576, Z8, $0, $0x00, $1, $0x55) \
+	V6KSUB(672, Z8, $2, $0xaa, $3, $0xff)
+
+// func qdotQ6KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+// nb: 32-value blocks (eight a super-block); sc as q6vPrep writes it.
+TEXT ·qdotQ6KV(SB), NOSPLIT, $0-56
+	VSETUP
+	MOVL         $0x30303030, AX
+	VPBROADCASTD AX, Z23
+	VMOVDQU32    v6Left<>(SB), Z21
+	VMOVDQU32    v6Right<>(SB), Z20
+	VKRUN(k6g, k6, k6done, V6KSB, $840, VOFFEND($0xc2000000))
 
 // Q8_0x4 (repack.go: the values as unsigned bytes u = q + 128, each
 // row's four consecutive values in one dword, the layout VPDPBUSD sums as

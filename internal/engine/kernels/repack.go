@@ -55,6 +55,10 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 				clear(blk[64:80]) // the fifth bits are or-ed in below
 			case Q4_K:
 				clear(blk[q4kx4High : q4kx4High+16])
+			case Q6_K:
+				for k := range 8 {
+					clear(blk[96*k+64 : 96*k+96]) // the high bits, or-ed in
+				}
 			}
 			for j := range 4 {
 				s := grp[j*rb+b*bb : j*rb+(b+1)*bb]
@@ -77,6 +81,9 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 					continue
 				case Q4_K:
 					repackQ4K(blk, j, s)
+					continue
+				case Q6_K:
+					repackQ6K(blk, j, s)
 					continue
 				}
 				for i := range 16 {
@@ -140,6 +147,66 @@ func q4kx4ScaleMin(blk []byte, k, j int) (sc, m uint8) {
 	return blk[q4kx4Low+e]&15 | (blk[h]>>bit&3)<<4, blk[q4kx4Low+e]>>4 | (blk[h+8]>>bit&3)<<4
 }
 
+// The layout of Q6_Kx4, per group of four rows and 256-value super-block
+// (840 bytes, the four rows' 210): at 96k the values of sub-block k (< 8;
+// 32 values, two of Q6_K's 16-value scale groups): 64 bytes of their low
+// four bits as Q5_0x4's nibbles (byte p = q80x4Pos(j, i): row j's values
+// 32k+i and 32k+16+i), then 32 bytes of their high two bits, byte p mod
+// 32: bits 0-1 and 4-5 those of byte p < 32's low and high nibble, bits
+// 2-3 and 6-7 those of byte p+32's (so that one 32-byte load broadcast to
+// both halves of a vector and one word shift per half put each in place);
+// at q6kx4Scales the groups' int8 scales (byte 4g+j: row j's of group
+// g); at q6kx4D the rows' d.
+const (
+	q6kx4Scales = 768
+	q6kx4D      = 832
+)
+
+// q6kValues is Q6_K super-block s's 256 six-bit values (0..63, the value
+// plus 32), in order.
+func q6kValues(s []byte) (q [qk]byte) {
+	ql, qh := s[0:128], s[128:192]
+	for n := range 2 { // ggml's order: halves of 128 values
+		l0, h0 := ql[64*n:], qh[32*n:]
+		for l := range 32 {
+			h := h0[l]
+			q[128*n+l] = l0[l]&15 | (h&3)<<4
+			q[128*n+32+l] = l0[l+32]&15 | (h>>2&3)<<4
+			q[128*n+64+l] = l0[l]>>4 | (h>>4&3)<<4
+			q[128*n+96+l] = l0[l+32]>>4 | (h>>6&3)<<4
+		}
+	}
+	return q
+}
+
+// repackQ6K writes row j's Q6_K super-block s into the group's blk.
+func repackQ6K(blk []byte, j int, s []byte) {
+	q := q6kValues(s)
+	for k := range 8 {
+		b := blk[96*k : 96*k+96]
+		for i := range 16 {
+			p := q80x4Pos(j, i)
+			lo, hi := q[32*k+i], q[32*k+16+i]
+			b[p] = lo&15 | hi<<4
+			sh := 2 * (p / 32) // byte p+32's bits sit 2 above byte p's
+			b[64+p%32] |= (lo>>4)<<sh | (hi>>4)<<(4+sh)
+		}
+	}
+	for g := range 16 {
+		blk[q6kx4Scales+4*g+j] = s[192+g]
+	}
+	copy(blk[q6kx4D+2*j:q6kx4D+2*j+2], s[208:210])
+}
+
+// q6kx4Value is row j's six-bit value i (< 32) of sub-block k in the
+// Q6_Kx4 super-block blk.
+func q6kx4Value(blk []byte, k, j, i int) byte {
+	p, half := q80x4Pos(j, i%16), i/16
+	b := blk[96*k:]
+	nib := b[p] >> (4 * half) & 15
+	return nib | (b[64+p%32]>>(2*(p/32)+4*half)&3)<<4
+}
+
 // q5High is the 32 fifth bits of a Q5_0 or Q5_1 block (bit i: value i's).
 func q5High(blk []byte) uint32 {
 	h := blk[len(blk)-20:]
@@ -182,6 +249,19 @@ func dequantGroup(t QuantType, dst []float32, cols int, src []byte) {
 	sb := bb - 16 // scale bytes per row
 	for b := range cols / t.BlockElems() {
 		s := src[4*b*bb : 4*(b+1)*bb]
+		if t == Q6_Kx4 {
+			for j := range 4 {
+				d := f16(s[q6kx4D+2*j:])
+				for g := range 16 {
+					ds := d * float32(int8(s[q6kx4Scales+4*g+j]))
+					y := dst[j*cols+256*b+16*g : j*cols+256*b+16*g+16]
+					for i := range y {
+						y[i] = ds * float32(int(q6kx4Value(s, g/2, j, 16*(g%2)+i))-32)
+					}
+				}
+			}
+			continue
+		}
 		if t == Q4_Kx4 {
 			for j := range 4 {
 				d, dmin := f16(s[q4kx4D+4*j:]), f16(s[q4kx4D+4*j+2:])

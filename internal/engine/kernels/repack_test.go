@@ -114,6 +114,41 @@ func extremeX(r *rand.Rand) map[string]func(i int) float32 {
 	}
 }
 
+// checkExtremes repacks the rows×k matrix q of type qt and holds the
+// integer kernel of its layout (skipped where it does not run) to within
+// 5e-7 of Σ|x·w| of the exact product with its dequantised values, for
+// each of extremeX's activations.
+func checkExtremes(t *testing.T, r *rand.Rand, qt QuantType, q []byte, rows, k int) {
+	t.Helper()
+	rt := qt.RepackedType()
+	if quantKernel(rt) == nil {
+		t.Logf("%v: no integer kernel here (VNNI)", rt)
+		return
+	}
+	wf := make([]float32, rows*k)
+	DequantRow(qt, wf, q)
+	w := make([]byte, len(q))
+	Repack4(qt, w, q, rows, k)
+	for name, xs := range extremeX(r) {
+		x := make([]float32, k)
+		for i := range x {
+			x[i] = xs(i)
+		}
+		c := make([]float32, rows)
+		QuantGemmNT(rt, 1, rows, k, x, k, w, 0, c, rows)
+		for j := range c {
+			var want, mag float64
+			for i := range k {
+				want += float64(x[i]) * float64(wf[j*k+i])
+				mag += math.Abs(float64(x[i]) * float64(wf[j*k+i]))
+			}
+			if d := math.Abs(float64(c[j]) - want); d > 5e-7*mag {
+				t.Errorf("%v %s: row %d = %g, exact %g: error %.2g of Σ|x·w| %g", rt, name, j, c[j], want, d/mag, mag)
+			}
+		}
+	}
+}
+
 // TestQ80x4Extremes: Q8_0x4's integer kernel (where it runs) at the ends
 // of its ranges — every weight −128 or 127, x at its blocks' largest
 // values, of one sign or alternating — stays within float32 noise of the
@@ -123,7 +158,6 @@ func TestQ80x4Extremes(t *testing.T) {
 	const rows, k = 8, 256
 	r := rand.New(rand.NewPCG(31, 32))
 	q := make([]byte, rows*Q8_0.RowBytes(k))
-	wf := make([]float64, rows*k)
 	for row := range rows {
 		for b := range k / 32 {
 			blk := q[(row*k/32+b)*34:]
@@ -141,30 +175,10 @@ func TestQ80x4Extremes(t *testing.T) {
 					v = int8(r.IntN(256) - 128)
 				}
 				blk[2+i] = byte(v)
-				wf[row*k+32*b+i] = float64(v)
 			}
 		}
 	}
-	w := make([]byte, len(q))
-	Repack4(Q8_0, w, q, rows, k)
-	for name, xs := range extremeX(r) {
-		x := make([]float32, k)
-		for i := range x {
-			x[i] = xs(i)
-		}
-		c := make([]float32, rows)
-		QuantGemmNT(Q8_0x4, 1, rows, k, x, k, w, 0, c, rows)
-		for j := range rows {
-			var want, mag float64
-			for i := range k {
-				want += float64(x[i]) * wf[j*k+i]
-				mag += math.Abs(float64(x[i]) * wf[j*k+i])
-			}
-			if rel := math.Abs(float64(c[j])-want) / mag; rel > 5e-7 {
-				t.Errorf("%s: row %d = %g, exact %g: error %.2g of Σ|x·w|", name, j, c[j], want, rel)
-			}
-		}
-	}
+	checkExtremes(t, r, Q8_0, q, rows, k)
 }
 
 // TestQ5x4Extremes: the integer kernels of Q5_0x4 and Q5_1x4 (where they
@@ -196,32 +210,50 @@ func TestQ5x4Extremes(t *testing.T) {
 				}
 			}
 		}
-		wf := make([]float32, rows*k)
-		DequantRow(qt, wf, q)
-		w := make([]byte, len(q))
-		Repack4(qt, w, q, rows, k)
-		rt := qt.RepackedType()
-		if quantKernel(rt) == nil {
-			t.Logf("%v: no integer kernel here (VNNI)", rt)
+		checkExtremes(t, r, qt, q, rows, k)
+	}
+}
+
+// TestKx4Extremes: the integer kernels of Q4_Kx4 and Q6_Kx4 (where they
+// run) with every value, scale and min at its largest (Q6_K: q = 63, the
+// bound its int32 sums are exact to; scales 127 or −128) or random,
+// against x at its blocks' largest values: within float32 noise of the
+// exact product.
+func TestKx4Extremes(t *testing.T) {
+	const rows, k = 8, 512
+	r := rand.New(rand.NewPCG(35, 36))
+	for _, qt := range []QuantType{Q4_K, Q6_K} {
+		if quantKernel(qt.RepackedType()) == nil {
+			t.Logf("%v: no integer kernel here (VNNI)", qt.RepackedType())
 			continue
 		}
-		for name, xs := range extremeX(r) {
-			x := make([]float32, k)
-			for i := range x {
-				x[i] = xs(i)
-			}
-			c := make([]float32, rows)
-			QuantGemmNT(rt, 1, rows, k, x, k, w, 0, c, rows)
-			for j := range rows {
-				var want, mag float64
-				for i := range k {
-					want += float64(x[i]) * float64(wf[j*k+i])
-					mag += math.Abs(float64(x[i]) * float64(wf[j*k+i]))
+		bb := qt.BlockBytes()
+		q := make([]byte, rows*qt.RowBytes(k))
+		for i := range q {
+			q[i] = 0xff
+		}
+		for row := range rows {
+			for b := range k / qk {
+				blk := q[(row*k/qk+b)*bb : (row*k/qk+b+1)*bb]
+				switch row % 4 {
+				case 1:
+					if qt == Q6_K {
+						for g := range 16 {
+							blk[192+g] = 0x80 // scale −128
+						}
+					}
+				case 3:
+					for i := range blk {
+						blk[i] = byte(r.IntN(256))
+					}
 				}
-				if d := math.Abs(float64(c[j]) - want); d > 5e-7*mag+1e-30 {
-					t.Errorf("%v %s row %d: %g, exact %g (|Δ| %.2e of Σ|x·w| %g)", rt, name, j, c[j], want, d/mag, mag)
+				if qt == Q6_K {
+					blk[208], blk[209] = 0x00, 0x3c // d = 1
+				} else {
+					blk[0], blk[1], blk[2], blk[3] = 0x00, 0x3c, 0x00, 0x38 // d = 1, dmin = 0.5
 				}
 			}
 		}
+		checkExtremes(t, r, qt, q, rows, k)
 	}
 }
