@@ -62,19 +62,22 @@ echo "-- the same weights dequantised to F32 (llama.cpp computes them unrounded)
 FLYWHEEL_GGUF_LLAMA_EXACT=1 FLYWHEEL_GGUF_MODEL="$work/f32.gguf" FLYWHEEL_GGUF_REF="$work/ref-f32.json" \
     go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
 
-echo "-- llama.cpp's Q4_K_M of the same weights (Q4_K and Q6_K, and their fallbacks Q5_0 and Q8_0 for the"
-echo "   rows that are not whole 256-value super-blocks): flywheel against float64 and llama.cpp"
-"$venv/bin/python" bench/llama_decode.py --quantize "$work/f32.gguf" "$work/q4_k_m.gguf" q4_k_m
-rm -f "$work/f32.gguf"
-"$venv/bin/python" -c 'import collections, sys, gguf
+echo "-- llama.cpp's Q4_K_M and Q5_K_M of the same weights (Q4_K, Q5_K and Q6_K, and their fallbacks Q5_0, Q5_1"
+echo "   and Q8_0 for the rows that are not whole 256-value super-blocks): flywheel against float64 and llama.cpp"
+for mix in q4_k_m:Q4_K,Q6_K,Q5_0,Q8_0 q5_k_m:Q5_K,Q6_K,Q5_1,Q8_0; do
+    kind="${mix%%:*}"
+    "$venv/bin/python" bench/llama_decode.py --quantize "$work/f32.gguf" "$work/$kind.gguf" "$kind"
+    "$venv/bin/python" -c 'import collections, sys, gguf
 c = collections.Counter(t.tensor_type.name for t in gguf.GGUFReader(sys.argv[1]).tensors)
-print("tensor types:", dict(c))
-sys.exit(0 if {"Q4_K", "Q6_K", "Q5_0", "Q8_0"} <= set(c) else "not the mix this check is for")' "$work/q4_k_m.gguf"
-"$venv/bin/python" .ci/gguf_ref.py "$work/q4_k_m.gguf" "$work/ref-q4km.json"
-"$venv/bin/python" .ci/gguf_f64.py "$work/q4_k_m.gguf" "$work/ref-q4km.json"
-FLYWHEEL_GGUF_MODEL="$work/q4_k_m.gguf" FLYWHEEL_GGUF_REF="$work/ref-q4km.json" \
-    go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
-rm -f "$work/q4_k_m.gguf"
+print(sys.argv[1].rsplit("/", 1)[-1], "tensor types:", dict(c))
+sys.exit(0 if set(sys.argv[2].split(",")) <= set(c) else "not the mix this check is for")' "$work/$kind.gguf" "${mix#*:}"
+    "$venv/bin/python" .ci/gguf_ref.py "$work/$kind.gguf" "$work/ref-$kind.json"
+    "$venv/bin/python" .ci/gguf_f64.py "$work/$kind.gguf" "$work/ref-$kind.json"
+    FLYWHEEL_GGUF_MODEL="$work/$kind.gguf" FLYWHEEL_GGUF_REF="$work/ref-$kind.json" \
+        go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+    rm -f "$work/$kind.gguf"
+done
+rm -f "$work/f32.gguf"
 
 echo "-- resident memory: the Q4_1 model after 576 tokens, at most 1.2 x (file + KV cache)"
 FLYWHEEL_BENCH_GGUF="$gguf" go test -count=1 -run '^$' -bench '^BenchmarkPeakMemory135M$/^GGUF$' -benchtime 1x \

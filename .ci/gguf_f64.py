@@ -8,7 +8,8 @@ next-token log-probabilities of llama.cpp's top-20 tokens; "greedy_f64": the
 float64 greedy continuation, as long as llama.cpp's; and "top_q8": the same
 with every input of a product with a quantized matrix first rounded to 8 bits
 per block of 32 the way llama.cpp's CPU backend does (quantize_row_q8_0/q8_1:
-scale amax/127 stored as f16), which measures how much of llama.cpp's
+scale amax/127 stored as f16; for the K-quants' matrices per block of 256,
+quantize_row_q8_K: scale −max/127 in float32), which measures how much of llama.cpp's
 difference from the exact model that rounding explains. RoPE is applied
 ggml's way (adjacent pairs) on the file's q/k rows as stored, so the reference
 does not share flywheel's undoing of the converter's row permutation.
@@ -46,6 +47,15 @@ def main():
         q = np.round(np.divide(b, d, out=np.zeros_like(b), where=d > 0))
         return (q * d.astype(np.float16).astype(np.float64)).reshape(x.shape)
 
+    def q8k(x):  # the same for the K-quants' products (quantize_row_q8_K): per block of 256,
+        # the scale -max/127 in float32, max the value of largest magnitude
+        b = x.reshape(*x.shape[:-1], -1, 256)
+        mx = np.take_along_axis(b, np.abs(b).argmax(-1)[..., None], -1)
+        iscale = np.divide(-127.0, mx, out=np.zeros_like(mx), where=mx != 0)
+        q = np.minimum(127, np.round(b * iscale))
+        d = np.divide(1.0, iscale, out=np.zeros_like(iscale), where=iscale != 0)
+        return (q * d.astype(np.float32).astype(np.float64)).reshape(x.shape)
+
     def norm(x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
@@ -70,7 +80,7 @@ def main():
 
         def mm(x, name):
             if emulate and qtypes[name] not in ("F32", "F16", "BF16"):
-                x = q8(x)
+                x = q8k(x) if qtypes[name].endswith("_K") else q8(x)
             return x @ W[name].T
 
         for l in range(L):

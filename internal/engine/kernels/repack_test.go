@@ -214,7 +214,7 @@ func TestQ5x4Extremes(t *testing.T) {
 	}
 }
 
-// TestKx4Extremes: the integer kernels of Q4_Kx4 and Q6_Kx4 (where they
+// TestKx4Extremes: the integer kernels of Q4_Kx4, Q5_Kx4 and Q6_Kx4 (where they
 // run) with every value, scale and min at its largest (Q6_K: q = 63, the
 // bound its int32 sums are exact to; scales 127 or −128) or random,
 // against x at its blocks' largest values: within float32 noise of the
@@ -222,7 +222,7 @@ func TestQ5x4Extremes(t *testing.T) {
 func TestKx4Extremes(t *testing.T) {
 	const rows, k = 8, 512
 	r := rand.New(rand.NewPCG(35, 36))
-	for _, qt := range []QuantType{Q4_K, Q6_K} {
+	for _, qt := range []QuantType{Q4_K, Q5_K, Q6_K} {
 		if quantKernel(qt.RepackedType()) == nil {
 			t.Logf("%v: no integer kernel here (VNNI)", qt.RepackedType())
 			continue
