@@ -144,16 +144,20 @@ func (t QuantType) RepackedType() QuantType {
 
 // RepackPays reports whether batch-1 decode streams t's matrices faster
 // in its four-row layout than as plain rows on this machine: Q4_1 and
-// Q4_0 always (their float kernels too gain from it); Q8_0, Q5_0, Q5_1,
-// and the K-quants where their integer kernels run (AVX-512 VNNI), the
-// layout having no float kernel (the plain rows of Q8_0 and the K-quants
-// have one; Q5's plain rows are dequantised into a buffer).
+// Q4_0 always (their float kernels too gain from it); Q8_0 and the
+// K-quants where their integer kernels run (AVX-512 VNNI), the layout
+// having no float kernel (their plain rows have one); Q5_0 and Q5_1
+// where AVX-512 runs (without VNNI, decode dequantises four rows of the
+// layout at a time into a buffer with its AVX-512 dequantiser, faster
+// than the plain rows' Go one).
 func (t QuantType) RepackPays() bool {
 	switch t {
 	case Q4_1, Q4_0:
 		return true
-	case Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K:
+	case Q8_0, Q4_K, Q5_K, Q6_K:
 		return vnniRepacks()
+	case Q5_0, Q5_1:
+		return groupDequantAsm()
 	}
 	return false
 }
@@ -267,7 +271,10 @@ func dequantBlock(t QuantType, y []float32, x []byte) {
 			y[i+16] = float32(float32(q>>4)*d) + m
 		}
 	case Q5_0, Q5_1: // bit i of the 32 in qh: value i's fifth
-		qh, d := q5High(x), f16(x)
+		qh, d, m := q5High(x), f16(x), float32(0)
+		if t == Q5_1 {
+			m = f16(x[2:])
+		}
 		for i, q := range x[len(x)-16:] {
 			l0, l1 := q&15|byte(qh>>i&1)<<4, q>>4|byte(qh>>(i+16)&1)<<4
 			if t == Q5_0 {
@@ -275,7 +282,6 @@ func dequantBlock(t QuantType, y []float32, x []byte) {
 				y[i+16] = float32(int(l1)-16) * d
 				continue
 			}
-			m := f16(x[2:])
 			y[i] = float32(float32(l0)*d) + m
 			y[i+16] = float32(float32(l1)*d) + m
 		}

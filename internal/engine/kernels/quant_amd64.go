@@ -109,6 +109,21 @@ func qdotQ80V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float3
 func dequantQ80X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 
 //go:noescape
+func dequantQ50X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ51X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ4KX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ5KX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ6KX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
 func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 
 //go:noescape
@@ -289,6 +304,10 @@ func vnniKDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out
 // (qdotQ80V, qdotQ50V, qdotQ51V) run.
 func vnniRepacks() bool { return haveAVX512 && haveF16C && haveVNNI }
 
+// groupDequantAsm reports whether the four-row layouts' AVX-512 group
+// dequantisers (dequantGroupAsm) run.
+func groupDequantAsm() bool { return haveAVX512 && haveF16C }
+
 var (
 	q41vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ41V, 20, limbFloats), rowDots: vnniDots(qdotQ41V, 20, limbFloats)}
 	q40vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ40V, 18, limbFloats), rowDots: vnniDots(qdotQ40V, 18, limbFloats)}
@@ -401,8 +420,18 @@ func dequantGroupAsm(t QuantType, dst []float32, cols int, src []byte) bool {
 		f = dequantQ40X
 	case Q8_0x4:
 		f = dequantQ80X
+	case Q5_0x4:
+		f = dequantQ50X
+	case Q5_1x4:
+		f = dequantQ51X
+	case Q4_Kx4:
+		f = dequantQ4KX
+	case Q5_Kx4:
+		f = dequantQ5KX
+	case Q6_Kx4:
+		f = dequantQ6KX
 	default:
-		return false // Q5_0x4, Q5_1x4: dequantGroup's Go
+		return false
 	}
 	f(cols/32, &dst[0], 4*cols, &src[0], &f16Table()[0])
 	return true

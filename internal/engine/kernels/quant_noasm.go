@@ -14,3 +14,6 @@ func dequantGroupAsm(QuantType, []float32, int, []byte) bool { return false }
 // vnniRepacks is false: no kernel streams Q8_0x4, Q5_0x4 or Q5_1x4 on
 // this build.
 func vnniRepacks() bool { return false }
+
+// groupDequantAsm is false: no assembly dequantisation on this build.
+func groupDequantAsm() bool { return false }

@@ -88,7 +88,7 @@ func BenchmarkDequantRow(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	const rows, cols = 1536, 768
 	dst := make([]float32, rows*cols)
-	for _, qt := range []QuantType{Q4_1, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q4_1x4, Q4_0x4, Q8_0x4} {
+	for _, qt := range append(FileTypes(), allRepacked...) {
 		w, _ := randQuant(r, qt, rows, cols)
 		b.Run(qt.String(), func(b *testing.B) {
 			for range b.N {

@@ -360,15 +360,40 @@ TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
 // prefetch here (VRUN's, the first's).
 #define V5BLOCK \
 	PREFETCHT0  64(R8)(R10*1) \
-	VMOVDQU32   (R8), Z24 \
-	KMOVQ       64(R8), K1 \
-	KMOVQ       72(R8), K2 \
+	NIBS5(0) \
+	VSUMS
+
+// The values of a block (a sub-block) in the layouts without the
+// transposing shuffle, as unsigned bytes in Z16 (values 0..15 of each
+// row) and Z17 (16..31), from R8 + off (Z27 = 0x0f bytes; NIBS5: Z23 =
+// 0x10 bytes, the fifth bits' masks after the nibbles; SIXBITS: Q6_Kx4's,
+// the high bits after them, Z21, Z20 = v6Left, v6Right, Z23 = 0x30 bytes,
+// Z2 scratch). Z24: scratch.
+#define NIBS(off) \
+	VMOVDQU32   off(R8), Z24 \
 	VPSRLW      $4, Z24, Z17 \
 	VPANDD      Z27, Z24, Z16 \
-	VPANDD      Z27, Z17, Z17 \
+	VPANDD      Z27, Z17, Z17
+
+#define NIBS5(off) \
+	NIBS(off) \
+	KMOVQ       off+64(R8), K1 \
+	KMOVQ       off+72(R8), K2 \
 	VPADDB      Z23, Z16, K1, Z16 \
-	VPADDB      Z23, Z17, K2, Z17 \
-	VSUMS
+	VPADDB      Z23, Z17, K2, Z17
+
+#define SIXBITS(off) \
+	VBROADCASTI64X4  off+64(R8), Z18 \
+	VPSLLVW          Z21, Z18, Z16 \
+	VPSRLVW          Z20, Z18, Z17 \
+	VPANDD           Z23, Z16, Z16 \
+	VPANDD           Z23, Z17, Z17 \
+	VMOVDQU32        off(R8), Z24 \
+	VPANDD           Z27, Z24, Z2 \
+	VPSRLW           $4, Z24, Z24 \
+	VPANDD           Z27, Z24, Z24 \
+	VPORD            Z2, Z16, Z16 \
+	VPORD            Z24, Z17, Z17
 
 // Q5_0: the block's d times s per lane into Z0, X1 += d·Σx.
 #define V50SCALE \
@@ -471,10 +496,7 @@ GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
 // zs and zm; the limbs at SI, s and Σx at DI (both advanced).
 #define V4KSUB(off, c, sel, zs, zm) \
 	PREFETCHT0       off(R8)(R10*1) \
-	VMOVDQU32        off(R8), Z24 \
-	VPSRLW           $4, Z24, Z17 \
-	VPANDD           Z27, Z24, Z16 \
-	VPANDD           Z27, Z17, Z17 \
+	NIBS(off) \
 	VKSUM(c, sel, zs, zm)
 
 // Q5_Kx4's sub-block: Q4_Kx4's with the fifth bits (V5BLOCK's masks)
@@ -482,14 +504,7 @@ GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
 #define V5KSUB(off, c, sel, zs, zm) \
 	PREFETCHT0       off(R8)(R10*1) \
 	PREFETCHT0       off+64(R8)(R10*1) \
-	VMOVDQU32        off(R8), Z24 \
-	KMOVQ            off+64(R8), K1 \
-	KMOVQ            off+72(R8), K2 \
-	VPSRLW           $4, Z24, Z17 \
-	VPANDD           Z27, Z24, Z16 \
-	VPANDD           Z27, Z17, Z17 \
-	VPADDB           Z23, Z16, K1, Z16 \
-	VPADDB           Z23, Z17, K2, Z17 \
+	NIBS5(off) \
 	VKSUM(c, sel, zs, zm)
 
 // A K-quant sub-block's values in Z16, Z17: Σ l·v, scaled into Z0, and
@@ -651,17 +666,7 @@ GLOBL v6Right<>(SB), RODATA|NOPTR, $64
 #define V6KSUB(off, zs, clo, sello, chi, selhi) \
 	PREFETCHT0       off(R8)(R10*1) \
 	PREFETCHT0       off+64(R8)(R10*1) \
-	VMOVDQU32        off(R8), Z24 \
-	VBROADCASTI64X4  off+64(R8), Z18 \
-	VPSLLVW          Z21, Z18, Z16 \
-	VPSRLVW          Z20, Z18, Z17 \
-	VPANDD           Z23, Z16, Z16 \
-	VPANDD           Z23, Z17, Z17 \
-	VPANDD           Z27, Z24, Z2 \
-	VPSRLW           $4, Z24, Z24 \
-	VPANDD           Z27, Z24, Z24 \
-	VPORD            Z2, Z16, Z16 \
-	VPORD            Z24, Z17, Z17 \
+	SIXBITS(off) \
 	V6CHAIN(Z16, 0, Z19) \
 	V6CHAIN(Z17, 64, Z3) \
 	V6SCALE(clo, sello, zs, Z19, 4) \
@@ -866,3 +871,233 @@ dlp:
 ddone:
 	VZEROUPPER
 	RET
+
+// Group dequantisation of the layouts without the transposing shuffle
+// (Q5_0x4, Q5_1x4 and the K-quants'): a block's (sub-block's) values as
+// the kernels read them (NIBS5, NIBS, SIXBITS), then each row's sixteen
+// values of a half gathered by VPERMD (as dequantQ80X) and widened, each
+// value computed as dequantGroup computes it (no fused multiply-adds).
+// dst + j·ldd bytes: row j.
+
+// The arguments and constants of the group dequantisers: blocks CX, dst
+// DI, row stride R12 (R13 = 3·R12), src R8, f16 table R15, no prefetch
+// distance (R10 = 0: the kernels' macros prefetch what they read);
+// Z27 = 0x0f bytes, Z12..Z15 the rows' VPERMD indices.
+#define DQSETUP \
+	MOVQ         nb+0(FP), CX \
+	MOVQ         dst+8(FP), DI \
+	MOVQ         ldd+16(FP), R12 \
+	MOVQ         src+24(FP), R8 \
+	MOVQ         tab+32(FP), R15 \
+	LEAQ         (R12)(R12*2), R13 \
+	XORQ         R10, R10 \
+	MOVL         $0x0f0f0f0f, AX \
+	VPBROADCASTD AX, Z27 \
+	VMOVDQU32    dq80Idx<>+0(SB), Z12 \
+	VMOVDQU32    dq80Idx<>+64(SB), Z13 \
+	VMOVDQU32    dq80Idx<>+128(SB), Z14 \
+	VMOVDQU32    dq80Idx<>+192(SB), Z15
+
+// Row idx's values of Z16 (0..15) and Z17 (16..31) as int32 in Z18, Z19
+// (minus Z26 per dword, sub: VPSUBD; or nothing: a no-op form).
+#define DQROW(idx) \
+	VPERMD    Z16, idx, Z18 \
+	VPMOVZXBD X18, Z18 \
+	VPERMD    Z17, idx, Z19 \
+	VPMOVZXBD X19, Z19
+
+#define DQSTORE(lo, hi) \
+	VMOVUPS Z18, lo \
+	VMOVUPS Z19, hi
+
+// Q5_0: float32(l − 16)·d, d the f16 at doff (Z26 = 16 per dword).
+#define DQ50ROW(idx, doff, lo, hi) \
+	DQROW(idx) \
+	VPSUBD       Z26, Z18, Z18 \
+	VPSUBD       Z26, Z19, Z19 \
+	VCVTDQ2PS    Z18, Z18 \
+	VCVTDQ2PS    Z19, Z19 \
+	MOVWLZX      doff(R8), AX \
+	VBROADCASTSS (R15)(AX*4), Z9 \
+	VMULPS       Z9, Z18, Z18 \
+	VMULPS       Z9, Z19, Z19 \
+	DQSTORE(lo, hi)
+
+// Q5_1: float32(l·d) + m, d and m the f16 pair at doff.
+#define DQ51ROW(idx, doff, lo, hi) \
+	DQROW(idx) \
+	VCVTDQ2PS    Z18, Z18 \
+	VCVTDQ2PS    Z19, Z19 \
+	MOVWLZX      doff(R8), AX \
+	VBROADCASTSS (R15)(AX*4), Z9 \
+	MOVWLZX      doff+2(R8), AX \
+	VBROADCASTSS (R15)(AX*4), Z10 \
+	VMULPS       Z9, Z18, Z18 \
+	VMULPS       Z9, Z19, Z19 \
+	VADDPS       Z10, Z18, Z18 \
+	VADDPS       Z10, Z19, Z19 \
+	DQSTORE(lo, hi)
+
+// The four rows of a block, ROW(idx, scale offset, stores) for each.
+#define DQROWS(ROW, s0, s1, s2, s3) \
+	ROW(Z12, s0, (DI), 64(DI)) \
+	ROW(Z13, s1, (DI)(R12*1), 64(DI)(R12*1)) \
+	ROW(Z14, s2, (DI)(R12*2), 64(DI)(R12*2)) \
+	ROW(Z15, s3, (DI)(R13*1), 64(DI)(R13*1))
+
+// The Q5 dequantisers' loop over blocks (size bytes): VALUES, then ROWS.
+#define DQRUN(lp, done, VALUES, ROWS, size) \
+lp: \
+	TESTQ CX, CX \
+	JZ    done \
+	VALUES \
+	ROWS \
+	ADDQ  size, R8 \
+	ADDQ  $128, DI \
+	DECQ  CX \
+	JMP   lp \
+done: \
+	VZEROUPPER \
+	RET
+
+// func dequantQ50X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ50X(SB), NOSPLIT, $0-40
+	DQSETUP
+	MOVL         $0x10101010, AX
+	VPBROADCASTD AX, Z23
+	MOVL         $16, AX
+	VPBROADCASTD AX, Z26
+	DQRUN(d50, d50done, NIBS5(0), DQROWS(DQ50ROW, 80, 82, 84, 86), $88)
+
+// func dequantQ51X(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ51X(SB), NOSPLIT, $0-40
+	DQSETUP
+	MOVL         $0x10101010, AX
+	VPBROADCASTD AX, Z23
+	DQRUN(d51, d51done, NIBS5(0), DQROWS(DQ51ROW, 80, 84, 88, 92), $96)
+
+// The K-quants: a super-block's scales (V4KSCALES, V6KSCALES) stored in
+// the frame (BX = SP), Z5..Z8 at 0, 64, 128, 192: Q4_K/Q5_K's d·scale of row j,
+// sub-block k at 4·(4k+j), dmin·min 128 after it; Q6_K's d·scale of
+// group g at 4·(4g+j).
+#define DQKSTACK \
+	VMOVUPS Z5, (BX) \
+	VMOVUPS Z6, 64(BX) \
+	VMOVUPS Z7, 128(BX) \
+	VMOVUPS Z8, 192(BX)
+
+// Q4_K/Q5_K: float32(d1·l) − o1, d1 and o1 at s(BX) and 128+s(BX).
+#define DQKROW(idx, s, lo, hi) \
+	DQROW(idx) \
+	VCVTDQ2PS        Z18, Z18 \
+	VCVTDQ2PS        Z19, Z19 \
+	VMULPS.BCST      s(BX), Z18, Z18 \
+	VMULPS.BCST      s(BX), Z19, Z19 \
+	VSUBPS.BCST      128+s(BX), Z18, Z18 \
+	VSUBPS.BCST      128+s(BX), Z19, Z19 \
+	DQSTORE(lo, hi)
+
+// Q6_K: ds·float32(q − 32), ds at s(BX) (the low half's group) and
+// 16+s(BX) (the high half's); Z26 = 32 per dword.
+#define DQ6ROW(idx, s, lo, hi) \
+	DQROW(idx) \
+	VPSUBD           Z26, Z18, Z18 \
+	VPSUBD           Z26, Z19, Z19 \
+	VCVTDQ2PS        Z18, Z18 \
+	VCVTDQ2PS        Z19, Z19 \
+	VMULPS.BCST      s(BX), Z18, Z18 \
+	VMULPS.BCST      16+s(BX), Z19, Z19 \
+	DQSTORE(lo, hi)
+
+// Sub-block k of a Q4_Kx4 / Q5_Kx4 / Q6_Kx4 super-block (VALUES: its
+// values' macro at its offset), its four rows, then the next sub-block's
+// place in dst.
+#define DQKSUB(VALUES, ROW, s) \
+	VALUES \
+	DQROWS(ROW, s, s+4, s+8, s+12) \
+	ADDQ $128, DI
+
+// The K-quant dequantisers' loop over super-blocks (size bytes; SB: one
+// super-block's work).
+#define DQKRUN(lp, done, SB, size) \
+	SHRQ  $3, CX \
+lp: \
+	TESTQ CX, CX \
+	JZ    done \
+	SB \
+	ADDQ  size, R8 \
+	DECQ  CX \
+	JMP   lp \
+done: \
+	VZEROUPPER \
+	RET
+
+#define DQ4KSETUP \
+	DQSETUP \
+	MOVQ         SP, BX \
+	MOVL         $3, AX \
+	VPBROADCASTD AX, Z20 \
+	VMOVDQU32    vnniK2<>(SB), Z21 \
+	VMOVDQU32    vnniD<>(SB), Z25 \
+	VMOVDQU32    vnniDmin<>(SB), Z29
+
+#define DQ4KSB \
+	V4KSCALES(512) \
+	DQKSTACK \
+	DQKSUB(NIBS(0), DQKROW, 0) \
+	DQKSUB(NIBS(64), DQKROW, 16) \
+	DQKSUB(NIBS(128), DQKROW, 32) \
+	DQKSUB(NIBS(192), DQKROW, 48) \
+	DQKSUB(NIBS(256), DQKROW, 64) \
+	DQKSUB(NIBS(320), DQKROW, 80) \
+	DQKSUB(NIBS(384), DQKROW, 96) \
+	DQKSUB(NIBS(448), DQKROW, 112)
+
+// func dequantQ4KX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+// nb: 32-value blocks (eight a super-block).
+TEXT ·dequantQ4KX(SB), NOSPLIT, $256-40
+	DQ4KSETUP
+	DQKRUN(d4k, d4kdone, DQ4KSB, $576)
+
+#define DQ5KSB \
+	V4KSCALES(640) \
+	DQKSTACK \
+	DQKSUB(NIBS5(0), DQKROW, 0) \
+	DQKSUB(NIBS5(80), DQKROW, 16) \
+	DQKSUB(NIBS5(160), DQKROW, 32) \
+	DQKSUB(NIBS5(240), DQKROW, 48) \
+	DQKSUB(NIBS5(320), DQKROW, 64) \
+	DQKSUB(NIBS5(400), DQKROW, 80) \
+	DQKSUB(NIBS5(480), DQKROW, 96) \
+	DQKSUB(NIBS5(560), DQKROW, 112)
+
+// func dequantQ5KX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ5KX(SB), NOSPLIT, $256-40
+	DQ4KSETUP
+	MOVL         $0x10101010, AX
+	VPBROADCASTD AX, Z23
+	DQKRUN(d5k, d5kdone, DQ5KSB, $704)
+
+#define DQ6KSB \
+	V6KSCALES \
+	DQKSTACK \
+	DQKSUB(SIXBITS(0), DQ6ROW, 0) \
+	DQKSUB(SIXBITS(96), DQ6ROW, 32) \
+	DQKSUB(SIXBITS(192), DQ6ROW, 64) \
+	DQKSUB(SIXBITS(288), DQ6ROW, 96) \
+	DQKSUB(SIXBITS(384), DQ6ROW, 128) \
+	DQKSUB(SIXBITS(480), DQ6ROW, 160) \
+	DQKSUB(SIXBITS(576), DQ6ROW, 192) \
+	DQKSUB(SIXBITS(672), DQ6ROW, 224)
+
+// func dequantQ6KX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ6KX(SB), NOSPLIT, $256-40
+	DQSETUP
+	MOVQ         SP, BX
+	MOVL         $0x30303030, AX
+	VPBROADCASTD AX, Z23
+	VMOVDQU32    v6Left<>(SB), Z21
+	VMOVDQU32    v6Right<>(SB), Z20
+	MOVL         $32, AX
+	VPBROADCASTD AX, Z26
+	DQKRUN(d6k, d6kdone, DQ6KSB, $840)
