@@ -112,14 +112,14 @@ func (t QuantType) BlockBytes() int {
 	return quantInfo[t].nbytes
 }
 
-// Repacked reports whether t is a four-row layout (Q4_1x4, ..., Q5_1x4),
+// Repacked reports whether t is a four-row layout (the …x4 types),
 // whose rows come in groups of four and are read with the matrix's row
 // length (DequantMat, DequantEmbedRow, the products), not one by one
 // (DequantRow).
 func (t QuantType) Repacked() bool { return t.valid() && quantInfo[t].ggml == ^uint32(0) }
 
-// RepackedType is the four-row layout of t (Q4_1x4 for Q4_1, ..., Q5_1x4
-// for Q5_1), QNone for formats without one.
+// RepackedType is the four-row layout of t (Q4_1x4 for Q4_1, ..., Q6_Kx4
+// for Q6_K), QNone for formats without one.
 func (t QuantType) RepackedType() QuantType {
 	switch t {
 	case Q4_1:
@@ -162,8 +162,8 @@ func (t QuantType) RepackPays() bool {
 	return false
 }
 
-// plain is the format of t's blocks: Q4_1 for Q4_1x4, ..., Q5_1 for
-// Q5_1x4, t itself otherwise.
+// plain is the format of t's blocks: Q4_1 for Q4_1x4, ..., Q6_K for
+// Q6_Kx4, t itself otherwise.
 func (t QuantType) plain() QuantType {
 	switch t {
 	case Q4_1x4:

@@ -299,9 +299,9 @@ func vnniKDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out
 	}
 }
 
-// vnniRepacks reports whether Q8_0, Q5_0 and Q5_1 matrices are held in
-// the four-row layout (QuantType.RepackPays): where their integer kernels
-// (qdotQ80V, qdotQ50V, qdotQ51V) run.
+// vnniRepacks reports whether Q8_0 and the K-quants' matrices are held
+// in their four-row layouts (QuantType.RepackPays): where their integer
+// kernels (qdotQ80V, qdotQ?KV) run.
 func vnniRepacks() bool { return haveAVX512 && haveF16C && haveVNNI }
 
 // groupDequantAsm reports whether the four-row layouts' AVX-512 group
@@ -361,7 +361,7 @@ func quantKernel(t QuantType) *quantDots {
 		if haveVNNI {
 			return q50vKernel
 		}
-		return nil // as Q8_0x4
+		return nil // decode dequantises four rows at a time (dequantGroupAsm)
 	case Q5_1x4:
 		if haveVNNI {
 			return q51vKernel

@@ -2,9 +2,8 @@ package kernels
 
 import "fmt"
 
-// The four-row layout (Q4_1x4, Q4_0x4, Q8_0x4, Q5_0x4, Q5_1x4). Batch-1
-// decode of Q4_1
-// and Q4_0 weights was bounded by the kernels' loads, not by memory (issue
+// The four-row layouts (the …x4 types). Batch-1 decode of Q4_1 and Q4_0
+// weights was bounded by the kernels' loads, not by memory (issue
 // 22): a block of one row cost its nibbles, x's two halves and its
 // scales. With four rows' blocks b side by side, one load gives all four
 // rows' nibbles and x's halves serve the four rows (quant_amd64.s,
@@ -14,15 +13,18 @@ import "fmt"
 // unsigned bytes (q XOR 0x80). Q5_0's and Q5_1's (quantvnni_amd64.s,
 // qdotQ5?V) is in the same order: each row's four consecutive nibble
 // bytes in one dword, and the fifth bits as two 64-bit masks, bit p the
-// fifth bit of the nibble at byte p (low nibbles, then high).
-// The layout holds the same bytes as the plain rows, rearranged within
-// each group of four rows, so a matrix is held in one layout only. Row
+// fifth bit of the nibble at byte p (low nibbles, then high); the
+// K-quants' per super-block, each 32-value sub-block's values as Q5_0's
+// (k45Sub, q6kx4).
+// A layout takes as many bytes as the plain rows, the same bits
+// rearranged within each group of four rows (Q5's and the K-quants'
+// packed differently), so a matrix is held in one layout only. Row
 // slices at multiples of four rows (fused q/k/v and gate/up) are byte
 // slices as before; a matrix whose rows are not a multiple of four stays
 // plain.
 
-// Repack4 writes the rows×cols Q4_1, Q4_0, Q8_0, Q5_0 or Q5_1 matrix
-// src (plain rows, rows a multiple of 4) into dst (as many bytes; src
+// Repack4 writes the rows×cols Q4_1, Q4_0, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K
+// or Q6_K matrix src (plain rows, rows a multiple of 4) into dst (as many bytes; src
 // itself rearranges the matrix in place, any other overlap is not
 // allowed) in the four-row layout, the matrix of type t.RepackedType():
 // for each group of four rows and each block index, Q4_1 and Q4_0: 64
