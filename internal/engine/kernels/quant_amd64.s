@@ -550,20 +550,36 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 
 // The K-quant prefetches: the lockstep kernels' PFQ8 ahead, the row-order
 // ones' pf (DX) ahead.
-#define KPF(r) \
-	PREFETCHT0       PFQ8(r)
+#define KPF3(r) \
+	PREFETCHT0       PFQ8(r) \
+	PREFETCHT0       PFQ8+64(r) \
+	PREFETCHT0       PFQ8+128(r)
 
-#define KPFR(r) \
-	PREFETCHT0       (r)(DX*1)
+#define KPF4(r) \
+	KPF3(r) \
+	PREFETCHT0       PFQ8+192(r)
+
+// A super-block is 144 (Q4_K), 176 (Q5_K) or 210 (Q6_K) bytes: the
+// kernels prefetch each of its lines (with one a super-block,
+// the rest left to the hardware prefetcher, Q6_K streamed 11 GB/s from
+// memory, a third of what it does from L2: BenchmarkQuantBound).
+#define KPFR3(r) \
+	PREFETCHT0       (r)(DX*1) \
+	PREFETCHT0       64(r)(DX*1) \
+	PREFETCHT0       128(r)(DX*1)
+
+#define KPFR4(r) \
+	KPFR3(r) \
+	PREFETCHT0       192(r)(DX*1)
 
 // One super-block of the four rows: ROW on each (its accumulators: Z0..Z3
 // and, as ymm, Y4..Y7), then x and the prep (prepBytes a super-block)
 // advanced.
-#define KSTEP(ROW, prepBytes) \
-	ROW(R8, Z0, Y4, KPF) \
-	ROW(R9, Z1, Y5, KPF) \
-	ROW(R10, Z2, Y6, KPF) \
-	ROW(R11, Z3, Y7, KPF) \
+#define KSTEP(ROW, prepBytes, PF) \
+	ROW(R8, Z0, Y4, PF) \
+	ROW(R9, Z1, Y5, PF) \
+	ROW(R10, Z2, Y6, PF) \
+	ROW(R11, Z3, Y7, PF) \
 	ADDQ $1024, SI \
 	ADDQ $prepBytes, DI
 
@@ -645,8 +661,8 @@ TEXT ·qdotQ80Z(SB), NOSPLIT, $0-64
 #define Q4KROW(r, acc, accmy, pf) K45ROW(r, acc, accmy, 16, NOFIFTH, 144, pf)
 #define Q5KROW(r, acc, accmy, pf) K45ROW(r, acc, accmy, 48, Q5FIFTH, 176, pf)
 
-#define Q4KSTEP KSTEP(Q4KROW, 32)
-#define Q5KSTEP KSTEP(Q5KROW, 32)
+#define Q4KSTEP KSTEP(Q4KROW, 32, KPF3)
+#define Q5KSTEP KSTEP(Q5KROW, 32, KPF3)
 
 #define K45SETUP \
 	QSETUP \
@@ -734,7 +750,7 @@ TEXT ·qdotQ5KZ(SB), NOSPLIT, $64-64
 	VADDPS           Z12, Z18, Z18 \
 	KEND(r, 208, acc, 210, pf)
 
-#define Q6KSTEP KSTEP(Q6KROW, 64)
+#define Q6KSTEP KSTEP(Q6KROW, 64, KPF4)
 
 // func qdotQ6KZ(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 // nb super-blocks; xs holds per super-block −32 × the 16 sums of x over
@@ -810,14 +826,14 @@ dq6kdone:
 
 // Row-order kernels (QRUNR4, QRUNR): the same arguments and results as
 // their *Z twins. One K-quant super-block of one row, x and prep advanced:
-#define KSTEP1(ROW, prepBytes, r, acc, accmy) \
-	ROW(r, acc, accmy, KPFR) \
+#define KSTEP1(ROW, prepBytes, PF, r, acc, accmy) \
+	ROW(r, acc, accmy, PF) \
 	ADDQ $1024, SI \
 	ADDQ $prepBytes, DI
 
-#define Q4KSTEP1(r, acc, accmy) KSTEP1(Q4KROW, 32, r, acc, accmy)
-#define Q5KSTEP1(r, acc, accmy) KSTEP1(Q5KROW, 32, r, acc, accmy)
-#define Q6KSTEP1(r, acc, accmy) KSTEP1(Q6KROW, 64, r, acc, accmy)
+#define Q4KSTEP1(r, acc, accmy) KSTEP1(Q4KROW, 32, KPFR3, r, acc, accmy)
+#define Q5KSTEP1(r, acc, accmy) KSTEP1(Q5KROW, 32, KPFR3, r, acc, accmy)
+#define Q6KSTEP1(r, acc, accmy) KSTEP1(Q6KROW, 64, KPFR4, r, acc, accmy)
 
 // func qdotQ41R(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 TEXT ·qdotQ41R(SB), NOSPLIT, $0-72
