@@ -127,16 +127,36 @@ func dequantQ6KX(nb int, dst *float32, ldd int, src *byte, tab *float32)
 func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 
 //go:noescape
+func dequantQ80Y(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ41Y(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ40Y(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
 func dequantQ40X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 
 // dequantRowAsm dequantises the whole blocks of src into dst with the
-// AVX-512 kernels (bit-identical to dequantBlock) and reports whether it
-// did: false for formats without one or without AVX-512.
+// AVX-512 kernels, or on AVX2 machines the AVX2 ones (bit-identical to
+// dequantBlock), and reports whether it did: false for formats without
+// one here.
 func dequantRowAsm(t QuantType, dst []float32, src []byte) bool {
-	if !haveAVX512 || !haveF16C || len(dst) == 0 || int(t) >= len(dequantAsm) || dequantAsm[t] == nil {
+	if !haveF16C || len(dst) == 0 {
 		return false
 	}
-	dequantAsm[t](len(dst)/t.BlockElems(), &dst[0], &src[0], &f16Table()[0])
+	f := (func(nb int, dst *float32, src *byte, tab *float32))(nil)
+	switch {
+	case haveAVX512 && int(t) < len(dequantAsm):
+		f = dequantAsm[t]
+	case !haveAVX512 && t == Q8_0: // AVX2 (haveF16C implies it)
+		f = dequantQ80Y
+	}
+	if f == nil {
+		return false
+	}
+	f(len(dst)/t.BlockElems(), &dst[0], &src[0], &f16Table()[0])
 	return true
 }
 
@@ -407,32 +427,30 @@ var f16Table = sync.OnceValue(func() []float32 {
 })
 
 // dequantGroupAsm dequantises a repacked group of four rows with the
-// AVX-512 kernels and reports whether it did (false without AVX-512).
+// AVX-512 kernels, or on AVX2 machines (Q4_1x4, Q4_0x4) the AVX2 ones,
+// and reports whether it did.
 func dequantGroupAsm(t QuantType, dst []float32, cols int, src []byte) bool {
-	if !haveAVX512 || !haveF16C {
+	if !haveF16C || int(t) >= len(groupDequantZ) {
 		return false
 	}
-	var f func(nb int, dst *float32, ldd int, src *byte, tab *float32)
-	switch t {
-	case Q4_1x4:
-		f = dequantQ41X
-	case Q4_0x4:
-		f = dequantQ40X
-	case Q8_0x4:
-		f = dequantQ80X
-	case Q5_0x4:
-		f = dequantQ50X
-	case Q5_1x4:
-		f = dequantQ51X
-	case Q4_Kx4:
-		f = dequantQ4KX
-	case Q5_Kx4:
-		f = dequantQ5KX
-	case Q6_Kx4:
-		f = dequantQ6KX
-	default:
+	f := groupDequantZ[t]
+	if !haveAVX512 { // AVX2 (haveF16C implies it): the layouts every machine holds
+		switch f = nil; t {
+		case Q4_1x4:
+			f = dequantQ41Y
+		case Q4_0x4:
+			f = dequantQ40Y
+		}
+	}
+	if f == nil {
 		return false
 	}
 	f(cols/32, &dst[0], 4*cols, &src[0], &f16Table()[0])
 	return true
+}
+
+// groupDequantZ is each four-row layout's AVX-512 group dequantiser.
+var groupDequantZ = [...]func(nb int, dst *float32, ldd int, src *byte, tab *float32){
+	Q4_1x4: dequantQ41X, Q4_0x4: dequantQ40X, Q8_0x4: dequantQ80X, Q5_0x4: dequantQ50X,
+	Q5_1x4: dequantQ51X, Q4_Kx4: dequantQ4KX, Q5_Kx4: dequantQ5KX, Q6_Kx4: dequantQ6KX,
 }
