@@ -130,6 +130,21 @@ func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 func dequantQ80Y(nb int, dst *float32, src *byte, tab *float32)
 
 //go:noescape
+func dequantQ50Y(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
+func dequantK4Y(qs *byte, qh *byte, sc *float32, dst *float32)
+
+//go:noescape
+func dequantK5Y(qs *byte, qh *byte, sc *float32, dst *float32)
+
+//go:noescape
+func dequantK6Y(qs *byte, qh *byte, sc *float32, dst *float32)
+
+//go:noescape
+func dequantQ51Y(nb int, dst *float32, src *byte, tab *float32)
+
+//go:noescape
 func dequantQ41Y(nb int, dst *float32, ldd int, src *byte, tab *float32)
 
 //go:noescape
@@ -148,16 +163,52 @@ func dequantRowAsm(t QuantType, dst []float32, src []byte) bool {
 	}
 	f := (func(nb int, dst *float32, src *byte, tab *float32))(nil)
 	switch {
-	case haveAVX512 && int(t) < len(dequantAsm):
+	case haveAVX512 && int(t) < len(dequantAsm) && dequantAsm[t] != nil:
 		f = dequantAsm[t]
-	case !haveAVX512 && t == Q8_0: // AVX2 (haveF16C implies it)
+	case t == Q8_0: // AVX2 (haveF16C implies it)
 		f = dequantQ80Y
+	case t == Q5_0: // and with AVX-512 too: Q5 has no AVX-512 row kernel
+		f = dequantQ50Y
+	case t == Q5_1:
+		f = dequantQ51Y
+	case t == Q4_K || t == Q5_K || t == Q6_K: // AVX2
+		dequantKY(t, dst, src)
+		return true
 	}
 	if f == nil {
 		return false
 	}
 	f(len(dst)/t.BlockElems(), &dst[0], &src[0], &f16Table()[0])
 	return true
+}
+
+// dequantKY dequantises K-quant rows on AVX2: each super-block's scale
+// products in Go (16 a super-block, as dequantBlock computes them), its
+// values in assembly (dequantK?Y).
+func dequantKY(t QuantType, dst []float32, src []byte) {
+	bb := t.BlockBytes()
+	var sc [16]float32
+	for b := range len(dst) / qk {
+		x, y := src[b*bb:(b+1)*bb], dst[b*qk:(b+1)*qk]
+		if t == Q6_K {
+			d := f16(x[208:])
+			for g := range 16 {
+				sc[g] = d * float32(int8(x[192+g]))
+			}
+			dequantK6Y(&x[0], &x[128], &sc[0], &y[0])
+			continue
+		}
+		d, dmin := f16(x), f16(x[2:])
+		for k := range 8 {
+			s, m := scaleMinK4(k, x[4:16])
+			sc[k], sc[8+k] = d*float32(s), dmin*float32(m)
+		}
+		if t == Q4_K {
+			dequantK4Y(&x[16], &x[16], &sc[0], &y[0])
+		} else {
+			dequantK5Y(&x[48], &x[16], &sc[0], &y[0])
+		}
+	}
 }
 
 // dequantAsm is each format's row kernel.
