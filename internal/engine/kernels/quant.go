@@ -339,74 +339,64 @@ func quantBlock(t QuantType, y []byte, x []float32) {
 		for i, v := range x {
 			y[2+i] = byte(int8(math.Round(float64(v * id))))
 		}
-	case Q4_0:
-		var amax, vmax float32
-		for _, v := range x {
-			if amax < abs32(v) {
-				amax, vmax = abs32(v), v
-			}
-		}
-		d := vmax / -8
-		id := inv(d)
-		putF16(y, d)
-		for i := range 16 {
-			q0 := min(15, int8(float32(x[i]*id)+8.5))
-			q1 := min(15, int8(float32(x[i+16]*id)+8.5))
-			y[2+i] = byte(q0) | byte(q1)<<4
-		}
-	case Q4_1:
-		lo, hi := x[0], x[0]
-		for _, v := range x {
-			lo, hi = min(lo, v), max(hi, v)
-		}
-		d := (hi - lo) / 15
-		id := inv(d)
-		putF16(y, d)
-		putF16(y[2:], lo)
-		for i := range 16 {
-			q0 := min(15, int8(float32((x[i]-lo)*id)+0.5))
-			q1 := min(15, int8(float32((x[i+16]-lo)*id)+0.5))
-			y[4+i] = byte(q0) | byte(q1)<<4
-		}
-	case Q5_0:
-		var amax, vmax float32
-		for _, v := range x {
-			if amax < abs32(v) {
-				amax, vmax = abs32(v), v
-			}
-		}
-		d := vmax / -16
-		id := inv(d)
-		putF16(y, d)
-		var qh uint32
-		for i := range 16 {
-			q0 := min(31, int8(float32(x[i]*id)+16.5))
-			q1 := min(31, int8(float32(x[i+16]*id)+16.5))
-			y[6+i] = byte(q0)&15 | byte(q1)<<4
-			qh |= uint32(q0>>4&1)<<i | uint32(q1>>4&1)<<(i+16)
-		}
-		y[2], y[3], y[4], y[5] = byte(qh), byte(qh>>8), byte(qh>>16), byte(qh>>24)
-	case Q5_1:
-		lo, hi := x[0], x[0]
-		for _, v := range x {
-			lo, hi = min(lo, v), max(hi, v)
-		}
-		d := (hi - lo) / 31
-		id := inv(d)
-		putF16(y, d)
-		putF16(y[2:], lo)
-		var qh uint32
-		for i := range 16 {
-			q0 := uint8(float32((x[i]-lo)*id) + 0.5)
-			q1 := uint8(float32((x[i+16]-lo)*id) + 0.5)
-			y[8+i] = q0&15 | q1<<4
-			qh |= uint32(q0>>4&1)<<i | uint32(q1>>4&1)<<(i+16)
-		}
-		y[4], y[5], y[6], y[7] = byte(qh), byte(qh>>8), byte(qh>>16), byte(qh>>24)
+	case Q4_0, Q4_1, Q5_0, Q5_1:
+		quantLevels(t, y, x)
 	case Q4_K, Q5_K:
 		quantK45(t, y, x)
 	case Q6_K:
 		quantK6(y, x)
+	}
+}
+
+// quantLevels writes block x as Q4_0, Q4_1, Q5_0 or Q5_1, rounded as
+// ggml's reference does: Q4_0/Q5_0 symmetric, d = vmax / −(levels+1)/2
+// (vmax the value of largest magnitude), each value int8(x/d + (levels+1)/2
+// + 0.5) capped at levels; Q4_1/Q5_1 from the minimum m, d = (max − m) /
+// levels, each value (x − m)/d + 0.5 truncated (levels 15 or 31); then
+// the values' low four bits as nibbles (value i and i+16 in byte i) and,
+// for Q5, their fifth bits after the scales.
+func quantLevels(t QuantType, y []byte, x []float32) {
+	levels := 15
+	if t == Q5_0 || t == Q5_1 {
+		levels = 31
+	}
+	var q [32]uint8
+	if t == Q4_0 || t == Q5_0 {
+		var amax, vmax float32
+		for _, v := range x {
+			if amax < abs32(v) {
+				amax, vmax = abs32(v), v
+			}
+		}
+		half := float32(levels+1) / 2
+		d := vmax / -half
+		id, off := inv(d), half+0.5
+		putF16(y, d)
+		for i, v := range x {
+			q[i] = uint8(min(int8(levels), int8(float32(v*id)+off)))
+		}
+	} else {
+		lo, hi := x[0], x[0]
+		for _, v := range x {
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		d := (hi - lo) / float32(levels)
+		id := inv(d)
+		putF16(y, d)
+		putF16(y[2:], lo)
+		for i, v := range x {
+			q[i] = min(uint8(levels), uint8(float32((v-lo)*id)+0.5))
+		}
+	}
+	qs := y[len(y)-16:]
+	var qh uint32
+	for i := range 16 {
+		qs[i] = q[i]&15 | q[i+16]<<4
+		qh |= uint32(q[i]>>4)<<i | uint32(q[i+16]>>4)<<(i+16)
+	}
+	if levels == 31 {
+		h := y[len(y)-20:]
+		h[0], h[1], h[2], h[3] = byte(qh), byte(qh>>8), byte(qh>>16), byte(qh>>24)
 	}
 }
 

@@ -1015,17 +1015,7 @@ TEXT ·qdotQ40X(SB), NOSPLIT, $0-56
 #define XDQRUN(lp, done, ROWS, size) \
 	LEAQ (R12)(R12*2), R13 \
 	NIBCONST \
-lp: \
-	TESTQ CX, CX \
-	JZ    done \
-	ROWS(R8, XSTORE, (DI), 64(DI), (DI)(R12*1), 64(DI)(R12*1), (DI)(R12*2), 64(DI)(R12*2), (DI)(R13*1), 64(DI)(R13*1)) \
-	ADDQ  $size, R8 \
-	ADDQ  $128, DI \
-	DECQ  CX \
-	JMP   lp \
-done: \
-	VZEROUPPER \
-	RET
+	DQLOOP(lp, done, ROWS(R8, XSTORE, (DI), 64(DI), (DI)(R12*1), 64(DI)(R12*1), (DI)(R12*2), 64(DI)(R12*2), (DI)(R13*1), 64(DI)(R13*1)), R8, $size)
 
 // func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 TEXT ·dequantQ41X(SB), NOSPLIT, $0-40

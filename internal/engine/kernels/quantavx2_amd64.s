@@ -1,6 +1,7 @@
 //go:build amd64 && !noasm
 
 #include "textflag.h"
+#include "zmm_amd64.h"
 
 // Dequantisation on AVX2 machines (no AVX-512): where no decode kernel of
 // a format runs, decode dequantises four rows at a time into a buffer and
@@ -139,9 +140,10 @@ GLOBL y4Row<>(SB), RODATA|NOPTR, $64
 	MOVL         $8, AX \
 	VMOVD        AX, X14 \
 	VPBROADCASTD X14, Y14 \
-lp: \
-	TESTQ        CX, CX \
-	JZ           done \
+	DQLOOP(lp, done, Y4BLOCK(ROW), SI, size)
+
+// A group's block: its 64 nibble bytes, then each row to BX.
+#define Y4BLOCK(ROW) \
 	VMOVDQU      (SI), Y5 \
 	VMOVDQU      32(SI), Y6 \
 	MOVQ         DI, BX \
@@ -151,14 +153,7 @@ lp: \
 	LEAQ         (DI)(R12*2), BX \
 	ROW(2) \
 	LEAQ         (DI)(R13*1), BX \
-	ROW(3) \
-	ADDQ         size, SI \
-	ADDQ         $128, DI \
-	DECQ         CX \
-	JMP          lp \
-done: \
-	VZEROUPPER \
-	RET
+	ROW(3)
 
 // func dequantQ41Y(nb int, dst *float32, ldd int, src *byte, tab *float32)
 TEXT ·dequantQ41Y(SB), NOSPLIT, $0-40
@@ -211,8 +206,8 @@ GLOBL y5Bits<>(SB), RODATA|NOPTR, $32
 	VMOVUPS Y3, 64(DI) \
 	VMOVUPS Y4, 96(DI)
 
-// The Q5 row loop (BLOCK: one block's values to Y1..Y4 and their floats
-// stored; size: bytes a block).
+// The Q5 row loop (BLOCK: one block's floats computed and stored; size:
+// bytes a block).
 #define Y5RUN(lp, done, BLOCK, size) \
 	MOVQ         nb+0(FP), CX \
 	MOVQ         dst+8(FP), DI \
@@ -229,18 +224,7 @@ GLOBL y5Bits<>(SB), RODATA|NOPTR, $32
 	VPBROADCASTD X14, Y14 \
 	VMOVDQU      y5Bits<>(SB), Y12 \
 	VMOVDQU      y5Spread<>(SB), Y13 \
-lp: \
-	TESTQ        CX, CX \
-	JZ           done \
-	BLOCK \
-	Y5STORE \
-	ADDQ         size, SI \
-	ADDQ         $128, DI \
-	DECQ         CX \
-	JMP          lp \
-done: \
-	VZEROUPPER \
-	RET
+	DQLOOP(lp, done, BLOCK, SI, size)
 
 // Q5_0: float32(l − 16)·d.
 #define Y50BLOCK \
@@ -251,7 +235,8 @@ done: \
 	VPSUBD       Y14, Y2, Y2 \
 	VPSUBD       Y14, Y3, Y3 \
 	VPSUBD       Y14, Y4, Y4 \
-	Y4TIMESD
+	Y4TIMESD \
+	Y5STORE
 
 // Q5_1: float32(l·d) + m.
 #define Y51BLOCK \
@@ -264,7 +249,8 @@ done: \
 	VADDPS       Y9, Y1, Y1 \
 	VADDPS       Y9, Y2, Y2 \
 	VADDPS       Y9, Y3, Y3 \
-	VADDPS       Y9, Y4, Y4
+	VADDPS       Y9, Y4, Y4 \
+	Y5STORE
 
 // func dequantQ50Y(nb int, dst *float32, src *byte, tab *float32)
 TEXT ·dequantQ50Y(SB), NOSPLIT, $0-32

@@ -1,6 +1,7 @@
 //go:build amd64 && !noasm
 
 #include "textflag.h"
+#include "zmm_amd64.h"
 
 // Integer decode kernels of the four-row layouts (Q4_1x4, Q4_0x4) for
 // CPUs with AVX-512 VNNI. The float kernels (qdotQ41X) spend most of a
@@ -945,20 +946,14 @@ ddone:
 	ROW(Z14, s2, (DI)(R12*2), 64(DI)(R12*2)) \
 	ROW(Z15, s3, (DI)(R13*1), 64(DI)(R13*1))
 
-// The Q5 dequantisers' loop over blocks (size bytes): VALUES, then ROWS.
-#define DQRUN(lp, done, VALUES, ROWS, size) \
-lp: \
-	TESTQ CX, CX \
-	JZ    done \
-	VALUES \
-	ROWS \
-	ADDQ  size, R8 \
-	ADDQ  $128, DI \
-	DECQ  CX \
-	JMP   lp \
-done: \
-	VZEROUPPER \
-	RET
+// A Q5 block's values, then its four rows.
+#define DQ50BLOCK \
+	NIBS5(0) \
+	DQROWS(DQ50ROW, 80, 82, 84, 86)
+
+#define DQ51BLOCK \
+	NIBS5(0) \
+	DQROWS(DQ51ROW, 80, 84, 88, 92)
 
 // func dequantQ50X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 TEXT ·dequantQ50X(SB), NOSPLIT, $0-40
@@ -967,14 +962,14 @@ TEXT ·dequantQ50X(SB), NOSPLIT, $0-40
 	VPBROADCASTD AX, Z23
 	MOVL         $16, AX
 	VPBROADCASTD AX, Z26
-	DQRUN(d50, d50done, NIBS5(0), DQROWS(DQ50ROW, 80, 82, 84, 86), $88)
+	DQLOOP(d50, d50done, DQ50BLOCK, R8, $88)
 
 // func dequantQ51X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 TEXT ·dequantQ51X(SB), NOSPLIT, $0-40
 	DQSETUP
 	MOVL         $0x10101010, AX
 	VPBROADCASTD AX, Z23
-	DQRUN(d51, d51done, NIBS5(0), DQROWS(DQ51ROW, 80, 84, 88, 92), $96)
+	DQLOOP(d51, d51done, DQ51BLOCK, R8, $96)
 
 // The K-quants: a super-block's scales (V4KSCALES, V6KSCALES) stored in
 // the frame (BX = SP), Z5..Z8 at 0, 64, 128, 192: Q4_K/Q5_K's d·scale of row j,

@@ -41,3 +41,19 @@
 	VPXORD Z13, Z13, Z13 \
 	VPXORD Z14, Z14, Z14 \
 	VPXORD Z15, Z15, Z15
+
+// The dequantisers' loop over CX blocks: BODY on each (reading its block
+// at src), src advanced size bytes and dst (DI) 32 floats a row; then the
+// function's return.
+#define DQLOOP(lp, done, BODY, src, size) \
+lp: \
+	TESTQ CX, CX \
+	JZ    done \
+	BODY \
+	ADDQ  size, src \
+	ADDQ  $128, DI \
+	DECQ  CX \
+	JMP   lp \
+done: \
+	VZEROUPPER \
+	RET
