@@ -55,6 +55,11 @@ echo "-- the float64 reference on the dequantised weights (numpy + gguf)"
 echo "-- flywheel against both (internal/engine TestRealGGUFMatchesLlamaCpp)"
 FLYWHEEL_GGUF_MODEL="$gguf" FLYWHEEL_GGUF_REF="$work/ref.json" \
     go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+if grep -q -w avx512f /proc/cpuinfo; then
+    echo "-- the same on the AVX2 kernels (FLYWHEEL_AVX512=0: the path of machines without AVX-512)"
+    FLYWHEEL_AVX512=0 FLYWHEEL_GGUF_MODEL="$gguf" FLYWHEEL_GGUF_REF="$work/ref.json" \
+        go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+fi
 
 echo "-- the same weights dequantised to F32 (llama.cpp computes them unrounded): flywheel == llama.cpp"
 "$venv/bin/python" .ci/gguf_dequant.py "$gguf" "$work/f32.gguf"
@@ -75,6 +80,11 @@ sys.exit(0 if set(sys.argv[2].split(",")) <= set(c) else "not the mix this check
     "$venv/bin/python" .ci/gguf_f64.py "$work/$kind.gguf" "$work/ref-$kind.json"
     FLYWHEEL_GGUF_MODEL="$work/$kind.gguf" FLYWHEEL_GGUF_REF="$work/ref-$kind.json" \
         go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+    if grep -q -w avx512f /proc/cpuinfo; then
+        echo "-- $kind on the AVX2 kernels (FLYWHEEL_AVX512=0)"
+        FLYWHEEL_AVX512=0 FLYWHEEL_GGUF_MODEL="$work/$kind.gguf" FLYWHEEL_GGUF_REF="$work/ref-$kind.json" \
+            go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+    fi
     rm -f "$work/$kind.gguf"
 done
 rm -f "$work/f32.gguf"

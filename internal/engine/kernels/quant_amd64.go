@@ -130,6 +130,30 @@ func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 func dequantQ80Y(nb int, dst *float32, src *byte, tab *float32)
 
 //go:noescape
+func qdotQ41Y(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func qdotQ40Y(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func qdotQ80Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func qdotQ50Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func qdotQ4KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func qdotQ5KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func qdotQ6KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func qdotQ51Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+
+//go:noescape
 func dequantQ50Y(nb int, dst *float32, src *byte, tab *float32)
 
 //go:noescape
@@ -245,6 +269,14 @@ func q6Sums(dst, x []float32) {
 	}
 }
 
+// q50Sums is the prep of the Q5_0 AVX2 kernel: −16 × the sum of x over
+// each 32-value block (the offset of Q5_0's five-bit values).
+func q50Sums(dst, x []float32) {
+	for s := range len(x) / 32 {
+		dst[s] = -16 * sumImpl(x[32*s:32*s+32])
+	}
+}
+
 // asmDots wraps an assembly kernel for blocks of elems values with
 // prepLen prep values per block as quantDots.dots, checking the bounds
 // the assembly relies on.
@@ -276,6 +308,19 @@ func repackedDots(f func(nb int, x *float32, w *byte, groups int, out *float32, 
 		if g := groupsOf(out, nb, size, w, ldw); g > 0 {
 			_ = x[32*nb-1]
 			f(nb, &x[0], &w[0], g, &out[0], &f16Table()[0], pf)
+		}
+	}
+}
+
+// repackedYDots wraps an AVX2 decode kernel of a four-row layout (blocks
+// of size bytes a row, the prep Σx per block) as quantDots.dots, checking
+// the bounds the assembly relies on.
+func repackedYDots(f func(nb int, x, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int), size int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
+	return func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
+		if g := groupsOf(out, nb, size, w, ldw); g > 0 {
+			_ = x[32*nb-1]
+			_ = prep[nb-1]
+			f(nb, &x[0], &prep[0], &w[0], g, &out[0], &f16Table()[0], pf)
 		}
 	}
 }
@@ -396,17 +441,53 @@ var (
 	q4KKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(lockstep(qdotQ4KZ), qk, 8), rowDots: asmDots(qdotQ4KR, qk, 8)}
 	q5KKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(lockstep(qdotQ5KZ), qk, 8), rowDots: asmDots(qdotQ5KR, qk, 8)}
 	q6KKernel  = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(lockstep(qdotQ6KZ), qk, 16), rowDots: asmDots(qdotQ6KR, qk, 16)}
+
+	// AVX2 (quantavx2_amd64.s): one access order each; the prep is Σx
+	// per 32-value block where the format has a min or an offset.
+	q41yKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ41Y, 20), rowDots: repackedYDots(qdotQ41Y, 20)}
+	q40yKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ40Y, 18), rowDots: repackedYDots(qdotQ40Y, 18)}
+	q80yKernel = &quantDots{dots: asmDots(qdotQ80Y, 32, 0), rowDots: asmDots(qdotQ80Y, 32, 0)}
+	q50yKernel = &quantDots{prepLen: 1, prep: q50Sums, dots: asmDots(qdotQ50Y, 32, 1), rowDots: asmDots(qdotQ50Y, 32, 1)}
+	q51yKernel = &quantDots{prepLen: 1, prep: subSums, dots: asmDots(qdotQ51Y, 32, 1), rowDots: asmDots(qdotQ51Y, 32, 1)}
+	q4KyKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KY, qk, 8), rowDots: asmDots(qdotQ4KY, qk, 8)}
+	q5KyKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KY, qk, 8), rowDots: asmDots(qdotQ5KY, qk, 8)}
+	q6KyKernel = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KY, qk, 16), rowDots: asmDots(qdotQ6KY, qk, 16)}
 )
 
-// quantKernel is t's AVX-512 decode kernel, nil when there is none for t
-// (or AVX-512 may not run): the caller then dequantises rows into a
+// quantKernelY is t's AVX2 decode kernel (machines without AVX-512), nil
+// when there is none: Q4_1 and Q4_0 in their four-row layout, the other
+// formats' rows.
+func quantKernelY(t QuantType) *quantDots {
+	switch t {
+	case Q4_1x4:
+		return q41yKernel
+	case Q4_0x4:
+		return q40yKernel
+	case Q8_0:
+		return q80yKernel
+	case Q5_0:
+		return q50yKernel
+	case Q5_1:
+		return q51yKernel
+	case Q4_K:
+		return q4KyKernel
+	case Q5_K:
+		return q5KyKernel
+	case Q6_K:
+		return q6KyKernel
+	}
+	return nil
+}
+
+// quantKernel is t's decode kernel (AVX-512, or without it AVX2's), nil
+// when there is none for t: the caller then dequantises rows into a
 // buffer.
 func quantKernel(t QuantType) *quantDots {
-	if t == QNone {
+	if t == QNone || !haveF16C {
 		return nil
 	}
-	if !haveAVX512 || !haveF16C {
-		return nil
+	if !haveAVX512 {
+		return quantKernelY(t)
 	}
 	switch t {
 	case Q4_1:

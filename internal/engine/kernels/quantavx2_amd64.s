@@ -3,14 +3,51 @@
 #include "textflag.h"
 #include "zmm_amd64.h"
 
-// Dequantisation on AVX2 machines (no AVX-512): where no decode kernel of
-// a format runs, decode dequantises four rows at a time into a buffer and
-// multiplies them with the float kernels; prefill and training dequantise
-// blocks of rows into the GEMM. These are the formats of the real Q4_1
-// and Q8_0 files: Q8_0 rows and the Q4_1x4/Q4_0x4 groups (Repack4 holds
-// Q4_1 and Q4_0 in them on every machine). Each value as dequantBlock
-// computes it (no fused multiply-adds): bit-identical (TestDequantGGUF,
-// TestRepack4, the "avx2" runs).
+// AVX2 machines (no AVX-512): the decode kernels of every format (below,
+// qdot*Y: the values widened and multiplied in registers) and the
+// dequantisers prefill and training widen blocks of rows with, for the
+// Q8_0, Q5_0, Q5_1 and K-quant rows and the Q4_1x4/Q4_0x4 groups
+// (Repack4 holds Q4_1 and Q4_0 in them on every machine). Each value as
+// dequantBlock computes it (no fused multiply-adds): bit-identical
+// (TestDequantGGUF, TestRepack4, the "avx2" runs).
+
+// The decode kernels' arguments into registers (defined before any TEXT:
+// vet checks a #define's argument names against the TEXT before it): the
+// four-row kernels' (qdotQ4?Y: nb R9, x R14, xs R11, w R8, groups R12,
+// out R13, tab R15, pf R10) and the row kernels' (qdot*Y: the same, w in
+// SI, rows in R12).
+#define Y4XARGS \
+	MOVQ nb+0(FP), R9 \
+	MOVQ x+8(FP), R14 \
+	MOVQ xs+16(FP), R11 \
+	MOVQ w+24(FP), R8 \
+	MOVQ groups+32(FP), R12 \
+	MOVQ out+40(FP), R13 \
+	MOVQ tab+48(FP), R15 \
+	MOVQ pf+56(FP), R10
+
+#define YRARGS \
+	MOVQ nb+0(FP), R9 \
+	MOVQ x+8(FP), R14 \
+	MOVQ xs+16(FP), R11 \
+	MOVQ w+24(FP), SI \
+	MOVQ rows+40(FP), R12 \
+	MOVQ out+48(FP), R13 \
+	MOVQ tab+56(FP), R15 \
+	MOVQ pf+64(FP), R10
+
+// The K-quant row kernels' YRARGS, their stack scratch in DI and Y15 = 15
+// per dword.
+#define YKARGS \
+	YRARGS \
+	MOVQ SP, DI \
+	YDWORD($15, X15, Y15)
+
+// y = v in every dword (x: its xmm).
+#define YDWORD(v, x, y) \
+	MOVL         v, AX \
+	VMOVD        AX, x \
+	VPBROADCASTD x, y
 
 // func dequantQ80Y(nb int, dst *float32, src *byte, tab *float32)
 TEXT ·dequantQ80Y(SB), NOSPLIT, $0-32
@@ -420,3 +457,468 @@ TEXT ·dequantK6Y(SB), NOSPLIT, $0-32
 	KY6N(64, 32, 32, 36, 40, 44, 48, 52, 56, 60, 512)
 	VZEROUPPER
 	RET
+
+// Decode kernels on AVX2 machines: each weight block's values widened to
+// int32 and converted to float32 in registers and multiplied with x there
+// (no dequantised copy in memory), the block's sum then scaled by its d
+// (and its min or offset taken from the prep's Σx per 32-value block).
+// Σ_b d_b·Σ_i l_i·x_i + m_b·Σ_i x_i is the value DequantRow's gives,
+// rounded differently: TestQuantDecodeExact holds them to the exact sum
+// as every kernel.
+
+// Bytes and dword masks of the four-row layouts' nibbles.
+DATA y0F<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA y0F<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA y0F<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
+DATA y0F<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
+GLOBL y0F<>(SB), RODATA|NOPTR, $32
+DATA yFF<>+0(SB)/8, $0x000000ff000000ff
+DATA yFF<>+8(SB)/8, $0x000000ff000000ff
+DATA yFF<>+16(SB)/8, $0x000000ff000000ff
+DATA yFF<>+24(SB)/8, $0x000000ff000000ff
+GLOBL yFF<>(SB), RODATA|NOPTR, $32
+DATA yMinus8<>+0(SB)/8, $0xc1000000c1000000
+DATA yMinus8<>+8(SB)/8, $0xc1000000c1000000
+GLOBL yMinus8<>(SB), RODATA|NOPTR, $16
+
+// VPSHUFB controls taking row j's values of a four-row block's masked
+// nibbles (dword i: row j's in byte j) as int32: byte j of each dword to
+// its byte 0, zeros elsewhere.
+DATA yRow<>+0(SB)/8, $0x8080800480808000
+DATA yRow<>+8(SB)/8, $0x8080800c80808008
+DATA yRow<>+16(SB)/8, $0x8080800480808000
+DATA yRow<>+24(SB)/8, $0x8080800c80808008
+DATA yRow<>+32(SB)/8, $0x8080800580808001
+DATA yRow<>+40(SB)/8, $0x8080800d80808009
+DATA yRow<>+48(SB)/8, $0x8080800580808001
+DATA yRow<>+56(SB)/8, $0x8080800d80808009
+DATA yRow<>+64(SB)/8, $0x8080800680808002
+DATA yRow<>+72(SB)/8, $0x8080800e8080800a
+DATA yRow<>+80(SB)/8, $0x8080800680808002
+DATA yRow<>+88(SB)/8, $0x8080800e8080800a
+DATA yRow<>+96(SB)/8, $0x8080800780808003
+DATA yRow<>+104(SB)/8, $0x8080800f8080800b
+DATA yRow<>+112(SB)/8, $0x8080800780808003
+DATA yRow<>+120(SB)/8, $0x8080800f8080800b
+GLOBL yRow<>(SB), RODATA|NOPTR, $128
+
+#define YNIB0(S, d) \
+	VPSHUFB yRow<>+0(SB), S, d
+
+#define YNIB1(S, d) \
+	VPSHUFB yRow<>+32(SB), S, d
+
+#define YNIB2(S, d) \
+	VPSHUFB yRow<>+64(SB), S, d
+
+#define YNIB3(S, d) \
+	VPSHUFB yRow<>+96(SB), S, d
+
+// Row j of a four-row Q4 block (nibbles masked in Y8: values 0..7, Y9:
+// 8..15, Y10: 16..23, Y11: 24..31) dotted with x (SI) into b.
+#define Y4XROW(NIB, b) \
+	NIB(Y8, Y12) \
+	NIB(Y9, Y13) \
+	VCVTDQ2PS   Y12, Y12 \
+	VCVTDQ2PS   Y13, Y13 \
+	VMULPS      (SI), Y12, b \
+	VFMADD231PS 32(SI), Y13, b \
+	NIB(Y10, Y12) \
+	NIB(Y11, Y13) \
+	VCVTDQ2PS   Y12, Y12 \
+	VCVTDQ2PS   Y13, Y13 \
+	VFMADD231PS 64(SI), Y12, b \
+	VFMADD231PS 96(SI), Y13, b
+
+// The four rows of the four-row Q4 block at R8 into Y4..Y7.
+#define Y4XROWS \
+	VMOVDQU  (R8), Y8 \
+	VMOVDQU  32(R8), Y9 \
+	VPSRLD   $4, Y8, Y10 \
+	VPSRLD   $4, Y9, Y11 \
+	VPAND    y0F<>(SB), Y8, Y8 \
+	VPAND    y0F<>(SB), Y9, Y9 \
+	VPAND    y0F<>(SB), Y10, Y10 \
+	VPAND    y0F<>(SB), Y11, Y11 \
+	Y4XROW(YNIB0, Y4) \
+	Y4XROW(YNIB1, Y5) \
+	Y4XROW(YNIB2, Y6) \
+	Y4XROW(YNIB3, Y7)
+
+// t += b·d, d the f16 at off(R8).
+#define Y4XSCALE(off, b, t) \
+	MOVWLZX      off(R8), AX \
+	VBROADCASTSS (R15)(AX*4), Y12 \
+	VFMADD231PS  Y12, b, t
+
+// Q4_1: the rows' d at 64 + 4j; m·Σx (m at 66 + 4j) into Y14's odd
+// lanes, the four rows' (d, m) widened at once.
+#define Y41XBLOCK \
+	Y4XROWS \
+	Y4XSCALE(64, Y4, Y0) \
+	Y4XSCALE(68, Y5, Y1) \
+	Y4XSCALE(72, Y6, Y2) \
+	Y4XSCALE(76, Y7, Y3) \
+	VCVTPH2PS    64(R8), Y12 \
+	VBROADCASTSS (DX), Y13 \
+	VFMADD231PS  Y13, Y12, Y14
+
+// Q4_0: the rows' d at 64 + 2j; d·Σx into X14 (times −8 at the end: the
+// values' offset).
+#define Y40XBLOCK \
+	Y4XROWS \
+	Y4XSCALE(64, Y4, Y0) \
+	Y4XSCALE(66, Y5, Y1) \
+	Y4XSCALE(68, Y6, Y2) \
+	Y4XSCALE(70, Y7, Y3) \
+	VCVTPH2PS    64(R8), X12 \
+	VBROADCASTSS (DX), X13 \
+	VFMADD231PS  X13, X12, X14
+
+// The Q4_1 rows' m·Σx: Y14's odd lanes into X15.
+#define Y41XMIN \
+	VEXTRACTF128 $1, Y14, X15 \
+	VSHUFPS      $0xdd, X15, X14, X15
+
+#define Y40XMIN \
+	VMULPS yMinus8<>(SB), X14, X15
+
+// The four-row decode kernel's body: for each group of four rows (R12 of
+// them, at R8), all nb blocks (size bytes each) against x and the prep's
+// Σx, then out[0..3] = the rows' dots; a prefetch pf (R10) ahead per
+// block (nb in R9, x R14, the prep R11, w R8, groups R12, out R13, tab
+// R15, pf R10).
+#define Y4XRUN(grp, lp, done, BLOCK, MIN, size) \
+grp: \
+	TESTQ  R12, R12 \
+	JZ     done \
+	MOVQ   R9, CX \
+	MOVQ   R14, SI \
+	MOVQ   R11, DX \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y14, Y14, Y14 \
+lp: \
+	BLOCK \
+	PREFETCHT0 (R8)(R10*1) \
+	ADDQ       $size, R8 \
+	ADDQ       $128, SI \
+	ADDQ       $4, DX \
+	DECQ       CX \
+	JNZ        lp \
+	VHADDPS      Y1, Y0, Y0 \
+	VHADDPS      Y3, Y2, Y2 \
+	VHADDPS      Y2, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS       X1, X0, X0 \
+	MIN \
+	VADDPS       X15, X0, X0 \
+	VMOVUPS      X0, (R13) \
+	ADDQ         $16, R13 \
+	DECQ         R12 \
+	JMP          grp \
+done: \
+	VZEROUPPER \
+	RET
+
+// func qdotQ41Y(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ41Y(SB), NOSPLIT, $0-64
+	Y4XARGS
+	Y4XRUN(y41xg, y41x, y41xdone, Y41XBLOCK, Y41XMIN, 80)
+
+// func qdotQ40Y(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ40Y(SB), NOSPLIT, $0-64
+	Y4XARGS
+	Y4XRUN(y40xg, y40x, y40xdone, Y40XBLOCK, Y40XMIN, 72)
+
+// The row kernels (Q8_0, Q5_0, Q5_1 rows): one row at a time, a block's
+// values (BLOCK: as int32 into Y1..Y4) dotted with x (BX) by YDOT4 and
+// added with its d into Y7; Q5_1's m·Σx (Σx from the prep, DX) and Q5_0's
+// d·(−16·Σx) into X10.
+#define YDOT4 \
+	VCVTDQ2PS   Y1, Y1 \
+	VCVTDQ2PS   Y2, Y2 \
+	VCVTDQ2PS   Y3, Y3 \
+	VCVTDQ2PS   Y4, Y4 \
+	VMULPS      (BX), Y1, Y5 \
+	VMULPS      32(BX), Y2, Y6 \
+	VFMADD231PS 64(BX), Y3, Y5 \
+	VFMADD231PS 96(BX), Y4, Y6 \
+	VADDPS      Y6, Y5, Y5 \
+	MOVWLZX     (SI), AX \
+	VBROADCASTSS (R15)(AX*4), Y0 \
+	VFMADD231PS Y0, Y5, Y7
+
+#define Y80DOT \
+	VPMOVSXBD 2(SI), Y1 \
+	VPMOVSXBD 10(SI), Y2 \
+	VPMOVSXBD 18(SI), Y3 \
+	VPMOVSXBD 26(SI), Y4 \
+	YDOT4
+
+// Q5_0: l − 16, the offset's d·(−16·Σx) (the prep's) into X10.
+#define Y50DOT \
+	Y5VALUES(2) \
+	YDOT4 \
+	VFMADD231SS (DX), X0, X10
+
+#define Y51DOT \
+	Y5VALUES(4) \
+	YDOT4 \
+	MOVWLZX     2(SI), AX \
+	VMOVSS      (R15)(AX*4), X0 \
+	VFMADD231SS (DX), X0, X10
+
+// The row loop: rows (R12) of nb blocks (size bytes) at SI, out (R13)
+// one float a row (Y7's sum and X10's: BLOCK's two accumulators); x (BX) and the prep (DX) advanced xstep and pstep
+// bytes a block, PF its prefetches (nb in R9, x R14, the prep R11).
+#define YRRUN(row, lp, done, BLOCK, size, xstep, pstep, PF) \
+row: \
+	TESTQ  R12, R12 \
+	JZ     done \
+	MOVQ   R9, CX \
+	MOVQ   R14, BX \
+	MOVQ   R11, DX \
+	VXORPS Y7, Y7, Y7 \
+	VXORPS X10, X10, X10 \
+lp: \
+	BLOCK \
+	PF \
+	ADDQ       $size, SI \
+	ADDQ       $xstep, BX \
+	ADDQ       $pstep, DX \
+	DECQ       CX \
+	JNZ        lp \
+	VEXTRACTF128 $1, Y7, X0 \
+	VADDPS       X0, X7, X7 \
+	VHADDPS      X7, X7, X7 \
+	VHADDPS      X7, X7, X7 \
+	VADDSS       X10, X7, X7 \
+	VMOVSS       X7, (R13) \
+	ADDQ         $4, R13 \
+	DECQ         R12 \
+	JMP          row \
+done: \
+	VZEROUPPER \
+	RET
+
+// A block's prefetch pf (R10) ahead; a K-quant super-block's, each of
+// its lines.
+#define YPF1 \
+	PREFETCHT0 (SI)(R10*1)
+
+#define YPF3 \
+	PREFETCHT0 (SI)(R10*1) \
+	PREFETCHT0 64(SI)(R10*1) \
+	PREFETCHT0 128(SI)(R10*1)
+
+#define YPF4 \
+	YPF3 \
+	PREFETCHT0 192(SI)(R10*1)
+
+// The Q5 constants of Y5VALUES.
+#define Y5CONST \
+	YDWORD($0x0f0f0f0f, X15, Y15) \
+	YDWORD($0x10101010, X11, Y11) \
+	VMOVDQU      y5Bits<>(SB), Y12 \
+	VMOVDQU      y5Spread<>(SB), Y13
+
+// func qdotQ80Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+// xs is unused.
+TEXT ·qdotQ80Y(SB), NOSPLIT, $0-72
+	YRARGS
+	YRRUN(y80r, y80, y80done, Y80DOT, 34, 128, 4, YPF1)
+
+// func qdotQ50Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+// xs holds −16 × the sum of x over each block.
+TEXT ·qdotQ50Y(SB), NOSPLIT, $0-72
+	YRARGS
+	Y5CONST
+	YRRUN(y50r, y50, y50done, Y50DOT, 22, 128, 4, YPF1)
+
+// func qdotQ51Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ51Y(SB), NOSPLIT, $0-72
+	YRARGS
+	Y5CONST
+	YRRUN(y51r, y51, y51done, Y51DOT, 24, 128, 4, YPF1)
+
+// The K-quants' row kernels (super-blocks of 256 values; the prep as the
+// AVX-512 kernels': the 8 sub-block sums of x for Q4_K and Q5_K, −32 ×
+// the 16 group sums for Q6_K). Per super-block of a row: its scales as
+// float32 on the stack, each 8 values widened, converted, multiplied with
+// x and added into their sub-block's (group's) sum, each sum added with
+// its scale into Y8, then Y7 += d·Y8; Q4_K's and Q5_K's mins
+// (dmin·m·Σx) subtracted from Y7 directly.
+
+DATA y3F<>+0(SB)/8, $0x3f3f3f3f3f3f3f3f
+DATA y3F<>+8(SB)/8, $0x3f3f3f3f3f3f3f3f
+GLOBL y3F<>(SB), RODATA|NOPTR, $16
+DATA y03<>+0(SB)/8, $0x0303030303030303
+DATA y03<>+8(SB)/8, $0x0303030303030303
+GLOBL y03<>(SB), RODATA|NOPTR, $16
+DATA yK04<>+0(SB)/8, $0x0000000400000000
+DATA yK04<>+8(SB)/8, $0x0000000400000000
+GLOBL yK04<>(SB), RODATA|NOPTR, $16
+
+// The Q4_K/Q5_K super-block's 8 sub-block scales as float32 to (SP)
+// (6-bit fields of its 12 scale bytes at 4, unpacked as KSCALES does);
+// Y7 −= dmin · Σ_k m_k·Σx_k.
+#define YKSCALES \
+	VMOVDQU      4(SI), X1 \
+	VPAND        y3F<>(SB), X1, X2 \
+	VPSHUFD      $0xaa, X1, X3 \
+	VPSRLVD      yK04<>(SB), X3, X3 \
+	VPAND        y0F<>(SB), X3, X3 \
+	VPSRLD       $6, X1, X4 \
+	VPAND        y03<>(SB), X4, X4 \
+	VPSLLD       $4, X4, X4 \
+	VPOR         X4, X3, X3 \
+	VPUNPCKLDQ   X3, X2, X2 \
+	VPMOVZXBD    X2, Y3 \
+	VCVTDQ2PS    Y3, Y3 \
+	VMOVUPS      Y3, (DI) \
+	VPSRLDQ      $8, X2, X2 \
+	VPMOVZXBD    X2, Y4 \
+	VCVTDQ2PS    Y4, Y4 \
+	VMULPS       (DX), Y4, Y4 \
+	MOVWLZX      2(SI), AX \
+	VBROADCASTSS (R15)(AX*4), Y0 \
+	VFNMADD231PS Y0, Y4, Y7
+
+// Values 8v..8v+7 of sub-blocks 2j (low nibbles, into Y5's sum) and
+// 2j+1 (high, into Y6's) of the nibbles at qs (FIFTH: Q5_K's fifth bits;
+// Y15: 15 per dword).
+#define YKVEC(v, j, qs, FIFTH) \
+	VPMOVZXBD   (qs+32*j+8*v)(SI), Y1 \
+	VPAND       Y15, Y1, Y2 \
+	VPSRLD      $4, Y1, Y3 \
+	FIFTH(v, j) \
+	VCVTDQ2PS   Y2, Y2 \
+	VCVTDQ2PS   Y3, Y3 \
+	VFMADD231PS (256*j+32*v)(BX), Y2, Y5 \
+	VFMADD231PS (256*j+128+32*v)(BX), Y3, Y6
+
+#define YNOFIFTH(v, j)
+
+// Q5_K: bits 2j and 2j+1 of qh's bytes 8v.. (at 16) as 16 into Y2, Y3
+// (Y13: 16 per dword).
+#define Y5KFIFTH(v, j) \
+	VPMOVZXBD (16+8*v)(SI), Y4 \
+	VPSRLD    $(2*j), Y4, Y4 \
+	VPSLLD    $4, Y4, Y0 \
+	VPAND     Y13, Y0, Y0 \
+	VPOR      Y0, Y2, Y2 \
+	VPSLLD    $3, Y4, Y0 \
+	VPAND     Y13, Y0, Y0 \
+	VPOR      Y0, Y3, Y3
+
+// Sub-blocks 2j and 2j+1 into Y8 with their scales.
+#define YKCHUNK(j, qs, FIFTH) \
+	VXORPS       Y5, Y5, Y5 \
+	VXORPS       Y6, Y6, Y6 \
+	YKVEC(0, j, qs, FIFTH) \
+	YKVEC(1, j, qs, FIFTH) \
+	YKVEC(2, j, qs, FIFTH) \
+	YKVEC(3, j, qs, FIFTH) \
+	VBROADCASTSS (8*j)(DI), Y0 \
+	VFMADD231PS  Y0, Y5, Y8 \
+	VBROADCASTSS (8*j+4)(DI), Y0 \
+	VFMADD231PS  Y0, Y6, Y8
+
+// Y7 += d·Y8 (d: the f16 at doff).
+#define YKEND(doff) \
+	MOVWLZX      doff(SI), AX \
+	VBROADCASTSS (R15)(AX*4), Y0 \
+	VFMADD231PS  Y0, Y8, Y7
+
+#define YK45ROW(qs, FIFTH) \
+	YKSCALES \
+	VXORPS Y8, Y8, Y8 \
+	YKCHUNK(0, qs, FIFTH) \
+	YKCHUNK(1, qs, FIFTH) \
+	YKCHUNK(2, qs, FIFTH) \
+	YKCHUNK(3, qs, FIFTH) \
+	YKEND(0)
+
+#define Y4KROW YK45ROW(16, YNOFIFTH)
+#define Y5KROW YK45ROW(48, Y5KFIFTH)
+
+// Q6_K: 8 values in v times x at xoff (floats), into acc with the scale
+// at s (floats) on the stack.
+#define Y6Q(v, xoff, s, acc) \
+	VCVTDQ2PS    v, v \
+	VMULPS       (4*(xoff))(BX), v, v \
+	VBROADCASTSS (4*(s))(DI), Y0 \
+	VFMADD231PS  Y0, v, acc
+
+// Values l = 8p..8p+7 (of 16-value group g = p/2) of the super-block's
+// half n and each of its four quarters (ql's low and high nibbles with qh's bit pairs; Y15: 15, Y14:
+// 0x30 per dword), as Q6KPART.
+#define Y6PART(n, p, g) \
+	VPMOVZXBD (64*n+8*p)(SI), Y1 \
+	VPMOVZXBD (64*n+32+8*p)(SI), Y2 \
+	VPMOVZXBD (128+32*n+8*p)(SI), Y3 \
+	VPAND     Y15, Y1, Y4 \
+	VPSLLD    $4, Y3, Y5 \
+	VPAND     Y14, Y5, Y5 \
+	VPOR      Y5, Y4, Y4 \
+	Y6Q(Y4, 128*n+8*p, 8*n+g, Y8) \
+	VPAND     Y15, Y2, Y4 \
+	VPSLLD    $2, Y3, Y5 \
+	VPAND     Y14, Y5, Y5 \
+	VPOR      Y5, Y4, Y4 \
+	Y6Q(Y4, 128*n+32+8*p, 8*n+2+g, Y9) \
+	VPSRLD    $4, Y1, Y4 \
+	VPAND     Y14, Y3, Y5 \
+	VPOR      Y5, Y4, Y4 \
+	Y6Q(Y4, 128*n+64+8*p, 8*n+4+g, Y12) \
+	VPSRLD    $4, Y2, Y4 \
+	VPSRLD    $2, Y3, Y5 \
+	VPAND     Y14, Y5, Y5 \
+	VPOR      Y5, Y4, Y4 \
+	Y6Q(Y4, 128*n+96+8*p, 8*n+6+g, Y13)
+
+// The 16 int8 scales as float32 to (SP); Y8 = scales ⊙ prep (the
+// offset's −32·Σx per group).
+#define Y6KROW \
+	VPMOVSXBD 192(SI), Y1 \
+	VPMOVSXBD 200(SI), Y2 \
+	VCVTDQ2PS Y1, Y1 \
+	VCVTDQ2PS Y2, Y2 \
+	VMOVUPS   Y1, (DI) \
+	VMOVUPS   Y2, 32(DI) \
+	VMULPS    (DX), Y1, Y8 \
+	VMULPS    32(DX), Y2, Y9 \
+	VXORPS    Y12, Y12, Y12 \
+	VXORPS    Y13, Y13, Y13 \
+	Y6PART(0, 0, 0) \
+	Y6PART(0, 1, 0) \
+	Y6PART(0, 2, 1) \
+	Y6PART(0, 3, 1) \
+	Y6PART(1, 0, 0) \
+	Y6PART(1, 1, 0) \
+	Y6PART(1, 2, 1) \
+	Y6PART(1, 3, 1) \
+	VADDPS    Y9, Y8, Y8 \
+	VADDPS    Y13, Y12, Y12 \
+	VADDPS    Y12, Y8, Y8 \
+	YKEND(208)
+
+// func qdotQ4KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ4KY(SB), NOSPLIT, $64-72
+	YKARGS
+	YRRUN(y4kr, y4k, y4kdone, Y4KROW, 144, 1024, 32, YPF3)
+
+// func qdotQ5KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ5KY(SB), NOSPLIT, $64-72
+	YKARGS
+	YDWORD($16, X13, Y13)
+	YRRUN(y5kr, y5k, y5kdone, Y5KROW, 176, 1024, 32, YPF3)
+
+// func qdotQ6KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ6KY(SB), NOSPLIT, $64-72
+	YKARGS
+	YDWORD($0x30, X14, Y14)
+	YRRUN(y6kr, y6k, y6kdone, Y6KROW, 210, 1024, 64, YPF4)

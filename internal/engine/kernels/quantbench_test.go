@@ -191,7 +191,7 @@ func BenchmarkQuantBound(b *testing.B) {
 		t    QuantType
 		n, k int
 	}{{Q4_1, 1536, 576}, {Q4_1x4, 1536, 576}, {Q8_0, 768, 576}, {Q8_0x4, 768, 576},
-		{Q5_0x4, 1536, 576}, {Q4_K, 576, 1536}, {Q4_Kx4, 576, 1536}, {Q6_K, 576, 1536}, {Q6_Kx4, 576, 1536}} { // K-quants: a down projection
+		{Q5_0x4, 1536, 576}, {Q5_0, 1536, 576}, {Q4_K, 576, 1536}, {Q4_Kx4, 576, 1536}, {Q6_K, 576, 1536}, {Q6_Kx4, 576, 1536}} { // K-quants: a down projection
 		if quantKernel(f.t) == nil {
 			continue // a four-row layout without its integer kernel here
 		}

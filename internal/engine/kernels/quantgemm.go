@@ -134,8 +134,8 @@ func quantWiden(t QuantType, w []byte, cols int) func(dst []float32, r0, r1 int)
 // quantStreamNT is QuantGemmNT for few rows of A: the weight rows are
 // streamed once in tasks of a multiple of 4 rows (streamSplit, as
 // streamNT), each chunk of 64 of a task's rows dotted with every row of A
-// by the format's AVX-512 kernel (quantDots) or, without one, dequantised into a buffer
-// and dotted with dot4Impl.
+// by the format's decode kernel (quantDots: AVX-512 or AVX2) or, without
+// one, dequantised into a buffer and dotted with dot4Impl.
 func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, beta float32, c []float32, ldc int) {
 	_ = a[(m-1)*lda+k-1]
 	_ = c[(m-1)*ldc+n-1]
