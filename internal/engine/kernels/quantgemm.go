@@ -141,6 +141,9 @@ func quantStreamNT(t QuantType, m, n, k int, a []float32, lda int, w []byte, bet
 	_ = c[(m-1)*ldc+n-1]
 	rb := t.RowBytes(k)
 	kern := quantKernel(t)
+	if kern != nil && kern.maxM > 0 && m > kern.maxM {
+		kern = nil // several rows of A: dequantising once for all of them is faster
+	}
 	var prep *buf // per-row precomputation of A for the kernel (quantCall.prepare)
 	if kern != nil && kern.prepLen > 0 {
 		prep = getBuf(m * kern.prepSize(k/t.BlockElems()))
@@ -309,6 +312,11 @@ type quantDots struct {
 	// four in lockstep: the same results (order.go picks one). A four-row
 	// layout has one order: its dots and rowDots are one kernel.
 	rowDots func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int)
+	// maxM, when not 0, is the most rows of A the kernel is used for:
+	// a float kernel that widens the weights for each row of A anew
+	// (AVX2's) loses to dequantising four rows once into a buffer and
+	// dotting them with every row of A (the AVX2 kernels at batch 8: 0.8x).
+	maxM int
 }
 
 // prepSize is how many values the prep of x of nb blocks takes.
