@@ -147,9 +147,10 @@ func (t QuantType) RepackedType() QuantType {
 // Q4_0 always (their float kernels too gain from it); Q8_0 and the
 // K-quants where their integer kernels run (AVX-512 VNNI), the layout
 // having no float kernel (their plain rows have one); Q5_0 and Q5_1
-// where AVX-512 runs (without VNNI, decode dequantises four rows of the
-// layout at a time into a buffer with its AVX-512 dequantiser, faster
-// than the plain rows' Go one).
+// where AVX2 or AVX-512 runs (their AVX2 kernels stream the layout faster
+// than the plain rows; with AVX-512 but without VNNI, decode dequantises
+// four rows of the layout at a time into a buffer with its AVX-512
+// dequantiser).
 func (t QuantType) RepackPays() bool {
 	switch t {
 	case Q4_1, Q4_0:
@@ -157,7 +158,7 @@ func (t QuantType) RepackPays() bool {
 	case Q8_0, Q4_K, Q5_K, Q6_K:
 		return vnniRepacks()
 	case Q5_0, Q5_1:
-		return groupDequantAsm()
+		return q5Repacks()
 	}
 	return false
 }

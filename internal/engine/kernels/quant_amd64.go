@@ -142,6 +142,18 @@ func qdotQ80Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 func qdotQ50Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
+func qdotQ50YX(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func qdotQ51YX(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func dequantQ50YX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ51YX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
 func qdotQ4KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
@@ -420,9 +432,10 @@ func vnniKDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out
 // kernels (qdotQ80V, qdotQ?KV) run.
 func vnniRepacks() bool { return haveAVX512 && haveF16C && haveVNNI }
 
-// groupDequantAsm reports whether the four-row layouts' AVX-512 group
-// dequantisers (dequantGroupAsm) run.
-func groupDequantAsm() bool { return haveAVX512 && haveF16C }
+// q5Repacks reports whether Q5_0 and Q5_1 matrices are held in their
+// four-row layouts (QuantType.RepackPays): where their decode kernels and
+// group dequantisers run (AVX-512, or AVX2's).
+func q5Repacks() bool { return haveF16C }
 
 var (
 	q41vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ41V, 20, limbFloats), rowDots: vnniDots(qdotQ41V, 20, limbFloats)}
@@ -450,14 +463,16 @@ var (
 	q80yKernel = &quantDots{dots: asmDots(qdotQ80Y, 32, 0), rowDots: asmDots(qdotQ80Y, 32, 0), maxM: 1}
 	q50yKernel = &quantDots{prepLen: 1, prep: q50Sums, dots: asmDots(qdotQ50Y, 32, 1), rowDots: asmDots(qdotQ50Y, 32, 1), maxM: 1}
 	q51yKernel = &quantDots{prepLen: 1, prep: subSums, dots: asmDots(qdotQ51Y, 32, 1), rowDots: asmDots(qdotQ51Y, 32, 1), maxM: 1}
+	q50yxKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ50YX, 22), rowDots: repackedYDots(qdotQ50YX, 22), maxM: 1}
+	q51yxKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ51YX, 24), rowDots: repackedYDots(qdotQ51YX, 24), maxM: 1}
 	q4KyKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KY, qk, 8), rowDots: asmDots(qdotQ4KY, qk, 8), maxM: 1}
 	q5KyKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KY, qk, 8), rowDots: asmDots(qdotQ5KY, qk, 8), maxM: 1}
 	q6KyKernel = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KY, qk, 16), rowDots: asmDots(qdotQ6KY, qk, 16), maxM: 1}
 )
 
 // quantKernelY is t's AVX2 decode kernel (machines without AVX-512), nil
-// when there is none: Q4_1 and Q4_0 in their four-row layout, the other
-// formats' rows.
+// when there is none: Q4_1, Q4_0, Q5_0 and Q5_1 in their four-row layouts
+// (and Q5's rows), the other formats' rows.
 func quantKernelY(t QuantType) *quantDots {
 	switch t {
 	case Q4_1x4:
@@ -470,6 +485,10 @@ func quantKernelY(t QuantType) *quantDots {
 		return q50yKernel
 	case Q5_1:
 		return q51yKernel
+	case Q5_0x4:
+		return q50yxKernel
+	case Q5_1x4:
+		return q51yxKernel
 	case Q4_K:
 		return q4KyKernel
 	case Q5_K:
@@ -560,19 +579,23 @@ var f16Table = sync.OnceValue(func() []float32 {
 })
 
 // dequantGroupAsm dequantises a repacked group of four rows with the
-// AVX-512 kernels, or on AVX2 machines (Q4_1x4, Q4_0x4) the AVX2 ones,
-// and reports whether it did.
+// AVX-512 kernels, or on AVX2 machines (Q4_1x4, Q4_0x4, Q5_0x4, Q5_1x4)
+// the AVX2 ones, and reports whether it did.
 func dequantGroupAsm(t QuantType, dst []float32, cols int, src []byte) bool {
 	if !haveF16C || int(t) >= len(groupDequantZ) {
 		return false
 	}
 	f := groupDequantZ[t]
-	if !haveAVX512 { // AVX2 (haveF16C implies it): the layouts every machine holds
+	if !haveAVX512 { // AVX2 (haveF16C implies it): the layouts held there
 		switch f = nil; t {
 		case Q4_1x4:
 			f = dequantQ41Y
 		case Q4_0x4:
 			f = dequantQ40Y
+		case Q5_0x4:
+			f = dequantQ50YX
+		case Q5_1x4:
+			f = dequantQ51YX
 		}
 	}
 	if f == nil {

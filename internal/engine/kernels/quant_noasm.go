@@ -15,5 +15,6 @@ func dequantGroupAsm(QuantType, []float32, int, []byte) bool { return false }
 // this build.
 func vnniRepacks() bool { return false }
 
-// groupDequantAsm is false: no assembly dequantisation on this build.
-func groupDequantAsm() bool { return false }
+// q5Repacks is false: no assembly kernel streams Q5_0x4 or Q5_1x4 on this
+// build.
+func q5Repacks() bool { return false }

@@ -36,6 +36,16 @@
 	MOVQ tab+56(FP), R15 \
 	MOVQ pf+64(FP), R10
 
+// The group dequantisers' arguments (nb CX, dst DI, ldd R12, src R8, tab
+// R15; R13 = 3·ldd).
+#define YGARGS \
+	MOVQ nb+0(FP), CX \
+	MOVQ dst+8(FP), DI \
+	MOVQ ldd+16(FP), R12 \
+	MOVQ src+24(FP), R8 \
+	MOVQ tab+32(FP), R15 \
+	LEAQ (R12)(R12*2), R13
+
 // The K-quant row kernels' YRARGS, their stack scratch in DI and Y15 = 15
 // per dword.
 #define YKARGS \
@@ -922,3 +932,202 @@ TEXT ·qdotQ6KY(SB), NOSPLIT, $64-72
 	YKARGS
 	YDWORD($0x30, X14, Y14)
 	YRRUN(y6kr, y6k, y6kdone, Y6KROW, 210, 1024, 64, YPF4)
+
+// Q5_0x4 and Q5_1x4 (Repack4: per block of four rows, 64 bytes of
+// nibbles, dword j of 16-byte chunk c holding row j's bytes 4c..4c+3; the fifth bits as two 64-bit masks, bit p the fifth bit
+// of byte p's low (at 64) or high (at 72) nibble; then the rows' scales at
+// 80): each nibble byte's fifth bit or-ed in as 16 (VPSHUFB spreading a
+// mask dword's byte k/8 to byte k, an AND with bit k%8, a compare), then
+// row j's values are dword j of each 128-bit lane, widened by one VPSHUFB
+// a vector: values 0..7 of the low nibbles of bytes 0..31, 8..15 of bytes
+// 32..63, 16..31 the high nibbles likewise — the order of the Q4 layouts'
+// Y8..Y11, so the kernels share Y4XROW.
+DATA y5Row<>+0(SB)/8, $0x8080800180808000
+DATA y5Row<>+8(SB)/8, $0x8080800380808002
+DATA y5Row<>+16(SB)/8, $0x8080800180808000
+DATA y5Row<>+24(SB)/8, $0x8080800380808002
+DATA y5Row<>+32(SB)/8, $0x8080800580808004
+DATA y5Row<>+40(SB)/8, $0x8080800780808006
+DATA y5Row<>+48(SB)/8, $0x8080800580808004
+DATA y5Row<>+56(SB)/8, $0x8080800780808006
+DATA y5Row<>+64(SB)/8, $0x8080800980808008
+DATA y5Row<>+72(SB)/8, $0x8080800b8080800a
+DATA y5Row<>+80(SB)/8, $0x8080800980808008
+DATA y5Row<>+88(SB)/8, $0x8080800b8080800a
+DATA y5Row<>+96(SB)/8, $0x8080800d8080800c
+DATA y5Row<>+104(SB)/8, $0x8080800f8080800e
+DATA y5Row<>+112(SB)/8, $0x8080800d8080800c
+DATA y5Row<>+120(SB)/8, $0x8080800f8080800e
+GLOBL y5Row<>(SB), RODATA|NOPTR, $128
+DATA y10<>+0(SB)/8, $0x1010101010101010
+DATA y10<>+8(SB)/8, $0x1010101010101010
+DATA y10<>+16(SB)/8, $0x1010101010101010
+DATA y10<>+24(SB)/8, $0x1010101010101010
+GLOBL y10<>(SB), RODATA|NOPTR, $32
+DATA yMinus16<>+0(SB)/8, $0xc1800000c1800000
+DATA yMinus16<>+8(SB)/8, $0xc1800000c1800000
+GLOBL yMinus16<>(SB), RODATA|NOPTR, $16
+DATA y16d<>+0(SB)/8, $0x0000001000000010
+DATA y16d<>+8(SB)/8, $0x0000001000000010
+DATA y16d<>+16(SB)/8, $0x0000001000000010
+DATA y16d<>+24(SB)/8, $0x0000001000000010
+GLOBL y16d<>(SB), RODATA|NOPTR, $32
+
+#define Y5NIB0(S, d) \
+	VPSHUFB y5Row<>+0(SB), S, d
+
+#define Y5NIB1(S, d) \
+	VPSHUFB y5Row<>+32(SB), S, d
+
+#define Y5NIB2(S, d) \
+	VPSHUFB y5Row<>+64(SB), S, d
+
+#define Y5NIB3(S, d) \
+	VPSHUFB y5Row<>+96(SB), S, d
+
+// The fifth bits of the mask dword at off(R8) or-ed into v's bytes as 16.
+#define Y5XHIGH(off, v) \
+	VPBROADCASTD off(R8), Y12 \
+	VPSHUFB      y5Spread<>(SB), Y12, Y12 \
+	VPAND        y5Bits<>(SB), Y12, Y12 \
+	VPCMPEQB     y5Bits<>(SB), Y12, Y12 \
+	VPAND        y10<>(SB), Y12, Y12 \
+	VPOR         Y12, v, v
+
+// The five-bit values of the block at R8 as bytes: Y8 (low nibbles of
+// bytes 0..31), Y9 (32..63), Y10, Y11 (the high ones).
+#define Y5XVALS \
+	VMOVDQU  (R8), Y8 \
+	VMOVDQU  32(R8), Y9 \
+	VPSRLD   $4, Y8, Y10 \
+	VPSRLD   $4, Y9, Y11 \
+	VPAND    y0F<>(SB), Y8, Y8 \
+	VPAND    y0F<>(SB), Y9, Y9 \
+	VPAND    y0F<>(SB), Y10, Y10 \
+	VPAND    y0F<>(SB), Y11, Y11 \
+	Y5XHIGH(64, Y8) \
+	Y5XHIGH(68, Y9) \
+	Y5XHIGH(72, Y10) \
+	Y5XHIGH(76, Y11)
+
+#define Y5XROWS \
+	Y5XVALS \
+	Y4XROW(Y5NIB0, Y4) \
+	Y4XROW(Y5NIB1, Y5) \
+	Y4XROW(Y5NIB2, Y6) \
+	Y4XROW(Y5NIB3, Y7)
+
+// Q5_0x4: the rows' d at 80 + 2j; d·Σx into X14 (times −16 at the end:
+// the values' offset).
+#define Y50XBLOCK \
+	Y5XROWS \
+	Y4XSCALE(80, Y4, Y0) \
+	Y4XSCALE(82, Y5, Y1) \
+	Y4XSCALE(84, Y6, Y2) \
+	Y4XSCALE(86, Y7, Y3) \
+	VCVTPH2PS    80(R8), X12 \
+	VBROADCASTSS (DX), X13 \
+	VFMADD231PS  X13, X12, X14
+
+#define Y50XMIN \
+	VMULPS yMinus16<>(SB), X14, X15
+
+// Q5_1x4: (d, m) of row j at 80 + 4j, as Q4_1's.
+#define Y51XBLOCK \
+	Y5XROWS \
+	Y4XSCALE(80, Y4, Y0) \
+	Y4XSCALE(84, Y5, Y1) \
+	Y4XSCALE(88, Y6, Y2) \
+	Y4XSCALE(92, Y7, Y3) \
+	VCVTPH2PS    80(R8), Y12 \
+	VBROADCASTSS (DX), Y13 \
+	VFMADD231PS  Y13, Y12, Y14
+
+// func qdotQ50YX(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ50YX(SB), NOSPLIT, $0-64
+	Y4XARGS
+	Y4XRUN(y50xg, y50x, y50xdone, Y50XBLOCK, Y50XMIN, 88)
+
+// func qdotQ51YX(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
+TEXT ·qdotQ51YX(SB), NOSPLIT, $0-64
+	Y4XARGS
+	Y4XRUN(y51xg, y51x, y51xdone, Y51XBLOCK, Y41XMIN, 96)
+
+// Dequantisation of the Q5 four-row layouts: a row's 32 values (NIB: its
+// VPSHUFB; VAL: the float32 of the int32 in Y12, the row's d in Y4 and m
+// in Y5) to BX.
+#define Y5XDQROW(NIB, VAL) \
+	NIB(Y8, Y12) \
+	VAL \
+	VMOVUPS Y12, (BX) \
+	NIB(Y9, Y12) \
+	VAL \
+	VMOVUPS Y12, 32(BX) \
+	NIB(Y10, Y12) \
+	VAL \
+	VMOVUPS Y12, 64(BX) \
+	NIB(Y11, Y12) \
+	VAL \
+	VMOVUPS Y12, 96(BX)
+
+// Q5_0: float32(l − 16)·d.
+#define Y50XVAL \
+	VPSUBD    y16d<>(SB), Y12, Y12 \
+	VCVTDQ2PS Y12, Y12 \
+	VMULPS    Y4, Y12, Y12
+
+// Q5_1: float32(l·d) + m.
+#define Y51XVAL \
+	VCVTDQ2PS Y12, Y12 \
+	VMULPS    Y4, Y12, Y12 \
+	VADDPS    Y5, Y12, Y12
+
+// Row j's d (and m) from the f16 at doff (moff) into Y4 (Y5).
+#define Y5XD(doff) \
+	MOVWLZX      doff(R8), AX \
+	VBROADCASTSS (R15)(AX*4), Y4
+
+#define Y5XDM(doff) \
+	Y5XD(doff) \
+	MOVWLZX      doff+2(R8), AX \
+	VBROADCASTSS (R15)(AX*4), Y5
+
+#define Y50XDQ \
+	Y5XVALS \
+	Y5XD(80) \
+	MOVQ DI, BX \
+	Y5XDQROW(Y5NIB0, Y50XVAL) \
+	Y5XD(82) \
+	LEAQ (DI)(R12*1), BX \
+	Y5XDQROW(Y5NIB1, Y50XVAL) \
+	Y5XD(84) \
+	LEAQ (DI)(R12*2), BX \
+	Y5XDQROW(Y5NIB2, Y50XVAL) \
+	Y5XD(86) \
+	LEAQ (DI)(R13*1), BX \
+	Y5XDQROW(Y5NIB3, Y50XVAL)
+
+#define Y51XDQ \
+	Y5XVALS \
+	Y5XDM(80) \
+	MOVQ DI, BX \
+	Y5XDQROW(Y5NIB0, Y51XVAL) \
+	Y5XDM(84) \
+	LEAQ (DI)(R12*1), BX \
+	Y5XDQROW(Y5NIB1, Y51XVAL) \
+	Y5XDM(88) \
+	LEAQ (DI)(R12*2), BX \
+	Y5XDQROW(Y5NIB2, Y51XVAL) \
+	Y5XDM(92) \
+	LEAQ (DI)(R13*1), BX \
+	Y5XDQROW(Y5NIB3, Y51XVAL)
+
+// func dequantQ50YX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ50YX(SB), NOSPLIT, $0-40
+	YGARGS
+	DQLOOP(dy50x, dy50xdone, Y50XDQ, R8, $88)
+
+// func dequantQ51YX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
+	YGARGS
+	DQLOOP(dy51x, dy51xdone, Y51XDQ, R8, $96)
