@@ -458,16 +458,16 @@ var (
 	// AVX2 (quantavx2_amd64.s): one access order each; the prep is Σx
 	// per 32-value block where the format has a min or an offset; batch 1
 	// only (maxM).
-	q41yKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ41Y, 20), rowDots: repackedYDots(qdotQ41Y, 20), maxM: 1}
-	q40yKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ40Y, 18), rowDots: repackedYDots(qdotQ40Y, 18), maxM: 1}
-	q80yKernel = &quantDots{dots: asmDots(qdotQ80Y, 32, 0), rowDots: asmDots(qdotQ80Y, 32, 0), maxM: 1}
-	q50yKernel = &quantDots{prepLen: 1, prep: q50Sums, dots: asmDots(qdotQ50Y, 32, 1), rowDots: asmDots(qdotQ50Y, 32, 1), maxM: 1}
-	q51yKernel = &quantDots{prepLen: 1, prep: subSums, dots: asmDots(qdotQ51Y, 32, 1), rowDots: asmDots(qdotQ51Y, 32, 1), maxM: 1}
+	q41yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ41Y, 20), rowDots: repackedYDots(qdotQ41Y, 20), maxM: 1}
+	q40yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ40Y, 18), rowDots: repackedYDots(qdotQ40Y, 18), maxM: 1}
+	q80yKernel  = &quantDots{dots: asmDots(qdotQ80Y, 32, 0), rowDots: asmDots(qdotQ80Y, 32, 0), maxM: 1}
+	q50yKernel  = &quantDots{prepLen: 1, prep: q50Sums, dots: asmDots(qdotQ50Y, 32, 1), rowDots: asmDots(qdotQ50Y, 32, 1), maxM: 1}
+	q51yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: asmDots(qdotQ51Y, 32, 1), rowDots: asmDots(qdotQ51Y, 32, 1), maxM: 1}
 	q50yxKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ50YX, 22), rowDots: repackedYDots(qdotQ50YX, 22), maxM: 1}
 	q51yxKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ51YX, 24), rowDots: repackedYDots(qdotQ51YX, 24), maxM: 1}
-	q4KyKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KY, qk, 8), rowDots: asmDots(qdotQ4KY, qk, 8), maxM: 1}
-	q5KyKernel = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KY, qk, 8), rowDots: asmDots(qdotQ5KY, qk, 8), maxM: 1}
-	q6KyKernel = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KY, qk, 16), rowDots: asmDots(qdotQ6KY, qk, 16), maxM: 1}
+	q4KyKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KY, qk, 8), rowDots: asmDots(qdotQ4KY, qk, 8), maxM: 1}
+	q5KyKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KY, qk, 8), rowDots: asmDots(qdotQ5KY, qk, 8), maxM: 1}
+	q6KyKernel  = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KY, qk, 16), rowDots: asmDots(qdotQ6KY, qk, 16), maxM: 1}
 )
 
 // quantKernelY is t's AVX2 decode kernel (machines without AVX-512), nil

@@ -512,29 +512,18 @@ DATA yRow<>+112(SB)/8, $0x8080800780808003
 DATA yRow<>+120(SB)/8, $0x8080800f8080800b
 GLOBL yRow<>(SB), RODATA|NOPTR, $128
 
-#define YNIB0(S, d) \
-	VPSHUFB yRow<>+0(SB), S, d
-
-#define YNIB1(S, d) \
-	VPSHUFB yRow<>+32(SB), S, d
-
-#define YNIB2(S, d) \
-	VPSHUFB yRow<>+64(SB), S, d
-
-#define YNIB3(S, d) \
-	VPSHUFB yRow<>+96(SB), S, d
-
-// Row j of a four-row Q4 block (nibbles masked in Y8: values 0..7, Y9:
-// 8..15, Y10: 16..23, Y11: 24..31) dotted with x (SI) into b.
-#define Y4XROW(NIB, b) \
-	NIB(Y8, Y12) \
-	NIB(Y9, Y13) \
+// Row j of a four-row block (values as bytes in Y8: values 0..7, Y9:
+// 8..15, Y10: 16..23, Y11: 24..31; tab: the layout's VPSHUFB controls
+// taking row j's as int32) dotted with x (SI) into b.
+#define Y4XROW(tab, j, b) \
+	VPSHUFB     tab<>+32*j(SB), Y8, Y12 \
+	VPSHUFB     tab<>+32*j(SB), Y9, Y13 \
 	VCVTDQ2PS   Y12, Y12 \
 	VCVTDQ2PS   Y13, Y13 \
 	VMULPS      (SI), Y12, b \
 	VFMADD231PS 32(SI), Y13, b \
-	NIB(Y10, Y12) \
-	NIB(Y11, Y13) \
+	VPSHUFB     tab<>+32*j(SB), Y10, Y12 \
+	VPSHUFB     tab<>+32*j(SB), Y11, Y13 \
 	VCVTDQ2PS   Y12, Y12 \
 	VCVTDQ2PS   Y13, Y13 \
 	VFMADD231PS 64(SI), Y12, b \
@@ -550,10 +539,10 @@ GLOBL yRow<>(SB), RODATA|NOPTR, $128
 	VPAND    y0F<>(SB), Y9, Y9 \
 	VPAND    y0F<>(SB), Y10, Y10 \
 	VPAND    y0F<>(SB), Y11, Y11 \
-	Y4XROW(YNIB0, Y4) \
-	Y4XROW(YNIB1, Y5) \
-	Y4XROW(YNIB2, Y6) \
-	Y4XROW(YNIB3, Y7)
+	Y4XROW(yRow, 0, Y4) \
+	Y4XROW(yRow, 1, Y5) \
+	Y4XROW(yRow, 2, Y6) \
+	Y4XROW(yRow, 3, Y7)
 
 // t += b·d, d the f16 at off(R8).
 #define Y4XSCALE(off, b, t) \
@@ -973,18 +962,6 @@ DATA y16d<>+16(SB)/8, $0x0000001000000010
 DATA y16d<>+24(SB)/8, $0x0000001000000010
 GLOBL y16d<>(SB), RODATA|NOPTR, $32
 
-#define Y5NIB0(S, d) \
-	VPSHUFB y5Row<>+0(SB), S, d
-
-#define Y5NIB1(S, d) \
-	VPSHUFB y5Row<>+32(SB), S, d
-
-#define Y5NIB2(S, d) \
-	VPSHUFB y5Row<>+64(SB), S, d
-
-#define Y5NIB3(S, d) \
-	VPSHUFB y5Row<>+96(SB), S, d
-
 // The fifth bits of the mask dword at off(R8) or-ed into v's bytes as 16.
 #define Y5XHIGH(off, v) \
 	VPBROADCASTD off(R8), Y12 \
@@ -1012,10 +989,10 @@ GLOBL y16d<>(SB), RODATA|NOPTR, $32
 
 #define Y5XROWS \
 	Y5XVALS \
-	Y4XROW(Y5NIB0, Y4) \
-	Y4XROW(Y5NIB1, Y5) \
-	Y4XROW(Y5NIB2, Y6) \
-	Y4XROW(Y5NIB3, Y7)
+	Y4XROW(y5Row, 0, Y4) \
+	Y4XROW(y5Row, 1, Y5) \
+	Y4XROW(y5Row, 2, Y6) \
+	Y4XROW(y5Row, 3, Y7)
 
 // Q5_0x4: the rows' d at 80 + 2j; d·Σx into X14 (times −16 at the end:
 // the values' offset).
@@ -1053,20 +1030,19 @@ TEXT ·qdotQ51YX(SB), NOSPLIT, $0-64
 	Y4XARGS
 	Y4XRUN(y51xg, y51x, y51xdone, Y51XBLOCK, Y41XMIN, 96)
 
-// Dequantisation of the Q5 four-row layouts: a row's 32 values (NIB: its
-// VPSHUFB; VAL: the float32 of the int32 in Y12, the row's d in Y4 and m
+// Dequantisation of the Q5 four-row layouts: row j's 32 values (VAL: the float32 of the int32 in Y12, the row's d in Y4 and m
 // in Y5) to BX.
-#define Y5XDQROW(NIB, VAL) \
-	NIB(Y8, Y12) \
+#define Y5XDQROW(j, VAL) \
+	VPSHUFB y5Row<>+32*j(SB), Y8, Y12 \
 	VAL \
 	VMOVUPS Y12, (BX) \
-	NIB(Y9, Y12) \
+	VPSHUFB y5Row<>+32*j(SB), Y9, Y12 \
 	VAL \
 	VMOVUPS Y12, 32(BX) \
-	NIB(Y10, Y12) \
+	VPSHUFB y5Row<>+32*j(SB), Y10, Y12 \
 	VAL \
 	VMOVUPS Y12, 64(BX) \
-	NIB(Y11, Y12) \
+	VPSHUFB y5Row<>+32*j(SB), Y11, Y12 \
 	VAL \
 	VMOVUPS Y12, 96(BX)
 
@@ -1096,31 +1072,31 @@ TEXT ·qdotQ51YX(SB), NOSPLIT, $0-64
 	Y5XVALS \
 	Y5XD(80) \
 	MOVQ DI, BX \
-	Y5XDQROW(Y5NIB0, Y50XVAL) \
+	Y5XDQROW(0, Y50XVAL) \
 	Y5XD(82) \
 	LEAQ (DI)(R12*1), BX \
-	Y5XDQROW(Y5NIB1, Y50XVAL) \
+	Y5XDQROW(1, Y50XVAL) \
 	Y5XD(84) \
 	LEAQ (DI)(R12*2), BX \
-	Y5XDQROW(Y5NIB2, Y50XVAL) \
+	Y5XDQROW(2, Y50XVAL) \
 	Y5XD(86) \
 	LEAQ (DI)(R13*1), BX \
-	Y5XDQROW(Y5NIB3, Y50XVAL)
+	Y5XDQROW(3, Y50XVAL)
 
 #define Y51XDQ \
 	Y5XVALS \
 	Y5XDM(80) \
 	MOVQ DI, BX \
-	Y5XDQROW(Y5NIB0, Y51XVAL) \
+	Y5XDQROW(0, Y51XVAL) \
 	Y5XDM(84) \
 	LEAQ (DI)(R12*1), BX \
-	Y5XDQROW(Y5NIB1, Y51XVAL) \
+	Y5XDQROW(1, Y51XVAL) \
 	Y5XDM(88) \
 	LEAQ (DI)(R12*2), BX \
-	Y5XDQROW(Y5NIB2, Y51XVAL) \
+	Y5XDQROW(2, Y51XVAL) \
 	Y5XDM(92) \
 	LEAQ (DI)(R13*1), BX \
-	Y5XDQROW(Y5NIB3, Y51XVAL)
+	Y5XDQROW(3, Y51XVAL)
 
 // func dequantQ50YX(nb int, dst *float32, ldd int, src *byte, tab *float32)
 TEXT ·dequantQ50YX(SB), NOSPLIT, $0-40
