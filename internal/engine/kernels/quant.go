@@ -147,10 +147,8 @@ func (t QuantType) RepackedType() QuantType {
 // Q4_0 always (their float kernels too gain from it); Q8_0 and the
 // K-quants where their integer kernels run (AVX-512 VNNI), the layout
 // having no float kernel (their plain rows have one); Q5_0 and Q5_1
-// where AVX2 or AVX-512 runs (their AVX2 kernels stream the layout faster
-// than the plain rows; with AVX-512 but without VNNI, decode dequantises
-// four rows of the layout at a time into a buffer with its AVX-512
-// dequantiser).
+// where AVX2 or AVX-512 runs (their AVX2 kernels, also used where AVX-512
+// runs without VNNI, stream the layout faster than the plain rows).
 func (t QuantType) RepackPays() bool {
 	switch t {
 	case Q4_1, Q4_0:

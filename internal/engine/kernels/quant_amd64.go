@@ -533,12 +533,12 @@ func quantKernel(t QuantType) *quantDots {
 		if haveVNNI {
 			return q50vKernel
 		}
-		return nil // decode dequantises four rows at a time (dequantGroupAsm)
+		return q50yxKernel // the AVX2 one (batch 1; more rows dequantise four rows at a time)
 	case Q5_1x4:
 		if haveVNNI {
 			return q51vKernel
 		}
-		return nil
+		return q51yxKernel
 	case Q4_Kx4:
 		if haveVNNI {
 			return q4KvKernel
