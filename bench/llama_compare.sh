@@ -32,6 +32,16 @@
 # llama.cpp tree built with
 #   cmake -B build -DGGML_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF
 #   cmake --build build --target llama-bench llama-batched-bench
+# With LLAMA_DECODE=bench the llama.cpp decode figures come from that tree's
+# llama-bench (-p 0 -n 64 -d 128 -fa off -r 3: 64 steps after a 128-token
+# context, as llama_decode.py) instead of llama-cpp-python. The AVX2 paths
+# of machines without AVX-512, on any machine:
+#   cmake -B build -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+#     -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF \
+#     -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF \
+#     -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF ...
+#   FLYWHEEL_AVX512=0 LLAMA=/path/to/that/tree LLAMA_DECODE=bench bash bench/llama_compare.sh
+# (FLYWHEEL_AVX512=0 reaches flywheel's benchmarks, and its probe.)
 # OUT (created if missing) keeps the model files and test binaries.
 # llama.cpp's OpenMP threads spin between steps by default, which on a
 # machine shared with other tenants collapses its decode (1-5 tok/s at load
@@ -46,6 +56,10 @@ ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 BENCHTIME=${BENCHTIME:-2x}
 LLAMA=${LLAMA:-}
+if [ "${LLAMA_DECODE:-}" = bench ] && [ ! -x "$LLAMA/build/bin/llama-bench" ]; then
+	echo "llama_compare: LLAMA_DECODE=bench needs LLAMA, a llama.cpp tree with build/bin/llama-bench" >&2
+	exit 1
+fi
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 if ! "$PY" -c 'import llama_cpp' 2>/dev/null; then
@@ -66,7 +80,7 @@ go test -c -o "$OUT/engine.test" ./internal/engine
 go test -c -o "$OUT/kernels.test" ./internal/engine/kernels
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 CPU="$(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p'), $(grep -q -w avx512f /proc/cpuinfo && echo AVX-512 || echo no AVX-512), L3 $(lscpu | sed -n 's/^L3 cache: *//p'))"
-echo "cpu: $CPU, $(nproc) CPUs, $THREADS threads; load $(cut -d' ' -f1-3 /proc/loadavg); llama.cpp OMP_WAIT_POLICY=$OMP_WAIT_POLICY"
+echo "cpu: $CPU, $(nproc) CPUs, $THREADS threads; load $(cut -d' ' -f1-3 /proc/loadavg); llama.cpp OMP_WAIT_POLICY=$OMP_WAIT_POLICY, decode by ${LLAMA_DECODE:-llama-cpp-python}${LLAMA_DECODE:+ ($LLAMA)}${FLYWHEEL_AVX512:+; flywheel FLYWHEEL_AVX512=$FLYWHEEL_AVX512}"
 probe() {
 	GOMAXPROCS=$THREADS "$OUT/kernels.test" -test.run '^$' -test.bench 'ReadBandwidth$' -test.benchtime 4x |
 		awk '/^Benchmark/ {for (i = 2; i <= NF; i++) if ($i == "GB/s") print "probe " $(i-1) " GB/s"}'
@@ -82,8 +96,19 @@ for r in $(seq "$ROUNDS"); do
 		sed 's/ m0-/ q4_k_m-/g; s/ m1-/ q5_k_m-/g' | tee -a "$LOG"
 	probe | tee -a "$LOG"
 	echo "== round $r: llama.cpp ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$LOG"
-	"$PY" bench/llama_decode.py "$THREADS" "$OUT"/smollm2-135m-{f32,f16,q4_1,q8_0,q4_k_m,q5_k_m}.gguf | tee -a "$LOG"
-	if [ -n "$LLAMA" ]; then
+	if [ "${LLAMA_DECODE:-}" = bench ]; then
+		for f in "$OUT"/smollm2-135m-{f32,f16,q4_1,q8_0,q4_k_m,q5_k_m}.gguf; do
+			"$LLAMA/build/bin/llama-bench" -m "$f" -t "$THREADS" -p 0 -n 64 -d 128 -fa off -r 3 -o jsonl 2>/dev/null |
+				"$PY" -c 'import json, os, sys
+for l in sys.stdin:
+    j = json.loads(l) if l.startswith("{") else {}
+    if j.get("n_gen", 0) > 0:
+        print("%s decode %.1f tok/s" % (os.path.basename(j["model_filename"]), j["avg_ts"]), flush=True)' | tee -a "$LOG"
+		done
+	else
+		"$PY" bench/llama_decode.py "$THREADS" "$OUT"/smollm2-135m-{f32,f16,q4_1,q8_0,q4_k_m,q5_k_m}.gguf | tee -a "$LOG"
+	fi
+	if [ -n "$LLAMA" ] && [ -x "$LLAMA/build/bin/llama-batched-bench" ]; then
 		"$LLAMA/build/bin/llama-bench" -m "$OUT/smollm2-135m-f32.gguf" -m "$OUT/smollm2-135m-f16.gguf" \
 			-t "$THREADS" -p 512 -n 64 -r 3 2>/dev/null
 		for k in f32 f16; do
