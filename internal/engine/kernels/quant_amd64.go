@@ -142,6 +142,9 @@ func qdotQ80Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 func qdotQ50Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
+func qdotQ51Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+
+//go:noescape
 func qdotQ50YX(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
 
 //go:noescape
@@ -161,9 +164,6 @@ func qdotQ5KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 
 //go:noescape
 func qdotQ6KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
-
-//go:noescape
-func qdotQ51Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
 func dequantQ50Y(nb int, dst *float32, src *byte, tab *float32)
