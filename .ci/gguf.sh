@@ -53,13 +53,18 @@ echo "-- llama.cpp's reference outputs on the Q4_1 file (llama-cpp-python $llama
 echo "-- the float64 reference on the dequantised weights (numpy + gguf)"
 "$venv/bin/python" .ci/gguf_f64.py "$gguf" "$work/ref.json"
 echo "-- flywheel against both (internal/engine TestRealGGUFMatchesLlamaCpp)"
-FLYWHEEL_GGUF_MODEL="$gguf" FLYWHEEL_GGUF_REF="$work/ref.json" \
-    go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
-if grep -q -w avx512f /proc/cpuinfo; then
-    echo "-- the same on the AVX2 kernels (FLYWHEEL_AVX512=0: the path of machines without AVX-512)"
-    FLYWHEEL_AVX512=0 FLYWHEEL_GGUF_MODEL="$gguf" FLYWHEEL_GGUF_REF="$work/ref.json" \
+# against_refs MODEL REF: TestRealGGUFMatchesLlamaCpp on MODEL against REF's references, and again
+# on the AVX2 kernels (FLYWHEEL_AVX512=0, the path of machines without AVX-512) where AVX-512 runs.
+against_refs() {
+    FLYWHEEL_GGUF_MODEL="$1" FLYWHEEL_GGUF_REF="$2" \
         go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
-fi
+    if grep -q -w avx512f /proc/cpuinfo; then
+        echo "-- the same on the AVX2 kernels (FLYWHEEL_AVX512=0)"
+        FLYWHEEL_AVX512=0 FLYWHEEL_GGUF_MODEL="$1" FLYWHEEL_GGUF_REF="$2" \
+            go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
+    fi
+}
+against_refs "$gguf" "$work/ref.json"
 
 echo "-- the same weights dequantised to F32 (llama.cpp computes them unrounded): flywheel == llama.cpp"
 "$venv/bin/python" .ci/gguf_dequant.py "$gguf" "$work/f32.gguf"
@@ -78,13 +83,7 @@ print(sys.argv[1].rsplit("/", 1)[-1], "tensor types:", dict(c))
 sys.exit(0 if set(sys.argv[2].split(",")) <= set(c) else "not the mix this check is for")' "$work/$kind.gguf" "${mix#*:}"
     "$venv/bin/python" .ci/gguf_ref.py "$work/$kind.gguf" "$work/ref-$kind.json"
     "$venv/bin/python" .ci/gguf_f64.py "$work/$kind.gguf" "$work/ref-$kind.json"
-    FLYWHEEL_GGUF_MODEL="$work/$kind.gguf" FLYWHEEL_GGUF_REF="$work/ref-$kind.json" \
-        go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
-    if grep -q -w avx512f /proc/cpuinfo; then
-        echo "-- $kind on the AVX2 kernels (FLYWHEEL_AVX512=0)"
-        FLYWHEEL_AVX512=0 FLYWHEEL_GGUF_MODEL="$work/$kind.gguf" FLYWHEEL_GGUF_REF="$work/ref-$kind.json" \
-            go test -count=1 -run '^TestRealGGUFMatchesLlamaCpp$' -v ./internal/engine | grep -v '^=== RUN'
-    fi
+    against_refs "$work/$kind.gguf" "$work/ref-$kind.json"
     rm -f "$work/$kind.gguf"
 done
 rm -f "$work/f32.gguf"
