@@ -265,29 +265,27 @@ func lockstep(f func(nb int, x *float32, xs *float32, w *byte, ldw int, rows int
 	}
 }
 
-// subSums is the prep of the K-quant kernels: per 256-value super-block,
-// the 8 sums of x over its 32-value sub-blocks (which carry the mins).
-func subSums(dst, x []float32) {
-	for s := range len(x) / 32 {
-		dst[s] = sumImpl(x[32*s : 32*s+32])
+// scaledSums is a prep of sums of x: dst[s] = scale × the sum of x over
+// its s-th run of n values.
+func scaledSums(n int, scale float32) func(dst, x []float32) {
+	return func(dst, x []float32) {
+		for s := range len(x) / n {
+			dst[s] = scale * sumImpl(x[n*s:n*s+n])
+		}
 	}
 }
 
-// q6Sums is the prep of the Q6_K kernel: −32 × the sum of x over each
-// 16-value group (the offset of Q6_K's six-bit values).
-func q6Sums(dst, x []float32) {
-	for s := range len(x) / 16 {
-		dst[s] = -32 * sumImpl(x[16*s:16*s+16])
-	}
-}
-
-// q50Sums is the prep of the Q5_0 AVX2 kernel: −16 × the sum of x over
-// each 32-value block (the offset of Q5_0's five-bit values).
-func q50Sums(dst, x []float32) {
-	for s := range len(x) / 32 {
-		dst[s] = -16 * sumImpl(x[32*s:32*s+32])
-	}
-}
+var (
+	// subSums: per 32-value block (of a K-quant super-block: its
+	// sub-blocks, which carry the mins) the sum of x.
+	subSums = scaledSums(32, 1)
+	// q6Sums: −32 × the sum of x over each 16-value group (the offset of
+	// Q6_K's six-bit values).
+	q6Sums = scaledSums(16, -32)
+	// q50Sums: −16 × the sum of x over each 32-value block (the offset of
+	// Q5_0's five-bit values, for its AVX2 kernel).
+	q50Sums = scaledSums(32, -16)
+)
 
 // asmDots wraps an assembly kernel for blocks of elems values with
 // prepLen prep values per block as quantDots.dots, checking the bounds

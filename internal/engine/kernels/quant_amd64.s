@@ -39,23 +39,16 @@
 // integers as float32 in Z16/Z17, which are scaled by d, passed to POST,
 // and stored.
 #define DQRUN(lp, done, WIDEN, POST, size) \
-lp: \
-	TESTQ CX, CX \
-	JZ    done \
+	DQLOOP(lp, done, DQBLOCK(WIDEN, POST), SI, $size)
+
+#define DQBLOCK(WIDEN, POST) \
 	WIDEN \
 	MOVWLZX          (SI), AX \
 	VMULPS.BCST      (R15)(AX*4), Z16, Z16 \
 	VMULPS.BCST      (R15)(AX*4), Z17, Z17 \
 	POST \
 	VMOVUPS          Z16, (DI) \
-	VMOVUPS          Z17, 64(DI) \
-	ADDQ             $size, SI \
-	ADDQ             $128, DI \
-	DECQ             CX \
-	JMP              lp \
-done: \
-	VZEROUPPER \
-	RET
+	VMOVUPS          Z17, 64(DI)
 
 #define DQNONE
 

@@ -59,6 +59,17 @@
 	VMOVD        AX, x \
 	VPBROADCASTD x, y
 
+// The nibble and fifth-bit bytes (Y15: 0x0f, Y11: 0x10), and the Q5
+// constants of Y5VALUES (Y12: y5Bits, Y13: y5Spread).
+#define Y5NIBCONST \
+	YDWORD($0x0f0f0f0f, X15, Y15) \
+	YDWORD($0x10101010, X11, Y11)
+
+#define Y5CONST \
+	Y5NIBCONST \
+	VMOVDQU y5Bits<>(SB), Y12 \
+	VMOVDQU y5Spread<>(SB), Y13
+
 // func dequantQ80Y(nb int, dst *float32, src *byte, tab *float32)
 TEXT ·dequantQ80Y(SB), NOSPLIT, $0-32
 	MOVQ nb+0(FP), CX
@@ -181,12 +192,8 @@ GLOBL y4Row<>(SB), RODATA|NOPTR, $64
 	MOVQ         src+24(FP), SI \
 	MOVQ         tab+32(FP), R15 \
 	LEAQ         (R12)(R12*2), R13 \
-	MOVL         $0x0f0f0f0f, AX \
-	VMOVD        AX, X15 \
-	VPBROADCASTD X15, X15 \
-	MOVL         $8, AX \
-	VMOVD        AX, X14 \
-	VPBROADCASTD X14, Y14 \
+	YDWORD($0x0f0f0f0f, X15, Y15) \
+	YDWORD($8, X14, Y14) \
 	DQLOOP(lp, done, Y4BLOCK(ROW), SI, size)
 
 // A group's block: its 64 nibble bytes, then each row to BX.
@@ -260,17 +267,8 @@ GLOBL y5Bits<>(SB), RODATA|NOPTR, $32
 	MOVQ         dst+8(FP), DI \
 	MOVQ         src+16(FP), SI \
 	MOVQ         tab+24(FP), R15 \
-	MOVL         $0x0f0f0f0f, AX \
-	VMOVD        AX, X15 \
-	VPBROADCASTD X15, Y15 \
-	MOVL         $0x10101010, AX \
-	VMOVD        AX, X11 \
-	VPBROADCASTD X11, Y11 \
-	MOVL         $16, AX \
-	VMOVD        AX, X14 \
-	VPBROADCASTD X14, Y14 \
-	VMOVDQU      y5Bits<>(SB), Y12 \
-	VMOVDQU      y5Spread<>(SB), Y13 \
+	Y5CONST \
+	YDWORD($16, X14, Y14) \
 	DQLOOP(lp, done, BLOCK, SI, size)
 
 // Q5_0: float32(l − 16)·d.
@@ -380,15 +378,8 @@ TEXT ·dequantQ51Y(SB), NOSPLIT, $0-32
 #define KYNONE
 
 #define KYSETUP \
-	MOVL         $0x0f0f0f0f, AX \
-	VMOVD        AX, X15 \
-	VPBROADCASTD X15, Y15 \
-	MOVL         $0x10101010, AX \
-	VMOVD        AX, X11 \
-	VPBROADCASTD X11, Y11 \
-	MOVL         $32, AX \
-	VMOVD        AX, X14 \
-	VPBROADCASTD X14, Y14
+	Y5NIBCONST \
+	YDWORD($32, X14, Y14)
 
 // func dequantK4Y(qs *byte, qh *byte, sc *float32, dst *float32)
 TEXT ·dequantK4Y(SB), NOSPLIT, $0-32
@@ -476,17 +467,13 @@ TEXT ·dequantK6Y(SB), NOSPLIT, $0-32
 // rounded differently: TestQuantDecodeExact holds them to the exact sum
 // as every kernel.
 
-// Bytes and dword masks of the four-row layouts' nibbles.
+// The nibble mask as a memory operand (the four-row kernels use every
+// register).
 DATA y0F<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA y0F<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA y0F<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA y0F<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
 GLOBL y0F<>(SB), RODATA|NOPTR, $32
-DATA yFF<>+0(SB)/8, $0x000000ff000000ff
-DATA yFF<>+8(SB)/8, $0x000000ff000000ff
-DATA yFF<>+16(SB)/8, $0x000000ff000000ff
-DATA yFF<>+24(SB)/8, $0x000000ff000000ff
-GLOBL yFF<>(SB), RODATA|NOPTR, $32
 DATA yMinus8<>+0(SB)/8, $0xc1000000c1000000
 DATA yMinus8<>+8(SB)/8, $0xc1000000c1000000
 GLOBL yMinus8<>(SB), RODATA|NOPTR, $16
@@ -716,13 +703,6 @@ done: \
 #define YPF4 \
 	YPF3 \
 	PREFETCHT0 192(SI)(R10*1)
-
-// The Q5 constants of Y5VALUES.
-#define Y5CONST \
-	YDWORD($0x0f0f0f0f, X15, Y15) \
-	YDWORD($0x10101010, X11, Y11) \
-	VMOVDQU      y5Bits<>(SB), Y12 \
-	VMOVDQU      y5Spread<>(SB), Y13
 
 // func qdotQ80Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 // xs is unused.
