@@ -18,6 +18,27 @@ import (
 // kernels (for comparisons).
 var haveVNNI = cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && os.Getenv("FLYWHEEL_VNNI") != "0"
 
+// haveIntY reports whether AVX2 machines decode the four-row layouts of
+// Q4_1, Q4_0, Q5_0 and Q5_1 with the integer kernels (quantavx2_amd64.s,
+// qdot*YV: VPMADDUBSW, which every AVX2 CPU has) instead of the float
+// ones; FLYWHEEL_VNNI=0 keeps the float kernels here too.
+var haveIntY = os.Getenv("FLYWHEEL_VNNI") != "0"
+
+//go:noescape
+func limbsPrepY(nb int, x *float32, limbs *byte, sc *float32)
+
+//go:noescape
+func qdotQ41YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ40YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ50YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ51YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
 //go:noescape
 func qdotQ41Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
 
@@ -373,6 +394,13 @@ func vnniPrep(dst, x []float32) {
 	limbsPrep(nb, &x[0], l, sc, 0)
 }
 
+// vnniPrepY is vnniPrep on AVX2 machines (limbsPrepY: the same layout).
+func vnniPrepY(dst, x []float32) {
+	nb := len(x) / 32
+	l, sc := limbSplit(dst, nb, limbFloats)
+	limbsPrepY(nb, &x[0], l, sc)
+}
+
 // q6vPrep is Q6_Kx4's prep: vnniPrep's, with each block's sum of x
 // (scaled as the limbs) replaced by the sums of its two 16-value halves
 // (at sc + 8b + 1 and + 2), Q6_K's scale groups.
@@ -413,6 +441,14 @@ func vnniDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out 
 	}
 }
 
+// limbKernel is the integer kernel f of a four-row layout (blocks of size
+// bytes, lf floats of limbs a block in the prep) as quantDots: one access
+// order, at most maxM rows of A (0: any).
+func limbKernel(prep func(dst, x []float32), f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int), size, lf, maxM int) *quantDots {
+	d := vnniDots(f, size, lf)
+	return &quantDots{prepLen: lf + 8, prepPad: 16, prep: prep, dots: d, rowDots: d, maxM: maxM}
+}
+
 // vnniKDots wraps a K-quant four-row layout's integer kernel (blocks of
 // size bytes a row) as quantDots.dots: nb super-blocks, eight 32-value
 // blocks of x's prep each.
@@ -436,11 +472,11 @@ func vnniRepacks() bool { return haveAVX512 && haveF16C && haveVNNI }
 func q5Repacks() bool { return haveF16C }
 
 var (
-	q41vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ41V, 20, limbFloats), rowDots: vnniDots(qdotQ41V, 20, limbFloats)}
-	q40vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ40V, 18, limbFloats), rowDots: vnniDots(qdotQ40V, 18, limbFloats)}
-	q80vKernel = &quantDots{prepLen: limb8Floats + 8, prepPad: 16, prep: vnni8Prep, dots: vnniDots(qdotQ80V, 34, limb8Floats), rowDots: vnniDots(qdotQ80V, 34, limb8Floats)}
-	q50vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ50V, 22, limbFloats), rowDots: vnniDots(qdotQ50V, 22, limbFloats)}
-	q51vKernel = &quantDots{prepLen: limbFloats + 8, prepPad: 16, prep: vnniPrep, dots: vnniDots(qdotQ51V, 24, limbFloats), rowDots: vnniDots(qdotQ51V, 24, limbFloats)}
+	q41vKernel = limbKernel(vnniPrep, qdotQ41V, 20, limbFloats, 0)
+	q40vKernel = limbKernel(vnniPrep, qdotQ40V, 18, limbFloats, 0)
+	q80vKernel = limbKernel(vnni8Prep, qdotQ80V, 34, limb8Floats, 0)
+	q50vKernel = limbKernel(vnniPrep, qdotQ50V, 22, limbFloats, 0)
+	q51vKernel = limbKernel(vnniPrep, qdotQ51V, 24, limbFloats, 0)
 	q4KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: vnniPrep, dots: vnniKDots(qdotQ4KV, 144), rowDots: vnniKDots(qdotQ4KV, 144)}
 	q5KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: vnniPrep, dots: vnniKDots(qdotQ5KV, 176), rowDots: vnniKDots(qdotQ5KV, 176)}
 	q6KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: q6vPrep, dots: vnniKDots(qdotQ6KV, 210), rowDots: vnniKDots(qdotQ6KV, 210)}
@@ -453,9 +489,18 @@ var (
 	q5KKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(lockstep(qdotQ5KZ), qk, 8), rowDots: asmDots(qdotQ5KR, qk, 8)}
 	q6KKernel  = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(lockstep(qdotQ6KZ), qk, 16), rowDots: asmDots(qdotQ6KR, qk, 16)}
 
-	// AVX2 (quantavx2_amd64.s): one access order each; the prep is Σx
-	// per 32-value block where the format has a min or an offset; batch 1
-	// only (maxM).
+	// AVX2 (quantavx2_amd64.s): one access order each. The integer
+	// kernels' prep is x's limbs (limbsPrepY), the float ones' Σx per
+	// 32-value block where the format has a min or an offset. Beyond maxM
+	// rows of A, dequantising four rows once for all of them is faster:
+	// the float kernels from 2 rows, the Q5 integer ones from 3 or 4
+	// (EPYC, a [1536, 576] product: Q5_0x4 at 2 / 4 / 8 rows 44 / 85 /
+	// 168 µs against 53 / 80 / 118); the Q4 integer ones never (28 / 54 /
+	// 105 against 59 / 82 / 124).
+	q41yvKernel = limbKernel(vnniPrepY, qdotQ41YV, 20, limbFloats, 0)
+	q40yvKernel = limbKernel(vnniPrepY, qdotQ40YV, 18, limbFloats, 0)
+	q50yvKernel = limbKernel(vnniPrepY, qdotQ50YV, 22, limbFloats, 2)
+	q51yvKernel = limbKernel(vnniPrepY, qdotQ51YV, 24, limbFloats, 2)
 	q41yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ41Y, 20), rowDots: repackedYDots(qdotQ41Y, 20), maxM: 1}
 	q40yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ40Y, 18), rowDots: repackedYDots(qdotQ40Y, 18), maxM: 1}
 	q80yKernel  = &quantDots{dots: asmDots(qdotQ80Y, 32, 0), rowDots: asmDots(qdotQ80Y, 32, 0), maxM: 1}
@@ -468,14 +513,24 @@ var (
 	q6KyKernel  = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KY, qk, 16), rowDots: asmDots(qdotQ6KY, qk, 16), maxM: 1}
 )
 
-// quantKernelY is t's AVX2 decode kernel (machines without AVX-512), nil
-// when there is none: Q4_1, Q4_0, Q5_0 and Q5_1 in their four-row layouts
-// (and Q5's rows), the other formats' rows.
+// quantKernelY is t's AVX2 decode kernel (machines without AVX-512, and
+// Q5's four-row layouts where AVX-512 runs without VNNI), nil when there
+// is none: Q4_1, Q4_0, Q5_0 and Q5_1 in their four-row layouts (the
+// integer kernels, unless FLYWHEEL_VNNI=0) and Q5's rows, the other
+// formats' rows. The integer kernels of Q4's layouts lose to the AVX-512
+// float ones (EPYC, VNNI off: 43 against 53–61 GB/s from L2), those of
+// Q5's win (29 against 20).
 func quantKernelY(t QuantType) *quantDots {
 	switch t {
 	case Q4_1x4:
+		if haveIntY {
+			return q41yvKernel
+		}
 		return q41yKernel
 	case Q4_0x4:
+		if haveIntY {
+			return q40yvKernel
+		}
 		return q40yKernel
 	case Q8_0:
 		return q80yKernel
@@ -484,8 +539,14 @@ func quantKernelY(t QuantType) *quantDots {
 	case Q5_1:
 		return q51yKernel
 	case Q5_0x4:
+		if haveIntY {
+			return q50yvKernel
+		}
 		return q50yxKernel
 	case Q5_1x4:
+		if haveIntY {
+			return q51yvKernel
+		}
 		return q51yxKernel
 	case Q4_K:
 		return q4KyKernel
@@ -531,12 +592,12 @@ func quantKernel(t QuantType) *quantDots {
 		if haveVNNI {
 			return q50vKernel
 		}
-		return q50yxKernel // the AVX2 one (batch 1; more rows dequantise four rows at a time)
+		return quantKernelY(t) // the AVX2 one (batch 1; more rows dequantise four rows at a time)
 	case Q5_1x4:
 		if haveVNNI {
 			return q51vKernel
 		}
-		return q51yxKernel
+		return quantKernelY(t)
 	case Q4_Kx4:
 		if haveVNNI {
 			return q4KvKernel

@@ -4,7 +4,9 @@
 #include "zmm_amd64.h"
 
 // AVX2 machines (no AVX-512): the decode kernels of every format (below,
-// qdot*Y: the values widened and multiplied in registers) and the
+// qdot*Y: the values widened and multiplied in registers; at the end of
+// the file, qdot*YV: integer kernels of the Q4 and Q5 four-row layouts,
+// with the prep limbsPrepY) and the
 // dequantisers prefill and training widen blocks of rows with, for the
 // Q8_0, Q5_0, Q5_1 and K-quant rows and the Q4_1x4/Q4_0x4 groups
 // (Repack4 holds Q4_1 and Q4_0 in them on every machine). Each value as
@@ -52,6 +54,24 @@
 	YRARGS \
 	MOVQ SP, DI \
 	YDWORD($15, X15, Y15)
+
+// The integer kernels' arguments and constants (qdot*YV: limbs R14,
+// scales R11, w R8, groups R12, out R13, pf R10, the results' scale 2^e
+// R15, at sc + 8·nb floats; Y15 = 0x0f bytes, Y14 = vnniTr, Y13 = 1 in
+// every word).
+#define YVARGS \
+	MOVQ         limbs+8(FP), R14 \
+	MOVQ         sc+16(FP), R11 \
+	MOVQ         w+24(FP), R8 \
+	MOVQ         groups+32(FP), R12 \
+	MOVQ         out+40(FP), R13 \
+	MOVQ         pf+48(FP), R10 \
+	MOVQ         nb+0(FP), AX \
+	SHLQ         $5, AX \
+	LEAQ         (R11)(AX*1), R15 \
+	YDWORD($0x0f0f0f0f, X15, Y15) \
+	YDWORD($0x00010001, X13, Y13) \
+	VMOVDQU      ·vnniTr(SB), Y14
 
 // y = v in every dword (x: its xmm).
 #define YDWORD(v, x, y) \
@@ -1087,3 +1107,324 @@ TEXT ·dequantQ50YX(SB), NOSPLIT, $0-40
 TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	YGARGS
 	DQLOOP(dy51x, dy51xdone, Y51XDQ, R8, $96)
+
+// Integer decode kernels of the four-row layouts Q4_1x4, Q4_0x4, Q5_0x4
+// and Q5_1x4 (qdot*YV): quantvnni_amd64.s's algorithm with VPMADDUBSW
+// and VPMADDWD, which every AVX2 CPU has, in place of VPDPBUSD. x is
+// prepared as there (limbsPrepY, below, writes limbsPrep's layout: each
+// 32-value block as v·s, v an integer of 23 bits split into the signed
+// bytes A, B, C, v = A·2^16 + B·2^8 + C, after x is scaled exactly by
+// the power of two that brings its largest |x| near 1), so what is
+// rounded is x, to 2^-24 of its block's largest value, and the products
+// stay within float32 summation noise of the exact ones
+// (TestQuantDecodeExact). Where the float kernels above spend a
+// conversion and a multiply-add per eight values of each row, a limb of
+// the four rows' 128 values is four VPMADDUBSW, some word adds and
+// VPMADDWD: 1.7x the float kernels' rate from L2 (Q4_1x4, EPYC).
+//
+// The block's nibbles, transposed within each 128-bit lane (Q4: the
+// VNNI kernels' shuffle; Q5: stored so), are two vectors of low values
+// (lanes c = 0, 1 and 2, 3: row j's values 4c..4c+3 in dword j) in Y8,
+// Y9 and two of high ones (16 + 4c..) in Y10, Y11, each against the
+// limb's 32 bytes at the same place in the prep. A VPMADDUBSW word l·A +
+// l'·A' is at most 2·31·128 = 7936; two or (four-bit values) four of
+// them are added as words without saturating (15872, 15360). After
+// VPMADDWD a dword holds 8 (Q5) or 16 (Q4) products of row j, |Σ l·v| ≤
+// 8·31·(127·2^16 + 128·257) or 16·15·(..) < 2^31, so the limbs'
+// combination (Σ l·A)·2^16 + (Σ l·B)·2^8 + Σ l·C is exact in int32. A
+// lane's dword j and the other lane's are row j's halves: added at the
+// end.
+
+// One limb's Σ l·v over two of the block's value vectors (v0, v1: their
+// limb bytes at off(SI), off+32(SI)) into acc as words (t scratch).
+#define YVPAIR(off, v0, v1, acc, t) \
+	VPMADDUBSW off(SI), v0, acc \
+	VPMADDUBSW off+32(SI), v1, t \
+	VPADDW     t, acc, acc
+
+// The limbs' sums, dwords in a, b, c (as words in a, b, c; PAIRS(off,
+// acc, t) the limb at off's word sums), combined into a as float32.
+#define YVLIMBS(PAIRS, a, b, c, t) \
+	PAIRS(0, a, t) \
+	PAIRS(128, b, t) \
+	PAIRS(256, c, t) \
+	VPMADDWD   Y13, a, a \
+	VPMADDWD   Y13, b, b \
+	VPMADDWD   Y13, c, c \
+	VPSLLD     $8, a, a \
+	VPADDD     b, a, a \
+	VPSLLD     $8, a, a \
+	VPADDD     c, a, a \
+	VCVTDQ2PS  a, a
+
+// Four-bit values: the four vectors' words added (16 values a dword).
+#define YV4PAIRS(off, acc, t) \
+	YVPAIR(off, Y8, Y9, acc, t) \
+	YVPAIR(off+64, Y10, Y11, t, Y12) \
+	VPADDW     t, acc, acc
+
+// Five-bit values: the low values' and the high ones' apart (8 a dword).
+#define YV5LO(off, acc, t) \
+	YVPAIR(off, Y8, Y9, acc, t)
+
+#define YV5HI(off, acc, t) \
+	YVPAIR(off+64, Y10, Y11, acc, t)
+
+// Σ l·v of the four rows' Q4 block at R8 against the limbs at SI, per
+// (lane, dword j = row j), as float32 into Y2.
+#define YV4BLOCK \
+	VMOVDQU    (R8), Y8 \
+	VMOVDQU    32(R8), Y9 \
+	VPSHUFB    Y14, Y8, Y8 \
+	VPSHUFB    Y14, Y9, Y9 \
+	VPSRLW     $4, Y8, Y10 \
+	VPSRLW     $4, Y9, Y11 \
+	VPAND      Y15, Y8, Y8 \
+	VPAND      Y15, Y9, Y9 \
+	VPAND      Y15, Y10, Y10 \
+	VPAND      Y15, Y11, Y11 \
+	YVLIMBS(YV4PAIRS, Y2, Y3, Y4, Y5)
+
+// The same of a Q5 block (Y5XVALS: the fifth bits or-ed in).
+#define YV5BLOCK \
+	PREFETCHT0 64(R8)(R10*1) \
+	Y5XVALS \
+	YVLIMBS(YV5LO, Y2, Y3, Y4, Y5) \
+	YVLIMBS(YV5HI, Y6, Y3, Y4, Y5) \
+	VADDPS     Y6, Y2, Y2
+
+// The rows' block scales: Q4_1 and Q5_1 (scale pairs (d, m) at off(R8)):
+// Y0 += d·s·Σ l·v per lane, Y1 += m·Σx in the odd lanes.
+#define YVDMSCALE(off) \
+	VCVTPH2PS   off(R8), Y3 \
+	VMULPS      (DI), Y3, Y3 \
+	VMOVDQU     ·vnniD(SB), Y4 \
+	VPERMPS     Y3, Y4, Y4 \
+	VADDPS      Y3, Y1, Y1 \
+	VFMADD231PS Y4, Y2, Y0
+
+// Q4_0 and Q5_0 (d at off(R8)): Y0 += d·s·Σ l·v, X1 += d·Σx.
+#define YVDSCALE(off) \
+	VCVTPH2PS    off(R8), X3 \
+	VBROADCASTSS 4(DI), X4 \
+	VFMADD231PS  X4, X3, X1 \
+	VBROADCASTSS (DI), X4 \
+	VMULPS       X4, X3, X3 \
+	VINSERTF128  $1, X3, Y3, Y3 \
+	VFMADD231PS  Y3, Y2, Y0
+
+// Q4_1's and Q5_1's end: Y0's two lanes plus the odd lanes of Y1, times
+// 2^e, to X0.
+#define YVDMEND \
+	VMOVDQU       ·vnniD+64(SB), Y2 \
+	VPERMPS       Y1, Y2, Y2 \
+	VEXTRACTF128  $1, Y0, X3 \
+	VADDPS        X3, X0, X0 \
+	VADDPS        X2, X0, X0 \
+	VBROADCASTSS  (R15), X3 \
+	VMULPS        X3, X0, X0
+
+// Q4_0's and Q5_0's: Y0's two lanes plus off·X1 (off: the float32 bits
+// of the values' offset, −8 or −16), times 2^e, to X0.
+#define YVDEND(off) \
+	YDWORD(off, X2, X2) \
+	VEXTRACTF128  $1, Y0, X3 \
+	VADDPS        X3, X0, X0 \
+	VFMADD231PS   X2, X1, X0 \
+	VBROADCASTSS  (R15), X3 \
+	VMULPS        X3, X0, X0
+
+// func qdotQ41YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ41YV(SB), NOSPLIT, $0-56
+	YVARGS
+	LIMBRUN(yv41g, yv41, yv41done, YV4BLOCK, YVDMSCALE(64), YVDMEND, 80, 384)
+
+// func qdotQ40YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ40YV(SB), NOSPLIT, $0-56
+	YVARGS
+	LIMBRUN(yv40g, yv40, yv40done, YV4BLOCK, YVDSCALE(64), YVDEND($0xc1000000), 72, 384)
+
+// func qdotQ51YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ51YV(SB), NOSPLIT, $0-56
+	YVARGS
+	LIMBRUN(yv51g, yv51, yv51done, YV5BLOCK, YVDMSCALE(80), YVDMEND, 96, 384)
+
+// func qdotQ50YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ50YV(SB), NOSPLIT, $0-56
+	YVARGS
+	LIMBRUN(yv50g, yv50, yv50done, YV5BLOCK, YVDSCALE(80), YVDEND($0xc1800000), 88, 384)
+
+// VPERMD indices replicating limbsPrepY's packed dwords: the packs leave
+// the eight 4-value groups g0..g7 of a block in the order g0 g2 g4 g6 g1
+// g3 g5 g7; the prep's lane c of the low (high) values holds g_c
+// (g_4+c) in each of its four dwords.
+DATA yvRep<>+0(SB)/8, $0
+DATA yvRep<>+8(SB)/8, $0
+DATA yvRep<>+16(SB)/8, $0x0000000400000004
+DATA yvRep<>+24(SB)/8, $0x0000000400000004
+DATA yvRep<>+32(SB)/8, $0x0000000100000001
+DATA yvRep<>+40(SB)/8, $0x0000000100000001
+DATA yvRep<>+48(SB)/8, $0x0000000500000005
+DATA yvRep<>+56(SB)/8, $0x0000000500000005
+DATA yvRep<>+64(SB)/8, $0x0000000200000002
+DATA yvRep<>+72(SB)/8, $0x0000000200000002
+DATA yvRep<>+80(SB)/8, $0x0000000600000006
+DATA yvRep<>+88(SB)/8, $0x0000000600000006
+DATA yvRep<>+96(SB)/8, $0x0000000300000003
+DATA yvRep<>+104(SB)/8, $0x0000000300000003
+DATA yvRep<>+112(SB)/8, $0x0000000700000007
+DATA yvRep<>+120(SB)/8, $0x0000000700000007
+GLOBL yvRep<>(SB), RODATA|NOPTR, $128
+
+// The horizontal op (VADDPS, VMAXPS) of y into every lane of x (its
+// xmm; xt scratch).
+#define YVHREDUCE(op, y, x, xt) \
+	VEXTRACTF128 $1, y, xt \
+	op           xt, x, x \
+	VPERMILPS    $0x4e, x, xt \
+	op           xt, x, x \
+	VPERMILPS    $0xb1, x, xt \
+	op           xt, x, x
+
+// One limb of the integer v: its signed low byte c = ((v + 128) & 255)
+// − 128 (Y12 = 128s, Y13 = 255s), v = (v − c) >> 8.
+#define YVLIMB1(v, c) \
+	VPADDD Y12, v, c \
+	VPAND  Y13, c, c \
+	VPSUBD Y12, c, c \
+	VPSUBD c, v, v \
+	VPSRAD $8, v, v
+
+// The bytes of the 32 integers in a, b, c, d (values 0..7, .., 24..31)
+// stored at off(DI) as the kernels read them: the low values' lanes 0..3
+// (64 bytes), then the high ones' (Y8..Y11: yvRep).
+#define YVSTORE(a, b, c, d, off) \
+	VPACKSSDW b, a, a \
+	VPACKSSDW d, c, c \
+	VPACKSSWB c, a, a \
+	VPERMD    a, Y8, b \
+	VMOVDQU   b, off(DI) \
+	VPERMD    a, Y9, b \
+	VMOVDQU   b, off+32(DI) \
+	VPERMD    a, Y10, b \
+	VMOVDQU   b, off+64(DI) \
+	VPERMD    a, Y11, b \
+	VMOVDQU   b, off+96(DI)
+
+// The low limb of the block's integers in Y0..Y3, stored at off(DI).
+#define YVLIMB(off) \
+	YVLIMB1(Y0, Y4) \
+	YVLIMB1(Y1, Y5) \
+	YVLIMB1(Y2, Y6) \
+	YVLIMB1(Y3, Y7) \
+	YVSTORE(Y4, Y5, Y6, Y7, off)
+
+// func limbsPrepY(nb int, x *float32, limbs *byte, sc *float32)
+//
+// limbsPrep (quantvnni_amd64.s, corr = 0) for AVX2: for each block b of
+// 32 values of x·2^-e (e: the exponent of x's largest |x|, clamped to
+// [-126, 126], so that 2^-e is a normal float; the blocks' largest
+// values then stay below 4) at limbs + 384·b the six 64-byte vectors A,
+// B, C of values 0..15 (offsets 0, 128, 256) and 16..31 (64, 192, 320),
+// each 4-value group replicated over its lane's four dwords; at sc + 8·b
+// the floats s, Σx four times over; at sc + 8·nb, 2^e.
+TEXT ·limbsPrepY(SB), NOSPLIT, $0-32
+	MOVQ         nb+0(FP), CX
+	TESTQ        CX, CX               // no blocks: nothing to write (the max loop runs at least once)
+	JZ           done
+	MOVQ         x+8(FP), SI
+	MOVQ         limbs+16(FP), DI
+	MOVQ         sc+24(FP), DX
+	YDWORD($128, X12, Y12)
+	YDWORD($255, X13, Y13)
+	YDWORD($0x7fffffff, X14, Y14)
+	VMOVDQU      yvRep<>(SB), Y8
+	VMOVDQU      yvRep<>+32(SB), Y9
+	VMOVDQU      yvRep<>+64(SB), Y10
+	VMOVDQU      yvRep<>+96(SB), Y11
+
+	MOVQ         CX, BX
+	MOVQ         SI, R8
+	VXORPS       Y4, Y4, Y4
+mx:
+	VANDPS       (R8), Y14, Y5
+	VMAXPS       Y5, Y4, Y4
+	VANDPS       32(R8), Y14, Y5
+	VMAXPS       Y5, Y4, Y4
+	VANDPS       64(R8), Y14, Y5
+	VMAXPS       Y5, Y4, Y4
+	VANDPS       96(R8), Y14, Y5
+	VMAXPS       Y5, Y4, Y4
+	ADDQ         $128, R8
+	DECQ         BX
+	JNZ          mx
+	YVHREDUCE(VMAXPS, Y4, X4, X5)
+	VMOVD        X4, AX
+	SHRL         $23, AX              // the biased exponent E (|x|: no sign bit)
+	CMPL         AX, $1
+	JGE          lo
+	MOVL         $1, AX
+lo:
+	CMPL         AX, $253
+	JLE          hi
+	MOVL         $253, AX
+hi:
+	MOVL         AX, BX
+	SHLL         $23, BX              // 2^e, e = E − 127
+	MOVQ         CX, R9
+	SHLQ         $5, R9
+	MOVL         BX, (DX)(R9*1)
+	MOVL         $254, BX
+	SUBL         AX, BX
+	SHLL         $23, BX              // 2^-e
+	YDWORD(BX, X15, Y15)
+
+lp:
+	VMULPS       (SI), Y15, Y0
+	VMULPS       32(SI), Y15, Y1
+	VMULPS       64(SI), Y15, Y2
+	VMULPS       96(SI), Y15, Y3
+	VADDPS       Y1, Y0, Y4
+	VADDPS       Y3, Y2, Y5
+	VADDPS       Y5, Y4, Y4
+	YVHREDUCE(VADDPS, Y4, X4, X5)     // Σx
+	VANDPS       Y14, Y0, Y5
+	VANDPS       Y14, Y1, Y6
+	VMAXPS       Y6, Y5, Y5
+	VANDPS       Y14, Y2, Y6
+	VMAXPS       Y6, Y5, Y5
+	VANDPS       Y14, Y3, Y6
+	VMAXPS       Y6, Y5, Y5
+	YVHREDUCE(VMAXPS, Y5, X5, X6)
+	MOVL         $0x00800000, AX      // 2^-126: an all-zero block keeps finite scales
+	VMOVD        AX, X6
+	VMAXSS       X6, X5, X5
+	MOVL         $0x4afe0000, AX      // 127·2^16
+	VMOVD        AX, X6
+	VDIVSS       X5, X6, X7           // 1/s
+	VDIVSS       X6, X5, X5           // s
+	VBROADCASTSS X7, Y7
+	VMULPS       Y7, Y0, Y0
+	VMULPS       Y7, Y1, Y1
+	VMULPS       Y7, Y2, Y2
+	VMULPS       Y7, Y3, Y3
+	VCVTPS2DQ    Y0, Y0
+	VCVTPS2DQ    Y1, Y1
+	VCVTPS2DQ    Y2, Y2
+	VCVTPS2DQ    Y3, Y3
+	VUNPCKLPS    X4, X5, X5           // s, Σx
+	VMOVLHPS     X5, X5, X5
+	VINSERTF128  $1, X5, Y5, Y5
+	VMOVUPS      Y5, (DX)
+	YVLIMB(256)                       // C
+	YVLIMB(128)                       // B
+	YVSTORE(Y0, Y1, Y2, Y3, 0)        // A
+	ADDQ         $128, SI
+	ADDQ         $384, DI
+	ADDQ         $32, DX
+	DECQ         CX
+	JNZ          lp
+
+done:
+	VZEROUPPER
+	RET

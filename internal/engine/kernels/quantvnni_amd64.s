@@ -26,47 +26,49 @@
 // float sum of the block's x, from the prep); Q4_0's (l − 8)·d:
 // d·s·Σ l·v − 8·d·Σx.
 
-// VPSHUFB control transposing the 4×4 bytes of each 128-bit lane: the
+// VPSHUFB control transposing the 4×4 bytes of each 128-bit lane (also
+// read by the AVX2 integer kernels, quantavx2_amd64.s): the
 // layout's dword i holds byte i of the four rows (row j in byte j); after
 // it, dword j of lane c holds row j's bytes 4c..4c+3, which VPDPBUSD sums
 // as one row.
-DATA vnniTr<>+0(SB)/8, $0x0d0905010c080400
-DATA vnniTr<>+8(SB)/8, $0x0f0b07030e0a0602
-DATA vnniTr<>+16(SB)/8, $0x0d0905010c080400
-DATA vnniTr<>+24(SB)/8, $0x0f0b07030e0a0602
-DATA vnniTr<>+32(SB)/8, $0x0d0905010c080400
-DATA vnniTr<>+40(SB)/8, $0x0f0b07030e0a0602
-DATA vnniTr<>+48(SB)/8, $0x0d0905010c080400
-DATA vnniTr<>+56(SB)/8, $0x0f0b07030e0a0602
-GLOBL vnniTr<>(SB), RODATA|NOPTR, $64
+DATA ·vnniTr+0(SB)/8, $0x0d0905010c080400
+DATA ·vnniTr+8(SB)/8, $0x0f0b07030e0a0602
+DATA ·vnniTr+16(SB)/8, $0x0d0905010c080400
+DATA ·vnniTr+24(SB)/8, $0x0f0b07030e0a0602
+DATA ·vnniTr+32(SB)/8, $0x0d0905010c080400
+DATA ·vnniTr+40(SB)/8, $0x0f0b07030e0a0602
+DATA ·vnniTr+48(SB)/8, $0x0d0905010c080400
+DATA ·vnniTr+56(SB)/8, $0x0f0b07030e0a0602
+GLOBL ·vnniTr(SB), RODATA|NOPTR, $64
 
 // VPERMPS indices: the rows' d (even lanes of the widened scale pairs)
-// for each dword j of each lane, then the rows' m·Σx (odd lanes).
-DATA vnniD<>+0(SB)/4, $0
-DATA vnniD<>+4(SB)/4, $2
-DATA vnniD<>+8(SB)/4, $4
-DATA vnniD<>+12(SB)/4, $6
-DATA vnniD<>+16(SB)/4, $0
-DATA vnniD<>+20(SB)/4, $2
-DATA vnniD<>+24(SB)/4, $4
-DATA vnniD<>+28(SB)/4, $6
-DATA vnniD<>+32(SB)/4, $0
-DATA vnniD<>+36(SB)/4, $2
-DATA vnniD<>+40(SB)/4, $4
-DATA vnniD<>+44(SB)/4, $6
-DATA vnniD<>+48(SB)/4, $0
-DATA vnniD<>+52(SB)/4, $2
-DATA vnniD<>+56(SB)/4, $4
-DATA vnniD<>+60(SB)/4, $6
-DATA vnniD<>+64(SB)/4, $1
-DATA vnniD<>+68(SB)/4, $3
-DATA vnniD<>+72(SB)/4, $5
-DATA vnniD<>+76(SB)/4, $7
-DATA vnniD<>+80(SB)/4, $1
-DATA vnniD<>+84(SB)/4, $3
-DATA vnniD<>+88(SB)/4, $5
-DATA vnniD<>+92(SB)/4, $7
-GLOBL vnniD<>(SB), RODATA|NOPTR, $96
+// for each dword j of each lane, then the rows' m·Σx (odd lanes); the
+// AVX2 integer kernels read 32 bytes of each.
+DATA ·vnniD+0(SB)/4, $0
+DATA ·vnniD+4(SB)/4, $2
+DATA ·vnniD+8(SB)/4, $4
+DATA ·vnniD+12(SB)/4, $6
+DATA ·vnniD+16(SB)/4, $0
+DATA ·vnniD+20(SB)/4, $2
+DATA ·vnniD+24(SB)/4, $4
+DATA ·vnniD+28(SB)/4, $6
+DATA ·vnniD+32(SB)/4, $0
+DATA ·vnniD+36(SB)/4, $2
+DATA ·vnniD+40(SB)/4, $4
+DATA ·vnniD+44(SB)/4, $6
+DATA ·vnniD+48(SB)/4, $0
+DATA ·vnniD+52(SB)/4, $2
+DATA ·vnniD+56(SB)/4, $4
+DATA ·vnniD+60(SB)/4, $6
+DATA ·vnniD+64(SB)/4, $1
+DATA ·vnniD+68(SB)/4, $3
+DATA ·vnniD+72(SB)/4, $5
+DATA ·vnniD+76(SB)/4, $7
+DATA ·vnniD+80(SB)/4, $1
+DATA ·vnniD+84(SB)/4, $3
+DATA ·vnniD+88(SB)/4, $5
+DATA ·vnniD+92(SB)/4, $7
+GLOBL ·vnniD(SB), RODATA|NOPTR, $96
 
 // VPERMD indices replicating dword c of 16 bytes over lane c: the limbs
 // of x's values 4c..4c+3 for each row's dword of the transposed nibbles.
@@ -131,8 +133,8 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	LEAQ         (R11)(AX*1), R15 \
 	MOVL         $0x0f0f0f0f, AX \
 	VPBROADCASTD AX, Z27 \
-	VMOVDQU32    vnniTr<>(SB), Z26 \
-	VMOVDQU32    vnniD<>(SB), Z25
+	VMOVDQU32    ·vnniTr(SB), Z26 \
+	VMOVDQU32    ·vnniD(SB), Z25
 
 // Σ l·v of the values in Z16 (0..15 of the block) and Z17 (16..31)
 // against the limbs at SI, per (lane c, dword j = row j), as float32 into
@@ -178,7 +180,7 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 
 // Q4_1's sum of Z0 over its lanes plus the odd lanes of Y1, to X0.
 #define V41END \
-	VMOVDQU32      vnniD<>+64(SB), Y2 \
+	VMOVDQU32      ·vnniD+64(SB), Y2 \
 	VPERMPS        Y1, Y2, Y2 \
 	VEXTRACTF64X4  $1, Z0, Y3 \
 	VADDPS         Y3, Y0, Y0 \
@@ -198,33 +200,6 @@ GLOBL vnniRep<>(SB), RODATA|NOPTR, $64
 	VADDPS         X3, X0, X0 \
 	VFMADD231PS    X2, X1, X0 \
 	VMULPS.BCST    (R15), X0, X0
-
-#define VRUN(grp, lp, done, BLOCK, SCALE, END, size, lsize) \
-grp: \
-	TESTQ R12, R12 \
-	JZ    done \
-	MOVQ  nb+0(FP), CX \
-	MOVQ  R14, SI \
-	MOVQ  R11, DI \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-lp: \
-	BLOCK \
-	SCALE \
-	PREFETCHT0 (R8)(R10*1) \
-	ADDQ  $size, R8 \
-	ADDQ  $lsize, SI \
-	ADDQ  $32, DI \
-	DECQ  CX \
-	JNZ   lp \
-	END \
-	VMOVUPS X0, (R13) \
-	ADDQ  $16, R13 \
-	DECQ  R12 \
-	JMP   grp \
-done: \
-	VZEROUPPER \
-	RET
 
 // func limbsPrep(nb int, x *float32, limbs *byte, sc *float32, corr int)
 //
@@ -344,12 +319,12 @@ done:
 // func qdotQ41V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ41V(SB), NOSPLIT, $0-56
 	VSETUP
-	VRUN(v41g, v41, v41done, VBLOCK, V41SCALE, V41END, 80, 384)
+	LIMBRUN(v41g, v41, v41done, VBLOCK, V41SCALE, V41END, 80, 384)
 
 // func qdotQ40V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
 	VSETUP
-	VRUN(v40g, v40, v40done, VBLOCK, V40SCALE, VOFFEND($0xc1000000), 72, 384)
+	LIMBRUN(v40g, v40, v40done, VBLOCK, V40SCALE, VOFFEND($0xc1000000), 72, 384)
 
 // Q5_0x4 and Q5_1x4 (repack.go): the nibbles already in the order
 // VPDPBUSD sums (no transposing shuffle), the fifth bits as two byte
@@ -358,7 +333,7 @@ TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
 // 8·31·(127·2^16 + 128·257) < 2^31 (as the nibbles' bound above).
 // Q5_0's value (l − 16)·d: d·s·Σ l·v − 16·d·Σx; Q5_1's l·d + m as
 // Q4_1's. A block is 88 or 96 bytes, 1.4 cache lines: its second line's
-// prefetch here (VRUN's, the first's).
+// prefetch here (LIMBRUN's, the first's).
 #define V5BLOCK \
 	PREFETCHT0  64(R8)(R10*1) \
 	NIBS5(0) \
@@ -421,12 +396,12 @@ TEXT ·qdotQ40V(SB), NOSPLIT, $0-56
 // func qdotQ50V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ50V(SB), NOSPLIT, $0-56
 	V5SETUP
-	VRUN(v50g, v50, v50done, V5BLOCK, V50SCALE, VOFFEND($0xc1800000), 88, 384)
+	LIMBRUN(v50g, v50, v50done, V5BLOCK, V50SCALE, VOFFEND($0xc1800000), 88, 384)
 
 // func qdotQ51V(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ51V(SB), NOSPLIT, $0-56
 	V5SETUP
-	VRUN(v51g, v51, v51done, V5BLOCK, V51SCALE, V41END, 96, 384)
+	LIMBRUN(v51g, v51, v51done, V5BLOCK, V51SCALE, V41END, 96, 384)
 
 // Q4_Kx4 (repack.go, q4kx4): per super-block, the four rows' 6-bit
 // scales and mins of the eight sub-blocks widened at once (V4KSCALES:
@@ -546,7 +521,7 @@ GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
 
 // The K-quant kernels' loop over the groups of four rows and their
 // super-blocks (SB: one super-block's work, size bytes of weights; the
-// sub-blocks advance SI and DI), END as VRUN's.
+// sub-blocks advance SI and DI), END as LIMBRUN's.
 #define VKRUN(grp, lp, done, SB, size, END) \
 grp: \
 	TESTQ  R12, R12 \
@@ -712,7 +687,7 @@ TEXT ·qdotQ6KV(SB), NOSPLIT, $0-56
 
 // Σ q·v of the four rows' block at R8 against the limbs at SI, per (lane
 // c, dword j = row j), as float32 into Z20 (Z28 = 256.0); a block is more
-// than two cache lines: the second line's prefetch here (VRUN's, the
+// than two cache lines: the second line's prefetch here (LIMBRUN's, the
 // first's).
 #define V80BLOCK \
 	PREFETCHT0  64(R8)(R10*1) \
@@ -752,7 +727,7 @@ TEXT ·qdotQ80V(SB), NOSPLIT, $0-56
 	VSETUP
 	MOVL         $0x43800000, AX      // 256.0
 	VPBROADCASTD AX, Z28
-	VRUN(v80g, v80, v80done, V80BLOCK, V80SCALE, V80END, 136, 512)
+	LIMBRUN(v80g, v80, v80done, V80BLOCK, V80SCALE, V80END, 136, 512)
 
 // VPERMD indices gathering row j's dwords j, 4+j, 8+j, 12+j (j = 0..3).
 DATA dq80Idx<>+0(SB)/4, $0
@@ -1033,7 +1008,7 @@ done: \
 	MOVL         $3, AX \
 	VPBROADCASTD AX, Z20 \
 	VMOVDQU32    vnniK2<>(SB), Z21 \
-	VMOVDQU32    vnniD<>(SB), Z25 \
+	VMOVDQU32    ·vnniD(SB), Z25 \
 	VMOVDQU32    vnniDmin<>(SB), Z29
 
 #define DQ4KSB \

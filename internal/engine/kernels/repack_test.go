@@ -189,37 +189,44 @@ func TestQ80x4Extremes(t *testing.T) {
 	checkExtremes(t, r, Q8_0, q, rows, k)
 }
 
-// TestQ5x4Extremes: the integer kernels of Q5_0x4 and Q5_1x4 (where they
-// run) with every value at 31 (the bound their int32 sums are exact to),
-// at 0, or mixed, against x at its blocks' largest values: within
-// float32 noise of the exact product.
+// TestQ5x4Extremes: the integer kernels of Q5_0x4 and Q5_1x4, and of
+// Q4_0x4 and Q4_1x4 (where they run: AVX-512 VNNI, and AVX2's, which sum
+// twice as many values a dword), with every value at its largest (31,
+// 15: the bounds their int32 sums are exact to), at 0, or mixed, against
+// x at its blocks' largest values: within float32 noise of the exact
+// product.
 func TestQ5x4Extremes(t *testing.T) {
 	const rows, k = 8, 256
 	r := rand.New(rand.NewPCG(33, 34))
-	for _, qt := range []QuantType{Q5_0, Q5_1} {
-		bb := qt.BlockBytes()
-		q := make([]byte, rows*qt.RowBytes(k))
-		for row := range rows {
-			for b := range k / 32 {
-				blk := q[(row*k/32+b)*bb : (row*k/32+b+1)*bb]
-				blk[0], blk[1] = 0x00, 0x3c // d = 1
-				if qt == Q5_1 {
-					blk[2], blk[3] = 0x00, 0xbc // m = -1
-				}
-				for i := range 20 { // the fifth bits and the nibbles
-					switch row % 4 {
-					case 0:
-						blk[len(blk)-20+i] = 0xff // every value 31
-					case 2:
-						blk[len(blk)-20+i] = 0x0f // values 31, 15, 0, mixed
-					case 3:
-						blk[len(blk)-20+i] = byte(r.IntN(256))
+	forSIMD(t, func(t *testing.T) {
+		for _, qt := range []QuantType{Q5_0, Q5_1, Q4_0, Q4_1} {
+			bb, vb := qt.BlockBytes(), 20 // a block's bytes, those of its values (the fifth bits and the nibbles)
+			if qt == Q4_0 || qt == Q4_1 {
+				vb = 16
+			}
+			q := make([]byte, rows*qt.RowBytes(k))
+			for row := range rows {
+				for b := range k / 32 {
+					blk := q[(row*k/32+b)*bb : (row*k/32+b+1)*bb]
+					blk[0], blk[1] = 0x00, 0x3c // d = 1
+					if qt == Q5_1 || qt == Q4_1 {
+						blk[2], blk[3] = 0x00, 0xbc // m = -1
+					}
+					for i := range vb {
+						switch row % 4 {
+						case 0:
+							blk[bb-vb+i] = 0xff // every value at its largest (31, 15)
+						case 2:
+							blk[bb-vb+i] = 0x0f // largest, 15, 0, mixed
+						case 3:
+							blk[bb-vb+i] = byte(r.IntN(256))
+						}
 					}
 				}
 			}
+			checkExtremes(t, r, qt, q, rows, k)
 		}
-		checkExtremes(t, r, qt, q, rows, k)
-	}
+	})
 }
 
 // TestKx4Extremes: the integer kernels of Q4_Kx4, Q5_Kx4 and Q6_Kx4 (where they

@@ -1,4 +1,5 @@
-// Shared AVX-512 macros of the kernels' assembly files.
+// Shared macros of the kernels' assembly files (AVX-512, and LIMBRUN:
+// AVX2 too).
 
 // Sum the lanes of z (y, x: its lower halves) into x's lanes 0..3, using
 // Y24 as scratch.
@@ -54,6 +55,40 @@ lp: \
 	ADDQ  $128, DI \
 	DECQ  CX \
 	JMP   lp \
+done: \
+	VZEROUPPER \
+	RET
+
+// The integer decode kernels' loop (quantvnni_amd64.s, and AVX2's
+// qdot*YV in quantavx2_amd64.s) over the groups of four rows (R12 of
+// them, from R8) and their nb blocks (size bytes of weights and lsize of
+// x's limbs each, from R14; 8 floats of scales each, from R11): BLOCK and
+// SCALE accumulate a block into Z0/Y0 and Z1/Y1 (zeroed, the upper bits
+// too, by the VEX-encoded VPXOR), END leaves the group's four dots in X0,
+// stored to R13. The weights are prefetched R10 bytes ahead.
+#define LIMBRUN(grp, lp, done, BLOCK, SCALE, END, size, lsize) \
+grp: \
+	TESTQ R12, R12 \
+	JZ    done \
+	MOVQ  nb+0(FP), CX \
+	MOVQ  R14, SI \
+	MOVQ  R11, DI \
+	VPXOR Y0, Y0, Y0 \
+	VPXOR Y1, Y1, Y1 \
+lp: \
+	BLOCK \
+	SCALE \
+	PREFETCHT0 (R8)(R10*1) \
+	ADDQ  $size, R8 \
+	ADDQ  $lsize, SI \
+	ADDQ  $32, DI \
+	DECQ  CX \
+	JNZ   lp \
+	END \
+	VMOVUPS X0, (R13) \
+	ADDQ  $16, R13 \
+	DECQ  R12 \
+	JMP   grp \
 done: \
 	VZEROUPPER \
 	RET
