@@ -36,8 +36,8 @@ func randHalf(r *rand.Rand, t HalfType, n int) ([]uint16, []float64) {
 // forSIMD runs f with every kernel variant this CPU has: AVX-512, AVX2
 // and the pure-Go fallbacks.
 func forSIMD(t *testing.T, f func(t *testing.T)) {
-	h2, h5, hf, hv, hi := haveAVX2, haveAVX512, haveF16C, haveVNNI, haveIntY
-	defer func() { haveAVX2, haveAVX512, haveF16C, haveVNNI, haveIntY = h2, h5, hf, hv, hi }()
+	h2, h5, hf, hv, hi, hn := haveAVX2, haveAVX512, haveF16C, haveVNNI, haveIntY, haveVNNIY
+	defer func() { haveAVX2, haveAVX512, haveF16C, haveVNNI, haveIntY, haveVNNIY = h2, h5, hf, hv, hi, hn }()
 	if h5 && hv {
 		t.Run("avx512-vnni", f)
 	}
@@ -46,6 +46,10 @@ func forSIMD(t *testing.T, f func(t *testing.T)) {
 		t.Run("avx512", f)
 	}
 	haveAVX512 = false
+	if h2 && hi && hn {
+		t.Run("avx2-vnni", f)
+	}
+	haveVNNIY = false
 	if h2 && hi {
 		t.Run("avx2-int", f)
 	}

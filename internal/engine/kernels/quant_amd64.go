@@ -19,10 +19,16 @@ import (
 var haveVNNI = cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && os.Getenv("FLYWHEEL_VNNI") != "0"
 
 // haveIntY reports whether AVX2 machines decode the four-row layouts of
-// Q4_1, Q4_0, Q5_0 and Q5_1 with the integer kernels (quantavx2_amd64.s,
-// qdot*YV: VPMADDUBSW, which every AVX2 CPU has) instead of the float
-// ones; FLYWHEEL_VNNI=0 keeps the float kernels here too.
-var haveIntY = os.Getenv("FLYWHEEL_VNNI") != "0"
+// Q4_1, Q4_0, Q5_0 and Q5_1 with their integer kernels (quantavx2_amd64.s,
+// qdot*YV: VPMADDUBSW, which every AVX2 CPU has); tests clear it to run
+// the fallback, which dequantises four rows at a time.
+var haveIntY = true
+
+// haveVNNIY reports whether those integer kernels use AVX-VNNI's
+// VPDPBUSD (VEX-encoded: Intel's client cores since 2021, AMD's since
+// Zen 5; qdot*YN) in place of VPMADDUBSW and VPMADDWD. FLYWHEEL_VNNI=0
+// turns it off as it does AVX-512 VNNI.
+var haveVNNIY = cpu.X86.HasAVXVNNI && os.Getenv("FLYWHEEL_VNNI") != "0"
 
 //go:noescape
 func limbsPrepY(nb int, x *float32, limbs *byte, sc *float32)
@@ -32,6 +38,18 @@ func qdotQ41YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float
 
 //go:noescape
 func qdotQ40YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ41YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ40YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ50YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ51YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
 func qdotQ50YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
@@ -151,12 +169,6 @@ func dequantQ41X(nb int, dst *float32, ldd int, src *byte, tab *float32)
 func dequantQ80Y(nb int, dst *float32, src *byte, tab *float32)
 
 //go:noescape
-func qdotQ41Y(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
-
-//go:noescape
-func qdotQ40Y(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
-
-//go:noescape
 func qdotQ80Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 
 //go:noescape
@@ -164,12 +176,6 @@ func qdotQ50Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 
 //go:noescape
 func qdotQ51Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
-
-//go:noescape
-func qdotQ50YX(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
-
-//go:noescape
-func qdotQ51YX(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
 
 //go:noescape
 func dequantQ50YX(nb int, dst *float32, ldd int, src *byte, tab *float32)
@@ -343,19 +349,6 @@ func repackedDots(f func(nb int, x *float32, w *byte, groups int, out *float32, 
 	}
 }
 
-// repackedYDots wraps an AVX2 decode kernel of a four-row layout (blocks
-// of size bytes a row, the prep Σx per block) as quantDots.dots, checking
-// the bounds the assembly relies on.
-func repackedYDots(f func(nb int, x, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int), size int) func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
-	return func(nb int, x, prep []float32, w []byte, ldw int, out []float32, pf int) {
-		if g := groupsOf(out, nb, size, w, ldw); g > 0 {
-			_ = x[32*nb-1]
-			_ = prep[nb-1]
-			f(nb, &x[0], &prep[0], &w[0], g, &out[0], &f16Table()[0], pf)
-		}
-	}
-}
-
 // groupsOf is how many groups of four rows of a four-row layout a
 // product writes to out, checking that w holds exactly them: rows of nb
 // blocks of size bytes, ldw bytes each.
@@ -501,13 +494,13 @@ var (
 	q40yvKernel = limbKernel(vnniPrepY, qdotQ40YV, 18, limbFloats, 0)
 	q50yvKernel = limbKernel(vnniPrepY, qdotQ50YV, 22, limbFloats, 2)
 	q51yvKernel = limbKernel(vnniPrepY, qdotQ51YV, 24, limbFloats, 2)
-	q41yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ41Y, 20), rowDots: repackedYDots(qdotQ41Y, 20), maxM: 1}
-	q40yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ40Y, 18), rowDots: repackedYDots(qdotQ40Y, 18), maxM: 1}
+	q41ynKernel = limbKernel(vnniPrepY, qdotQ41YN, 20, limbFloats, 0)
+	q40ynKernel = limbKernel(vnniPrepY, qdotQ40YN, 18, limbFloats, 0)
+	q50ynKernel = limbKernel(vnniPrepY, qdotQ50YN, 22, limbFloats, 2)
+	q51ynKernel = limbKernel(vnniPrepY, qdotQ51YN, 24, limbFloats, 2)
 	q80yKernel  = &quantDots{dots: asmDots(qdotQ80Y, 32, 0), rowDots: asmDots(qdotQ80Y, 32, 0), maxM: 1}
 	q50yKernel  = &quantDots{prepLen: 1, prep: q50Sums, dots: asmDots(qdotQ50Y, 32, 1), rowDots: asmDots(qdotQ50Y, 32, 1), maxM: 1}
 	q51yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: asmDots(qdotQ51Y, 32, 1), rowDots: asmDots(qdotQ51Y, 32, 1), maxM: 1}
-	q50yxKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ50YX, 22), rowDots: repackedYDots(qdotQ50YX, 22), maxM: 1}
-	q51yxKernel = &quantDots{prepLen: 1, prep: subSums, dots: repackedYDots(qdotQ51YX, 24), rowDots: repackedYDots(qdotQ51YX, 24), maxM: 1}
 	q4KyKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ4KY, qk, 8), rowDots: asmDots(qdotQ4KY, qk, 8), maxM: 1}
 	q5KyKernel  = &quantDots{prepLen: 8, prep: subSums, dots: asmDots(qdotQ5KY, qk, 8), rowDots: asmDots(qdotQ5KY, qk, 8), maxM: 1}
 	q6KyKernel  = &quantDots{prepLen: 16, prep: q6Sums, dots: asmDots(qdotQ6KY, qk, 16), rowDots: asmDots(qdotQ6KY, qk, 16), maxM: 1}
@@ -515,23 +508,30 @@ var (
 
 // quantKernelY is t's AVX2 decode kernel (machines without AVX-512, and
 // Q5's four-row layouts where AVX-512 runs without VNNI), nil when there
-// is none: Q4_1, Q4_0, Q5_0 and Q5_1 in their four-row layouts (the
-// integer kernels, unless FLYWHEEL_VNNI=0) and Q5's rows, the other
-// formats' rows. The integer kernels of Q4's layouts lose to the AVX-512
-// float ones (EPYC, VNNI off: 43 against 53–61 GB/s from L2), those of
-// Q5's win (29 against 20).
+// is none: the four-row layouts of Q4_1, Q4_0, Q5_0 and Q5_1 (integer
+// kernels: AVX-VNNI's VPDPBUSD where the CPU has it, else VPMADDUBSW),
+// the rows of Q8_0, Q5_0, Q5_1 and the K-quants (float kernels). Where
+// AVX-512 runs without VNNI, Q4's layouts keep their AVX-512 float
+// kernels (EPYC, VNNI off: 53–61 GB/s from L2 against these 43), Q5's
+// take these (29 against the AVX2 float kernels' 20, since removed).
 func quantKernelY(t QuantType) *quantDots {
 	switch t {
 	case Q4_1x4:
-		if haveIntY {
-			return q41yvKernel
+		if !haveIntY {
+			return nil
 		}
-		return q41yKernel
+		if haveVNNIY {
+			return q41ynKernel
+		}
+		return q41yvKernel
 	case Q4_0x4:
-		if haveIntY {
-			return q40yvKernel
+		if !haveIntY {
+			return nil
 		}
-		return q40yKernel
+		if haveVNNIY {
+			return q40ynKernel
+		}
+		return q40yvKernel
 	case Q8_0:
 		return q80yKernel
 	case Q5_0:
@@ -539,15 +539,21 @@ func quantKernelY(t QuantType) *quantDots {
 	case Q5_1:
 		return q51yKernel
 	case Q5_0x4:
-		if haveIntY {
-			return q50yvKernel
+		if !haveIntY {
+			return nil
 		}
-		return q50yxKernel
+		if haveVNNIY {
+			return q50ynKernel
+		}
+		return q50yvKernel
 	case Q5_1x4:
-		if haveIntY {
-			return q51yvKernel
+		if !haveIntY {
+			return nil
 		}
-		return q51yxKernel
+		if haveVNNIY {
+			return q51ynKernel
+		}
+		return q51yvKernel
 	case Q4_K:
 		return q4KyKernel
 	case Q5_K:

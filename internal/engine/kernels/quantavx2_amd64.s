@@ -15,19 +15,8 @@
 
 // The decode kernels' arguments into registers (defined before any TEXT:
 // vet checks a #define's argument names against the TEXT before it): the
-// four-row kernels' (qdotQ4?Y: nb R9, x R14, xs R11, w R8, groups R12,
-// out R13, tab R15, pf R10) and the row kernels' (qdot*Y: the same, w in
-// SI, rows in R12).
-#define Y4XARGS \
-	MOVQ nb+0(FP), R9 \
-	MOVQ x+8(FP), R14 \
-	MOVQ xs+16(FP), R11 \
-	MOVQ w+24(FP), R8 \
-	MOVQ groups+32(FP), R12 \
-	MOVQ out+40(FP), R13 \
-	MOVQ tab+48(FP), R15 \
-	MOVQ pf+56(FP), R10
-
+// row kernels' (qdot*Y: nb R9, x R14, xs R11, w SI, rows R12, out R13,
+// tab R15, pf R10).
 #define YRARGS \
 	MOVQ nb+0(FP), R9 \
 	MOVQ x+8(FP), R14 \
@@ -487,157 +476,12 @@ TEXT ·dequantK6Y(SB), NOSPLIT, $0-32
 // rounded differently: TestQuantDecodeExact holds them to the exact sum
 // as every kernel.
 
-// The nibble mask as a memory operand (the four-row kernels use every
-// register).
+// The nibble mask as a memory operand (Y5XVALS, and the K-quant rows).
 DATA y0F<>+0(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA y0F<>+8(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA y0F<>+16(SB)/8, $0x0f0f0f0f0f0f0f0f
 DATA y0F<>+24(SB)/8, $0x0f0f0f0f0f0f0f0f
 GLOBL y0F<>(SB), RODATA|NOPTR, $32
-DATA yMinus8<>+0(SB)/8, $0xc1000000c1000000
-DATA yMinus8<>+8(SB)/8, $0xc1000000c1000000
-GLOBL yMinus8<>(SB), RODATA|NOPTR, $16
-
-// VPSHUFB controls taking row j's values of a four-row block's masked
-// nibbles (dword i: row j's in byte j) as int32: byte j of each dword to
-// its byte 0, zeros elsewhere.
-DATA yRow<>+0(SB)/8, $0x8080800480808000
-DATA yRow<>+8(SB)/8, $0x8080800c80808008
-DATA yRow<>+16(SB)/8, $0x8080800480808000
-DATA yRow<>+24(SB)/8, $0x8080800c80808008
-DATA yRow<>+32(SB)/8, $0x8080800580808001
-DATA yRow<>+40(SB)/8, $0x8080800d80808009
-DATA yRow<>+48(SB)/8, $0x8080800580808001
-DATA yRow<>+56(SB)/8, $0x8080800d80808009
-DATA yRow<>+64(SB)/8, $0x8080800680808002
-DATA yRow<>+72(SB)/8, $0x8080800e8080800a
-DATA yRow<>+80(SB)/8, $0x8080800680808002
-DATA yRow<>+88(SB)/8, $0x8080800e8080800a
-DATA yRow<>+96(SB)/8, $0x8080800780808003
-DATA yRow<>+104(SB)/8, $0x8080800f8080800b
-DATA yRow<>+112(SB)/8, $0x8080800780808003
-DATA yRow<>+120(SB)/8, $0x8080800f8080800b
-GLOBL yRow<>(SB), RODATA|NOPTR, $128
-
-// Row j of a four-row block (values as bytes in Y8: values 0..7, Y9:
-// 8..15, Y10: 16..23, Y11: 24..31; tab: the layout's VPSHUFB controls
-// taking row j's as int32) dotted with x (SI) into b.
-#define Y4XROW(tab, j, b) \
-	VPSHUFB     tab<>+32*j(SB), Y8, Y12 \
-	VPSHUFB     tab<>+32*j(SB), Y9, Y13 \
-	VCVTDQ2PS   Y12, Y12 \
-	VCVTDQ2PS   Y13, Y13 \
-	VMULPS      (SI), Y12, b \
-	VFMADD231PS 32(SI), Y13, b \
-	VPSHUFB     tab<>+32*j(SB), Y10, Y12 \
-	VPSHUFB     tab<>+32*j(SB), Y11, Y13 \
-	VCVTDQ2PS   Y12, Y12 \
-	VCVTDQ2PS   Y13, Y13 \
-	VFMADD231PS 64(SI), Y12, b \
-	VFMADD231PS 96(SI), Y13, b
-
-// The four rows of the four-row Q4 block at R8 into Y4..Y7.
-#define Y4XROWS \
-	VMOVDQU  (R8), Y8 \
-	VMOVDQU  32(R8), Y9 \
-	VPSRLD   $4, Y8, Y10 \
-	VPSRLD   $4, Y9, Y11 \
-	VPAND    y0F<>(SB), Y8, Y8 \
-	VPAND    y0F<>(SB), Y9, Y9 \
-	VPAND    y0F<>(SB), Y10, Y10 \
-	VPAND    y0F<>(SB), Y11, Y11 \
-	Y4XROW(yRow, 0, Y4) \
-	Y4XROW(yRow, 1, Y5) \
-	Y4XROW(yRow, 2, Y6) \
-	Y4XROW(yRow, 3, Y7)
-
-// t += b·d, d the f16 at off(R8).
-#define Y4XSCALE(off, b, t) \
-	MOVWLZX      off(R8), AX \
-	VBROADCASTSS (R15)(AX*4), Y12 \
-	VFMADD231PS  Y12, b, t
-
-// Q4_1: the rows' d at 64 + 4j; m·Σx (m at 66 + 4j) into Y14's odd
-// lanes, the four rows' (d, m) widened at once.
-#define Y41XBLOCK \
-	Y4XROWS \
-	Y4XSCALE(64, Y4, Y0) \
-	Y4XSCALE(68, Y5, Y1) \
-	Y4XSCALE(72, Y6, Y2) \
-	Y4XSCALE(76, Y7, Y3) \
-	VCVTPH2PS    64(R8), Y12 \
-	VBROADCASTSS (DX), Y13 \
-	VFMADD231PS  Y13, Y12, Y14
-
-// Q4_0: the rows' d at 64 + 2j; d·Σx into X14 (times −8 at the end: the
-// values' offset).
-#define Y40XBLOCK \
-	Y4XROWS \
-	Y4XSCALE(64, Y4, Y0) \
-	Y4XSCALE(66, Y5, Y1) \
-	Y4XSCALE(68, Y6, Y2) \
-	Y4XSCALE(70, Y7, Y3) \
-	VCVTPH2PS    64(R8), X12 \
-	VBROADCASTSS (DX), X13 \
-	VFMADD231PS  X13, X12, X14
-
-// The Q4_1 rows' m·Σx: Y14's odd lanes into X15.
-#define Y41XMIN \
-	VEXTRACTF128 $1, Y14, X15 \
-	VSHUFPS      $0xdd, X15, X14, X15
-
-#define Y40XMIN \
-	VMULPS yMinus8<>(SB), X14, X15
-
-// The four-row decode kernel's body: for each group of four rows (R12 of
-// them, at R8), all nb blocks (size bytes each) against x and the prep's
-// Σx, then out[0..3] = the rows' dots; a prefetch pf (R10) ahead per
-// block (nb in R9, x R14, the prep R11, w R8, groups R12, out R13, tab
-// R15, pf R10).
-#define Y4XRUN(grp, lp, done, BLOCK, MIN, size) \
-grp: \
-	TESTQ  R12, R12 \
-	JZ     done \
-	MOVQ   R9, CX \
-	MOVQ   R14, SI \
-	MOVQ   R11, DX \
-	VXORPS Y0, Y0, Y0 \
-	VXORPS Y1, Y1, Y1 \
-	VXORPS Y2, Y2, Y2 \
-	VXORPS Y3, Y3, Y3 \
-	VXORPS Y14, Y14, Y14 \
-lp: \
-	BLOCK \
-	PREFETCHT0 (R8)(R10*1) \
-	ADDQ       $size, R8 \
-	ADDQ       $128, SI \
-	ADDQ       $4, DX \
-	DECQ       CX \
-	JNZ        lp \
-	VHADDPS      Y1, Y0, Y0 \
-	VHADDPS      Y3, Y2, Y2 \
-	VHADDPS      Y2, Y0, Y0 \
-	VEXTRACTF128 $1, Y0, X1 \
-	VADDPS       X1, X0, X0 \
-	MIN \
-	VADDPS       X15, X0, X0 \
-	VMOVUPS      X0, (R13) \
-	ADDQ         $16, R13 \
-	DECQ         R12 \
-	JMP          grp \
-done: \
-	VZEROUPPER \
-	RET
-
-// func qdotQ41Y(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
-TEXT ·qdotQ41Y(SB), NOSPLIT, $0-64
-	Y4XARGS
-	Y4XRUN(y41xg, y41x, y41xdone, Y41XBLOCK, Y41XMIN, 80)
-
-// func qdotQ40Y(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
-TEXT ·qdotQ40Y(SB), NOSPLIT, $0-64
-	Y4XARGS
-	Y4XRUN(y40xg, y40x, y40xdone, Y40XBLOCK, Y40XMIN, 72)
 
 // The row kernels (Q8_0, Q5_0, Q5_1 rows): one row at a time, a block's
 // values (BLOCK: as int32 into Y1..Y4) dotted with x (BX) by YDOT4 and
@@ -929,8 +773,7 @@ TEXT ·qdotQ6KY(SB), NOSPLIT, $64-72
 // mask dword's byte k/8 to byte k, an AND with bit k%8, a compare), then
 // row j's values are dword j of each 128-bit lane, widened by one VPSHUFB
 // a vector: values 0..7 of the low nibbles of bytes 0..31, 8..15 of bytes
-// 32..63, 16..31 the high nibbles likewise — the order of the Q4 layouts'
-// Y8..Y11, so the kernels share Y4XROW.
+// 32..63, 16..31 the high nibbles likewise (Y5XVALS' Y8..Y11).
 DATA y5Row<>+0(SB)/8, $0x8080800180808000
 DATA y5Row<>+8(SB)/8, $0x8080800380808002
 DATA y5Row<>+16(SB)/8, $0x8080800180808000
@@ -953,9 +796,6 @@ DATA y10<>+8(SB)/8, $0x1010101010101010
 DATA y10<>+16(SB)/8, $0x1010101010101010
 DATA y10<>+24(SB)/8, $0x1010101010101010
 GLOBL y10<>(SB), RODATA|NOPTR, $32
-DATA yMinus16<>+0(SB)/8, $0xc1800000c1800000
-DATA yMinus16<>+8(SB)/8, $0xc1800000c1800000
-GLOBL yMinus16<>(SB), RODATA|NOPTR, $16
 DATA y16d<>+0(SB)/8, $0x0000001000000010
 DATA y16d<>+8(SB)/8, $0x0000001000000010
 DATA y16d<>+16(SB)/8, $0x0000001000000010
@@ -986,49 +826,6 @@ GLOBL y16d<>(SB), RODATA|NOPTR, $32
 	Y5XHIGH(68, Y9) \
 	Y5XHIGH(72, Y10) \
 	Y5XHIGH(76, Y11)
-
-#define Y5XROWS \
-	Y5XVALS \
-	Y4XROW(y5Row, 0, Y4) \
-	Y4XROW(y5Row, 1, Y5) \
-	Y4XROW(y5Row, 2, Y6) \
-	Y4XROW(y5Row, 3, Y7)
-
-// Q5_0x4: the rows' d at 80 + 2j; d·Σx into X14 (times −16 at the end:
-// the values' offset).
-#define Y50XBLOCK \
-	Y5XROWS \
-	Y4XSCALE(80, Y4, Y0) \
-	Y4XSCALE(82, Y5, Y1) \
-	Y4XSCALE(84, Y6, Y2) \
-	Y4XSCALE(86, Y7, Y3) \
-	VCVTPH2PS    80(R8), X12 \
-	VBROADCASTSS (DX), X13 \
-	VFMADD231PS  X13, X12, X14
-
-#define Y50XMIN \
-	VMULPS yMinus16<>(SB), X14, X15
-
-// Q5_1x4: (d, m) of row j at 80 + 4j, as Q4_1's.
-#define Y51XBLOCK \
-	Y5XROWS \
-	Y4XSCALE(80, Y4, Y0) \
-	Y4XSCALE(84, Y5, Y1) \
-	Y4XSCALE(88, Y6, Y2) \
-	Y4XSCALE(92, Y7, Y3) \
-	VCVTPH2PS    80(R8), Y12 \
-	VBROADCASTSS (DX), Y13 \
-	VFMADD231PS  Y13, Y12, Y14
-
-// func qdotQ50YX(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
-TEXT ·qdotQ50YX(SB), NOSPLIT, $0-64
-	Y4XARGS
-	Y4XRUN(y50xg, y50x, y50xdone, Y50XBLOCK, Y50XMIN, 88)
-
-// func qdotQ51YX(nb int, x *float32, xs *float32, w *byte, groups int, out *float32, tab *float32, pf int)
-TEXT ·qdotQ51YX(SB), NOSPLIT, $0-64
-	Y4XARGS
-	Y4XRUN(y51xg, y51x, y51xdone, Y51XBLOCK, Y41XMIN, 96)
 
 // Dequantisation of the Q5 four-row layouts: row j's 32 values (VAL: the float32 of the int32 in Y12, the row's d in Y4 and m
 // in Y5) to BX.
@@ -1142,15 +939,13 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	VPMADDUBSW off+32(SI), v1, t \
 	VPADDW     t, acc, acc
 
-// The limbs' sums, dwords in a, b, c (as words in a, b, c; PAIRS(off,
-// acc, t) the limb at off's word sums), combined into a as float32.
-#define YVLIMBS(PAIRS, a, b, c, t) \
-	PAIRS(0, a, t) \
-	PAIRS(128, b, t) \
-	PAIRS(256, c, t) \
-	VPMADDWD   Y13, a, a \
-	VPMADDWD   Y13, b, b \
-	VPMADDWD   Y13, c, c \
+// The limbs' sums (SUM(off, acc, x): the limb at off's, dwords into acc;
+// x is SUM's scratch or acc's number) in a, b, c, combined into a as
+// float32.
+#define YVLIMBS(SUM, a, xa, b, xb, c, xc) \
+	SUM(0, a, xa) \
+	SUM(128, b, xb) \
+	SUM(256, c, xc) \
 	VPSLLD     $8, a, a \
 	VPADDD     b, a, a \
 	VPSLLD     $8, a, a \
@@ -1158,21 +953,48 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	VCVTDQ2PS  a, a
 
 // Four-bit values: the four vectors' words added (16 values a dword).
-#define YV4PAIRS(off, acc, t) \
+#define YV4SUM(off, acc, t) \
 	YVPAIR(off, Y8, Y9, acc, t) \
 	YVPAIR(off+64, Y10, Y11, t, Y12) \
-	VPADDW     t, acc, acc
+	VPADDW     t, acc, acc \
+	VPMADDWD   Y13, acc, acc
 
 // Five-bit values: the low values' and the high ones' apart (8 a dword).
 #define YV5LO(off, acc, t) \
-	YVPAIR(off, Y8, Y9, acc, t)
+	YVPAIR(off, Y8, Y9, acc, t) \
+	VPMADDWD   Y13, acc, acc
 
 #define YV5HI(off, acc, t) \
-	YVPAIR(off+64, Y10, Y11, acc, t)
+	YVPAIR(off+64, Y10, Y11, acc, t) \
+	VPMADDWD   Y13, acc, acc
 
-// Σ l·v of the four rows' Q4 block at R8 against the limbs at SI, per
-// (lane, dword j = row j), as float32 into Y2.
-#define YV4BLOCK \
+// With AVX-VNNI (no AVX-512: Intel's client cores since 2021), the same
+// sums by VPDPBUSD in its VEX form, which Go's assembler does not encode
+// (it writes the EVEX form, an AVX-512 instruction): VEXDP(acc, src,
+// disp) is VPDPBUSD disp(SI), Y<src>, Y<acc> (registers by number, disp
+// as a 32-bit displacement).
+#define VEXDP(acc, src, disp) \
+	BYTE $0xC4; BYTE $(0xE2 ^ ((acc>>3)<<7)); BYTE $(((15-src)<<3) | 5); BYTE $0x50; BYTE $(0x86 | ((acc&7)<<3)); LONG $disp
+
+#define YN4SUM(off, acc, n) \
+	VPXOR      acc, acc, acc \
+	VEXDP(n, 8, off) \
+	VEXDP(n, 9, off+32) \
+	VEXDP(n, 10, off+64) \
+	VEXDP(n, 11, off+96)
+
+#define YN5LO(off, acc, n) \
+	VPXOR      acc, acc, acc \
+	VEXDP(n, 8, off) \
+	VEXDP(n, 9, off+32)
+
+#define YN5HI(off, acc, n) \
+	VPXOR      acc, acc, acc \
+	VEXDP(n, 10, off+64) \
+	VEXDP(n, 11, off+96)
+
+// The four rows' Q4 block at R8 as bytes in Y8..Y11.
+#define YV4VALS \
 	VMOVDQU    (R8), Y8 \
 	VMOVDQU    32(R8), Y9 \
 	VPSHUFB    Y14, Y8, Y8 \
@@ -1182,15 +1004,31 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	VPAND      Y15, Y8, Y8 \
 	VPAND      Y15, Y9, Y9 \
 	VPAND      Y15, Y10, Y10 \
-	VPAND      Y15, Y11, Y11 \
-	YVLIMBS(YV4PAIRS, Y2, Y3, Y4, Y5)
+	VPAND      Y15, Y11, Y11
 
-// The same of a Q5 block (Y5XVALS: the fifth bits or-ed in).
+// Σ l·v of the four rows' block at R8 against the limbs at SI, per
+// (lane, dword j = row j), as float32 into Y2: Q4 (YV4BLOCK, YN4BLOCK)
+// and Q5 (Y5XVALS: the fifth bits or-ed in).
+#define YV4BLOCK \
+	YV4VALS \
+	YVLIMBS(YV4SUM, Y2, Y5, Y3, Y5, Y4, Y5)
+
+#define YN4BLOCK \
+	YV4VALS \
+	YVLIMBS(YN4SUM, Y2, 2, Y3, 3, Y4, 4)
+
 #define YV5BLOCK \
 	PREFETCHT0 64(R8)(R10*1) \
 	Y5XVALS \
-	YVLIMBS(YV5LO, Y2, Y3, Y4, Y5) \
-	YVLIMBS(YV5HI, Y6, Y3, Y4, Y5) \
+	YVLIMBS(YV5LO, Y2, Y5, Y3, Y5, Y4, Y5) \
+	YVLIMBS(YV5HI, Y6, Y5, Y3, Y5, Y4, Y5) \
+	VADDPS     Y6, Y2, Y2
+
+#define YN5BLOCK \
+	PREFETCHT0 64(R8)(R10*1) \
+	Y5XVALS \
+	YVLIMBS(YN5LO, Y2, 2, Y3, 3, Y4, 4) \
+	YVLIMBS(YN5HI, Y6, 6, Y3, 3, Y4, 4) \
 	VADDPS     Y6, Y2, Y2
 
 // The rows' block scales: Q4_1 and Q5_1 (scale pairs (d, m) at off(R8)):
@@ -1234,25 +1072,53 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	VBROADCASTSS  (R15), X3 \
 	VMULPS        X3, X0, X0
 
+// Each format's loop with the block sums of BLOCK (YV: VPMADDUBSW, YN:
+// AVX-VNNI): its scales' place and kind, its offset, its block size
+// (labels are the function's own).
+#define YVQ41(BLOCK) LIMBRUN(grp, lp, done, BLOCK, YVDMSCALE(64), YVDMEND, 80, 384)
+#define YVQ40(BLOCK) LIMBRUN(grp, lp, done, BLOCK, YVDSCALE(64), YVDEND($0xc1000000), 72, 384)
+#define YVQ51(BLOCK) LIMBRUN(grp, lp, done, BLOCK, YVDMSCALE(80), YVDMEND, 96, 384)
+#define YVQ50(BLOCK) LIMBRUN(grp, lp, done, BLOCK, YVDSCALE(80), YVDEND($0xc1800000), 88, 384)
+
 // func qdotQ41YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ41YV(SB), NOSPLIT, $0-56
 	YVARGS
-	LIMBRUN(yv41g, yv41, yv41done, YV4BLOCK, YVDMSCALE(64), YVDMEND, 80, 384)
+	YVQ41(YV4BLOCK)
 
 // func qdotQ40YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ40YV(SB), NOSPLIT, $0-56
 	YVARGS
-	LIMBRUN(yv40g, yv40, yv40done, YV4BLOCK, YVDSCALE(64), YVDEND($0xc1000000), 72, 384)
+	YVQ40(YV4BLOCK)
 
 // func qdotQ51YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ51YV(SB), NOSPLIT, $0-56
 	YVARGS
-	LIMBRUN(yv51g, yv51, yv51done, YV5BLOCK, YVDMSCALE(80), YVDMEND, 96, 384)
+	YVQ51(YV5BLOCK)
 
 // func qdotQ50YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ50YV(SB), NOSPLIT, $0-56
 	YVARGS
-	LIMBRUN(yv50g, yv50, yv50done, YV5BLOCK, YVDSCALE(80), YVDEND($0xc1800000), 88, 384)
+	YVQ50(YV5BLOCK)
+
+// func qdotQ41YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ41YN(SB), NOSPLIT, $0-56
+	YVARGS
+	YVQ41(YN4BLOCK)
+
+// func qdotQ40YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ40YN(SB), NOSPLIT, $0-56
+	YVARGS
+	YVQ40(YN4BLOCK)
+
+// func qdotQ51YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ51YN(SB), NOSPLIT, $0-56
+	YVARGS
+	YVQ51(YN5BLOCK)
+
+// func qdotQ50YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ50YN(SB), NOSPLIT, $0-56
+	YVARGS
+	YVQ50(YN5BLOCK)
 
 // VPERMD indices replicating limbsPrepY's packed dwords: the packs leave
 // the eight 4-value groups g0..g7 of a block in the order g0 g2 g4 g6 g1
