@@ -40,8 +40,11 @@
 #     -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF \
 #     -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF \
 #     -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF ...
-#   FLYWHEEL_AVX512=0 LLAMA=/path/to/that/tree LLAMA_DECODE=bench bash bench/llama_compare.sh
-# (FLYWHEEL_AVX512=0 reaches flywheel's benchmarks, and its probe.)
+#   FLYWHEEL_AVX512=0 FLYWHEEL_VNNI=0 LLAMA=/path/to/that/tree LLAMA_DECODE=bench bash bench/llama_compare.sh
+# (FLYWHEEL_AVX512=0 reaches flywheel's benchmarks, and its probe;
+# FLYWHEEL_VNNI=0 keeps it off AVX-VNNI too.) Against flywheel on AVX-VNNI
+# (Intel's client cores since 2021), the same build with -DGGML_AVX_VNNI=ON
+# and without FLYWHEEL_VNNI=0.
 # OUT (created if missing) keeps the model files and test binaries.
 # llama.cpp's OpenMP threads spin between steps by default, which on a
 # machine shared with other tenants collapses its decode (1-5 tok/s at load
@@ -80,7 +83,7 @@ go test -c -o "$OUT/engine.test" ./internal/engine
 go test -c -o "$OUT/kernels.test" ./internal/engine/kernels
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 CPU="$(lscpu | sed -n 's/^Model name: *//p') (family $(lscpu | sed -n 's/^CPU family: *//p') model $(lscpu | sed -n 's/^Model: *//p'), $(grep -q -w avx512f /proc/cpuinfo && echo AVX-512 || echo no AVX-512), L3 $(lscpu | sed -n 's/^L3 cache: *//p'))"
-echo "cpu: $CPU, $(nproc) CPUs, $THREADS threads; load $(cut -d' ' -f1-3 /proc/loadavg); llama.cpp OMP_WAIT_POLICY=$OMP_WAIT_POLICY, decode by ${LLAMA_DECODE:-llama-cpp-python}${LLAMA_DECODE:+ ($LLAMA)}${FLYWHEEL_AVX512:+; flywheel FLYWHEEL_AVX512=$FLYWHEEL_AVX512}"
+echo "cpu: $CPU, $(nproc) CPUs, $THREADS threads; load $(cut -d' ' -f1-3 /proc/loadavg); llama.cpp OMP_WAIT_POLICY=$OMP_WAIT_POLICY, decode by ${LLAMA_DECODE:-llama-cpp-python}${LLAMA_DECODE:+ ($LLAMA)}${FLYWHEEL_AVX512:+; flywheel FLYWHEEL_AVX512=$FLYWHEEL_AVX512}${FLYWHEEL_VNNI:+ FLYWHEEL_VNNI=$FLYWHEEL_VNNI}"
 probe() {
 	GOMAXPROCS=$THREADS "$OUT/kernels.test" -test.run '^$' -test.bench 'ReadBandwidth$' -test.benchtime 4x |
 		awk '/^Benchmark/ {for (i = 2; i <= NF; i++) if ($i == "GB/s") print "probe " $(i-1) " GB/s"}'
