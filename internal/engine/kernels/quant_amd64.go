@@ -40,6 +40,12 @@ func qdotQ41YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float
 func qdotQ40YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
+func qdotQ50YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ51YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
 func qdotQ41YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
@@ -50,12 +56,6 @@ func qdotQ50YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float
 
 //go:noescape
 func qdotQ51YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
-
-//go:noescape
-func qdotQ50YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
-
-//go:noescape
-func qdotQ51YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
 func qdotQ41Z(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32)
@@ -517,21 +517,9 @@ var (
 func quantKernelY(t QuantType) *quantDots {
 	switch t {
 	case Q4_1x4:
-		if !haveIntY {
-			return nil
-		}
-		if haveVNNIY {
-			return q41ynKernel
-		}
-		return q41yvKernel
+		return intKernelY(q41ynKernel, q41yvKernel)
 	case Q4_0x4:
-		if !haveIntY {
-			return nil
-		}
-		if haveVNNIY {
-			return q40ynKernel
-		}
-		return q40yvKernel
+		return intKernelY(q40ynKernel, q40yvKernel)
 	case Q8_0:
 		return q80yKernel
 	case Q5_0:
@@ -539,21 +527,9 @@ func quantKernelY(t QuantType) *quantDots {
 	case Q5_1:
 		return q51yKernel
 	case Q5_0x4:
-		if !haveIntY {
-			return nil
-		}
-		if haveVNNIY {
-			return q50ynKernel
-		}
-		return q50yvKernel
+		return intKernelY(q50ynKernel, q50yvKernel)
 	case Q5_1x4:
-		if !haveIntY {
-			return nil
-		}
-		if haveVNNIY {
-			return q51ynKernel
-		}
-		return q51yvKernel
+		return intKernelY(q51ynKernel, q51yvKernel)
 	case Q4_K:
 		return q4KyKernel
 	case Q5_K:
@@ -562,6 +538,18 @@ func quantKernelY(t QuantType) *quantDots {
 		return q6KyKernel
 	}
 	return nil
+}
+
+// intKernelY is an AVX2 integer kernel: yn (AVX-VNNI) where the CPU has
+// AVX-VNNI, else yv; none when the tests turn them off.
+func intKernelY(yn, yv *quantDots) *quantDots {
+	switch {
+	case !haveIntY:
+		return nil
+	case haveVNNIY:
+		return yn
+	}
+	return yv
 }
 
 // quantKernel is t's decode kernel (AVX-512, or without it AVX2's), nil
@@ -598,7 +586,7 @@ func quantKernel(t QuantType) *quantDots {
 		if haveVNNI {
 			return q50vKernel
 		}
-		return quantKernelY(t) // the AVX2 one (batch 1; more rows dequantise four rows at a time)
+		return quantKernelY(t) // the AVX2 one (up to 2 rows; more dequantise four rows at a time)
 	case Q5_1x4:
 		if haveVNNI {
 			return q51vKernel

@@ -5,8 +5,8 @@
 
 // AVX2 machines (no AVX-512): the decode kernels of every format (below,
 // qdot*Y: the values widened and multiplied in registers; at the end of
-// the file, qdot*YV: integer kernels of the Q4 and Q5 four-row layouts,
-// with the prep limbsPrepY) and the
+// the file, qdot*YV and qdot*YN: integer kernels of the Q4 and Q5
+// four-row layouts, with the prep limbsPrepY) and the
 // dequantisers prefill and training widen blocks of rows with, for the
 // Q8_0, Q5_0, Q5_1 and K-quant rows and the Q4_1x4/Q4_0x4 groups
 // (Repack4 holds Q4_1 and Q4_0 in them on every machine). Each value as
@@ -914,10 +914,11 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 // the power of two that brings its largest |x| near 1), so what is
 // rounded is x, to 2^-24 of its block's largest value, and the products
 // stay within float32 summation noise of the exact ones
-// (TestQuantDecodeExact). Where the float kernels above spend a
-// conversion and a multiply-add per eight values of each row, a limb of
-// the four rows' 128 values is four VPMADDUBSW, some word adds and
-// VPMADDWD: 1.7x the float kernels' rate from L2 (Q4_1x4, EPYC).
+// (TestQuantDecodeExact). The float kernels these replaced spent a
+// conversion and a multiply-add per eight values of each row; here a
+// limb of the four rows' 128 values is four VPMADDUBSW, some word adds
+// and VPMADDWD (or four VPDPBUSD: qdot*YN, with AVX-VNNI): 1.7x (2.1x)
+// their rate from L2 (Q4_1x4, EPYC).
 //
 // The block's nibbles, transposed within each 128-bit lane (Q4: the
 // VNNI kernels' shuffle; Q5: stored so), are two vectors of low values
