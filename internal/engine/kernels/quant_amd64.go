@@ -46,6 +46,24 @@ func qdotQ50YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float
 func qdotQ51YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
+func qdotQ4KYV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ5KYV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ4KYN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func qdotQ5KYN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func dequantQ4KYX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
+func dequantQ5KYX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+
+//go:noescape
 func qdotQ41YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 
 //go:noescape
@@ -442,6 +460,13 @@ func limbKernel(prep func(dst, x []float32), f func(nb int, limbs *byte, sc *flo
 	return &quantDots{prepLen: lf + 8, prepPad: 16, prep: prep, dots: d, rowDots: d, maxM: maxM}
 }
 
+// limbKKernel is the integer kernel f of a K-quant four-row layout (size
+// bytes a row's super-block) as quantDots, as limbKernel.
+func limbKKernel(prep func(dst, x []float32), f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int), size, maxM int) *quantDots {
+	d := vnniKDots(f, size)
+	return &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: prep, dots: d, rowDots: d, maxM: maxM}
+}
+
 // vnniKDots wraps a K-quant four-row layout's integer kernel (blocks of
 // size bytes a row) as quantDots.dots: nb super-blocks, eight 32-value
 // blocks of x's prep each.
@@ -459,6 +484,13 @@ func vnniKDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out
 // kernels (qdotQ80V, qdotQ?KV) run.
 func vnniRepacks() bool { return haveAVX512 && haveF16C && haveVNNI }
 
+// k45Repacks reports whether Q4_K and Q5_K matrices are held in their
+// four-row layouts (QuantType.RepackPays): where their integer kernels
+// run, AVX-512 VNNI's (qdotQ4KV, qdotQ5KV) or AVX2's (qdotQ?KY?; Q6_K
+// has none there: its values, up to 63, would overflow VPMADDUBSW's
+// words four at a time).
+func k45Repacks() bool { return vnniRepacks() || (haveF16C && !haveAVX512 && haveIntY) }
+
 // q5Repacks reports whether Q5_0 and Q5_1 matrices are held in their
 // four-row layouts (QuantType.RepackPays): where their decode kernels and
 // group dequantisers run (AVX-512, or AVX2's).
@@ -470,9 +502,9 @@ var (
 	q80vKernel = limbKernel(vnni8Prep, qdotQ80V, 34, limb8Floats, 0)
 	q50vKernel = limbKernel(vnniPrep, qdotQ50V, 22, limbFloats, 0)
 	q51vKernel = limbKernel(vnniPrep, qdotQ51V, 24, limbFloats, 0)
-	q4KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: vnniPrep, dots: vnniKDots(qdotQ4KV, 144), rowDots: vnniKDots(qdotQ4KV, 144)}
-	q5KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: vnniPrep, dots: vnniKDots(qdotQ5KV, 176), rowDots: vnniKDots(qdotQ5KV, 176)}
-	q6KvKernel = &quantDots{prepLen: 8 * (limbFloats + 8), prepPad: 16, prep: q6vPrep, dots: vnniKDots(qdotQ6KV, 210), rowDots: vnniKDots(qdotQ6KV, 210)}
+	q4KvKernel = limbKKernel(vnniPrep, qdotQ4KV, 144, 0)
+	q5KvKernel = limbKKernel(vnniPrep, qdotQ5KV, 176, 0)
+	q6KvKernel = limbKKernel(q6vPrep, qdotQ6KV, 210, 0)
 	q41xKernel = &quantDots{dots: repackedDots(qdotQ41X, 20), rowDots: repackedDots(qdotQ41X, 20)}
 	q40xKernel = &quantDots{dots: repackedDots(qdotQ40X, 18), rowDots: repackedDots(qdotQ40X, 18)}
 	q41Kernel  = &quantDots{dots: asmDots(lockstep(qdotQ41Z), 32, 0), rowDots: asmDots(qdotQ41R, 32, 0)}
@@ -488,8 +520,10 @@ var (
 	// rows of A, dequantising four rows once for all of them is faster:
 	// the float kernels from 2 rows, the Q5 integer ones from 3 or 4
 	// (EPYC, a [1536, 576] product: Q5_0x4 at 2 / 4 / 8 rows 44 / 85 /
-	// 168 µs against 53 / 80 / 118); the Q4 integer ones never (28 / 54 /
-	// 105 against 59 / 82 / 124).
+	// 168 µs against 53 / 80 / 118; Q5_Kx4 [576, 1536] 43 / 85 / 171
+	// against 47 / 67 / 103), Q4_Kx4's from about 8 (26 / 52 / 102
+	// against 43 / 60 / 97); the Q4 integer ones never (28 / 54 / 105
+	// against 59 / 82 / 124).
 	q41yvKernel = limbKernel(vnniPrepY, qdotQ41YV, 20, limbFloats, 0)
 	q40yvKernel = limbKernel(vnniPrepY, qdotQ40YV, 18, limbFloats, 0)
 	q50yvKernel = limbKernel(vnniPrepY, qdotQ50YV, 22, limbFloats, 2)
@@ -498,6 +532,10 @@ var (
 	q40ynKernel = limbKernel(vnniPrepY, qdotQ40YN, 18, limbFloats, 0)
 	q50ynKernel = limbKernel(vnniPrepY, qdotQ50YN, 22, limbFloats, 2)
 	q51ynKernel = limbKernel(vnniPrepY, qdotQ51YN, 24, limbFloats, 2)
+	q4KyvKernel = limbKKernel(vnniPrepY, qdotQ4KYV, 144, 4)
+	q5KyvKernel = limbKKernel(vnniPrepY, qdotQ5KYV, 176, 2)
+	q4KynKernel = limbKKernel(vnniPrepY, qdotQ4KYN, 144, 4)
+	q5KynKernel = limbKKernel(vnniPrepY, qdotQ5KYN, 176, 2)
 	q80yKernel  = &quantDots{dots: asmDots(qdotQ80Y, 32, 0), rowDots: asmDots(qdotQ80Y, 32, 0), maxM: 1}
 	q50yKernel  = &quantDots{prepLen: 1, prep: q50Sums, dots: asmDots(qdotQ50Y, 32, 1), rowDots: asmDots(qdotQ50Y, 32, 1), maxM: 1}
 	q51yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: asmDots(qdotQ51Y, 32, 1), rowDots: asmDots(qdotQ51Y, 32, 1), maxM: 1}
@@ -508,9 +546,11 @@ var (
 
 // quantKernelY is t's AVX2 decode kernel (machines without AVX-512, and
 // Q5's four-row layouts where AVX-512 runs without VNNI), nil when there
-// is none: the four-row layouts of Q4_1, Q4_0, Q5_0 and Q5_1 (integer
-// kernels: AVX-VNNI's VPDPBUSD where the CPU has it, else VPMADDUBSW),
-// the rows of Q8_0, Q5_0, Q5_1 and the K-quants (float kernels). Where
+// is none: the four-row layouts of Q4_1, Q4_0, Q5_0, Q5_1, Q4_K and Q5_K
+// (integer kernels: AVX-VNNI's VPDPBUSD where the CPU has it, else
+// VPMADDUBSW), the rows of Q8_0, Q5_0, Q5_1 and the K-quants (float
+// kernels; Q6_K is held so there, Q4_K and Q5_K where tests turn the
+// integer kernels off). Where
 // AVX-512 runs without VNNI, Q4's layouts keep their AVX-512 float
 // kernels (EPYC, VNNI off: 53–61 GB/s from L2 against these 43), Q5's
 // take these (29 against the AVX2 float kernels' 20, since removed).
@@ -530,6 +570,10 @@ func quantKernelY(t QuantType) *quantDots {
 		return intKernelY(q50ynKernel, q50yvKernel)
 	case Q5_1x4:
 		return intKernelY(q51ynKernel, q51yvKernel)
+	case Q4_Kx4:
+		return intKernelY(q4KynKernel, q4KyvKernel)
+	case Q5_Kx4:
+		return intKernelY(q5KynKernel, q5KyvKernel)
 	case Q4_K:
 		return q4KyKernel
 	case Q5_K:
@@ -649,6 +693,10 @@ func dequantGroupAsm(t QuantType, dst []float32, cols int, src []byte) bool {
 			f = dequantQ50YX
 		case Q5_1x4:
 			f = dequantQ51YX
+		case Q4_Kx4:
+			f = dequantQ4KYX
+		case Q5_Kx4:
+			f = dequantQ5KYX
 		}
 	}
 	if f == nil {

@@ -18,3 +18,6 @@ func vnniRepacks() bool { return false }
 // q5Repacks is false: no assembly kernel streams Q5_0x4 or Q5_1x4 on this
 // build.
 func q5Repacks() bool { return false }
+
+// k45Repacks is false: no kernel streams Q4_Kx4 or Q5_Kx4 on this build.
+func k45Repacks() bool { return false }

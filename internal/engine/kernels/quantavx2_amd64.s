@@ -5,13 +5,12 @@
 
 // AVX2 machines (no AVX-512): the decode kernels of every format (below,
 // qdot*Y: the values widened and multiplied in registers; at the end of
-// the file, qdot*YV and qdot*YN: integer kernels of the Q4 and Q5
-// four-row layouts, with the prep limbsPrepY) and the
-// dequantisers prefill and training widen blocks of rows with, for the
-// Q8_0, Q5_0, Q5_1 and K-quant rows and the Q4_1x4/Q4_0x4 groups
-// (Repack4 holds Q4_1 and Q4_0 in them on every machine). Each value as
-// dequantBlock computes it (no fused multiply-adds): bit-identical
-// (TestDequantGGUF, TestRepack4, the "avx2" runs).
+// the file, qdot*YV and qdot*YN: integer kernels of the four-row layouts
+// of Q4_1, Q4_0, Q5_0, Q5_1, Q4_K and Q5_K, with the prep limbsPrepY)
+// and the dequantisers prefill and training widen blocks of rows with,
+// for the Q8_0, Q5_0, Q5_1 and K-quant rows and those four-row groups.
+// Each value as dequantBlock computes it (no fused multiply-adds):
+// bit-identical (TestDequantGGUF, TestRepack4, the "avx2" runs).
 
 // The decode kernels' arguments into registers (defined before any TEXT:
 // vet checks a #define's argument names against the TEXT before it): the
@@ -811,21 +810,26 @@ GLOBL y16d<>(SB), RODATA|NOPTR, $32
 	VPAND        y10<>(SB), Y12, Y12 \
 	VPOR         Y12, v, v
 
-// The five-bit values of the block at R8 as bytes: Y8 (low nibbles of
-// bytes 0..31), Y9 (32..63), Y10, Y11 (the high ones).
-#define Y5XVALS \
-	VMOVDQU  (R8), Y8 \
-	VMOVDQU  32(R8), Y9 \
+// The nibbles of the 64 bytes at off(R8) as bytes: Y8 (low nibbles of
+// bytes 0..31), Y9 (32..63), Y10, Y11 (the high ones); Y5XVALS: with the
+// fifth bits of the masks after them (the Q5 layouts, Q5_Kx4's
+// sub-blocks).
+#define YXNIBS(off) \
+	VMOVDQU  off(R8), Y8 \
+	VMOVDQU  off+32(R8), Y9 \
 	VPSRLD   $4, Y8, Y10 \
 	VPSRLD   $4, Y9, Y11 \
 	VPAND    y0F<>(SB), Y8, Y8 \
 	VPAND    y0F<>(SB), Y9, Y9 \
 	VPAND    y0F<>(SB), Y10, Y10 \
-	VPAND    y0F<>(SB), Y11, Y11 \
-	Y5XHIGH(64, Y8) \
-	Y5XHIGH(68, Y9) \
-	Y5XHIGH(72, Y10) \
-	Y5XHIGH(76, Y11)
+	VPAND    y0F<>(SB), Y11, Y11
+
+#define Y5XVALS(off) \
+	YXNIBS(off) \
+	Y5XHIGH(off+64, Y8) \
+	Y5XHIGH(off+68, Y9) \
+	Y5XHIGH(off+72, Y10) \
+	Y5XHIGH(off+76, Y11)
 
 // Dequantisation of the Q5 four-row layouts: row j's 32 values (VAL: the float32 of the int32 in Y12, the row's d in Y4 and m
 // in Y5) to BX.
@@ -866,7 +870,7 @@ GLOBL y16d<>(SB), RODATA|NOPTR, $32
 	VBROADCASTSS (R15)(AX*4), Y5
 
 #define Y50XDQ \
-	Y5XVALS \
+	Y5XVALS(0) \
 	Y5XD(80) \
 	MOVQ DI, BX \
 	Y5XDQROW(0, Y50XVAL) \
@@ -881,7 +885,7 @@ GLOBL y16d<>(SB), RODATA|NOPTR, $32
 	Y5XDQROW(3, Y50XVAL)
 
 #define Y51XDQ \
-	Y5XVALS \
+	Y5XVALS(0) \
 	Y5XDM(80) \
 	MOVQ DI, BX \
 	Y5XDQROW(0, Y51XVAL) \
@@ -1007,30 +1011,44 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	VPAND      Y15, Y10, Y10 \
 	VPAND      Y15, Y11, Y11
 
-// Σ l·v of the four rows' block at R8 against the limbs at SI, per
-// (lane, dword j = row j), as float32 into Y2: Q4 (YV4BLOCK, YN4BLOCK)
-// and Q5 (Y5XVALS: the fifth bits or-ed in).
-#define YV4BLOCK \
-	YV4VALS \
+// Σ l·v of the block's values in Y8..Y11 against the limbs at SI, per
+// (lane, dword j = row j), as float32 into Y2: four-bit values (YV4SUMS,
+// YN4SUMS: 16 a dword) and five-bit ones (the halves apart).
+#define YV4SUMS \
 	YVLIMBS(YV4SUM, Y2, Y5, Y3, Y5, Y4, Y5)
 
-#define YN4BLOCK \
-	YV4VALS \
+#define YN4SUMS \
 	YVLIMBS(YN4SUM, Y2, 2, Y3, 3, Y4, 4)
 
-#define YV5BLOCK \
-	PREFETCHT0 64(R8)(R10*1) \
-	Y5XVALS \
+#define YV5SUMS \
 	YVLIMBS(YV5LO, Y2, Y5, Y3, Y5, Y4, Y5) \
 	YVLIMBS(YV5HI, Y6, Y5, Y3, Y5, Y4, Y5) \
 	VADDPS     Y6, Y2, Y2
 
-#define YN5BLOCK \
-	PREFETCHT0 64(R8)(R10*1) \
-	Y5XVALS \
+#define YN5SUMS \
 	YVLIMBS(YN5LO, Y2, 2, Y3, 3, Y4, 4) \
 	YVLIMBS(YN5HI, Y6, 6, Y3, 3, Y4, 4) \
 	VADDPS     Y6, Y2, Y2
+
+// The four rows' block at R8 summed so (Q4: transposed by YV4VALS; Q5:
+// stored transposed).
+#define YV4BLOCK \
+	YV4VALS \
+	YV4SUMS
+
+#define YN4BLOCK \
+	YV4VALS \
+	YN4SUMS
+
+#define YV5BLOCK \
+	PREFETCHT0 64(R8)(R10*1) \
+	Y5XVALS(0) \
+	YV5SUMS
+
+#define YN5BLOCK \
+	PREFETCHT0 64(R8)(R10*1) \
+	Y5XVALS(0) \
+	YN5SUMS
 
 // The rows' block scales: Q4_1 and Q5_1 (scale pairs (d, m) at off(R8)):
 // Y0 += d·s·Σ l·v per lane, Y1 += m·Σx in the odd lanes.
@@ -1120,6 +1138,184 @@ TEXT ·qdotQ51YN(SB), NOSPLIT, $0-56
 TEXT ·qdotQ50YN(SB), NOSPLIT, $0-56
 	YVARGS
 	YVQ50(YN5BLOCK)
+
+// Q4_Kx4 and Q5_Kx4 (repack.go: per 256-value super-block eight
+// sub-blocks in Q5_0x4's order, then the scales), as qdotQ4KV and
+// qdotQ5KV do: per super-block the four rows' d·scale and dmin·min of
+// its eight sub-blocks (YKXSCALES, into the frame: d·scale of row j,
+// sub-block k at 16k + 4j, dmin·min 128 after it, each as DequantRow
+// rounds it), then each sub-block's sums scaled into Y0 and its mins'
+// part into X1: the value d·scale·l − dmin·min (the end subtracts X1).
+
+// VPAND mask: 3 per dword (the scales' high bits).
+DATA yK3<>+0(SB)/8, $0x0000000300000003
+DATA yK3<>+8(SB)/8, $0x0000000300000003
+DATA yK3<>+16(SB)/8, $0x0000000300000003
+DATA yK3<>+24(SB)/8, $0x0000000300000003
+GLOBL yK3<>(SB), RODATA|NOPTR, $32
+
+// The 6-bit values of the entries e = 4k + j in [8q, 8q+8) (low bits
+// the bytes at lo(R8), the scales' in their low nibble, the mins' in the
+// high; the high bits two at 2·(e mod 16) of the dwords at sc(R8), m(R8):
+// VPSRLVD counts ·vnniK2 + cnt), times the rows' d (Y9) and dmin (Y10),
+// into the frame at st and 128 + st (Y15: 0x0f bytes; Y6..Y8 scratch).
+#define YKXSCQ(lo, sc, m, cnt, st) \
+	VPMOVZXBD    lo(R8), Y6 \
+	VPAND        Y15, Y6, Y7 \
+	VPSRLD       $4, Y6, Y6 \
+	VPBROADCASTD sc(R8), Y8 \
+	VPSRLVD      ·vnniK2+cnt(SB), Y8, Y8 \
+	VPAND        yK3<>(SB), Y8, Y8 \
+	VPSLLD       $4, Y8, Y8 \
+	VPOR         Y8, Y7, Y7 \
+	VPBROADCASTD m(R8), Y8 \
+	VPSRLVD      ·vnniK2+cnt(SB), Y8, Y8 \
+	VPAND        yK3<>(SB), Y8, Y8 \
+	VPSLLD       $4, Y8, Y8 \
+	VPOR         Y8, Y6, Y6 \
+	VCVTDQ2PS    Y7, Y7 \
+	VCVTDQ2PS    Y6, Y6 \
+	VMULPS       Y9, Y7, Y7 \
+	VMULPS       Y10, Y6, Y6 \
+	VMOVUPS      Y7, st(SP) \
+	VMOVUPS      Y6, 128+st(SP)
+
+// The super-block's scales at at(R8) into the frame.
+#define YKXSCALES(at) \
+	VCVTPH2PS    at+48(R8), Y6 \
+	VMOVDQU      ·vnniD(SB), Y7 \
+	VPERMPS      Y6, Y7, Y9 \
+	VMOVDQU      ·vnniD+64(SB), Y7 \
+	VPERMPS      Y6, Y7, Y10 \
+	YKXSCQ(at, at+32, at+40, 0, 0) \
+	YKXSCQ(at+8, at+32, at+40, 32, 32) \
+	YKXSCQ(at+16, at+36, at+44, 0, 64) \
+	YKXSCQ(at+24, at+36, at+44, 32, 96)
+
+// Sub-block k at off(R8) (VALS: its values into Y8..Y11, SUMS: their
+// sums into Y2): Y0 += d·scale·s·Σ l·v, X1 += dmin·min·Σx; the limbs
+// (SI) and scales (DI) of the next 32-value block.
+#define YKXSUB(off, k, VALS, SUMS) \
+	PREFETCHT0     off(R8)(R10*1) \
+	VALS(off) \
+	SUMS \
+	VBROADCASTF128 16*k(SP), Y3 \
+	VBROADCASTSS   (DI), Y4 \
+	VMULPS         Y4, Y3, Y3 \
+	VFMADD231PS    Y3, Y2, Y0 \
+	VMOVUPS        128+16*k(SP), X3 \
+	VBROADCASTSS   4(DI), X4 \
+	VFMADD231PS    X4, X3, X1 \
+	ADDQ           $384, SI \
+	ADDQ           $32, DI
+
+// Q5_Kx4's sub-block values: the fifth bits' second line prefetched too.
+#define Y5KVALS(off) \
+	PREFETCHT0 off+64(R8)(R10*1) \
+	Y5XVALS(off)
+
+// A super-block: Q4_Kx4 (sub-blocks of 64 bytes, scales at 512) and
+// Q5_Kx4 (80, 640).
+#define YK4SB(SUMS) \
+	PREFETCHT0 512(R8)(R10*1) \
+	YKXSCALES(512) \
+	YKXSUB(0, 0, YXNIBS, SUMS) \
+	YKXSUB(64, 1, YXNIBS, SUMS) \
+	YKXSUB(128, 2, YXNIBS, SUMS) \
+	YKXSUB(192, 3, YXNIBS, SUMS) \
+	YKXSUB(256, 4, YXNIBS, SUMS) \
+	YKXSUB(320, 5, YXNIBS, SUMS) \
+	YKXSUB(384, 6, YXNIBS, SUMS) \
+	YKXSUB(448, 7, YXNIBS, SUMS)
+
+#define YK5SB(SUMS) \
+	PREFETCHT0 640(R8)(R10*1) \
+	YKXSCALES(640) \
+	YKXSUB(0, 0, Y5KVALS, SUMS) \
+	YKXSUB(80, 1, Y5KVALS, SUMS) \
+	YKXSUB(160, 2, Y5KVALS, SUMS) \
+	YKXSUB(240, 3, Y5KVALS, SUMS) \
+	YKXSUB(320, 4, Y5KVALS, SUMS) \
+	YKXSUB(400, 5, Y5KVALS, SUMS) \
+	YKXSUB(480, 6, Y5KVALS, SUMS) \
+	YKXSUB(560, 7, Y5KVALS, SUMS)
+
+// func qdotQ4KYV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+// nb: 32-value blocks (eight a super-block).
+TEXT ·qdotQ4KYV(SB), NOSPLIT, $256-56
+	YVARGS
+	KLIMBRUN(grp, lp, done, YK4SB(YV4SUMS), $576, YVDEND($0xbf800000))
+
+// func qdotQ5KYV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ5KYV(SB), NOSPLIT, $256-56
+	YVARGS
+	KLIMBRUN(grp, lp, done, YK5SB(YV5SUMS), $704, YVDEND($0xbf800000))
+
+// func qdotQ4KYN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ4KYN(SB), NOSPLIT, $256-56
+	YVARGS
+	KLIMBRUN(grp, lp, done, YK4SB(YN4SUMS), $576, YVDEND($0xbf800000))
+
+// func qdotQ5KYN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+TEXT ·qdotQ5KYN(SB), NOSPLIT, $256-56
+	YVARGS
+	KLIMBRUN(grp, lp, done, YK5SB(YN5SUMS), $704, YVDEND($0xbf800000))
+
+// Their group dequantisers (prefill, training): each sub-block's values
+// as DequantRow computes them, float32(d·scale)·l − float32(dmin·min),
+// row j's to dst + j·ldd (R12 = ldd, R13 = 3·ldd).
+#define YKXVAL \
+	VCVTDQ2PS Y12, Y12 \
+	VMULPS    Y4, Y12, Y12 \
+	VSUBPS    Y5, Y12, Y12
+
+#define YKXDQROW(k, j, dst) \
+	VBROADCASTSS 16*k+4*j(SP), Y4 \
+	VBROADCASTSS 128+16*k+4*j(SP), Y5 \
+	LEAQ         dst, BX \
+	Y5XDQROW(j, YKXVAL)
+
+#define YKXDQSUB(off, k, VALS) \
+	VALS(off) \
+	YKXDQROW(k, 0, (DI)) \
+	YKXDQROW(k, 1, (DI)(R12*1)) \
+	YKXDQROW(k, 2, (DI)(R12*2)) \
+	YKXDQROW(k, 3, (DI)(R13*1)) \
+	ADDQ $128, DI
+
+#define YK4DQ \
+	YKXSCALES(512) \
+	YKXDQSUB(0, 0, YXNIBS) \
+	YKXDQSUB(64, 1, YXNIBS) \
+	YKXDQSUB(128, 2, YXNIBS) \
+	YKXDQSUB(192, 3, YXNIBS) \
+	YKXDQSUB(256, 4, YXNIBS) \
+	YKXDQSUB(320, 5, YXNIBS) \
+	YKXDQSUB(384, 6, YXNIBS) \
+	YKXDQSUB(448, 7, YXNIBS)
+
+#define YK5DQ \
+	YKXSCALES(640) \
+	YKXDQSUB(0, 0, Y5XVALS) \
+	YKXDQSUB(80, 1, Y5XVALS) \
+	YKXDQSUB(160, 2, Y5XVALS) \
+	YKXDQSUB(240, 3, Y5XVALS) \
+	YKXDQSUB(320, 4, Y5XVALS) \
+	YKXDQSUB(400, 5, Y5XVALS) \
+	YKXDQSUB(480, 6, Y5XVALS) \
+	YKXDQSUB(560, 7, Y5XVALS)
+
+// func dequantQ4KYX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ4KYX(SB), NOSPLIT, $256-40
+	YGARGS
+	YDWORD($0x0f0f0f0f, X15, Y15)
+	DQKRUN(lp, done, YK4DQ, $576)
+
+// func dequantQ5KYX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ5KYX(SB), NOSPLIT, $256-40
+	YGARGS
+	YDWORD($0x0f0f0f0f, X15, Y15)
+	DQKRUN(lp, done, YK5DQ, $704)
 
 // VPERMD indices replicating limbsPrepY's packed dwords: the packs leave
 // the eight 4-value groups g0..g7 of a block in the order g0 g2 g4 g6 g1

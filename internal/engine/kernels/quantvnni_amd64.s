@@ -411,16 +411,17 @@ TEXT ·qdotQ51V(SB), NOSPLIT, $0-56
 // d·scale·s·Σ l·v, X1 += dmin·min·Σx. The value d·scale·l − dmin·min:
 // the end subtracts X1 (VOFFEND with −1).
 
-// VPSRLVD counts for the scales' high bits: lane q, 2q.
-DATA vnniK2<>+0(SB)/8, $0x0000000200000000
-DATA vnniK2<>+8(SB)/8, $0x0000000600000004
-DATA vnniK2<>+16(SB)/8, $0x0000000a00000008
-DATA vnniK2<>+24(SB)/8, $0x0000000e0000000c
-DATA vnniK2<>+32(SB)/8, $0x0000001200000010
-DATA vnniK2<>+40(SB)/8, $0x0000001600000014
-DATA vnniK2<>+48(SB)/8, $0x0000001a00000018
-DATA vnniK2<>+56(SB)/8, $0x0000001e0000001c
-GLOBL vnniK2<>(SB), RODATA|NOPTR, $64
+// VPSRLVD counts for the scales' high bits: lane q, 2q (also read by the
+// AVX2 kernels of the layout, 32 bytes at a time).
+DATA ·vnniK2+0(SB)/8, $0x0000000200000000
+DATA ·vnniK2+8(SB)/8, $0x0000000600000004
+DATA ·vnniK2+16(SB)/8, $0x0000000a00000008
+DATA ·vnniK2+24(SB)/8, $0x0000000e0000000c
+DATA ·vnniK2+32(SB)/8, $0x0000001200000010
+DATA ·vnniK2+40(SB)/8, $0x0000001600000014
+DATA ·vnniK2+48(SB)/8, $0x0000001a00000018
+DATA ·vnniK2+56(SB)/8, $0x0000001e0000001c
+GLOBL ·vnniK2(SB), RODATA|NOPTR, $64
 
 // VPERMPS indices: the rows' dmin (odd lanes of the widened d, dmin
 // pairs) for each dword j of each lane (vnniD's first 16: their d).
@@ -519,42 +520,15 @@ GLOBL vnniDmin<>(SB), RODATA|NOPTR, $64
 	V5KSUB(480, $2, $0xaa, Z6, Z8) \
 	V5KSUB(560, $3, $0xff, Z6, Z8)
 
-// The K-quant kernels' loop over the groups of four rows and their
-// super-blocks (SB: one super-block's work, size bytes of weights; the
-// sub-blocks advance SI and DI), END as LIMBRUN's.
-#define VKRUN(grp, lp, done, SB, size, END) \
-grp: \
-	TESTQ  R12, R12 \
-	JZ     done \
-	MOVQ   nb+0(FP), CX \
-	SHRQ   $3, CX \
-	MOVQ   R14, SI \
-	MOVQ   R11, DI \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-lp: \
-	SB \
-	ADDQ   size, R8 \
-	DECQ   CX \
-	JNZ    lp \
-	END \
-	VMOVUPS X0, (R13) \
-	ADDQ   $16, R13 \
-	DECQ   R12 \
-	JMP    grp \
-done: \
-	VZEROUPPER \
-	RET
-
 // func qdotQ4KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 // nb: 32-value blocks (eight a super-block).
 TEXT ·qdotQ4KV(SB), NOSPLIT, $0-56
 	VSETUP
 	MOVL         $3, AX
 	VPBROADCASTD AX, Z20
-	VMOVDQU32    vnniK2<>(SB), Z21
+	VMOVDQU32    ·vnniK2(SB), Z21
 	VMOVDQU32    vnniDmin<>(SB), Z29
-	VKRUN(k4g, k4, k4done, V4KSB, $576, VOFFEND($0xbf800000))
+	KLIMBRUN(k4g, k4, k4done, V4KSB, $576, VOFFEND($0xbf800000))
 
 // func qdotQ5KV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 // nb: 32-value blocks (eight a super-block).
@@ -562,11 +536,11 @@ TEXT ·qdotQ5KV(SB), NOSPLIT, $0-56
 	VSETUP
 	MOVL         $3, AX
 	VPBROADCASTD AX, Z20
-	VMOVDQU32    vnniK2<>(SB), Z21
+	VMOVDQU32    ·vnniK2(SB), Z21
 	VMOVDQU32    vnniDmin<>(SB), Z29
 	MOVL         $0x10101010, AX
 	VPBROADCASTD AX, Z23
-	VKRUN(k5g, k5, k5done, V5KSB, $704, VOFFEND($0xbf800000))
+	KLIMBRUN(k5g, k5, k5done, V5KSB, $704, VOFFEND($0xbf800000))
 
 // Q6_Kx4 (repack.go, q6kx4): per super-block the four rows' int8 scales
 // of the sixteen 16-value groups times their d (V6KSCALES: Z5..Z8, lane
@@ -670,7 +644,7 @@ TEXT ·qdotQ6KV(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z23
 	VMOVDQU32    v6Left<>(SB), Z21
 	VMOVDQU32    v6Right<>(SB), Z20
-	VKRUN(k6g, k6, k6done, V6KSB, $840, VOFFEND($0xc2000000))
+	KLIMBRUN(k6g, k6, k6done, V6KSB, $840, VOFFEND($0xc2000000))
 
 // Q8_0x4 (repack.go: the values as unsigned bytes u = q + 128, each
 // row's four consecutive values in one dword, the layout VPDPBUSD sums as
@@ -987,27 +961,12 @@ TEXT ·dequantQ51X(SB), NOSPLIT, $0-40
 	DQROWS(ROW, s, s+4, s+8, s+12) \
 	ADDQ $128, DI
 
-// The K-quant dequantisers' loop over super-blocks (size bytes; SB: one
-// super-block's work).
-#define DQKRUN(lp, done, SB, size) \
-	SHRQ  $3, CX \
-lp: \
-	TESTQ CX, CX \
-	JZ    done \
-	SB \
-	ADDQ  size, R8 \
-	DECQ  CX \
-	JMP   lp \
-done: \
-	VZEROUPPER \
-	RET
-
 #define DQ4KSETUP \
 	DQSETUP \
 	MOVQ         SP, BX \
 	MOVL         $3, AX \
 	VPBROADCASTD AX, Z20 \
-	VMOVDQU32    vnniK2<>(SB), Z21 \
+	VMOVDQU32    ·vnniK2(SB), Z21 \
 	VMOVDQU32    ·vnniD(SB), Z25 \
 	VMOVDQU32    vnniDmin<>(SB), Z29
 

@@ -129,7 +129,7 @@ func checkExtremes(t *testing.T, r *rand.Rand, qt QuantType, q []byte, rows, k i
 	t.Helper()
 	rt := qt.RepackedType()
 	if quantKernel(rt) == nil {
-		t.Logf("%v: no integer kernel here (VNNI)", rt)
+		t.Logf("%v: no integer kernel here", rt)
 		return
 	}
 	wf := make([]float32, rows*k)
@@ -229,46 +229,49 @@ func TestQ5x4Extremes(t *testing.T) {
 	})
 }
 
-// TestKx4Extremes: the integer kernels of Q4_Kx4, Q5_Kx4 and Q6_Kx4 (where they
-// run) with every value, scale and min at its largest (Q6_K: q = 63, the
-// bound its int32 sums are exact to; scales 127 or −128) or random,
-// against x at its blocks' largest values: within float32 noise of the
-// exact product.
+// TestKx4Extremes: the integer kernels of Q4_Kx4, Q5_Kx4 and Q6_Kx4
+// (where they run: AVX-512 VNNI, and AVX2's for Q4_Kx4 and Q5_Kx4, which
+// sum 16 and 8 values a dword) with every value, scale and min at its
+// largest (Q6_K: q = 63, the bound its int32 sums are exact to; scales
+// 127 or −128) or random, against x at its blocks' largest values:
+// within float32 noise of the exact product.
 func TestKx4Extremes(t *testing.T) {
 	const rows, k = 8, 512
 	r := rand.New(rand.NewPCG(35, 36))
-	for _, qt := range []QuantType{Q4_K, Q5_K, Q6_K} {
-		if quantKernel(qt.RepackedType()) == nil {
-			t.Logf("%v: no integer kernel here (VNNI)", qt.RepackedType())
-			continue
-		}
-		bb := qt.BlockBytes()
-		q := make([]byte, rows*qt.RowBytes(k))
-		for i := range q {
-			q[i] = 0xff
-		}
-		for row := range rows {
-			for b := range k / qk {
-				blk := q[(row*k/qk+b)*bb : (row*k/qk+b+1)*bb]
-				switch row % 4 {
-				case 1:
-					if qt == Q6_K {
-						for g := range 16 {
-							blk[192+g] = 0x80 // scale −128
+	forSIMD(t, func(t *testing.T) {
+		for _, qt := range []QuantType{Q4_K, Q5_K, Q6_K} {
+			if quantKernel(qt.RepackedType()) == nil {
+				t.Logf("%v: no integer kernel here", qt.RepackedType())
+				continue
+			}
+			bb := qt.BlockBytes()
+			q := make([]byte, rows*qt.RowBytes(k))
+			for i := range q {
+				q[i] = 0xff
+			}
+			for row := range rows {
+				for b := range k / qk {
+					blk := q[(row*k/qk+b)*bb : (row*k/qk+b+1)*bb]
+					switch row % 4 {
+					case 1:
+						if qt == Q6_K {
+							for g := range 16 {
+								blk[192+g] = 0x80 // scale −128
+							}
+						}
+					case 3:
+						for i := range blk {
+							blk[i] = byte(r.IntN(256))
 						}
 					}
-				case 3:
-					for i := range blk {
-						blk[i] = byte(r.IntN(256))
+					if qt == Q6_K {
+						blk[208], blk[209] = 0x00, 0x3c // d = 1
+					} else {
+						blk[0], blk[1], blk[2], blk[3] = 0x00, 0x3c, 0x00, 0x38 // d = 1, dmin = 0.5
 					}
 				}
-				if qt == Q6_K {
-					blk[208], blk[209] = 0x00, 0x3c // d = 1
-				} else {
-					blk[0], blk[1], blk[2], blk[3] = 0x00, 0x3c, 0x00, 0x38 // d = 1, dmin = 0.5
-				}
 			}
+			checkExtremes(t, r, qt, q, rows, k)
 		}
-		checkExtremes(t, r, qt, q, rows, k)
-	}
+	})
 }

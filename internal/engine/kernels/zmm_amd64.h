@@ -59,29 +59,40 @@ done: \
 	VZEROUPPER \
 	RET
 
+// The K-quant dequantisers' loop over super-blocks (CX: 32-value blocks;
+// size bytes; SB: one super-block's work).
+#define DQKRUN(lp, done, SB, size) \
+	SHRQ  $3, CX \
+lp: \
+	TESTQ CX, CX \
+	JZ    done \
+	SB \
+	ADDQ  size, R8 \
+	DECQ  CX \
+	JMP   lp \
+done: \
+	VZEROUPPER \
+	RET
+
 // The integer decode kernels' loop (quantvnni_amd64.s, and AVX2's
-// qdot*YV in quantavx2_amd64.s) over the groups of four rows (R12 of
-// them, from R8) and their nb blocks (size bytes of weights and lsize of
-// x's limbs each, from R14; 8 floats of scales each, from R11): BLOCK and
-// SCALE accumulate a block into Z0/Y0 and Z1/Y1 (zeroed, the upper bits
-// too, by the VEX-encoded VPXOR), END leaves the group's four dots in X0,
-// stored to R13. The weights are prefetched R10 bytes ahead.
-#define LIMBRUN(grp, lp, done, BLOCK, SCALE, END, size, lsize) \
+// qdot*YV/qdot*YN in quantavx2_amd64.s) over the groups of four rows (R12
+// of them, from R8), each over its nb 32-value blocks (x's limbs from
+// R14, 8 floats of scales each from R11) in steps of 2^shift blocks:
+// STEP accumulates a step into Z0/Y0 and Z1/Y1 (zeroed, the upper bits
+// too, by the VEX-encoded VPXOR) and advances R8, SI and DI past it; END
+// leaves the group's four dots in X0, stored to R13.
+#define LIMBGROUPS(grp, lp, done, shift, STEP, END) \
 grp: \
 	TESTQ R12, R12 \
 	JZ    done \
 	MOVQ  nb+0(FP), CX \
+	SHRQ  shift, CX \
 	MOVQ  R14, SI \
 	MOVQ  R11, DI \
 	VPXOR Y0, Y0, Y0 \
 	VPXOR Y1, Y1, Y1 \
 lp: \
-	BLOCK \
-	SCALE \
-	PREFETCHT0 (R8)(R10*1) \
-	ADDQ  $size, R8 \
-	ADDQ  $lsize, SI \
-	ADDQ  $32, DI \
+	STEP \
 	DECQ  CX \
 	JNZ   lp \
 	END \
@@ -92,3 +103,25 @@ lp: \
 done: \
 	VZEROUPPER \
 	RET
+
+// A block at a time (size bytes of weights, lsize of limbs): BLOCK and
+// SCALE accumulate it; the weights are prefetched R10 bytes ahead.
+#define LIMBSTEP(BLOCK, SCALE, size, lsize) \
+	BLOCK \
+	SCALE \
+	PREFETCHT0 (R8)(R10*1) \
+	ADDQ  $size, R8 \
+	ADDQ  $lsize, SI \
+	ADDQ  $32, DI
+
+#define LIMBRUN(grp, lp, done, BLOCK, SCALE, END, size, lsize) \
+	LIMBGROUPS(grp, lp, done, $0, LIMBSTEP(BLOCK, SCALE, size, lsize), END)
+
+// The K-quants, a 256-value super-block at a time (SB: its work, which
+// advances SI and DI past its eight blocks; size bytes of weights).
+#define KLIMBSTEP(SB, size) \
+	SB \
+	ADDQ  size, R8
+
+#define KLIMBRUN(grp, lp, done, SB, size, END) \
+	LIMBGROUPS(grp, lp, done, $3, KLIMBSTEP(SB, size), END)
