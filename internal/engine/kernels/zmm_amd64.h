@@ -1,5 +1,6 @@
-// Shared macros of the kernels' assembly files (AVX-512, and LIMBRUN:
-// AVX2 too).
+// Shared macros of the kernels' assembly files: AVX-512's, and the
+// loops the AVX-512 and AVX2 kernels share (DQKRUN, LIMBGROUPS with
+// LIMBRUN and KLIMBRUN).
 
 // Sum the lanes of z (y, x: its lower halves) into x's lanes 0..3, using
 // Y24 as scratch.
