@@ -339,3 +339,58 @@ func TestCommitOnAConnectionTheServerEnded(t *testing.T) {
 	m, j := f.runOne(t, st, writer("trained"), io.Discard)
 	f.completedOnce(t, st, m, j, 2, "trained")
 }
+
+// eventStore is the store of a node whose database restarts as the
+// trainer's first event is appended: the append's answer is lost, after
+// its commit went through (committed) or before.
+type eventStore struct {
+	store.Database
+	committed bool
+
+	mu    sync.Mutex
+	calls int
+}
+
+func (s *eventStore) AppendEventOnce(ctx context.Context, l store.Lease, id string, typ store.EventType, data any) (store.Event, error) {
+	s.mu.Lock()
+	s.calls++
+	n := s.calls
+	s.mu.Unlock()
+	if n > 1 {
+		return s.Database.AppendEventOnce(ctx, l, id, typ, data)
+	}
+	if s.committed {
+		if _, err := s.Database.AppendEventOnce(ctx, l, id, typ, data); err != nil {
+			return store.Event{}, err
+		}
+	}
+	return store.Event{}, errConnLost
+}
+
+// A training event whose append fails transiently (the database
+// restarting) is retried: the job completes, and its log holds the event
+// once — also when the failed append had committed.
+func TestEventAppendRetried(t *testing.T) {
+	each(t, func(t *testing.T, f *fixture) { testEventAppendRetried(t, f, false) })
+}
+
+func TestEventAppendCommittedRetried(t *testing.T) {
+	each(t, func(t *testing.T, f *fixture) { testEventAppendRetried(t, f, true) })
+}
+
+func testEventAppendRetried(t *testing.T, f *fixture, committed bool) {
+	st := &eventStore{Database: f.st, committed: committed}
+	var log syncBuffer
+	m, j := f.runOne(t, st, writer("trained"), &log)
+	if j.Status != store.StatusCompleted || j.Attempt != 1 {
+		t.Fatalf("job %s (%s) in attempt %d, want COMPLETED in attempt 1", j.Status, j.ErrorMessage, j.Attempt)
+	}
+	if st.calls != 2 {
+		t.Errorf("%d appends, want 2 (the failed one, its retry)", st.calls)
+	}
+	f.published(t, m, "trained")
+	f.events(t, j.ID, store.EventTrainingStarted, store.EventTrainingEnded)
+	if !strings.Contains(log.String(), "recording a training event failed; retrying") {
+		t.Errorf("no retry in the log:\n%s", log.String())
+	}
+}

@@ -704,21 +704,47 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 		return Result{}, err
 	}
 	emit := func(e Event) error {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 		if e.Type == "" {
 			return errors.New("event without a type")
 		}
-		_, err := q.st.AppendEvent(context.Background(), j.Lease(), e.Type, e.Data)
+		return q.appendEvent(ctx, j, r, e)
+	}
+	return q.cfg.Trainer.Train(ctx, tj, emit)
+}
+
+// appendEvent records the training run's event e under the run's lease. A
+// transient failure of the store (the database restarting) is retried as
+// complete's are, with a bounded backoff for at most a lease's time, under
+// one event id (store.AppendEventOnce), so that an append whose commit
+// went through while its answer was lost is not written twice; the run's
+// lock is held through each attempt, not between them.
+func (q *Queue) appendEvent(ctx context.Context, j store.Job, r *run, e Event) error {
+	id, wait := store.NewID(), commitRetryFirst
+	giveUp := time.Now().Add(q.cfg.LeaseTimeout)
+	for {
+		err := func() error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			_, err := q.st.AppendEventOnce(context.Background(), j.Lease(), id, e.Type, e.Data)
+			return err
+		}()
 		if errors.Is(err, store.ErrLeaseLost) {
 			r.cancel(store.ErrLeaseLost)
 		}
-		return err
+		if err == nil || !store.Transient(err) || time.Now().Add(wait).After(giveUp) {
+			return err
+		}
+		q.log.Warn("recording a training event failed; retrying", "job_id", j.ID, "event", e.Type, "in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, commitRetryMost)
 	}
-	return q.cfg.Trainer.Train(ctx, tj, emit)
 }
 
 // jobConfig is the config the job's record shows, which its trainer runs

@@ -102,6 +102,12 @@ func (s *sqlDB) ListEvents(ctx context.Context, jobID string, page Page) ([]Even
 
 // AppendEvent appends an event to the log of the job l leases.
 func (s *sqlDB) AppendEvent(ctx context.Context, l Lease, typ EventType, data any) (Event, error) {
+	return s.AppendEventOnce(ctx, l, NewID(), typ, data)
+}
+
+// AppendEventOnce appends the event id to the log of the job l leases,
+// unless the log has it.
+func (s *sqlDB) AppendEventOnce(ctx context.Context, l Lease, id string, typ EventType, data any) (Event, error) {
 	var e Event
 	err := s.tx(ctx, func(tx *rtx) error {
 		// Shares the job's row with other appends and excludes a claim or
@@ -111,7 +117,7 @@ func (s *sqlDB) AppendEvent(ctx context.Context, l Lease, typ EventType, data an
 			return err
 		}
 		var err error
-		e, err = appendEvent(ctx, tx, l.JobID, typ, data)
+		e, err = insertEvent(ctx, tx, id, l.JobID, typ, data)
 		return err
 	})
 	return e, err
@@ -132,6 +138,11 @@ func (s *sqlDB) holdLease(ctx context.Context, tx *rtx, l Lease, lock string) er
 }
 
 func appendEvent(ctx context.Context, q queryer, jobID string, typ EventType, data any) (Event, error) {
+	return insertEvent(ctx, q, NewID(), jobID, typ, data)
+}
+
+// insertEvent inserts the event id of the job, unless the log has it.
+func insertEvent(ctx context.Context, q queryer, id, jobID string, typ EventType, data any) (Event, error) {
 	if data == nil {
 		data = map[string]any{}
 	}
@@ -139,8 +150,8 @@ func appendEvent(ctx context.Context, q queryer, jobID string, typ EventType, da
 	if err != nil {
 		return Event{}, fmt.Errorf("event %s data: %w", typ, err)
 	}
-	e := Event{ID: NewID(), JobID: jobID, Type: typ, Data: b, CreatedAt: now()}
-	if _, err := q.ExecContext(ctx, "INSERT INTO job_events (id, job_id, type, data, created_at) VALUES (?, ?, ?, ?, ?)",
+	e := Event{ID: id, JobID: jobID, Type: typ, Data: b, CreatedAt: now()}
+	if _, err := q.ExecContext(ctx, "INSERT INTO job_events (id, job_id, type, data, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
 		e.ID, e.JobID, e.Type, string(b), FormatTime(e.CreatedAt)); err != nil {
 		return e, fmt.Errorf("insert event: %w", err)
 	}

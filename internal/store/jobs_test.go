@@ -452,3 +452,40 @@ func tempSQLite(t *testing.T) *store.SQLite {
 	t.Cleanup(func() { st.Close() })
 	return st
 }
+
+// An event appended again under its id (a retry after a transient failure
+// whose commit went through) is in the job's log once, with its first
+// data; an event of a lost lease is refused as any.
+func TestAppendEventOnce(t *testing.T) { backends(t, testAppendEventOnce) }
+
+func testAppendEventOnce(t *testing.T, open opener) {
+	ctx := context.Background()
+	st := open(t)
+	m := newModel(t, st, "m")
+	job, err := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok, err := st.ClaimNext(ctx, "node-a", time.Hour, nil)
+	if err != nil || !ok || a.ID != job.ID {
+		t.Fatalf("claim: %+v %v %v", a, ok, err)
+	}
+	id := store.NewID()
+	for i := range 2 {
+		if _, err := st.AppendEventOnce(ctx, a.Lease(), id, "gradient_step", map[string]any{"try": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, _, err := st.ListEvents(ctx, job.ID, store.Page{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].ID != id || string(evs[0].Data) != `{"try":0}` {
+		t.Fatalf("events %+v, want the one of id %s with its first data", evs, id)
+	}
+	lost := a.Lease()
+	lost.Attempt++
+	if _, err := st.AppendEventOnce(ctx, lost, store.NewID(), "gradient_step", nil); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("append under a lost lease: %v, want ErrLeaseLost", err)
+	}
+}

@@ -297,6 +297,10 @@ type Jobs interface {
 	// AppendEvent appends an event to the log of the job l leases
 	// (ErrLeaseLost when l is no longer its lease).
 	AppendEvent(ctx context.Context, l Lease, typ EventType, data any) (Event, error)
+	// AppendEventOnce is AppendEvent with the event's id chosen by the
+	// caller (NewID): an append retried after a transient failure whose
+	// commit went through (its answer lost) writes nothing again.
+	AppendEventOnce(ctx context.Context, l Lease, id string, typ EventType, data any) (Event, error)
 	// ClaimNext claims the oldest runnable job for node owner with a lease
 	// of ttl and returns it RUNNING: a RUNNING job whose lease expired
 	// (its node died; its partial events are discarded), else the oldest
