@@ -58,11 +58,11 @@ func seedScale(tb testing.TB, dir string, steps, calls int) scale {
 		if err != nil || !ok {
 			tb.Fatalf("claim: %v %v", ok, err)
 		}
-		if _, err := st.AppendEvent(ctx, j.Lease(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
+		if _, err := st.AppendEvent(ctx, j.Lease(), store.NewID(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
 			tb.Fatal(err)
 		}
 		loss := 1 / float64(i+1)
-		if _, err := st.AppendEvent(ctx, j.Lease(), "gradient_step", map[string]any{"gradient_step": 1, "loss": loss, "grad_norm": 2 * loss, "entropy": 3 - loss}); err != nil {
+		if _, err := st.AppendEvent(ctx, j.Lease(), store.NewID(), "gradient_step", map[string]any{"gradient_step": 1, "loss": loss, "grad_norm": 2 * loss, "entropy": 3 - loss}); err != nil {
 			tb.Fatal(err)
 		}
 		reward := float64(i) / float64(steps)

@@ -351,16 +351,16 @@ type eventStore struct {
 	calls int
 }
 
-func (s *eventStore) AppendEventOnce(ctx context.Context, l store.Lease, id string, typ store.EventType, data any) (store.Event, error) {
+func (s *eventStore) AppendEvent(ctx context.Context, l store.Lease, id string, typ store.EventType, data any) (store.Event, error) {
 	s.mu.Lock()
 	s.calls++
 	n := s.calls
 	s.mu.Unlock()
 	if n > 1 {
-		return s.Database.AppendEventOnce(ctx, l, id, typ, data)
+		return s.Database.AppendEvent(ctx, l, id, typ, data)
 	}
 	if s.committed {
-		if _, err := s.Database.AppendEventOnce(ctx, l, id, typ, data); err != nil {
+		if _, err := s.Database.AppendEvent(ctx, l, id, typ, data); err != nil {
 			return store.Event{}, err
 		}
 	}

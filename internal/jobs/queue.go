@@ -715,7 +715,7 @@ func (q *Queue) train(ctx context.Context, j store.Job, r *run) (Result, error) 
 // appendEvent records the training run's event e under the run's lease. A
 // transient failure of the store (the database restarting) is retried as
 // complete's are, with a bounded backoff for at most a lease's time, under
-// one event id (store.AppendEventOnce), so that an append whose commit
+// one event id (store.AppendEvent), so that an append whose commit
 // went through while its answer was lost is not written twice; the run's
 // lock is held through each attempt, not between them.
 func (q *Queue) appendEvent(ctx context.Context, j store.Job, r *run, e Event) error {
@@ -728,7 +728,7 @@ func (q *Queue) appendEvent(ctx context.Context, j store.Job, r *run, e Event) e
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			_, err := q.st.AppendEventOnce(context.Background(), j.Lease(), id, e.Type, e.Data)
+			_, err := q.st.AppendEvent(context.Background(), j.Lease(), id, e.Type, e.Data)
 			return err
 		}()
 		if errors.Is(err, store.ErrLeaseLost) {

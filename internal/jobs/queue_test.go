@@ -263,7 +263,7 @@ func testRequeueAtStartAndShutdown(t *testing.T, f *fixture) {
 	partial := f.layout.WorkDir(m, id+".1")
 	os.MkdirAll(partial, 0o755)
 	os.WriteFile(filepath.Join(partial, "junk"), []byte("x"), 0o644)
-	f.st.AppendEvent(context.Background(), dead.Lease(), "training_started", map[string]any{"num_sequences": 1})
+	f.st.AppendEvent(context.Background(), dead.Lease(), store.NewID(), "training_started", map[string]any{"num_sequences": 1})
 	time.Sleep(5 * time.Millisecond)
 
 	orphans := []string{filepath.Join(f.dataDir, "requests", store.NewID()+".json"), filepath.Join(f.dataDir, "requests", "x.json.part")}

@@ -100,14 +100,9 @@ func (s *sqlDB) ListEvents(ctx context.Context, jobID string, page Page) ([]Even
 	return scanEvents(rows, limit, "list events")
 }
 
-// AppendEvent appends an event to the log of the job l leases.
-func (s *sqlDB) AppendEvent(ctx context.Context, l Lease, typ EventType, data any) (Event, error) {
-	return s.AppendEventOnce(ctx, l, NewID(), typ, data)
-}
-
-// AppendEventOnce appends the event id to the log of the job l leases,
+// AppendEvent appends the event id to the log of the job l leases,
 // unless the log has it.
-func (s *sqlDB) AppendEventOnce(ctx context.Context, l Lease, id string, typ EventType, data any) (Event, error) {
+func (s *sqlDB) AppendEvent(ctx context.Context, l Lease, id string, typ EventType, data any) (Event, error) {
 	var e Event
 	err := s.tx(ctx, func(tx *rtx) error {
 		// Shares the job's row with other appends and excludes a claim or

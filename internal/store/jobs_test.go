@@ -59,7 +59,7 @@ func testLeaseExpiryAndFencing(t *testing.T, open opener) {
 	if err != nil || !ok || a.ID != job.ID || a.Attempt != 1 || a.LeaseOwner != "node-a" || a.Status != store.StatusRunning {
 		t.Fatalf("claim: %+v %v %v", a, ok, err)
 	}
-	if _, err := st.AppendEvent(ctx, a.Lease(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
+	if _, err := st.AppendEvent(ctx, a.Lease(), store.NewID(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.RenewLease(ctx, a.Lease(), time.Hour); err != nil {
@@ -81,7 +81,7 @@ func testLeaseExpiryAndFencing(t *testing.T, open opener) {
 		t.Errorf("the lost run's %d events survive its reclaim", len(evs))
 	}
 	lost := a.Lease()
-	if _, err := st.AppendEvent(ctx, lost, "gradient_step", nil); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := st.AppendEvent(ctx, lost, store.NewID(), "gradient_step", nil); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("event of a lost lease: %v", err)
 	}
 	if err := st.RenewLease(ctx, lost, time.Hour); !errors.Is(err, store.ErrLeaseLost) {
@@ -96,7 +96,7 @@ func testLeaseExpiryAndFencing(t *testing.T, open opener) {
 	if err := st.Requeue(ctx, lost); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("requeue with a lost lease: %v", err)
 	}
-	if _, err := st.AppendEvent(ctx, b.Lease(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
+	if _, err := st.AppendEvent(ctx, b.Lease(), store.NewID(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := completeJob(ctx, st, b.Lease(), store.Checkpoint{ModelID: m.ID, Step: 1, Dir: "/b/1"}, nil); err != nil {
@@ -111,7 +111,7 @@ func testLeaseExpiryAndFencing(t *testing.T, open opener) {
 		t.Errorf("events %+v", evs)
 	}
 	// Ended: no lease of it is current any more, not even the last one.
-	if _, err := st.AppendEvent(ctx, b.Lease(), "gradient_step", nil); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := st.AppendEvent(ctx, b.Lease(), store.NewID(), "gradient_step", nil); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("event after the end: %v", err)
 	}
 	// A user's cancel ends a running job; its run's lease is lost with it.
@@ -384,7 +384,7 @@ func testLists(t *testing.T, open opener) {
 	j2, _ := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
 	c, _, _ := st.ClaimNext(ctx, "node-a", time.Hour, nil)
 	for range 3 {
-		if _, err := st.AppendEvent(ctx, c.Lease(), "gradient_step", map[string]any{"loss": 1}); err != nil {
+		if _, err := st.AppendEvent(ctx, c.Lease(), store.NewID(), "gradient_step", map[string]any{"loss": 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -456,9 +456,9 @@ func tempSQLite(t *testing.T) *store.SQLite {
 // An event appended again under its id (a retry after a transient failure
 // whose commit went through) is in the job's log once, with its first
 // data; an event of a lost lease is refused as any.
-func TestAppendEventOnce(t *testing.T) { backends(t, testAppendEventOnce) }
+func TestAppendEventSameID(t *testing.T) { backends(t, testAppendEventSameID) }
 
-func testAppendEventOnce(t *testing.T, open opener) {
+func testAppendEventSameID(t *testing.T, open opener) {
 	ctx := context.Background()
 	st := open(t)
 	m := newModel(t, st, "m")
@@ -472,7 +472,7 @@ func testAppendEventOnce(t *testing.T, open opener) {
 	}
 	id := store.NewID()
 	for i := range 2 {
-		if _, err := st.AppendEventOnce(ctx, a.Lease(), id, "gradient_step", map[string]any{"try": i}); err != nil {
+		if _, err := st.AppendEvent(ctx, a.Lease(), id, "gradient_step", map[string]any{"try": i}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -485,7 +485,7 @@ func testAppendEventOnce(t *testing.T, open opener) {
 	}
 	lost := a.Lease()
 	lost.Attempt++
-	if _, err := st.AppendEventOnce(ctx, lost, store.NewID(), "gradient_step", nil); !errors.Is(err, store.ErrLeaseLost) {
+	if _, err := st.AppendEvent(ctx, lost, store.NewID(), "gradient_step", nil); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("append under a lost lease: %v, want ErrLeaseLost", err)
 	}
 }

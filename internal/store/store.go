@@ -294,13 +294,12 @@ type Jobs interface {
 	JobByID(ctx context.Context, id string) (Job, error)
 	// ListEvents lists a job's events in creation order after the cursor.
 	ListEvents(ctx context.Context, jobID string, page Page) ([]Event, bool, error)
-	// AppendEvent appends an event to the log of the job l leases
-	// (ErrLeaseLost when l is no longer its lease).
-	AppendEvent(ctx context.Context, l Lease, typ EventType, data any) (Event, error)
-	// AppendEventOnce is AppendEvent with the event's id chosen by the
-	// caller (NewID): an append retried after a transient failure whose
-	// commit went through (its answer lost) writes nothing again.
-	AppendEventOnce(ctx context.Context, l Lease, id string, typ EventType, data any) (Event, error)
+	// AppendEvent appends the event id (the caller's NewID) to the log
+	// of the job l leases (ErrLeaseLost when l is no longer its lease),
+	// unless the log has it: an append retried under its id after a
+	// transient failure whose commit went through (its answer lost)
+	// writes nothing again.
+	AppendEvent(ctx context.Context, l Lease, id string, typ EventType, data any) (Event, error)
 	// ClaimNext claims the oldest runnable job for node owner with a lease
 	// of ttl and returns it RUNNING: a RUNNING job whose lease expired
 	// (its node died; its partial events are discarded), else the oldest
