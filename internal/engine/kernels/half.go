@@ -60,8 +60,9 @@ func HalfToFloat32(t HalfType, dst []float32, src []uint16) {
 
 // hdot4 returns the dots of x with the four half-precision rows
 // w[r*ldw : r*ldw+len(x)], r = 0..3.
-// rows selects the AVX2 kernels' access order (order.go): the same result.
-func hdot4(t HalfType, x []float32, w []uint16, ldw int, rows bool) [4]float32 {
+// rows selects the AVX2 kernels' access order, pf their prefetch distance
+// in row order (order.go): the same result.
+func hdot4(t HalfType, x []float32, w []uint16, ldw int, rows bool, pf int) [4]float32 {
 	n := len(x)
 	_ = w[3*ldw+n-1]
 	var out [4]float32
@@ -69,13 +70,13 @@ func hdot4(t HalfType, x []float32, w []uint16, ldw int, rows bool) [4]float32 {
 	switch {
 	case haveAVX2 && n >= 8 && t == BF16 && rows:
 		i = n &^ 7
-		hdot4BF16R(i, &x[0], &w[0], ldw, &out)
+		hdot4BF16R(i, &x[0], &w[0], ldw, &out, pf)
 	case haveAVX2 && n >= 8 && t == BF16:
 		i = n &^ 7
 		hdot4BF16Y(i, &x[0], &w[0], ldw, &out)
 	case haveF16C && n >= 8 && t == F16 && rows:
 		i = n &^ 7
-		hdot4F16R(i, &x[0], &w[0], ldw, &out)
+		hdot4F16R(i, &x[0], &w[0], ldw, &out, pf)
 	case haveF16C && n >= 8 && t == F16:
 		i = n &^ 7
 		hdot4F16Y(i, &x[0], &w[0], ldw, &out)
@@ -504,7 +505,7 @@ func (hc *halfCall) task(_, ti int) {
 		switch {
 		case w.h == nil:
 			for ; i < m; i++ {
-				store4(c, i*ldc+j, beta, dot4Ordered(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld, rows))
+				store4(c, i*ldc+j, beta, dot4Ordered(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld, rows, pf))
 			}
 		case wide != nil:
 			f := wide.s[:4*k]
@@ -515,7 +516,7 @@ func (hc *halfCall) task(_, ti int) {
 				store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f, k))
 			}
 		default:
-			store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld, rows))
+			store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld, rows, pf))
 		}
 	}
 	for ; j < j1; j++ { // rows left over: plain dots

@@ -47,13 +47,13 @@ func dot1F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int)
 func dot1F32R(n int, x *float32, w *float32, ldw int, out *[4]float32, pf int)
 
 //go:noescape
-func hdot4BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+func hdot4BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int)
 
 //go:noescape
-func hdot4F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
+func hdot4F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int)
 
 //go:noescape
-func dot4R(n int, x, w *float32, ldw int, out *[4]float32)
+func dot4R(n int, x, w *float32, ldw int, out *[4]float32, pf int)
 
 //go:noescape
 func evenOddZ(blocks int, dst, x *float32)

@@ -579,21 +579,21 @@ TEXT ·dot1BF16R(SB), NOSPLIT, $0-48
 // same two accumulators per row (Y2r: the 16-element steps' first half and
 // the 8-element tail, Y2r+1: the second half), the same FMAs in the same
 // sequence and the same reduction (STORE4Y), so bit-identical results; the
-// rows are read one after another with a software prefetch RPF bytes ahead
-// (a fixed distance: only the AVX-512 kernels' is calibrated).
-#define RPF 4096
+// rows are read one after another with a software prefetch pf bytes ahead
+// (R13; calibrated as the AVX-512 kernels' distance is, order.go).
 
 #define F32Y(src, dst) \
 	VMOVUPS src, dst
 
 #define ROWY(LOAD, sh, r, ya, yb, l16, l8, done) \
 	XORQ AX, AX \
+	LEAQ (r)(R13*1), R14 \
 l16: \
 	MOVQ CX, BX \
 	SUBQ AX, BX \
 	CMPQ BX, $16 \
 	JLT  l8 \
-	PREFETCHT0  RPF(r)(AX*sh) \
+	PREFETCHT0  (R14)(AX*sh) \
 	VMOVUPS     (SI)(AX*4), Y8 \
 	VMOVUPS     32(SI)(AX*4), Y9 \
 	LOAD((r)(AX*sh), Y10) \
@@ -610,9 +610,10 @@ l8: \
 	VFMADD231PS Y10, Y8, ya \
 done:
 
-// func hdot4BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
-TEXT ·hdot4BF16R(SB), NOSPLIT, $0-40
+// func hdot4BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int)
+TEXT ·hdot4BF16R(SB), NOSPLIT, $0-48
 	SETUP4
+	MOVQ pf+40(FP), R13
 	ZEROY
 	ROWY(BF16Y, 2, R8, Y0, Y1, hbr0, hbr0t, hbr0d)
 	ROWY(BF16Y, 2, R9, Y2, Y3, hbr1, hbr1t, hbr1d)
@@ -620,9 +621,10 @@ TEXT ·hdot4BF16R(SB), NOSPLIT, $0-40
 	ROWY(BF16Y, 2, R11, Y6, Y7, hbr3, hbr3t, hbr3d)
 	STORE4Y
 
-// func hdot4F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)
-TEXT ·hdot4F16R(SB), NOSPLIT, $0-40
+// func hdot4F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int)
+TEXT ·hdot4F16R(SB), NOSPLIT, $0-48
 	SETUP4
+	MOVQ pf+40(FP), R13
 	ZEROY
 	ROWY(F16Y, 2, R8, Y0, Y1, hfr0, hfr0t, hfr0d)
 	ROWY(F16Y, 2, R9, Y2, Y3, hfr1, hfr1t, hfr1d)
@@ -630,8 +632,9 @@ TEXT ·hdot4F16R(SB), NOSPLIT, $0-40
 	ROWY(F16Y, 2, R11, Y6, Y7, hfr3, hfr3t, hfr3d)
 	STORE4Y
 
-// func dot4R(n int, x, w *float32, ldw int, out *[4]float32)
-TEXT ·dot4R(SB), NOSPLIT, $0-40
+// func dot4R(n int, x, w *float32, ldw int, out *[4]float32, pf int)
+TEXT ·dot4R(SB), NOSPLIT, $0-48
+	MOVQ pf+40(FP), R13
 	MOVQ n+0(FP), CX
 	MOVQ x+8(FP), SI
 	MOVQ w+16(FP), R8

@@ -30,6 +30,10 @@ func dot1F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int) {
 func dot1F32R(n int, x *float32, w *float32, ldw int, out *[4]float32, pf int) {
 	panic("kernels: no asm")
 }
-func hdot4BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32) { panic("kernels: no asm") }
-func hdot4F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32)  { panic("kernels: no asm") }
-func dot4R(n int, x, w *float32, ldw int, out *[4]float32)              { panic("kernels: no asm") }
+func hdot4BF16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int) {
+	panic("kernels: no asm")
+}
+func hdot4F16R(n int, x *float32, w *uint16, ldw int, out *[4]float32, pf int) {
+	panic("kernels: no asm")
+}
+func dot4R(n int, x, w *float32, ldw int, out *[4]float32, pf int) { panic("kernels: no asm") }

@@ -1,6 +1,9 @@
 package kernels
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -151,4 +154,72 @@ func streamBuffers(probeBytes, weightBytes, n, k int) (probe, wf []float32, wh [
 		x[i] = 1
 	}
 	return probe, wf, wh, x, make([]float32, n)
+}
+
+// BenchmarkStreamPrefetch compares the one-row decode kernels' prefetch
+// distances (SetPrefetch: none, and the calibration's candidates) in row
+// order on 128 MiB of weights ([3072, 576] matrices, as
+// BenchmarkGemvStream), float32 and BF16, on this machine's kernels
+// (AVX-512, else AVX2): each iteration runs every distance once in a
+// fresh random order after the read-bandwidth probe, and the report gives
+// each distance's weight GB/s and the median over iterations of its speed
+// against the default's — the calibration's measure, outside a model.
+func BenchmarkStreamPrefetch(b *testing.B) {
+	const bytes = 128 << 20
+	const n, k = 3072, 576
+	probe, wf, wh, x, c := streamBuffers(2*bytes, bytes, n, k)
+	defer fixDecode()()
+	dists := append([]int{0}, prefetchCands...)
+	kinds := []struct {
+		name  string
+		run   func()
+		bytes float64
+	}{
+		{"f32", func() {
+			for o := 0; o+n*k <= len(wf); o += n * k {
+				GemvNT(1, n, k, x, k, wf[o:], k, 0, c, n)
+			}
+		}, float64(len(wf) / (n * k) * n * k * 4)},
+		{"bf16", func() {
+			for o := 0; o+n*k <= len(wh); o += n * k {
+				HalfGemmNT(BF16, 1, n, k, x, k, wh[o:], k, 0, c, n)
+			}
+		}, float64(len(wh) / (n * k) * n * k * 2)},
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	secs := make([][]float64, len(kinds)) // per kind and distance: seconds
+	ratios := make([][][]float64, len(kinds))
+	for i := range kinds {
+		secs[i] = make([]float64, len(dists))
+		ratios[i] = make([][]float64, len(dists))
+	}
+	var tProbe float64
+	b.ResetTimer()
+	for range b.N {
+		s := time.Now()
+		SumParallel(probe)
+		tProbe += time.Since(s).Seconds()
+		for i, kd := range kinds {
+			t := make([]float64, len(dists))
+			for _, d := range r.Perm(len(dists)) {
+				SetPrefetch(Prefetch{Half: dists[d], Quant: defaultPrefetch.Quant, Repacked: defaultPrefetch.Repacked})
+				s := time.Now()
+				kd.run()
+				t[d] = time.Since(s).Seconds()
+				secs[i][d] += t[d]
+			}
+			for d := range dists {
+				ratios[i][d] = append(ratios[i][d], t[slices.Index(dists, defaultPrefetch.Half)]/t[d])
+			}
+		}
+	}
+	b.ReportMetric(float64(len(probe)*4)*float64(b.N)/tProbe/1e9, "readGB/s")
+	for i, kd := range kinds {
+		for d, dist := range dists {
+			name := fmt.Sprintf("%s-pf%dK", kd.name, dist>>10)
+			b.ReportMetric(kd.bytes*float64(b.N)/secs[i][d]/1e9, name+"-GB/s")
+			slices.Sort(ratios[i][d])
+			b.ReportMetric(ratios[i][d][len(ratios[i][d])/2], name+"-vs-default")
+		}
+	}
 }

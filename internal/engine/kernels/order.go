@@ -11,9 +11,10 @@ import (
 	"time"
 )
 
-// decodeTuner holds the setting of a family of AVX-512 decode kernels
-// (one activation row against groups of four weight rows, the product of
-// batch-1 decode) that changes their speed only, never a result:
+// decodeTuner holds the setting of a family of decode kernels (AVX-512's,
+// or AVX2's on machines without it; one activation row against groups of
+// four weight rows, the product of batch-1 decode) that changes their
+// speed only, never a result:
 //
 //   - the access order (float32/16-bit and block-quantized rows): row
 //     order reads the four weight rows one after another, lockstep a
@@ -74,9 +75,9 @@ type decodeSetting struct {
 }
 
 // Prefetch is the software-prefetch distances, in bytes ahead in the
-// weight stream, of the AVX-512 decode kernels that read one stream.
+// weight stream, of the decode kernels that read one stream.
 type Prefetch struct {
-	Half     int // float32/16-bit weights, row order (dot1*R)
+	Half     int // float32/16-bit weights, row order (dot1*R; AVX2: dot4R, hdot4*R)
 	Quant    int // block-quantized rows, row order (qdot*R)
 	Repacked int // the four-row layouts Q4_1x4, ..., Q5_1x4 (qdotQ4?X, qdot??V)
 }
@@ -90,9 +91,10 @@ var (
 	// prefetchCands is the distances calibration tries.
 	prefetchCands = []int{2 << 10, 4 << 10, 8 << 10, 16 << 10}
 
-	// The AVX2 kernels (no AVX-512) prefetch a fixed distance: only their
-	// order is calibrated.
-	halfTuner   = newDecodeTuner("float32/16-bit", true, haveAVX512, defaultPrefetch.Half) // dot1*Z / dot1*R
+	// The AVX2 float32/16-bit kernels (no AVX-512: dot4R, hdot4*R) take
+	// the same candidates (on AMD Zen 3, BenchmarkStreamPrefetch: 2-16 KiB
+	// within 4% of one another, none 0.88x for BF16).
+	halfTuner   = newDecodeTuner("float32/16-bit", true, true, defaultPrefetch.Half)       // dot1*Z / dot1*R, dot4 / dot4R
 	quantTuner  = newDecodeTuner("block-quantized", true, true, defaultPrefetch.Quant)     // qdot*Z / qdot*R
 	repackTuner = newDecodeTuner("four-row layout", false, true, defaultPrefetch.Repacked) // qdotQ4?X, qdot??V
 )

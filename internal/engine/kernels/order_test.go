@@ -36,8 +36,8 @@ func fixDecode() func() {
 // after calibRounds rounds of a timed call of each the setting is
 // decided, is one of the candidates, and stays.
 func TestOrderCalibrates(t *testing.T) {
-	if !haveAVX512 || !haveF16C {
-		t.Skip("no AVX-512")
+	if !haveF16C {
+		t.Skip("no AVX2")
 	}
 	defer fixDecode()()
 	r := rand.New(rand.NewPCG(7, 8))
@@ -220,35 +220,69 @@ func TestSetDecodeSetting(t *testing.T) {
 // distance): float32, F16 and BF16 rows over several lengths and strides,
 // and every quantized format with one block, odd and even numbers of
 // blocks (the kernels take two or four blocks per step and the rest at
-// the end).
+// the end). Without AVX-512: the AVX2 float32/16-bit kernels.
 func TestPrefetchBitIdentical(t *testing.T) {
-	if !haveAVX512 || !haveF16C {
-		t.Skip("no AVX-512")
+	if !haveF16C {
+		t.Skip("no AVX2")
 	}
 	r := rand.New(rand.NewPCG(9, 10))
-	for _, kz := range []int{32, 96, 576, 1536} {
-		for _, pad := range []int{0, 5} {
-			ld := kz + pad
-			x := randSlice(r, kz)
-			f := randSlice(r, 4*ld)
-			h, _ := randHalf(r, F16, 4*ld)
-			b, _ := randHalf(r, BF16, 4*ld)
-			var f32, f16, bf16 [4]float32
-			dot1F32Z(kz, &x[0], &f[0], ld, &f32)
-			dot1F16Z(kz, &x[0], &h[0], ld, &f16)
-			dot1BF16Z(kz, &x[0], &b[0], ld, &bf16)
-			for _, pf := range prefetchTests {
-				var g32, g16, gbf [4]float32
-				dot1F32R(kz, &x[0], &f[0], ld, &g32, pf)
-				dot1F16R(kz, &x[0], &h[0], ld, &g16, pf)
-				dot1BF16R(kz, &x[0], &b[0], ld, &gbf, pf)
-				for _, c := range [][2][4]float32{{f32, g32}, {f16, g16}, {bf16, gbf}} {
-					if !sameBits(c[0][:], c[1][:]) {
-						t.Fatalf("k=%d ld=%d prefetch %d: row order %v, lockstep %v", kz, ld, pf, c[1], c[0])
+	// Each instruction set's one-row kernels: float32, F16, BF16 rows.
+	type oneRow struct {
+		name string
+		ks   []int
+		lock func(kz int, x, f *float32, h, b *uint16, ld int, out *[3][4]float32)
+		row  func(kz int, x, f *float32, h, b *uint16, ld int, out *[3][4]float32, pf int)
+	}
+	sets := []oneRow{
+		{"AVX2", []int{8, 24, 576, 1536},
+			func(kz int, x, f *float32, h, b *uint16, ld int, o *[3][4]float32) {
+				dot4(kz, x, f, ld, &o[0])
+				hdot4F16Y(kz, x, h, ld, &o[1])
+				hdot4BF16Y(kz, x, b, ld, &o[2])
+			},
+			func(kz int, x, f *float32, h, b *uint16, ld int, o *[3][4]float32, pf int) {
+				dot4R(kz, x, f, ld, &o[0], pf)
+				hdot4F16R(kz, x, h, ld, &o[1], pf)
+				hdot4BF16R(kz, x, b, ld, &o[2], pf)
+			}},
+	}
+	if haveAVX512 {
+		sets = append(sets, oneRow{"AVX-512", []int{32, 96, 576, 1536},
+			func(kz int, x, f *float32, h, b *uint16, ld int, o *[3][4]float32) {
+				dot1F32Z(kz, x, f, ld, &o[0])
+				dot1F16Z(kz, x, h, ld, &o[1])
+				dot1BF16Z(kz, x, b, ld, &o[2])
+			},
+			func(kz int, x, f *float32, h, b *uint16, ld int, o *[3][4]float32, pf int) {
+				dot1F32R(kz, x, f, ld, &o[0], pf)
+				dot1F16R(kz, x, h, ld, &o[1], pf)
+				dot1BF16R(kz, x, b, ld, &o[2], pf)
+			}})
+	}
+	for _, set := range sets {
+		for _, kz := range set.ks {
+			for _, pad := range []int{0, 5} {
+				ld := kz + pad
+				x := randSlice(r, kz)
+				f := randSlice(r, 4*ld)
+				h, _ := randHalf(r, F16, 4*ld)
+				b, _ := randHalf(r, BF16, 4*ld)
+				var want, got [3][4]float32
+				set.lock(kz, &x[0], &f[0], &h[0], &b[0], ld, &want)
+				for _, pf := range prefetchTests {
+					set.row(kz, &x[0], &f[0], &h[0], &b[0], ld, &got, pf)
+					for i := range want {
+						if !sameBits(want[i][:], got[i][:]) || want[i][0] == 0 {
+							t.Fatalf("%s %s k=%d ld=%d prefetch %d: row order %v, lockstep %v",
+								set.name, []string{"F32", "F16", "BF16"}[i], kz, ld, pf, got[i], want[i])
+						}
 					}
 				}
 			}
 		}
+	}
+	if !haveAVX512 {
+		t.Skip("no AVX-512: the quantized rows' row-order kernels")
 	}
 	for _, qt := range append(allQuant, allRepacked...) {
 		kern := quantKernel(qt)

@@ -152,12 +152,12 @@ func axpyImpl(alpha float32, x, y []float32) {
 }
 
 // dot4Impl returns the dots of x with the four rows w[r*ldw : r*ldw+len(x)].
-func dot4Impl(x, w []float32, ldw int) [4]float32 { return dot4Ordered(x, w, ldw, false) }
+func dot4Impl(x, w []float32, ldw int) [4]float32 { return dot4Ordered(x, w, ldw, false, 0) }
 
 // dot4Ordered is dot4Impl reading the four rows one at a time (the AVX2
-// kernel dot4R) when rows: the same result, another access order
-// (order.go).
-func dot4Ordered(x, w []float32, ldw int, rows bool) [4]float32 {
+// kernel dot4R, prefetching pf bytes ahead) when rows: the same result,
+// another access order (order.go).
+func dot4Ordered(x, w []float32, ldw int, rows bool, pf int) [4]float32 {
 	n := len(x)
 	_ = w[3*ldw+n-1]
 	var out [4]float32
@@ -165,7 +165,7 @@ func dot4Ordered(x, w []float32, ldw int, rows bool) [4]float32 {
 	switch {
 	case haveAVX2 && n >= 8 && rows:
 		i = n &^ 7
-		dot4R(i, &x[0], &w[0], ldw, &out)
+		dot4R(i, &x[0], &w[0], ldw, &out, pf)
 	case haveAVX2 && n >= 8:
 		i = n &^ 7
 		dot4(i, &x[0], &w[0], ldw, &out)
