@@ -504,8 +504,12 @@ func (hc *halfCall) task(_, ti int) {
 		}
 		switch {
 		case w.h == nil:
+			// The first row of A streams the four weight rows in the
+			// calibrated order; the others find them in L1, where the
+			// lockstep kernel's eight independent sums outrun row order's
+			// two at a time (each FMA waits for the last; same results).
 			for ; i < m; i++ {
-				store4(c, i*ldc+j, beta, dot4Ordered(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld, rows, pf))
+				store4(c, i*ldc+j, beta, dot4Ordered(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld, rows && i == 0, pf))
 			}
 		case wide != nil:
 			f := wide.s[:4*k]
