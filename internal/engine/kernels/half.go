@@ -454,6 +454,16 @@ func (hc *halfCall) task(_, ti int) {
 		defer putBuf(wide)
 	}
 	var out [16]float32
+	var outs [64]float32
+	inL1 := func(i0 int, f []float32, ld, j int) { // rows [i0, m) of A against four rows f in L1
+		for ; i0 < m; i0 += 16 {
+			mm := min(16, m-i0)
+			dot4Rows(mm, k, a[i0*lda:], lda, f, ld, outs[:4*mm])
+			for q := range mm {
+				store4(c, (i0+q)*ldc+j, beta, [4]float32(outs[4*q:4*q+4]))
+			}
+		}
+	}
 	tail := func(i, j int, d *[4]float32) { // columns [kz, k), in order
 		for p := kz; p < k; p++ {
 			x := a[i*lda+p]
@@ -505,20 +515,17 @@ func (hc *halfCall) task(_, ti int) {
 		switch {
 		case w.h == nil:
 			// The first row of A streams the four weight rows in the
-			// calibrated order; the others find them in L1, where the
-			// lockstep kernel's eight independent sums outrun row order's
-			// two at a time (each FMA waits for the last; same results).
-			for ; i < m; i++ {
-				store4(c, i*ldc+j, beta, dot4Ordered(a[i*lda:i*lda+k], w.f[j*w.ld:], w.ld, rows && i == 0, pf))
-			}
+			// calibrated order; the others find them in L1, where one call
+			// of the lockstep kernel for all of them outruns row order's two
+			// sums at a time (each FMA waits for the last). Same results.
+			store4(c, j, beta, dot4Ordered(a[:k], w.f[j*w.ld:], w.ld, rows, pf))
+			inL1(1, w.f[j*w.ld:], w.ld, j)
 		case wide != nil:
 			f := wide.s[:4*k]
 			for r := range 4 {
 				HalfToFloat32(w.t, f[r*k:(r+1)*k], w.h[(j+r)*w.ld:])
 			}
-			for ; i < m; i++ {
-				store4(c, i*ldc+j, beta, dot4Impl(a[i*lda:i*lda+k], f, k))
-			}
+			inL1(0, f, k, j)
 		default:
 			store4(c, j, beta, hdot4(w.t, a[:k], w.h[j*w.ld:], w.ld, rows, pf))
 		}

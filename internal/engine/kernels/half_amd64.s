@@ -18,52 +18,21 @@
 #define F16Z(src, dst) \
 	VCVTPH2PS src, dst
 
-// Horizontal sum of Y(reg) into X(reg) lane 0, using X15 as scratch.
-#define HSUMH(y, x) \
-	VEXTRACTF128 $1, y, X15 \
-	VADDPS       X15, x, x \
-	VHADDPS      x, x, x \
-	VHADDPS      x, x, x
-
 #define SETUP4 \
 	MOVQ n+0(FP), CX \
 	MOVQ x+8(FP), SI \
 	MOVQ w+16(FP), R8 \
 	MOVQ ldw+24(FP), DX \
-	SHLQ $1, DX \
-	LEAQ (R8)(DX*1), R9 \
-	LEAQ (R9)(DX*1), R10 \
-	LEAQ (R10)(DX*1), R11 \
+	ROWS4(1) \
 	LEAQ (DX)(DX*1), R12 \
 	SHLQ $1, R12 \
 	XORQ AX, AX
 
 #define STORE4Y \
 	MOVQ   out+32(FP), DI \
-	VADDPS Y1, Y0, Y0 \
-	VADDPS Y3, Y2, Y2 \
-	VADDPS Y5, Y4, Y4 \
-	VADDPS Y7, Y6, Y6 \
-	HSUMH(Y0, X0) \
-	HSUMH(Y2, X2) \
-	HSUMH(Y4, X4) \
-	HSUMH(Y6, X6) \
-	MOVSS  X0, 0(DI) \
-	MOVSS  X2, 4(DI) \
-	MOVSS  X4, 8(DI) \
-	MOVSS  X6, 12(DI) \
+	STORE4YDI \
 	VZEROUPPER \
 	RET
-
-#define ZEROY \
-	VXORPS Y0, Y0, Y0 \
-	VXORPS Y1, Y1, Y1 \
-	VXORPS Y2, Y2, Y2 \
-	VXORPS Y3, Y3, Y3 \
-	VXORPS Y4, Y4, Y4 \
-	VXORPS Y5, Y5, Y5 \
-	VXORPS Y6, Y6, Y6 \
-	VXORPS Y7, Y7, Y7
 
 // One 16-element step of the AVX2 dot over 4 rows (x in Y8, Y9).
 #define STEP16Y(LOAD) \
@@ -207,10 +176,7 @@
 	MOVQ x+8(FP), SI \
 	MOVQ w+16(FP), R8 \
 	MOVQ ldw+24(FP), DX \
-	SHLQ $sh, DX \
-	LEAQ (R8)(DX*1), R9 \
-	LEAQ (R9)(DX*1), R10 \
-	LEAQ (R10)(DX*1), R11 \
+	ROWS4(sh) \
 	LEAQ (DX)(DX*1), R12 \
 	SHLQ $2, R12 \
 	XORQ AX, AX \
@@ -639,10 +605,7 @@ TEXT ·dot4R(SB), NOSPLIT, $0-48
 	MOVQ x+8(FP), SI
 	MOVQ w+16(FP), R8
 	MOVQ ldw+24(FP), DX
-	SHLQ $2, DX
-	LEAQ (R8)(DX*1), R9
-	LEAQ (R9)(DX*1), R10
-	LEAQ (R10)(DX*1), R11
+	ROWS4(2)
 	ZEROY
 	ROWY(F32Y, 4, R8, Y0, Y1, sr0, sr0t, sr0d)
 	ROWY(F32Y, 4, R9, Y2, Y3, sr1, sr1t, sr1d)

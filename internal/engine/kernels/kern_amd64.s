@@ -111,39 +111,33 @@ store:
 	VZEROUPPER
 	RET
 
-// Horizontal sum of Y(reg) into X(reg) lane 0, using X15 as scratch.
-#define HSUM(y, x) \
-	VEXTRACTF128 $1, y, X15 \
-	VADDPS       X15, x, x \
-	VHADDPS      x, x, x \
-	VHADDPS      x, x, x
-
-// func dot4(n int, x, w *float32, ldw int, out *[4]float32)
-// out[r] = sum_{i<n} x[i]*w[r*ldw+i] for r = 0..3; n must be a multiple of 8.
-TEXT ·dot4(SB), NOSPLIT, $0-40
+// func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32)
+// The dots of each of the m >= 1 rows of x (stride ldx) with the same four
+// rows of w over n elements (a multiple of 8), row i's at out[4i:4i+4]: two
+// accumulators a weight row (Y2r: the 16-element steps' first half and the
+// 8-element tail; Y2r+1: their second half), four rows in lockstep. dot4
+// is its one-row case; several rows of A against weights in L1 take one
+// call.
+TEXT ·dot4M(SB), NOSPLIT, $0-56
 	MOVQ n+0(FP), CX
 	MOVQ x+8(FP), SI
-	MOVQ w+16(FP), R8
-	MOVQ ldw+24(FP), DX
-	SHLQ $2, DX
-	LEAQ (R8)(DX*1), R9
-	LEAQ (R9)(DX*1), R10
-	LEAQ (R10)(DX*1), R11
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	XORQ   AX, AX
+	MOVQ ldx+16(FP), R12
+	SHLQ $2, R12
+	MOVQ m+24(FP), R13
+	MOVQ w+32(FP), R8
+	MOVQ ldw+40(FP), DX
+	ROWS4(2)
+	MOVQ out+48(FP), DI
 
-d4loop16:
+d4mrow:
+	ZEROY
+	XORQ AX, AX
+
+d4mloop16:
 	MOVQ CX, BX
 	SUBQ AX, BX
 	CMPQ BX, $16
-	JLT  d4loop8
+	JLT  d4mloop8
 	VMOVUPS     (SI)(AX*4), Y8
 	VMOVUPS     32(SI)(AX*4), Y9
 	VFMADD231PS (R8)(AX*4), Y8, Y0
@@ -155,31 +149,23 @@ d4loop16:
 	VFMADD231PS (R11)(AX*4), Y8, Y6
 	VFMADD231PS 32(R11)(AX*4), Y9, Y7
 	ADDQ        $16, AX
-	JMP         d4loop16
+	JMP         d4mloop16
 
-d4loop8:
+d4mloop8:
 	CMPQ BX, $8
-	JLT  d4done
+	JLT  d4mdone
 	VMOVUPS     (SI)(AX*4), Y8
 	VFMADD231PS (R8)(AX*4), Y8, Y0
 	VFMADD231PS (R9)(AX*4), Y8, Y2
 	VFMADD231PS (R10)(AX*4), Y8, Y4
 	VFMADD231PS (R11)(AX*4), Y8, Y6
 
-d4done:
-	MOVQ   out+32(FP), DI
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y5, Y4, Y4
-	VADDPS Y7, Y6, Y6
-	HSUM(Y0, X0)
-	HSUM(Y2, X2)
-	HSUM(Y4, X4)
-	HSUM(Y6, X6)
-	MOVSS  X0, 0(DI)
-	MOVSS  X2, 4(DI)
-	MOVSS  X4, 8(DI)
-	MOVSS  X6, 12(DI)
+d4mdone:
+	STORE4YDI
+	ADDQ $16, DI
+	ADDQ R12, SI
+	DECQ R13
+	JNZ  d4mrow
 	VZEROUPPER
 	RET
 
@@ -283,10 +269,7 @@ TEXT ·axpy4(SB), NOSPLIT, $0-40
 	VBROADCASTSS 12(SI), Y15
 	MOVQ         w+16(FP), R8
 	MOVQ         ldw+24(FP), DX
-	SHLQ         $2, DX
-	LEAQ         (R8)(DX*1), R9
-	LEAQ         (R9)(DX*1), R10
-	LEAQ         (R10)(DX*1), R11
+	ROWS4(2)
 	MOVQ         y+32(FP), DI
 	XORQ         AX, AX
 

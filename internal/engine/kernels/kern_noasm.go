@@ -18,7 +18,10 @@ func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32) { panic("
 func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool) {
 	panic("kernels: no asm")
 }
-func dot4(n int, x, w *float32, ldw int, out *[4]float32)                { panic("kernels: no asm") }
+func dot4(n int, x, w *float32, ldw int, out *[4]float32) { panic("kernels: no asm") }
+func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32) {
+	panic("kernels: no asm")
+}
 func dotAVX(n int, x, y *float32) float32                                { panic("kernels: no asm") }
 func axpyAVX(n int, alpha float32, x, y *float32)                        { panic("kernels: no asm") }
 func axpy4(n int, a *[4]float32, w *float32, ldw int, y *float32)        { panic("kernels: no asm") }

@@ -180,6 +180,35 @@ func dot4Ordered(x, w []float32, ldw int, rows bool, pf int) [4]float32 {
 	return out
 }
 
+// dot4Rows stores in out[4i+r] the dots of the rows i < m of a (stride
+// lda, length n) with the four rows w[r*ldw : r*ldw+n]: for each row what
+// dot4Impl returns, bit for bit, in one kernel call for all of them (the
+// AVX2 kernel dot4M).
+func dot4Rows(m, n int, a []float32, lda int, w []float32, ldw int, out []float32) {
+	_ = a[(m-1)*lda+n-1]
+	_ = w[3*ldw+n-1]
+	_ = out[4*m-1]
+	if !haveAVX2 || n < 8 {
+		for i := range m {
+			d := dot4Impl(a[i*lda:i*lda+n], w, ldw)
+			copy(out[4*i:], d[:])
+		}
+		return
+	}
+	n8 := n &^ 7
+	dot4M(n8, &a[0], lda, m, &w[0], ldw, &out[0])
+	for i := range m {
+		o := out[4*i : 4*i+4]
+		for p := n8; p < n; p++ { // dot4Ordered's tail, in its order
+			xv := a[i*lda+p]
+			o[0] += xv * w[p]
+			o[1] += xv * w[ldw+p]
+			o[2] += xv * w[2*ldw+p]
+			o[3] += xv * w[3*ldw+p]
+		}
+	}
+}
+
 // axpy4Impl does y[i] += sum_r a[r]*w[r*ldw+i] for i < len(y).
 func axpy4Impl(a *[4]float32, w []float32, ldw int, y []float32) {
 	n := len(y)

@@ -1,6 +1,47 @@
-// Shared macros of the kernels' assembly files: AVX-512's, and the
-// loops the AVX-512 and AVX2 kernels share (DQKRUN, LIMBGROUPS with
-// LIMBRUN and KLIMBRUN).
+// Shared macros of the kernels' assembly files: AVX-512's, the loops
+// the AVX-512 and AVX2 kernels share (DQKRUN, LIMBGROUPS with LIMBRUN and
+// KLIMBRUN), and the AVX2 four-row dots' accumulators (ZEROY, STORE4YDI).
+
+// Horizontal sum of Y(reg) into X(reg) lane 0, using X15 as scratch.
+#define HSUM(y, x) \
+	VEXTRACTF128 $1, y, X15 \
+	VADDPS       X15, x, x \
+	VHADDPS      x, x, x \
+	VHADDPS      x, x, x
+
+// The AVX2 four-row dots' accumulators, two a row (Y2r, Y2r+1): zeroed,
+// and summed into float32[4] at DI.
+#define ZEROY \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7
+
+// R9..R11: the three rows after R8's, DX bytes apart (DX: ldw elements
+// of 1 << sh bytes; scaled in place).
+#define ROWS4(sh) \
+	SHLQ $sh, DX \
+	LEAQ (R8)(DX*1), R9 \
+	LEAQ (R9)(DX*1), R10 \
+	LEAQ (R10)(DX*1), R11
+
+#define STORE4YDI \
+	VADDPS Y1, Y0, Y0 \
+	VADDPS Y3, Y2, Y2 \
+	VADDPS Y5, Y4, Y4 \
+	VADDPS Y7, Y6, Y6 \
+	HSUM(Y0, X0) \
+	HSUM(Y2, X2) \
+	HSUM(Y4, X4) \
+	HSUM(Y6, X6) \
+	MOVSS  X0, 0(DI) \
+	MOVSS  X2, 4(DI) \
+	MOVSS  X4, 8(DI) \
+	MOVSS  X6, 12(DI)
 
 // Sum the lanes of z (y, x: its lower halves) into x's lanes 0..3, using
 // Y24 as scratch.
