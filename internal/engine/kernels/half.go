@@ -40,6 +40,11 @@ func (t HalfType) Float32(h uint16) float32 {
 
 // HalfToFloat32 widens src into dst (len(dst) values; exact).
 func HalfToFloat32(t HalfType, dst []float32, src []uint16) {
+	halfToFloat32(t, dst, src, int(halfTuner.pf.Load()))
+}
+
+// halfToFloat32 is HalfToFloat32 prefetching pf bytes ahead in src.
+func halfToFloat32(t HalfType, dst []float32, src []uint16, pf int) {
 	n := len(dst)
 	src = src[:n]
 	i := 0
@@ -47,10 +52,10 @@ func HalfToFloat32(t HalfType, dst []float32, src []uint16) {
 		switch {
 		case t == BF16 && haveAVX2:
 			i = n &^ 7
-			cvtBF16Y(i, &dst[0], &src[0])
+			cvtBF16Y(i, &dst[0], &src[0], pf)
 		case t == F16 && haveF16C:
 			i = n &^ 7
-			cvtF16Y(i, &dst[0], &src[0])
+			cvtF16Y(i, &dst[0], &src[0], pf)
 		}
 	}
 	for ; i < n; i++ {
@@ -523,7 +528,7 @@ func (hc *halfCall) task(_, ti int) {
 		case wide != nil:
 			f := wide.s[:4*k]
 			for r := range 4 {
-				HalfToFloat32(w.t, f[r*k:(r+1)*k], w.h[(j+r)*w.ld:])
+				halfToFloat32(w.t, f[r*k:(r+1)*k], w.h[(j+r)*w.ld:], pf)
 			}
 			inL1(0, f, k, j)
 		default:

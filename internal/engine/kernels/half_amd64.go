@@ -14,10 +14,10 @@ func hdot4BF16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32)
 func hdot4F16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32)
 
 //go:noescape
-func cvtBF16Y(n int, dst *float32, src *uint16)
+func cvtBF16Y(n int, dst *float32, src *uint16, pf int)
 
 //go:noescape
-func cvtF16Y(n int, dst *float32, src *uint16)
+func cvtF16Y(n int, dst *float32, src *uint16, pf int)
 
 //go:noescape
 func mdotBF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)

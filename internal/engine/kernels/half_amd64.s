@@ -18,6 +18,29 @@
 #define F16Z(src, dst) \
 	VCVTPH2PS src, dst
 
+// dst[i] = LOAD(src[i]) for i < n (a multiple of 8), prefetching pf bytes
+// ahead in src: the widening of a group of half rows (streamNT's several
+// rows of A on AVX2) is where their weights arrive from memory, and the
+// prefetch keeps the next group's coming while the group is multiplied.
+#define CVTHALF(LOAD, l, done) \
+	MOVQ n+0(FP), CX \
+	MOVQ dst+8(FP), DI \
+	MOVQ src+16(FP), SI \
+	MOVQ pf+24(FP), R8 \
+	ADDQ SI, R8 \
+	XORQ AX, AX \
+l: \
+	CMPQ AX, CX \
+	JGE  done \
+	PREFETCHT0 (R8)(AX*2) \
+	LOAD((SI)(AX*2), Y0) \
+	VMOVUPS Y0, (DI)(AX*4) \
+	ADDQ $8, AX \
+	JMP  l \
+done: \
+	VZEROUPPER \
+	RET
+
 #define SETUP4 \
 	MOVQ n+0(FP), CX \
 	MOVQ x+8(FP), SI \
@@ -260,41 +283,14 @@ hf8:
 hfdone:
 	STORE4Y
 
-// func cvtBF16Y(n int, dst *float32, src *uint16)
-// dst[i] = bf16(src[i]) for i < n; n a multiple of 8.
-TEXT ·cvtBF16Y(SB), NOSPLIT, $0-24
-	MOVQ n+0(FP), CX
-	MOVQ dst+8(FP), DI
-	MOVQ src+16(FP), SI
-	XORQ AX, AX
-cb:
-	CMPQ AX, CX
-	JGE  cbdone
-	BF16Y((SI)(AX*2), Y0)
-	VMOVUPS Y0, (DI)(AX*4)
-	ADDQ $8, AX
-	JMP  cb
-cbdone:
-	VZEROUPPER
-	RET
+// func cvtBF16Y(n int, dst *float32, src *uint16, pf int)
+TEXT ·cvtBF16Y(SB), NOSPLIT, $0-32
+	CVTHALF(BF16Y, cb, cbdone)
 
-// func cvtF16Y(n int, dst *float32, src *uint16)
-// dst[i] = f16(src[i]) for i < n; n a multiple of 8 (F16C).
-TEXT ·cvtF16Y(SB), NOSPLIT, $0-24
-	MOVQ n+0(FP), CX
-	MOVQ dst+8(FP), DI
-	MOVQ src+16(FP), SI
-	XORQ AX, AX
-cf:
-	CMPQ AX, CX
-	JGE  cfdone
-	F16Y((SI)(AX*2), Y0)
-	VMOVUPS Y0, (DI)(AX*4)
-	ADDQ $8, AX
-	JMP  cf
-cfdone:
-	VZEROUPPER
-	RET
+// func cvtF16Y(n int, dst *float32, src *uint16, pf int)
+// (F16C)
+TEXT ·cvtF16Y(SB), NOSPLIT, $0-32
+	CVTHALF(F16Y, cf, cfdone)
 
 // func mdotF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
 // As mdotBF16Z for IEEE half precision.

@@ -6,8 +6,8 @@ var haveF16C = false
 
 func hdot4BF16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32) { panic("kernels: no asm") }
 func hdot4F16Y(n int, x *float32, w *uint16, ldw int, out *[4]float32)  { panic("kernels: no asm") }
-func cvtBF16Y(n int, dst *float32, src *uint16)                         { panic("kernels: no asm") }
-func cvtF16Y(n int, dst *float32, src *uint16)                          { panic("kernels: no asm") }
+func cvtBF16Y(n int, dst *float32, src *uint16, pf int)                 { panic("kernels: no asm") }
+func cvtF16Y(n int, dst *float32, src *uint16, pf int)                  { panic("kernels: no asm") }
 func mdotBF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32) {
 	panic("kernels: no asm")
 }
