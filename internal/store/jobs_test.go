@@ -42,14 +42,11 @@ func newModel(t *testing.T, st store.Database, name string) store.TrainedModel {
 	return m
 }
 
-// A lease that expires is claimed again by another node, and every write of
-// the run that lost it is refused: events, renewal, completion, failure,
-// re-queue. The new run's completion yields the one new step.
-func TestLeaseExpiryAndFencing(t *testing.T) { backends(t, testLeaseExpiryAndFencing) }
-
-func testLeaseExpiryAndFencing(t *testing.T, open opener) {
+// claimedJob creates model "m" and an RL job of it, and claims the job as
+// node-a (attempt 1, running), for an hour.
+func claimedJob(t *testing.T, st store.Database) (store.TrainedModel, store.Job, store.Job) {
+	t.Helper()
 	ctx := context.Background()
-	st := open(t)
 	m := newModel(t, st, "m")
 	job, err := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
 	if err != nil {
@@ -59,6 +56,18 @@ func testLeaseExpiryAndFencing(t *testing.T, open opener) {
 	if err != nil || !ok || a.ID != job.ID || a.Attempt != 1 || a.LeaseOwner != "node-a" || a.Status != store.StatusRunning {
 		t.Fatalf("claim: %+v %v %v", a, ok, err)
 	}
+	return m, job, a
+}
+
+// A lease that expires is claimed again by another node, and every write of
+// the run that lost it is refused: events, renewal, completion, failure,
+// re-queue. The new run's completion yields the one new step.
+func TestLeaseExpiryAndFencing(t *testing.T) { backends(t, testLeaseExpiryAndFencing) }
+
+func testLeaseExpiryAndFencing(t *testing.T, open opener) {
+	ctx := context.Background()
+	st := open(t)
+	m, job, a := claimedJob(t, st)
 	if _, err := st.AppendEvent(ctx, a.Lease(), store.NewID(), "training_started", map[string]any{"num_sequences": 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -461,15 +470,7 @@ func TestAppendEventSameID(t *testing.T) { backends(t, testAppendEventSameID) }
 func testAppendEventSameID(t *testing.T, open opener) {
 	ctx := context.Background()
 	st := open(t)
-	m := newModel(t, st, "m")
-	job, err := st.CreateJob(ctx, store.Job{ModelID: m.ID, Kind: store.KindRL, RequestPath: "/r"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, ok, err := st.ClaimNext(ctx, "node-a", time.Hour, nil)
-	if err != nil || !ok || a.ID != job.ID {
-		t.Fatalf("claim: %+v %v %v", a, ok, err)
-	}
+	_, job, a := claimedJob(t, st)
 	id := store.NewID()
 	for i := range 2 {
 		if _, err := st.AppendEvent(ctx, a.Lease(), id, "gradient_step", map[string]any{"try": i}); err != nil {

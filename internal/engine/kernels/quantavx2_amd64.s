@@ -1214,52 +1214,40 @@ GLOBL yK3<>(SB), RODATA|NOPTR, $32
 	PREFETCHT0 off+64(R8)(R10*1) \
 	Y5XVALS(off)
 
-// A super-block: Q4_Kx4 (sub-blocks of 64 bytes, scales at 512) and
-// Q5_Kx4 (80, 640).
-#define YK4SB(SUMS) \
-	PREFETCHT0 512(R8)(R10*1) \
-	YKXSCALES(512) \
-	YKXSUB(0, 0, YXNIBS, SUMS) \
-	YKXSUB(64, 1, YXNIBS, SUMS) \
-	YKXSUB(128, 2, YXNIBS, SUMS) \
-	YKXSUB(192, 3, YXNIBS, SUMS) \
-	YKXSUB(256, 4, YXNIBS, SUMS) \
-	YKXSUB(320, 5, YXNIBS, SUMS) \
-	YKXSUB(384, 6, YXNIBS, SUMS) \
-	YKXSUB(448, 7, YXNIBS, SUMS)
-
-#define YK5SB(SUMS) \
-	PREFETCHT0 640(R8)(R10*1) \
-	YKXSCALES(640) \
-	YKXSUB(0, 0, Y5KVALS, SUMS) \
-	YKXSUB(80, 1, Y5KVALS, SUMS) \
-	YKXSUB(160, 2, Y5KVALS, SUMS) \
-	YKXSUB(240, 3, Y5KVALS, SUMS) \
-	YKXSUB(320, 4, Y5KVALS, SUMS) \
-	YKXSUB(400, 5, Y5KVALS, SUMS) \
-	YKXSUB(480, 6, Y5KVALS, SUMS) \
-	YKXSUB(560, 7, Y5KVALS, SUMS)
+// A super-block of eight sub-blocks of SZ bytes, their scales at SC:
+// Q4_Kx4 (64, 512; values YXNIBS) and Q5_Kx4 (80, 640; Y5KVALS).
+#define YKSB(SC, SZ, VALS, SUMS) \
+	PREFETCHT0 SC(R8)(R10*1) \
+	YKXSCALES(SC) \
+	YKXSUB(0, 0, VALS, SUMS) \
+	YKXSUB(SZ, 1, VALS, SUMS) \
+	YKXSUB(2*SZ, 2, VALS, SUMS) \
+	YKXSUB(3*SZ, 3, VALS, SUMS) \
+	YKXSUB(4*SZ, 4, VALS, SUMS) \
+	YKXSUB(5*SZ, 5, VALS, SUMS) \
+	YKXSUB(6*SZ, 6, VALS, SUMS) \
+	YKXSUB(7*SZ, 7, VALS, SUMS)
 
 // func qdotQ4KYV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 // nb: 32-value blocks (eight a super-block).
 TEXT ·qdotQ4KYV(SB), NOSPLIT, $256-56
 	YVARGS
-	KLIMBRUN(grp, lp, done, YK4SB(YV4SUMS), $576, YVDEND($0xbf800000))
+	KLIMBRUN(grp, lp, done, YKSB(512, 64, YXNIBS, YV4SUMS), $576, YVDEND($0xbf800000))
 
 // func qdotQ5KYV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ5KYV(SB), NOSPLIT, $256-56
 	YVARGS
-	KLIMBRUN(grp, lp, done, YK5SB(YV5SUMS), $704, YVDEND($0xbf800000))
+	KLIMBRUN(grp, lp, done, YKSB(640, 80, Y5KVALS, YV5SUMS), $704, YVDEND($0xbf800000))
 
 // func qdotQ4KYN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ4KYN(SB), NOSPLIT, $256-56
 	YVARGS
-	KLIMBRUN(grp, lp, done, YK4SB(YN4SUMS), $576, YVDEND($0xbf800000))
+	KLIMBRUN(grp, lp, done, YKSB(512, 64, YXNIBS, YN4SUMS), $576, YVDEND($0xbf800000))
 
 // func qdotQ5KYN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ5KYN(SB), NOSPLIT, $256-56
 	YVARGS
-	KLIMBRUN(grp, lp, done, YK5SB(YN5SUMS), $704, YVDEND($0xbf800000))
+	KLIMBRUN(grp, lp, done, YKSB(640, 80, Y5KVALS, YN5SUMS), $704, YVDEND($0xbf800000))
 
 // Their group dequantisers (prefill, training): each sub-block's values
 // as DequantRow computes them, float32(d·scale)·l − float32(dmin·min),
