@@ -96,6 +96,7 @@ type createModelRequest struct {
 		Rank          *int     `json:"rank"`
 		Alpha         *float64 `json:"alpha"`
 		TargetModules []string `json:"target_modules"`
+		Seed          *int64   `json:"seed"`
 	} `json:"lora"`
 }
 
@@ -169,14 +170,24 @@ func (s *Server) createModel(w http.ResponseWriter, r *http.Request) error {
 		if err := validateLoRA(lora); err != nil {
 			return httpx.Invalid("lora", "invalid_value", "%s", err.Error())
 		}
+		if req.LoRA.Seed != nil && *req.LoRA.Seed < 0 {
+			return httpx.Invalid("lora.seed", "invalid_value", "lora.seed must be a non-negative integer")
+		}
 	}
 
 	m := store.TrainedModel{ID: store.NewID(), Entity: entity, Project: *req.Project, Name: *req.Name,
 		BaseModel: *req.BaseModel, LoRA: lora, CreatedBy: p.UserID}
+	// The untrained adapter's A comes from a seed: the request's lora.seed
+	// (a reproducible run: the same seed, the same step 0), else one derived
+	// from the new model's id.
 	h := fnv.New64a()
 	io.WriteString(h, m.ID)
+	seed := h.Sum64()
+	if req.LoRA != nil && req.LoRA.Seed != nil {
+		seed = uint64(*req.LoRA.Seed)
+	}
 	created, err := s.ck.Create(ctx, m, func(dir string) error {
-		return writeInitialAdapter(baseDir, m.BaseModel, lora, h.Sum64(), dir)
+		return writeInitialAdapter(baseDir, m.BaseModel, lora, seed, dir)
 	})
 	if err != nil {
 		var ae *checkpoints.AdapterError

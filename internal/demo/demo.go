@@ -35,7 +35,7 @@ type Config struct {
 	Temperature      float64
 	Target           rune
 	LearningRate     float64 // 0: the server's default for the base model
-	Seed             int64   // > 0: every sampling request carries a seed derived from it (reproducible runs); 0: unseeded
+	Seed             int64   // > 0: the model's untrained adapter (lora.seed) and every sampling request's seed derive from it (reproducible runs); 0: unseeded
 	Poll             time.Duration
 	HTTP             *http.Client
 }
@@ -58,7 +58,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Float64Var(&c.Temperature, "temperature", 1, "sampling temperature")
 	target := fs.String("target", "e", "the character whose share in the reply is the reward")
 	fs.Float64Var(&c.LearningRate, "learning-rate", 0, "learning rate (0: the server's default for the base model)")
-	fs.Int64Var(&c.Seed, "seed", 0, "seed for sampling requests (0: unseeded)")
+	fs.Int64Var(&c.Seed, "seed", 0, "seed of the untrained adapter and the sampling requests (0: unseeded)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -101,9 +101,15 @@ func RunConfig(ctx context.Context, c Config, out io.Writer) (Result, error) {
 	var model struct {
 		ID, Entity, Project, Name string
 	}
-	if err := cl.do(ctx, "POST", "/v1/preview/models", map[string]any{
+	create := map[string]any{
 		"entity": nil, "project": c.Project, "name": c.Name, "base_model": c.BaseModel, "return_existing": true,
-	}, &model); err != nil {
+	}
+	if c.Seed > 0 {
+		// The untrained adapter from the seed too (lora.seed, flywheel's
+		// extension), so that a seeded run starts the same every time.
+		create["lora"] = map[string]any{"seed": c.Seed}
+	}
+	if err := cl.do(ctx, "POST", "/v1/preview/models", create, &model); err != nil {
 		return Result{}, fmt.Errorf("create model: %w", err)
 	}
 	served := model.Entity + "/" + model.Project + "/" + model.Name
