@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unsafe"
 
 	"flywheel/internal/par"
 	"flywheel/internal/safetensors"
@@ -291,6 +292,20 @@ func (w *wrows) elemSize() int {
 	return 4
 }
 
+// ahead is the four weight rows after the group at row j, up to row j1, as
+// a prefetch range (nil, 0: none): what a decode product reads next.
+func (w *wrows) ahead(j, j1 int) (unsafe.Pointer, int) {
+	r := min(j+8, j1) - (j + 4)
+	if r <= 0 {
+		return nil, 0
+	}
+	o := (j + 4) * w.ld
+	if w.h != nil {
+		return unsafe.Pointer(&w.h[o]), 2 * min(r*w.ld, len(w.h)-o)
+	}
+	return unsafe.Pointer(&w.f[o]), 4 * min(r*w.ld, len(w.f)-o)
+}
+
 // at is the value at row j, column p.
 func (w *wrows) at(j, p int) float32 {
 	if w.h != nil {
@@ -461,9 +476,11 @@ func (hc *halfCall) task(_, ti int) {
 	var out [16]float32
 	var outs [64]float32
 	inL1 := func(i0 int, f []float32, ld, j int) { // rows [i0, m) of A against four rows f in L1
+		pf, pfn := w.ahead(j, j1) // the next group's rows, fetched meanwhile
 		for ; i0 < m; i0 += 16 {
 			mm := min(16, m-i0)
-			dot4Rows(mm, k, a[i0*lda:], lda, f, ld, outs[:4*mm])
+			dot4Rows(mm, k, a[i0*lda:], lda, f, ld, outs[:4*mm], pf, pfn)
+			pfn = 0
 			for q := range mm {
 				store4(c, (i0+q)*ldc+j, beta, [4]float32(outs[4*q:4*q+4]))
 			}

@@ -202,7 +202,7 @@ func TestStreamedRowsIndependentOfBatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	forSIMD(t, func(t *testing.T) {
 		for _, ty := range []HalfType{0, BF16, F16} {
-			for _, k := range []int{576, 70, 33, 8} {
+			for _, k := range []int{576, 70, 40, 33, 8} {
 				const n, m = 37, 9
 				a := randSlice(r, m*k)
 				w32 := randSlice(r, n*k)

@@ -4,6 +4,7 @@ package kernels
 
 import (
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -27,11 +28,11 @@ func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32,
 func sgemmKernel6x32r(kc int, a *float32, lda int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)
 
 //go:noescape
-func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32)
+func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32, pf unsafe.Pointer, pfn int)
 
 // dot4 sets out[r] = sum_{i<n} x[i]*w[r*ldw+i] for r = 0..3 (n a multiple
 // of 8): dot4M's one-row case.
-func dot4(n int, x, w *float32, ldw int, out *[4]float32) { dot4M(n, x, 0, 1, w, ldw, &out[0]) }
+func dot4(n int, x, w *float32, ldw int, out *[4]float32) { dot4M(n, x, 0, 1, w, ldw, &out[0], nil, 0) }
 
 //go:noescape
 func dotAVX(n int, x, y *float32) float32

@@ -111,14 +111,16 @@ store:
 	VZEROUPPER
 	RET
 
-// func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32)
+// func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32, pf unsafe.Pointer, pfn int)
 // The dots of each of the m >= 1 rows of x (stride ldx) with the same four
 // rows of w over n elements (a multiple of 8), row i's at out[4i:4i+4]: two
 // accumulators a weight row (Y2r: the 16-element steps' first half and the
 // 8-element tail; Y2r+1: their second half), four rows in lockstep. dot4
 // is its one-row case; several rows of A against weights in L1 take one
-// call.
-TEXT ·dot4M(SB), NOSPLIT, $0-56
+// call. Each 16-element step also prefetches the next 64 of the pfn bytes
+// at pf until they are all requested (the next weights a decode product
+// reads, fetched while these are multiplied; pfn 0: none).
+TEXT ·dot4M(SB), NOSPLIT, $0-72
 	MOVQ n+0(FP), CX
 	MOVQ x+8(FP), SI
 	MOVQ ldx+16(FP), R12
@@ -128,6 +130,9 @@ TEXT ·dot4M(SB), NOSPLIT, $0-56
 	MOVQ ldw+40(FP), DX
 	ROWS4(2)
 	MOVQ out+48(FP), DI
+	MOVQ pf+56(FP), R14
+	MOVQ pfn+64(FP), R15
+	ADDQ R14, R15
 
 d4mrow:
 	ZEROY
@@ -138,6 +143,12 @@ d4mloop16:
 	SUBQ AX, BX
 	CMPQ BX, $16
 	JLT  d4mloop8
+	CMPQ        R14, R15
+	JAE         d4mnopf
+	PREFETCHT0  (R14)
+	ADDQ        $64, R14
+
+d4mnopf:
 	VMOVUPS     (SI)(AX*4), Y8
 	VMOVUPS     32(SI)(AX*4), Y9
 	VFMADD231PS (R8)(AX*4), Y8, Y0

@@ -2,6 +2,8 @@
 
 package kernels
 
+import "unsafe"
+
 // haveAVX2 is always false without the amd64 assembly; every kernel takes
 // its pure-Go path.
 var haveAVX2 = false
@@ -19,7 +21,7 @@ func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32,
 	panic("kernels: no asm")
 }
 func dot4(n int, x, w *float32, ldw int, out *[4]float32) { panic("kernels: no asm") }
-func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32) {
+func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32, pf unsafe.Pointer, pfn int) {
 	panic("kernels: no asm")
 }
 func dotAVX(n int, x, y *float32) float32                                { panic("kernels: no asm") }

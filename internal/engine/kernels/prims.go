@@ -1,5 +1,7 @@
 package kernels
 
+import "unsafe"
+
 // Low-level primitives: each dispatches to the AVX2 assembly for the
 // multiple-of-8 body when available and finishes the tail in Go.
 
@@ -183,8 +185,9 @@ func dot4Ordered(x, w []float32, ldw int, rows bool, pf int) [4]float32 {
 // dot4Rows stores in out[4i+r] the dots of the rows i < m of a (stride
 // lda, length n) with the four rows w[r*ldw : r*ldw+n]: for each row what
 // dot4Impl returns, bit for bit, in one kernel call for all of them (the
-// AVX2 kernel dot4M).
-func dot4Rows(m, n int, a []float32, lda int, w []float32, ldw int, out []float32) {
+// AVX2 kernel dot4M). Meanwhile it prefetches the pfn bytes at pf (the
+// weights the caller reads next; pfn 0: none), which changes no result.
+func dot4Rows(m, n int, a []float32, lda int, w []float32, ldw int, out []float32, pf unsafe.Pointer, pfn int) {
 	_ = a[(m-1)*lda+n-1]
 	_ = w[3*ldw+n-1]
 	_ = out[4*m-1]
@@ -196,7 +199,7 @@ func dot4Rows(m, n int, a []float32, lda int, w []float32, ldw int, out []float3
 		return
 	}
 	n8 := n &^ 7
-	dot4M(n8, &a[0], lda, m, &w[0], ldw, &out[0])
+	dot4M(n8, &a[0], lda, m, &w[0], ldw, &out[0], pf, pfn)
 	for i := range m {
 		o := out[4*i : 4*i+4]
 		for p := n8; p < n; p++ { // dot4Ordered's tail, in its order
