@@ -16,8 +16,8 @@ import "fmt"
 // rep heads (the block's rows stay in L1 across heads). With AVX-512 the
 // scores and the value sums are assembly loops (scores16Z sixteen keys at
 // a time, scoresZ four for the keys left; axpyRowsZ, prefetching eight
-// rows ahead); else four keys at a time through the AVX2 or Go dot and
-// axpy.
+// rows ahead); with AVX2 likewise, scoresY and axpyRowsY, whose sums are
+// attendLoop's bit for bit, in one call a head; else attendLoop.
 func AttendBlock(q []float32, rep, d int, K, V []float32, rs, n int, scale float32, o, ml, s []float32) {
 	if rep <= 0 || n <= 0 || d <= 0 {
 		panic(fmt.Sprintf("kernels: AttendBlock: rep %d, n %d, d %d", rep, n, d))
@@ -26,15 +26,21 @@ func AttendBlock(q []float32, rep, d int, K, V []float32, rs, n int, scale float
 	_ = K[(n-1)*rs+d-1]
 	_ = V[(n-1)*rs+d-1]
 	_, _, _ = o[rep*d-1], ml[2*rep-1], s[rep*n-1]
-	if haveAVX512 && d%16 == 0 {
+	if z := haveAVX512 && d%16 == 0; z || haveAVX2 && d%8 == 0 {
 		n16, n4 := n&^15, n&^3
+		if !z {
+			n16 = 0
+		}
 		for h := range rep {
 			qh, sh := q[h*d:(h+1)*d], s[h*n:(h+1)*n]
 			if n16 > 0 {
 				scores16Z(n16/16, d, &qh[0], &K[0], rs, &sh[0], scale)
 			}
-			if n4 > n16 {
+			switch {
+			case n4 > n16 && z:
 				scoresZ((n4-n16)/4, d, &qh[0], &K[n16*rs], rs, &sh[n16], scale)
+			case n4 > 0 && !z:
+				scoresY(n4/4, d, &qh[0], &K[0], rs, &sh[0], scale)
 			}
 			for p := n4; p < n; p++ {
 				sh[p] = scale * dotImpl(qh, K[p*rs:p*rs+d])
@@ -44,10 +50,21 @@ func AttendBlock(q []float32, rep, d int, K, V []float32, rs, n int, scale float
 		}
 		clear(o[:rep*d])
 		for h := range rep {
-			axpyRowsZ(n, d, &s[h*n], &V[0], rs, &o[h*d])
+			if z {
+				axpyRowsZ(n, d, &s[h*n], &V[0], rs, &o[h*d])
+			} else {
+				axpyRowsY(n, d, &s[h*n], &V[0], rs, &o[h*d])
+			}
 		}
 		return
 	}
+	attendLoop(q, rep, d, K, V, rs, n, scale, o, ml, s)
+}
+
+// attendLoop is AttendBlock four keys at a time through dot4Impl and
+// axpy4Impl (with AVX2 the dot4 and axpy4 kernels): the path of head sizes
+// that are not a multiple of 8, and of CPUs without AVX2.
+func attendLoop(q []float32, rep, d int, K, V []float32, rs, n int, scale float32, o, ml, s []float32) {
 	for h := range rep {
 		qh := q[h*d : (h+1)*d]
 		sh := s[h*n : (h+1)*n]

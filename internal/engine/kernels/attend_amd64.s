@@ -314,3 +314,146 @@ astore16:
 adone:
 	VZEROUPPER
 	RET
+
+// The AVX2 kernels (no AVX-512): the same sums as the four-key loop of
+// dot4 and axpy4 they replace, bit for bit, in one call for a block's keys
+// instead of one call per four keys (the calls and their lane sums were
+// most of a decode step's attention).
+
+// func scoresY(n4 int, d int, q *float32, k *float32, rs int, s *float32, scale float32)
+// s[p] = scale * q·k[p*rs : p*rs+d] for p < 4*n4; d a multiple of 8. Four
+// keys at a time in dot4's order (two accumulators a key: the 16-element
+// steps' halves, the 8-element tail into the first), their lane sums in
+// one transposing tree whose additions are HSUM's, so each score equals
+// scale·dot4's.
+TEXT ·scoresY(SB), NOSPLIT, $0-52
+	MOVQ         n4+0(FP), R13
+	MOVQ         d+8(FP), CX
+	MOVQ         q+16(FP), SI
+	MOVQ         k+24(FP), R8
+	MOVQ         rs+32(FP), DX
+	MOVQ         s+40(FP), DI
+	VBROADCASTSS scale+48(FP), X14
+	ROWS4(2)
+	MOVQ         DX, R12
+	SHLQ         $2, R12 // four rows
+	XORQ         R14, R14 // DOT4Y prefetches nothing
+	XORQ         R15, R15
+
+sygroup:
+	TESTQ R13, R13
+	JZ    sydone
+	ZEROY
+	XORQ  AX, AX
+
+	DOT4Y(syloop16, syloop8, sysum)
+
+sysum:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VEXTRACTF128 $1, Y0, X1
+	VEXTRACTF128 $1, Y2, X3
+	VEXTRACTF128 $1, Y4, X5
+	VEXTRACTF128 $1, Y6, X7
+	VADDPS       X1, X0, X0
+	VADDPS       X3, X2, X2
+	VADDPS       X5, X4, X4
+	VADDPS       X7, X6, X6
+	VHADDPS      X2, X0, X0 // key 0's pairs, key 1's
+	VHADDPS      X6, X4, X4 // keys 2, 3
+	VHADDPS      X4, X0, X0 // the four sums
+	VMULPS       X14, X0, X0
+	VMOVUPS      X0, (DI)
+	ADDQ         $16, DI
+	ADDQ         R12, R8
+	ADDQ         R12, R9
+	ADDQ         R12, R10
+	ADDQ         R12, R11
+	DECQ         R13
+	JMP          sygroup
+
+sydone:
+	VZEROUPPER
+	RET
+
+// func axpyRowsY(n int, d int, s *float32, v *float32, rs int, o *float32)
+// o[i] += s[p]*v[p*rs+i] for p < n in order, i < d (a multiple of 8): one
+// FMA a key into each output vector, as axpy4 and axpyAVX add them, 64
+// outputs at a time in eight registers (8 at a time for the last < 64).
+TEXT ·axpyRowsY(SB), NOSPLIT, $0-48
+	MOVQ n+0(FP), R13
+	MOVQ d+8(FP), CX
+	MOVQ s+16(FP), SI
+	MOVQ v+24(FP), R8
+	MOVQ rs+32(FP), DX
+	SHLQ $2, DX
+	MOVQ o+40(FP), DI
+	TESTQ R13, R13
+	JZ    aydone
+
+ay64:
+	CMPQ    CX, $64
+	JLT     ay8
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	VMOVUPS 128(DI), Y4
+	VMOVUPS 160(DI), Y5
+	VMOVUPS 192(DI), Y6
+	VMOVUPS 224(DI), Y7
+	MOVQ    R8, R9
+	XORQ    AX, AX
+
+ay64key:
+	VBROADCASTSS (SI)(AX*4), Y8
+	VFMADD231PS  (R9), Y8, Y0
+	VFMADD231PS  32(R9), Y8, Y1
+	VFMADD231PS  64(R9), Y8, Y2
+	VFMADD231PS  96(R9), Y8, Y3
+	VFMADD231PS  128(R9), Y8, Y4
+	VFMADD231PS  160(R9), Y8, Y5
+	VFMADD231PS  192(R9), Y8, Y6
+	VFMADD231PS  224(R9), Y8, Y7
+	ADDQ         DX, R9
+	INCQ         AX
+	CMPQ         AX, R13
+	JLT          ay64key
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	VMOVUPS      Y4, 128(DI)
+	VMOVUPS      Y5, 160(DI)
+	VMOVUPS      Y6, 192(DI)
+	VMOVUPS      Y7, 224(DI)
+	ADDQ         $256, DI
+	ADDQ         $256, R8
+	SUBQ         $64, CX
+	JMP          ay64
+
+ay8:
+	CMPQ    CX, $8
+	JLT     aydone
+	VMOVUPS (DI), Y0
+	MOVQ    R8, R9
+	XORQ    AX, AX
+
+ay8key:
+	VBROADCASTSS (SI)(AX*4), Y8
+	VFMADD231PS  (R9), Y8, Y0
+	ADDQ         DX, R9
+	INCQ         AX
+	CMPQ         AX, R13
+	JLT          ay8key
+	VMOVUPS      Y0, (DI)
+	ADDQ         $32, DI
+	ADDQ         $32, R8
+	SUBQ         $8, CX
+	JMP          ay8
+
+aydone:
+	VZEROUPPER
+	RET

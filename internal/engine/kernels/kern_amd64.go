@@ -87,3 +87,9 @@ func scores16Z(n16 int, d int, q *float32, k *float32, rs int, s *float32, scale
 
 //go:noescape
 func axpyRowsZ(n int, d int, s *float32, v *float32, rs int, o *float32)
+
+//go:noescape
+func scoresY(n4 int, d int, q *float32, k *float32, rs int, s *float32, scale float32)
+
+//go:noescape
+func axpyRowsY(n int, d int, s *float32, v *float32, rs int, o *float32)

@@ -49,3 +49,7 @@ func scores16Z(n16 int, d int, q *float32, k *float32, rs int, s *float32, scale
 	panic("kernels: no asm")
 }
 func axpyRowsZ(n int, d int, s *float32, v *float32, rs int, o *float32) { panic("kernels: no asm") }
+func scoresY(n4 int, d int, q *float32, k *float32, rs int, s *float32, scale float32) {
+	panic("kernels: no asm")
+}
+func axpyRowsY(n int, d int, s *float32, v *float32, rs int, o *float32) { panic("kernels: no asm") }

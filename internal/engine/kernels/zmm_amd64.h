@@ -29,6 +29,43 @@
 	LEAQ (R9)(DX*1), R10 \
 	LEAQ (R10)(DX*1), R11
 
+// DOT4Y: the AVX2 four-row dots over CX elements (a multiple of 8) from
+// AX = 0: x at SI, weight rows R8..R11, two accumulators a row as ZEROY
+// names them (Y2r: the 16-element steps' first half and the 8-element
+// tail; Y2r+1: their second half); each 16-element step first prefetches
+// the next line of [R14, R15) while any is left. Y8, Y9, BX scratch; l16,
+// l8 its labels; it ends at label done, which follows it.
+#define DOT4Y(l16, l8, done) \
+l16: \
+	MOVQ        CX, BX \
+	SUBQ        AX, BX \
+	CMPQ        BX, $16 \
+	JLT         l8 \
+	CMPQ        R14, R15 \
+	JAE         3(PC) \
+	PREFETCHT0  (R14) \
+	ADDQ        $64, R14 \
+	VMOVUPS     (SI)(AX*4), Y8 \
+	VMOVUPS     32(SI)(AX*4), Y9 \
+	VFMADD231PS (R8)(AX*4), Y8, Y0 \
+	VFMADD231PS 32(R8)(AX*4), Y9, Y1 \
+	VFMADD231PS (R9)(AX*4), Y8, Y2 \
+	VFMADD231PS 32(R9)(AX*4), Y9, Y3 \
+	VFMADD231PS (R10)(AX*4), Y8, Y4 \
+	VFMADD231PS 32(R10)(AX*4), Y9, Y5 \
+	VFMADD231PS (R11)(AX*4), Y8, Y6 \
+	VFMADD231PS 32(R11)(AX*4), Y9, Y7 \
+	ADDQ        $16, AX \
+	JMP         l16 \
+l8: \
+	CMPQ        BX, $8 \
+	JLT         done \
+	VMOVUPS     (SI)(AX*4), Y8 \
+	VFMADD231PS (R8)(AX*4), Y8, Y0 \
+	VFMADD231PS (R9)(AX*4), Y8, Y2 \
+	VFMADD231PS (R10)(AX*4), Y8, Y4 \
+	VFMADD231PS (R11)(AX*4), Y8, Y6
+
 #define STORE4YDI \
 	VADDPS Y1, Y0, Y0 \
 	VADDPS Y3, Y2, Y2 \
