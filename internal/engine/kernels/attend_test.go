@@ -144,36 +144,38 @@ func TestStreamSplit(t *testing.T) {
 
 // With AVX2 AttendBlock's kernels (scoresY, axpyRowsY) give attendLoop's
 // results bit for bit (attendLoop then runs the AVX2 dot4 and axpy4 four
-// keys at a time): head sizes with and without a 16-element step and an
-// 8-element tail, key counts on and off multiples of 4, strided rows.
+// keys at a time; without AVX2 AttendBlock is attendLoop): head sizes with
+// and without a 16-element step and an 8-element tail, key counts on and
+// off multiples of 4, strided rows. The AVX-512 kernels sum in their own
+// order (TestAttendBlockAndMerge checks them against float64).
 func TestAttendBlockAVX2Identical(t *testing.T) {
-	if !haveAVX2 {
-		t.Skip("no AVX2")
-	}
-	defer func(z bool) { haveAVX512 = z }(haveAVX512)
-	haveAVX512 = false
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, d := range []int{64, 128, 8, 24, 40, 72} {
-		for _, rep := range []int{1, 3} {
-			for _, n := range []int{1, 3, 4, 7, 16, 33, 144} {
-				rs := d + 8
-				q, K, V := randSlice(r, rep*d), randSlice(r, n*rs), randSlice(r, n*rs)
-				o1, o2 := make([]float32, rep*d), make([]float32, rep*d)
-				ml1, ml2 := make([]float32, 2*rep), make([]float32, 2*rep)
-				s1, s2 := make([]float32, rep*n), make([]float32, rep*n)
-				AttendBlock(q, rep, d, K, V, rs, n, 0.125, o1, ml1, s1)
-				attendLoop(q, rep, d, K, V, rs, n, 0.125, o2, ml2, s2)
-				for i := range o1 {
-					if o1[i] != o2[i] {
-						t.Fatalf("d=%d rep=%d n=%d: o[%d] = %g, the four-key loop's %g", d, rep, n, i, o1[i], o2[i])
+	forSIMD(t, func(t *testing.T) {
+		if haveAVX512 {
+			t.Skip("the AVX-512 kernels")
+		}
+		for _, d := range []int{64, 128, 8, 24, 40, 72} {
+			for _, rep := range []int{1, 3} {
+				for _, n := range []int{1, 3, 4, 7, 16, 33, 144} {
+					rs := d + 8
+					q, K, V := randSlice(r, rep*d), randSlice(r, n*rs), randSlice(r, n*rs)
+					o1, o2 := make([]float32, rep*d), make([]float32, rep*d)
+					ml1, ml2 := make([]float32, 2*rep), make([]float32, 2*rep)
+					s1, s2 := make([]float32, rep*n), make([]float32, rep*n)
+					AttendBlock(q, rep, d, K, V, rs, n, 0.125, o1, ml1, s1)
+					attendLoop(q, rep, d, K, V, rs, n, 0.125, o2, ml2, s2)
+					for i := range o1 {
+						if o1[i] != o2[i] {
+							t.Fatalf("d=%d rep=%d n=%d: o[%d] = %g, the four-key loop's %g", d, rep, n, i, o1[i], o2[i])
+						}
 					}
-				}
-				for i := range ml1 {
-					if ml1[i] != ml2[i] {
-						t.Fatalf("d=%d rep=%d n=%d: m, l [%d] = %g, the four-key loop's %g", d, rep, n, i, ml1[i], ml2[i])
+					for i := range ml1 {
+						if ml1[i] != ml2[i] {
+							t.Fatalf("d=%d rep=%d n=%d: m, l [%d] = %g, the four-key loop's %g", d, rep, n, i, ml1[i], ml2[i])
+						}
 					}
 				}
 			}
 		}
-	}
+	})
 }

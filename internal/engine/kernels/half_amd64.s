@@ -22,21 +22,38 @@
 // ahead in src: the widening of a group of half rows (streamNT's several
 // rows of A on AVX2) is where their weights arrive from memory, and the
 // prefetch keeps the next group's coming while the group is multiplied.
-#define CVTHALF(LOAD, l, done) \
+// 32 values (one 64-byte line of src) a step and one prefetch, then 8 at a
+// time for the rest.
+#define CVTHALF(LOAD, l32, l8, done) \
 	MOVQ n+0(FP), CX \
 	MOVQ dst+8(FP), DI \
 	MOVQ src+16(FP), SI \
 	MOVQ pf+24(FP), R8 \
 	ADDQ SI, R8 \
 	XORQ AX, AX \
-l: \
+l32: \
+	MOVQ CX, BX \
+	SUBQ AX, BX \
+	CMPQ BX, $32 \
+	JLT  l8 \
+	PREFETCHT0 (R8)(AX*2) \
+	LOAD((SI)(AX*2), Y0) \
+	LOAD(16(SI)(AX*2), Y1) \
+	LOAD(32(SI)(AX*2), Y2) \
+	LOAD(48(SI)(AX*2), Y3) \
+	VMOVUPS Y0, (DI)(AX*4) \
+	VMOVUPS Y1, 32(DI)(AX*4) \
+	VMOVUPS Y2, 64(DI)(AX*4) \
+	VMOVUPS Y3, 96(DI)(AX*4) \
+	ADDQ $32, AX \
+	JMP  l32 \
+l8: \
 	CMPQ AX, CX \
 	JGE  done \
-	PREFETCHT0 (R8)(AX*2) \
 	LOAD((SI)(AX*2), Y0) \
 	VMOVUPS Y0, (DI)(AX*4) \
 	ADDQ $8, AX \
-	JMP  l \
+	JMP  l8 \
 done: \
 	VZEROUPPER \
 	RET
@@ -285,12 +302,12 @@ hfdone:
 
 // func cvtBF16Y(n int, dst *float32, src *uint16, pf int)
 TEXT ·cvtBF16Y(SB), NOSPLIT, $0-32
-	CVTHALF(BF16Y, cb, cbdone)
+	CVTHALF(BF16Y, cb, cb8, cbdone)
 
 // func cvtF16Y(n int, dst *float32, src *uint16, pf int)
 // (F16C)
 TEXT ·cvtF16Y(SB), NOSPLIT, $0-32
-	CVTHALF(F16Y, cf, cfdone)
+	CVTHALF(F16Y, cf, cf8, cfdone)
 
 // func mdotF16Z(n int, x *float32, lda int, w *uint16, ldw int, out *[16]float32)
 // As mdotBF16Z for IEEE half precision.
@@ -608,3 +625,4 @@ TEXT ·dot4R(SB), NOSPLIT, $0-48
 	ROWY(F32Y, 4, R10, Y4, Y5, sr2, sr2t, sr2d)
 	ROWY(F32Y, 4, R11, Y6, Y7, sr3, sr3t, sr3d)
 	STORE4Y
+

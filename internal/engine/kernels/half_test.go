@@ -65,7 +65,7 @@ func TestHalfToFloat32(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	forSIMD(t, func(t *testing.T) {
 		for _, ty := range []HalfType{BF16, F16} {
-			for _, n := range []int{0, 1, 7, 8, 9, 64, 101} {
+			for _, n := range []int{0, 1, 7, 8, 9, 40, 64, 101, 120} {
 				h, want := randHalf(r, ty, n)
 				// every F16 bit pattern's class: inf, NaN, max, -0
 				if ty == F16 && n > 4 {
