@@ -384,6 +384,9 @@ func gemm(W int, transA, transB bool, m, n, k int, alpha float32, a []float32, l
 	if m*n*k < gemmParallelMin {
 		W = 1
 	}
+	if W > 1 && gemmSlabs(W, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) {
+		return
+	}
 	// A blocks: choose mc so the number of blocks balances across workers.
 	nIC := (m + mcMax - 1) / mcMax
 	if W > 1 && nIC%W != 0 && m > mr*W {
@@ -471,6 +474,65 @@ func gemm(W int, transA, transB bool, m, n, k int, alpha float32, a []float32, l
 			})
 		}
 	}
+}
+
+// slabPanels is the fewest micro-tiles (column panels or row panels) each
+// worker's slab must hold for gemmSlabs to split a product: fewer, and the
+// slabs' one-tile differences unbalance the workers. slabMaxWorkers bounds
+// the workers it splits for: each packs the other operand whole, a cost
+// that grows with their number (measured with two; more keep the shared
+// decomposition).
+var (
+	slabPanels     = 8
+	slabMaxWorkers = 4
+)
+
+// gemmSlabs multiplies C in W slabs of whole micro-tiles, each by one
+// worker alone (gemm with W = 1: its own packing, no hand-out or barrier
+// inside the product), and reports whether the product had the tiles for
+// it. Slabs of columns when op(A) is the operand to pack twice (m <= n),
+// else of rows (op(B) packed twice). Each element's sum is the same
+// micro-kernel's over the same k blocks either way, so the results are
+// those of one worker, bit for bit (TestGemmSlabsBitIdentical).
+//
+// The shared decomposition below (A blocks and column chunks as tasks
+// over one B packed in parallel) meets at a barrier twice per k block; on
+// a two-core AMD EPYC (Zen 3) the prefill's products ran 0–10% faster in
+// slabs, the few-row ones (64 to 128 rows) 10–90% (alternated in one
+// process; docs/benchmarks/zen3-avx2-2026-11-28.md).
+func gemmSlabs(W int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
+	if W > slabMaxWorkers {
+		return false
+	}
+	nr := tileN()
+	cols := m <= n && n >= slabPanels*W*nr
+	if !cols && m < slabPanels*W*mr {
+		return false
+	}
+	parallelFor(W, func(w int) {
+		if cols {
+			j0, j1 := n*w/W/nr*nr, n*(w+1)/W/nr*nr
+			if w == W-1 {
+				j1 = n
+			}
+			bs := b[j0:] // op(B)'s columns j0..: B's rows when transposed
+			if transB {
+				bs = b[j0*ldb:]
+			}
+			gemm(1, transA, transB, m, j1-j0, k, alpha, a, lda, bs, ldb, beta, c[j0:], ldc)
+			return
+		}
+		i0, i1 := m*w/W/mr*mr, m*(w+1)/W/mr*mr
+		if w == W-1 {
+			i1 = m
+		}
+		as := a[i0*lda:] // op(A)'s rows i0..: A's columns when transposed
+		if transA {
+			as = a[i0:]
+		}
+		gemm(1, transA, transB, i1-i0, n, k, alpha, as, lda, b, ldb, beta, c[i0*ldc:], ldc)
+	})
+	return true
 }
 
 // gemmTransposed computes C = alpha*Aᵀ·B + beta*C (beta 0 or 1) for a

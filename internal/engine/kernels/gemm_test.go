@@ -229,3 +229,59 @@ func TestSgemmPanicsOnShortSlice(t *testing.T) {
 	}()
 	Go{}.Sgemm(false, false, 4, 4, 4, 1, make([]float32, 16), 4, make([]float32, 16), 4, 0, make([]float32, 15), 4)
 }
+
+// TestGemmSlabsBitIdentical checks that a product split into slabs of
+// columns or of rows (gemmSlabs), and one through the shared
+// decomposition, give one worker's results bit for bit, padding untouched,
+// for every micro-kernel variant, both layouts of each operand and beta
+// 0, 1 and another.
+func TestGemmSlabsBitIdentical(t *testing.T) {
+	kernelVariants(t, func(t *testing.T) {
+		nr := tileN()
+		r := rand.New(rand.NewPCG(9, 10))
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				for _, g := range []gemmCase{
+					{ta, tb, 40, 2*slabPanels*nr + 5, 70, 1, 0, 1},  // column slabs
+					{ta, tb, 2*slabPanels*mr + 7, 50, 300, 1, 1, 0}, // row slabs
+					{ta, tb, 3*slabPanels*mr, 3*slabPanels*nr + 9, 45, -0.5, 0.5, 2},
+				} {
+					ar, ac := g.m, g.k
+					if ta {
+						ar, ac = g.k, g.m
+					}
+					br, bc := g.k, g.n
+					if tb {
+						br, bc = g.n, g.k
+					}
+					lda, ldb, ldc := ac+g.pad, bc+g.pad, g.n+g.pad
+					a, b := randSlice(r, ar*lda), randSlice(r, br*ldb)
+					c0 := randSlice(r, g.m*ldc)
+					want := append([]float32(nil), c0...)
+					gemm(1, ta, tb, g.m, g.n, g.k, g.alpha, a, lda, b, ldb, g.beta, want, ldc)
+					for _, way := range []string{"slabs", "gemm", "shared"} {
+						c := append([]float32(nil), c0...)
+						switch way {
+						case "slabs":
+							if !gemmSlabs(2, ta, tb, g.m, g.n, g.k, g.alpha, a, lda, b, ldb, g.beta, c, ldc) {
+								t.Fatalf("%v: no slabs", g)
+							}
+						case "gemm":
+							gemm(2, ta, tb, g.m, g.n, g.k, g.alpha, a, lda, b, ldb, g.beta, c, ldc)
+						case "shared":
+							old := slabPanels
+							slabPanels = 1 << 30
+							gemm(2, ta, tb, g.m, g.n, g.k, g.alpha, a, lda, b, ldb, g.beta, c, ldc)
+							slabPanels = old
+						}
+						for i := range c {
+							if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("%v %s: C[%d,%d] = %g, one worker's %g", g, way, i/ldc, i%ldc, c[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
