@@ -373,7 +373,9 @@ var (
 func gemm(W int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	nr := tileN()
 	strided := stridedKernel()
-	if !strided || (beta != 0 && beta != 1) {
+	// Every micro-kernel overwrites C with set (beta 0, the first k block),
+	// so C is scaled beforehand only for another beta.
+	if beta != 0 && beta != 1 {
 		scaleC(m, n, beta, c, ldc)
 		beta = 1
 	}

@@ -244,7 +244,7 @@ func TestGemmSlabsBitIdentical(t *testing.T) {
 				for _, g := range []gemmCase{
 					{ta, tb, 40, 2*slabPanels*nr + 5, 70, 1, 0, 1},  // column slabs
 					{ta, tb, 2*slabPanels*mr + 7, 50, 300, 1, 1, 0}, // row slabs
-					{ta, tb, 3*slabPanels*mr, 3*slabPanels*nr + 9, 45, -0.5, 0.5, 2},
+					{ta, tb, 3 * slabPanels * mr, 3*slabPanels*nr + 9, 45, -0.5, 0.5, 2},
 				} {
 					ar, ac := g.m, g.k
 					if ta {

@@ -19,7 +19,7 @@ var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 var haveAVX512 = cpu.X86.HasAVX512F && haveAVX2 && os.Getenv("FLYWHEEL_AVX512") != "0"
 
 //go:noescape
-func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32)
+func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32, set bool)
 
 //go:noescape
 func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool)

@@ -37,9 +37,22 @@
 	VMOVUPS     Y14, 32(DI) \
 	ADDQ        DX, DI
 
-// func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32)
-// C[0:6, 0:16] += alpha * Apanel(6 x kc) * Bpanel(kc x 16), packed panels.
-TEXT ·sgemmKernel6x16(SB), NOSPLIT, $0-44
+// C row (16 floats at DI) = alpha(Y12) * (lo, hi) as STOREROW computes it
+// on a C of zeros (a multiply-add onto +0, so a zero product is +0 too);
+// DI += DX.
+#define SETROW(lo, hi) \
+	VXORPS      Y13, Y13, Y13 \
+	VFMADD231PS lo, Y12, Y13 \
+	VMOVUPS     Y13, (DI) \
+	VXORPS      Y14, Y14, Y14 \
+	VFMADD231PS hi, Y12, Y14 \
+	VMOVUPS     Y14, 32(DI) \
+	ADDQ        DX, DI
+
+// func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32, set bool)
+// C[0:6, 0:16] += alpha * Apanel(6 x kc) * Bpanel(kc x 16), packed panels;
+// with set, C = that product (C is only written: no pass clearing it first).
+TEXT ·sgemmKernel6x16(SB), NOSPLIT, $0-45
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), AX
 	MOVQ b+16(FP), BX
@@ -102,12 +115,24 @@ loop1:
 
 store:
 	VBROADCASTSS alpha+40(FP), Y12
+	CMPB set+44(FP), $0
+	JNE  set
 	STOREROW(Y0, Y1)
 	STOREROW(Y2, Y3)
 	STOREROW(Y4, Y5)
 	STOREROW(Y6, Y7)
 	STOREROW(Y8, Y9)
 	STOREROW(Y10, Y11)
+	VZEROUPPER
+	RET
+
+set:
+	SETROW(Y0, Y1)
+	SETROW(Y2, Y3)
+	SETROW(Y4, Y5)
+	SETROW(Y6, Y7)
+	SETROW(Y8, Y9)
+	SETROW(Y10, Y11)
 	VZEROUPPER
 	RET
 

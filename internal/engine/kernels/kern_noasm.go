@@ -16,7 +16,9 @@ var haveIntY = false
 
 var haveVNNIY = false
 
-func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32) { panic("kernels: no asm") }
+func sgemmKernel6x16(kc int, a, b, c *float32, ldc int, alpha float32, set bool) {
+	panic("kernels: no asm")
+}
 func sgemmKernel6x32(kc int, a *float32, as int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool) {
 	panic("kernels: no asm")
 }

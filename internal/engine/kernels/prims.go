@@ -39,6 +39,10 @@ func microKernel(kc, nr int, ap []float32, as, ar int, bp []float32, bs int, c [
 			return
 		}
 	}
+	if nr == 16 && haveAVX2 && as == mr && ar == 1 && bs == nr {
+		sgemmKernel6x16(kc, &ap[0], &bp[0], &c[0], ldc, alpha, set)
+		return
+	}
 	if set {
 		for r := range mr {
 			clear(c[r*ldc : r*ldc+nr])
@@ -55,15 +59,13 @@ func microKernel(kc, nr int, ap []float32, as, ar int, bp []float32, bs int, c [
 				}
 			}
 		}
-	case nr == 16 && haveAVX2:
-		sgemmKernel6x16(kc, &ap[0], &bp[0], &c[0], ldc, alpha)
 	default:
 		microKernelGo(kc, nr, ap, bp, c, ldc, alpha)
 	}
 }
 
 // stridedKernel reports whether the micro-kernel in use reads operands in
-// place and overwrites C at full speed (the AVX-512 one).
+// place (the AVX-512 one).
 func stridedKernel() bool { return tileN() == 32 }
 
 // microKernelGo is the portable micro-kernel: 6x4 register blocks (24
