@@ -17,6 +17,7 @@
 #
 #   ROUNDS=6 bash bench/http_stream.sh
 #   FLYWHEEL_BIN=/path/to/flywheel bash bench/http_stream.sh   # a given build
+#   FLYWHEEL_HTTP_GGUF=/path/to/SmolLM2-135M-Instruct.Q4_1.gguf bash bench/http_stream.sh   # a GGUF base
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-6}

@@ -55,13 +55,34 @@ import (
 // (streamSide.alongside: on a machine shared with other work the two
 // then see the same load); each round's figures are logged.
 // bench/http_stream.sh runs it and prints the CPU and load.
+//
+// With FLYWHEEL_HTTP_GGUF naming a .gguf file (the real
+// SmolLM2-135M-Instruct.Q4_1.gguf, say), the base model is that file,
+// linked into the models dir (its id its file name): the checkpoint is then
+// a LoRA on a quantized base, and every decode kernel family the server
+// calibrated is set alike in the engine side.
 func BenchmarkHTTPStreamFromCheckpoint(b *testing.B) {
 	const n = 128
 	dir := b.TempDir()
 	models := filepath.Join(dir, "models")
-	const baseID = "bench/smollm2-135m"
+	baseID := "bench/smollm2-135m"
 	modelDir := filepath.Join(models, filepath.FromSlash(baseID))
-	writeSmolLM2Folder(b, modelDir)
+	if g := os.Getenv("FLYWHEEL_HTTP_GGUF"); g != "" {
+		abs, err := filepath.Abs(g)
+		if err != nil {
+			b.Fatal(err)
+		}
+		baseID = filepath.Base(abs)
+		modelDir = filepath.Join(models, baseID)
+		if err := os.MkdirAll(models, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.Symlink(abs, modelDir); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		writeSmolLM2Folder(b, modelDir)
+	}
 	bin := os.Getenv("FLYWHEEL_BIN")
 	if bin == "" {
 		bin = buildBinary(b, dir)
@@ -109,15 +130,23 @@ func BenchmarkHTTPStreamFromCheckpoint(b *testing.B) {
 		r := s.stream(b, srv, n)
 		s.promptLen = r.promptTokens
 	}
-	// The server's calibrated setting, as it logged it, for the engine side too.
-	set := regexp.MustCompile(`kernels=float32/16-bit setting="([^"]*)"`).FindStringSubmatch(srv.out.String())
-	if set == nil {
+	// The server's calibrated settings, as it logged them, for the engine
+	// side too (float32/16-bit weights; a quantized file's four-row
+	// layouts and block-quantized rows).
+	// (slog quotes a value only when it has spaces: setting=lockstep.)
+	sets := regexp.MustCompile(`kernels=("[^"]*"|\S+) setting=("[^"]*"|\S+)`).FindAllStringSubmatch(srv.out.String(), -1)
+	if sets == nil {
 		b.Fatalf("the server logged no kernel calibration:\n%s", srv.out)
 	}
-	if err := kernels.SetDecodeSetting("float32/16-bit", set[1]); err != nil {
-		b.Fatal(err)
+	var logged []string
+	for _, set := range sets {
+		family, setting := strings.Trim(set[1], `"`), strings.Trim(set[2], `"`)
+		if err := kernels.SetDecodeSetting(family, setting); err != nil {
+			b.Fatal(err)
+		}
+		logged = append(logged, fmt.Sprintf("%s: %q", family, setting))
 	}
-	b.Logf("kernels: the server's calibrated setting %q (used by the engine side too); %s", set[1], kernels.Describe(kernels.Default()))
+	b.Logf("kernels: the server's calibrated settings %s (used by the engine side too); %s", strings.Join(logged, ", "), kernels.Describe(kernels.Default()))
 	for _, s := range sides {
 		s.decode(b, em, n)
 	}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+
+	"flywheel/internal/engine/kernels"
 )
 
 // SamplingParams select how the next token is drawn from the logits.
@@ -87,17 +89,7 @@ func (s *Sampler) Sample(logits []float32) (id int, logprob float32, top []Token
 		s.prob = make([]float64, V)
 	}
 	prob := s.prob[:V]
-	var sum float64
-	for i, v := range logits {
-		z := float64(v) * invT
-		if math.IsNaN(z) {
-			prob[i] = 0
-			continue
-		}
-		e := math.Exp(z - zmax)
-		prob[i] = e
-		sum += e
-	}
+	sum := kernels.ExpShift64(prob, logits, invT, zmax) // prob = exp(z − zmax), summed in order
 	lse := zmax + math.Log(sum)
 	lp := func(i int) float32 {
 		if prob[i] == 0 {
@@ -218,11 +210,16 @@ func (s *Sampler) draw(prob []float64, sum float64) int {
 		minP = 1
 	}
 	if topK <= 0 && !useP {
-		// Only min-p (or nothing): one pass over the vocabulary.
-		total := 0.0
-		for _, p := range prob {
-			if p >= minP && p > 0 {
-				total += p
+		// Only min-p (or nothing): one pass over the vocabulary, and
+		// another for min-p's total (without it, the total is sum: the
+		// same additions in the same order, less those of zeros).
+		total := sum
+		if minP > 0 {
+			total = 0
+			for _, p := range prob {
+				if p >= minP {
+					total += p
+				}
 			}
 		}
 		u := s.rng.Float64() * total
@@ -287,22 +284,25 @@ func (s *Sampler) draw(prob []float64, sum float64) int {
 // topN returns the n most likely tokens, highest first.
 func (s *Sampler) topN(logits []float32, prob []float64, n int, lp func(int) float32) []TokenLogprob {
 	n = min(n, len(logits))
-	// Keep a small sorted list (n is at most ~20 in practice).
+	// Keep a small sorted list (n is at most ~20 in practice). Once it is
+	// full, a token enters only above the last one's probability: at equal
+	// probability the last one's lower id ranks first.
 	best := make([]int32, 0, n+1)
-	for i := range logits {
-		if prob[i] == 0 {
+	thr := 0.0 // the last one's probability when full; 0 drops p == 0
+	for i, p := range prob[:len(logits)] {
+		if p <= thr {
 			continue
 		}
 		x := int32(i)
-		if len(best) == n && !higher(prob, x, best[n-1]) {
-			continue
-		}
 		j := sort.Search(len(best), func(k int) bool { return higher(prob, x, best[k]) })
 		best = append(best, 0)
 		copy(best[j+1:], best[j:])
 		best[j] = x
 		if len(best) > n {
 			best = best[:n]
+		}
+		if len(best) == n {
+			thr = prob[best[n-1]]
 		}
 	}
 	out := make([]TokenLogprob, len(best))

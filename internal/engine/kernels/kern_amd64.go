@@ -65,6 +65,9 @@ func packA6T(n int, src *float32, lds int, dst *float32)
 func expSumAVX(n int, x *float32, shift float32) float32
 
 //go:noescape
+func expShift64AVX(n int, dst *float64, x *float32, scale, shift float64) (sum float64, out int)
+
+//go:noescape
 func swigluAVX(n int, dst, gate, up *float32)
 
 //go:noescape

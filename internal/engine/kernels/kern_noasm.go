@@ -41,6 +41,9 @@ func mulScaleAVX(n int, dst, x, w *float32, s float32)                   { panic
 func maxAVX(n int, x *float32) float32                                   { panic("kernels: no asm") }
 func expSumDotAVX(n int, x *float32, shift float32) (sum, sumED float64) { panic("kernels: no asm") }
 func swigluBackAVX(n int, dg, du, gate, up, dh *float32)                 { panic("kernels: no asm") }
+func expShift64AVX(n int, dst *float64, x *float32, scale, shift float64) (float64, int) {
+	panic("kernels: no asm")
+}
 func sgemmKernel6x32r(kc int, a *float32, lda int, b *float32, bs int, c *float32, ldc int, alpha float32, set bool) {
 	panic("kernels: no asm")
 }

@@ -25,6 +25,51 @@ func Add(dst, x []float32) { addImpl(dst, x) }
 // Sum returns sum_i x[i].
 func Sum(x []float32) float32 { return sumImpl(x) }
 
+// ExpShift64 sets dst[i] = e^(z − shift), z = float64(x[i])·scale rounded
+// to float64 (0 where z is NaN), for i < len(x) (dst at least as long),
+// and returns the sum of dst in index order: softmax(x·scale)'s
+// unnormalised terms and their total in float64, as the sampler draws
+// from them. With AVX2 eight values at a time (expf64_amd64.s: a degree-13
+// polynomial after the usual range reduction, within an ulp of e^x and
+// two of math.Exp, TestExpShift64), the rare ones whose exponent lies
+// outside [-708, 709] and not below math.Exp's underflow (subnormal
+// results, overflow) by math.Exp; else math.Exp throughout.
+func ExpShift64(dst []float64, x []float32, scale, shift float64) float64 {
+	n := len(x)
+	if n == 0 {
+		return 0
+	}
+	_ = dst[n-1]
+	i := 0
+	var sum float64
+	if haveAVX2 && n >= 8 {
+		i = n &^ 7
+		var out int
+		sum, out = expShift64AVX(i, &dst[0], &x[0], scale, shift)
+		if out > 0 {
+			sum = 0
+			for j, v := range x[:i] {
+				dst[j] = expShifted(v, scale, shift)
+				sum += dst[j]
+			}
+		}
+	}
+	for ; i < n; i++ {
+		dst[i] = expShifted(x[i], scale, shift)
+		sum += dst[i]
+	}
+	return sum
+}
+
+// expShifted is one term of ExpShift64 by math.Exp.
+func expShifted(v float32, scale, shift float64) float64 {
+	z := float64(float64(v) * scale)
+	if math.IsNaN(z) {
+		return 0
+	}
+	return math.Exp(z - shift)
+}
+
 // MatVec computes y = W·x for W [len(y), len(x)] row-major (a Linear layer
 // for one token, the Sgemm(false, true, 1, out, in, ...) shape): each y[r]
 // is the dot of row r with x. It is bandwidth-bound and runs on all cores
