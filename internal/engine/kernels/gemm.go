@@ -499,9 +499,9 @@ var (
 //
 // The shared decomposition below (A blocks and column chunks as tasks
 // over one B packed in parallel) meets at a barrier twice per k block; on
-// a two-core AMD EPYC (Zen 3) the prefill's products ran 0–10% faster in
-// slabs, the few-row ones (64 to 128 rows) 10–90% (alternated in one
-// process; docs/benchmarks/zen3-avx2-2026-11-28.md).
+// a two-core AMD EPYC (Zen 3) a 512-token prefill's products ran 0–4%
+// faster in slabs (512×192: 18%), those of 30 to 100 rows 11–37%
+// (alternated in one process; docs/benchmarks/zen3-avx2-2026-11-28.md).
 func gemmSlabs(W int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) bool {
 	if W > slabMaxWorkers {
 		return false

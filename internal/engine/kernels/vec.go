@@ -46,10 +46,12 @@ func ExpShift64(dst []float64, x []float32, scale, shift float64) float64 {
 		i = n &^ 7
 		var out int
 		sum, out = expShift64AVX(i, &dst[0], &x[0], scale, shift)
-		if out > 0 {
+		if out > 0 { // those lanes are 0, as no other in range is
 			sum = 0
 			for j, v := range x[:i] {
-				dst[j] = expShifted(v, scale, shift)
+				if dst[j] == 0 {
+					dst[j] = expShifted(v, scale, shift)
+				}
 				sum += dst[j]
 			}
 		}
