@@ -517,9 +517,11 @@ func gemmSlabs(W int, transA, transB bool, m, n, k int, alpha float32, a []float
 			if w == W-1 {
 				j1 = n
 			}
-			bs := b[j0:] // op(B)'s columns j0..: B's rows when transposed
+			var bs []float32 // op(B)'s columns j0..: B's rows when transposed
 			if transB {
 				bs = b[j0*ldb:]
+			} else {
+				bs = b[j0:]
 			}
 			gemm(1, transA, transB, m, j1-j0, k, alpha, a, lda, bs, ldb, beta, c[j0:], ldc)
 			return
@@ -528,9 +530,11 @@ func gemmSlabs(W int, transA, transB bool, m, n, k int, alpha float32, a []float
 		if w == W-1 {
 			i1 = m
 		}
-		as := a[i0*lda:] // op(A)'s rows i0..: A's columns when transposed
+		var as []float32 // op(A)'s rows i0..: A's columns when transposed
 		if transA {
 			as = a[i0:]
+		} else {
+			as = a[i0*lda:]
 		}
 		gemm(1, transA, transB, i1-i0, n, k, alpha, as, lda, b, ldb, beta, c[i0*ldc:], ldc)
 	})

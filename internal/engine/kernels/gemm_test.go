@@ -245,6 +245,11 @@ func TestGemmSlabsBitIdentical(t *testing.T) {
 					{ta, tb, 40, 2*slabPanels*nr + 5, 70, 1, 0, 1},  // column slabs
 					{ta, tb, 2*slabPanels*mr + 7, 50, 300, 1, 1, 0}, // row slabs
 					{ta, tb, 3 * slabPanels * mr, 3*slabPanels*nr + 9, 45, -0.5, 0.5, 2},
+					// a LoRA gradient's shape (dB = dyᵀ·xa): k shorter than
+					// the second slab's first row, A and B exactly as long
+					// as they must be
+					{ta, tb, 200, 16, 60, 1, 0, 3},
+					{ta, tb, 16, 2*slabPanels*nr + 3, 5, 1, 0, 0},
 				} {
 					ar, ac := g.m, g.k
 					if ta {
@@ -255,7 +260,7 @@ func TestGemmSlabsBitIdentical(t *testing.T) {
 						br, bc = g.n, g.k
 					}
 					lda, ldb, ldc := ac+g.pad, bc+g.pad, g.n+g.pad
-					a, b := randSlice(r, ar*lda), randSlice(r, br*ldb)
+					a, b := randSlice(r, (ar-1)*lda+ac), randSlice(r, (br-1)*ldb+bc)
 					c0 := randSlice(r, g.m*ldc)
 					want := append([]float32(nil), c0...)
 					gemm(1, ta, tb, g.m, g.n, g.k, g.alpha, a, lda, b, ldb, g.beta, want, ldc)
