@@ -43,9 +43,8 @@ GLOBL expd<>(SB), RODATA|NOPTR, $176
 // (p: Y2 and Y6, r: Y1 and Y5).
 #define HORNER(off) \
 	VBROADCASTSD expd<>+off(SB), Y9 \
-	VBROADCASTSD expd<>+off(SB), Y11 \
 	VFMADD213PD  Y9, Y1, Y2 \
-	VFMADD213PD  Y11, Y5, Y6
+	VFMADD213PD  Y9, Y5, Y6
 
 #define EXPS8 \
 	VCVTPS2PD    0(SI), Y0 \
