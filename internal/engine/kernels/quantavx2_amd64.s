@@ -861,6 +861,11 @@ DATA y10<>+8(SB)/8, $0x1010101010101010
 DATA y10<>+16(SB)/8, $0x1010101010101010
 DATA y10<>+24(SB)/8, $0x1010101010101010
 GLOBL y10<>(SB), RODATA|NOPTR, $32
+DATA y65536<>+0(SB)/8, $0x4780000047800000
+DATA y65536<>+8(SB)/8, $0x4780000047800000
+DATA y65536<>+16(SB)/8, $0x4780000047800000
+DATA y65536<>+24(SB)/8, $0x4780000047800000
+GLOBL y65536<>(SB), RODATA|NOPTR, $32
 DATA y16d<>+0(SB)/8, $0x0000001000000010
 DATA y16d<>+8(SB)/8, $0x0000001000000010
 DATA y16d<>+16(SB)/8, $0x0000001000000010
@@ -896,6 +901,51 @@ GLOBL y16d<>(SB), RODATA|NOPTR, $32
 	Y5XHIGH(off+68, Y9) \
 	Y5XHIGH(off+72, Y10) \
 	Y5XHIGH(off+76, Y11)
+
+// Y5XVALS with its constants in registers (Y5RCONST: Y6 y5Spread, Y7
+// y5Bits, Y14 the bytes 0x10; Y15 the nibble mask, as YVARGS sets it):
+// the VPMADDUBSW kernels of the Q5 layouts, which read twenty constants
+// a block from memory otherwise.
+#define Y5RCONST \
+	Y5RCONST67 \
+	VMOVDQU y10<>(SB), Y14
+
+// Y5RCONST's Y6 and Y7 (again in Q5_Kx4's super-blocks, after YKXSCALES
+// has used them).
+#define Y5RCONST67 \
+	VMOVDQU y5Spread<>(SB), Y6 \
+	VMOVDQU y5Bits<>(SB), Y7
+
+#define Y5XHIGHR(off, v) \
+	VPBROADCASTD off(R8), Y12 \
+	VPSHUFB      Y6, Y12, Y12 \
+	VPAND        Y7, Y12, Y12 \
+	VPCMPEQB     Y7, Y12, Y12 \
+	VPAND        Y14, Y12, Y12 \
+	VPOR         Y12, v, v
+
+// The nibbles of the bytes in Y8, Y9 as bytes: Y8, Y9 the low ones, Y10,
+// Y11 the high ones (Y15: the nibble mask, as YVARGS sets it).
+#define YNIBSPLIT \
+	VPSRLW   $4, Y8, Y10 \
+	VPSRLW   $4, Y9, Y11 \
+	VPAND    Y15, Y8, Y8 \
+	VPAND    Y15, Y9, Y9 \
+	VPAND    Y15, Y10, Y10 \
+	VPAND    Y15, Y11, Y11
+
+// YXNIBS with the nibble mask in Y15.
+#define YXNIBSR(off) \
+	VMOVDQU  off(R8), Y8 \
+	VMOVDQU  off+32(R8), Y9 \
+	YNIBSPLIT
+
+#define Y5XVALSR(off) \
+	YXNIBSR(off) \
+	Y5XHIGHR(off+64, Y8) \
+	Y5XHIGHR(off+68, Y9) \
+	Y5XHIGHR(off+72, Y10) \
+	Y5XHIGHR(off+76, Y11)
 
 // Dequantisation of the Q5 four-row layouts: row j's 32 values (VAL: the float32 of the int32 in Y12, the row's d in Y4 and m
 // in Y5) to BX.
@@ -995,13 +1045,15 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 // (lanes c = 0, 1 and 2, 3: row j's values 4c..4c+3 in dword j) in Y8,
 // Y9 and two of high ones (16 + 4c..) in Y10, Y11, each against the
 // limb's 32 bytes at the same place in the prep. A VPMADDUBSW word l·A +
-// l'·A' is at most 2·31·128 = 7936; two or (four-bit values) four of
-// them are added as words without saturating (15872, 15360). After
-// VPMADDWD a dword holds 8 (Q5) or 16 (Q4) products of row j, |Σ l·v| ≤
-// 8·31·(127·2^16 + 128·257) or 16·15·(..) < 2^31, so the limbs'
-// combination (Σ l·A)·2^16 + (Σ l·B)·2^8 + Σ l·C is exact in int32. A
-// lane's dword j and the other lane's are row j's halves: added at the
-// end.
+// l'·A' is at most 2·31·128 = 7936; four of them are added as words
+// without saturating (31744), and after VPMADDWD a dword holds 16
+// products of row j. With four-bit values |Σ l·v| ≤ 16·15·(127·2^16 +
+// 128·257) < 2^31, so the limbs' combination (Σ l·A)·2^16 + (Σ l·B)·2^8 +
+// Σ l·C is exact in int32; with five-bit ones it is not, and YV5SUMS
+// joins Σ l·A and the rest, each exact as float32, by one FMA (AVX-VNNI's
+// YN5SUMS keeps the low and high values apart, 8 a dword, exact in int32,
+// as before). A lane's dword j and the other lane's are row j's halves:
+// added at the end.
 
 // One limb's Σ l·v over two of the block's value vectors (v0, v1: their
 // limb bytes at off(SI), off+32(SI)) into acc as words (t scratch).
@@ -1030,14 +1082,6 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	VPADDW     t, acc, acc \
 	VPMADDWD   Y13, acc, acc
 
-// Five-bit values: the low values' and the high ones' apart (8 a dword).
-#define YV5LO(off, acc, t) \
-	YVPAIR(off, Y8, Y9, acc, t) \
-	VPMADDWD   Y13, acc, acc
-
-#define YV5HI(off, acc, t) \
-	YVPAIR(off+64, Y10, Y11, acc, t) \
-	VPMADDWD   Y13, acc, acc
 
 // With AVX-VNNI (no AVX-512: Intel's client cores since 2021), the same
 // sums by VPDPBUSD in its VEX form, which Go's assembler does not encode
@@ -1070,26 +1114,33 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	VMOVDQU    32(R8), Y9 \
 	VPSHUFB    Y14, Y8, Y8 \
 	VPSHUFB    Y14, Y9, Y9 \
-	VPSRLW     $4, Y8, Y10 \
-	VPSRLW     $4, Y9, Y11 \
-	VPAND      Y15, Y8, Y8 \
-	VPAND      Y15, Y9, Y9 \
-	VPAND      Y15, Y10, Y10 \
-	VPAND      Y15, Y11, Y11
+	YNIBSPLIT
 
 // Σ l·v of the block's values in Y8..Y11 against the limbs at SI, per
 // (lane, dword j = row j), as float32 into Y2: four-bit values (YV4SUMS,
-// YN4SUMS: 16 a dword) and five-bit ones (the halves apart).
+// YN4SUMS: 16 a dword) and five-bit ones (YV5SUMS: 16 a dword, joined
+// in float32; YN5SUMS: the halves apart).
 #define YV4SUMS \
 	YVLIMBS(YV4SUM, Y2, Y5, Y3, Y5, Y4, Y5)
 
 #define YN4SUMS \
 	YVLIMBS(YN4SUM, Y2, 2, Y3, 3, Y4, 4)
 
+// Five-bit values as four-bit ones (16 a dword: the words' sums stay
+// below 4·7936), but the int32 combination of the limbs would overflow
+// (16·31·(127·2^16 + 128·257) > 2^31): Σ l·A (|·| ≤ 16·31·128) and
+// (Σ l·B)·2^8 + Σ l·C (< 2^24) are each exact as float32, and one FMA
+// joins them, Σ l·A·2^16 + the rest, rounding the exact sum once (six
+// instructions fewer a block than the halves apart, YN5SUMS).
 #define YV5SUMS \
-	YVLIMBS(YV5LO, Y2, Y5, Y3, Y5, Y4, Y5) \
-	YVLIMBS(YV5HI, Y6, Y5, Y3, Y5, Y4, Y5) \
-	VADDPS     Y6, Y2, Y2
+	YV4SUM(0, Y2, Y5) \
+	YV4SUM(128, Y3, Y5) \
+	YV4SUM(256, Y4, Y5) \
+	VPSLLD      $8, Y3, Y3 \
+	VPADDD      Y4, Y3, Y3 \
+	VCVTDQ2PS   Y2, Y2 \
+	VCVTDQ2PS   Y3, Y3 \
+	VFMADD132PS y65536<>(SB), Y3, Y2
 
 #define YN5SUMS \
 	YVLIMBS(YN5LO, Y2, 2, Y3, 3, Y4, 4) \
@@ -1108,7 +1159,7 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 
 #define YV5BLOCK \
 	PREFETCHT0 64(R8)(R10*1) \
-	Y5XVALS(0) \
+	Y5XVALSR(0) \
 	YV5SUMS
 
 #define YN5BLOCK \
@@ -1178,11 +1229,13 @@ TEXT ·qdotQ40YV(SB), NOSPLIT, $0-56
 // func qdotQ51YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ51YV(SB), NOSPLIT, $0-56
 	YVARGS
+	Y5RCONST
 	YVQ51(YV5BLOCK)
 
 // func qdotQ50YV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ50YV(SB), NOSPLIT, $0-56
 	YVARGS
+	Y5RCONST
 	YVQ50(YV5BLOCK)
 
 // func qdotQ41YN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
@@ -1280,11 +1333,16 @@ GLOBL yK3<>(SB), RODATA|NOPTR, $32
 	PREFETCHT0 off+64(R8)(R10*1) \
 	Y5XVALS(off)
 
+#define Y5KVALSR(off) \
+	PREFETCHT0 off+64(R8)(R10*1) \
+	Y5XVALSR(off)
+
 // A super-block of eight sub-blocks of SZ bytes, their scales at SC:
 // Q4_Kx4 (64, 512; values YXNIBS) and Q5_Kx4 (80, 640; Y5KVALS).
-#define YKSB(SC, SZ, VALS, SUMS) \
+#define YKSB(SC, SZ, VALS, SUMS, AFTER) \
 	PREFETCHT0 SC(R8)(R10*1) \
 	YKXSCALES(SC) \
+	AFTER \
 	YKXSUB(0, 0, VALS, SUMS) \
 	YKXSUB(SZ, 1, VALS, SUMS) \
 	YKXSUB(2*SZ, 2, VALS, SUMS) \
@@ -1298,22 +1356,23 @@ GLOBL yK3<>(SB), RODATA|NOPTR, $32
 // nb: 32-value blocks (eight a super-block).
 TEXT ·qdotQ4KYV(SB), NOSPLIT, $256-56
 	YVARGS
-	KLIMBRUN(grp, lp, done, YKSB(512, 64, YXNIBS, YV4SUMS), $576, YVDEND($0xbf800000))
+	KLIMBRUN(grp, lp, done, YKSB(512, 64, YXNIBSR, YV4SUMS, KYNONE), $576, YVDEND($0xbf800000))
 
 // func qdotQ5KYV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ5KYV(SB), NOSPLIT, $256-56
 	YVARGS
-	KLIMBRUN(grp, lp, done, YKSB(640, 80, Y5KVALS, YV5SUMS), $704, YVDEND($0xbf800000))
+	Y5RCONST
+	KLIMBRUN(grp, lp, done, YKSB(640, 80, Y5KVALSR, YV5SUMS, Y5RCONST67), $704, YVDEND($0xbf800000))
 
 // func qdotQ4KYN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ4KYN(SB), NOSPLIT, $256-56
 	YVARGS
-	KLIMBRUN(grp, lp, done, YKSB(512, 64, YXNIBS, YN4SUMS), $576, YVDEND($0xbf800000))
+	KLIMBRUN(grp, lp, done, YKSB(512, 64, YXNIBS, YN4SUMS, KYNONE), $576, YVDEND($0xbf800000))
 
 // func qdotQ5KYN(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
 TEXT ·qdotQ5KYN(SB), NOSPLIT, $256-56
 	YVARGS
-	KLIMBRUN(grp, lp, done, YKSB(640, 80, Y5KVALS, YN5SUMS), $704, YVDEND($0xbf800000))
+	KLIMBRUN(grp, lp, done, YKSB(640, 80, Y5KVALS, YN5SUMS, KYNONE), $704, YVDEND($0xbf800000))
 
 // Their group dequantisers (prefill, training): each sub-block's values
 // as DequantRow computes them, float32(d·scale)·l − float32(dmin·min),
