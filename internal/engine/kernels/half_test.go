@@ -230,6 +230,46 @@ func TestStreamedRowsIndependentOfBatch(t *testing.T) {
 	})
 }
 
+// TestShortRows: products with weight rows of a few values (a LoRA B
+// factor's rank, shortRowsNT on AVX2) against a float64 computation, for
+// row lengths 8..64, row counts around the kernel's groups of eight, beta
+// 0 and 1, serial and parallel (the same bits), on every SIMD variant.
+func TestShortRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	forSIMD(t, func(t *testing.T) {
+		for _, k := range []int{8, 16, 24, 64} {
+			for _, n := range []int{1, 7, 8, 9, 37, 4096} {
+				const m = 3
+				a, w := randSlice(r, m*k), randSlice(r, n*k)
+				c0 := randSlice(r, m*n)
+				for _, beta := range []float32{0, 1} {
+					serial := append([]float32(nil), c0...)
+					GemvNTSerial(m, n, k, a, k, w, k, beta, serial, n)
+					parallel := append([]float32(nil), c0...)
+					GemvNT(m, n, k, a, k, w, k, beta, parallel, n)
+					for i := range m {
+						for o := range n {
+							want, mag := float64(beta)*float64(c0[i*n+o]), math.Abs(float64(beta)*float64(c0[i*n+o]))
+							for p := range k {
+								v := float64(a[i*k+p]) * float64(w[o*k+p])
+								want += v
+								mag += math.Abs(v)
+							}
+							got := serial[i*n+o]
+							if math.Abs(float64(got)-want) > 4e-7*mag {
+								t.Fatalf("k=%d n=%d beta %g: c[%d][%d] = %g, want %g", k, n, beta, i, o, got, want)
+							}
+							if parallel[i*n+o] != got {
+								t.Fatalf("k=%d n=%d beta %g: c[%d][%d] = %g serial, %g parallel", k, n, beta, i, o, got, parallel[i*n+o])
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
 // GemvNTSerial is GemvNT on one goroutine: the same sums, bit for bit, and
 // the same checks.
 func TestGemvNTSerial(t *testing.T) {

@@ -35,6 +35,9 @@ func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32, pf 
 func dot4(n int, x, w *float32, ldw int, out *[4]float32) { dot4M(n, x, 0, 1, w, ldw, &out[0], nil, 0) }
 
 //go:noescape
+func shortDots8(blocks, k int, x, w *float32, y *float32, add bool)
+
+//go:noescape
 func dotAVX(n int, x, y *float32) float32
 
 //go:noescape

@@ -1138,3 +1138,74 @@ mxdone:
 	VZEROUPPER
 	MOVSS        X0, ret+16(FP)
 	RET
+
+// func shortDots8(blocks, k int, x, w *float32, y *float32, add bool)
+// For each of blocks groups of eight rows of w (k values each, a multiple
+// of 8, back to back): y[i] = Σ x[p]·row_i[p] (+ y[i] when add), i < 8.
+// One accumulator a row over k/8 chunks, then the eight sums by a tree of
+// horizontal adds: LoRA's B factor (rows of rank r values) in decode,
+// where a four-row dot kernel call a group of 16-value rows (dot4R and
+// the Go around it) streamed 6 GB/s.
+TEXT ·shortDots8(SB), NOSPLIT, $0-41
+	MOVQ    blocks+0(FP), CX
+	MOVQ    k+8(FP), R9
+	SHLQ    $2, R9
+	MOVQ    x+16(FP), SI
+	MOVQ    w+24(FP), BX
+	MOVQ    y+32(FP), DI
+	MOVBLZX add+40(FP), R10
+	LEAQ    (R9)(R9*2), DX
+
+sdblk:
+	TESTQ  CX, CX
+	JZ     sddone
+	MOVQ   BX, R8
+	LEAQ   (BX)(R9*4), R12
+	LEAQ   (BX)(DX*1), R13
+	LEAQ   (R12)(DX*1), R14
+	MOVQ   SI, R11
+	MOVQ   R9, AX
+	SHRQ   $5, AX
+	ZEROY
+
+sdchunk:
+	VMOVUPS     (R11), Y8
+	VFMADD231PS (R8), Y8, Y0
+	VFMADD231PS (R8)(R9*1), Y8, Y1
+	VFMADD231PS (R8)(R9*2), Y8, Y2
+	VFMADD231PS (R13), Y8, Y3
+	VFMADD231PS (R12), Y8, Y4
+	VFMADD231PS (R12)(R9*1), Y8, Y5
+	VFMADD231PS (R12)(R9*2), Y8, Y6
+	VFMADD231PS (R14), Y8, Y7
+	ADDQ        $32, R11
+	ADDQ        $32, R8
+	ADDQ        $32, R12
+	ADDQ        $32, R13
+	ADDQ        $32, R14
+	DECQ        AX
+	JNZ         sdchunk
+
+	VHADDPS    Y1, Y0, Y0
+	VHADDPS    Y3, Y2, Y2
+	VHADDPS    Y5, Y4, Y4
+	VHADDPS    Y7, Y6, Y6
+	VHADDPS    Y2, Y0, Y0
+	VHADDPS    Y6, Y4, Y4
+	VPERM2F128 $0x20, Y4, Y0, Y1
+	VPERM2F128 $0x31, Y4, Y0, Y2
+	VADDPS     Y2, Y1, Y1
+	TESTQ      R10, R10
+	JZ         sdstore
+	VADDPS     (DI), Y1, Y1
+
+sdstore:
+	VMOVUPS Y1, (DI)
+	ADDQ    $32, DI
+	LEAQ    (BX)(R9*8), BX
+	DECQ    CX
+	JMP     sdblk
+
+sddone:
+	VZEROUPPER
+	RET

@@ -26,6 +26,7 @@ func dot4(n int, x, w *float32, ldw int, out *[4]float32) { panic("kernels: no a
 func dot4M(n int, x *float32, ldx, m int, w *float32, ldw int, out *float32, pf unsafe.Pointer, pfn int) {
 	panic("kernels: no asm")
 }
+func shortDots8(blocks, k int, x, w *float32, y *float32, add bool)      { panic("kernels: no asm") }
 func dotAVX(n int, x, y *float32) float32                                { panic("kernels: no asm") }
 func axpyAVX(n int, alpha float32, x, y *float32)                        { panic("kernels: no asm") }
 func axpy4(n int, a *[4]float32, w *float32, ldw int, y *float32)        { panic("kernels: no asm") }
