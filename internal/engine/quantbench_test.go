@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -116,14 +117,24 @@ func (p *bwProbe) rate() float64 { return p.bytes / p.secs }
 // accepts: a model folder, or a GGUF file where the loader reads them),
 // interleaved with the read-bandwidth probe, and reports each one's tok/s
 // and fraction of the bandwidth limit (weight bytes per token / read
-// bandwidth). Skipped when the variable is unset.
+// bandwidth). Skipped when the variable is unset. With
+// FLYWHEEL_BENCH_LORA=r it also decodes each from a checkpoint (a rank-r
+// adapter on every module, float32 factors, as RL samples from) and
+// reports its tok/s and its speed over the base's.
 func BenchmarkDecodeModelFiles(b *testing.B) {
 	env := os.Getenv("FLYWHEEL_BENCH_MODELS")
 	if env == "" {
 		b.Skip("FLYWHEEL_BENCH_MODELS not set")
 	}
+	rank := 0
+	if v := os.Getenv("FLYWHEEL_BENCH_LORA"); v != "" {
+		var err error
+		if rank, err = strconv.Atoi(v); err != nil || rank <= 0 {
+			b.Fatalf("FLYWHEEL_BENCH_LORA=%q: want a rank", v)
+		}
+	}
 	var ms []*Model
-	var seqs [][]*Seq
+	var seqs, lseqs [][]*Seq
 	for _, p := range strings.Split(env, ",") {
 		m, err := Load(p)
 		if err != nil {
@@ -131,15 +142,26 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 		}
 		ms = append(ms, m)
 		seqs = append(seqs, prefilled(b, m, 1))
+		if rank > 0 {
+			ad, err := NewAdapter(m.Config, LoRAConfig{Rank: rank, Alpha: 2 * float64(rank), TargetModules: AllModules}, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			randomizeB(ad, 2)
+			lseqs = append(lseqs, prefilledWith(b, m, 1, ad))
+		}
 	}
 	probe := newBWProbe()
 	const steps = 32
-	secs := make([]float64, len(ms))
+	secs, lsecs := make([]float64, len(ms)), make([]float64, len(ms))
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
 		probe.measure()
 		for i, m := range ms {
 			secs[i] += decodeSteps(b, m, seqs[i], steps)
+			if rank > 0 {
+				lsecs[i] += decodeSteps(b, m, lseqs[i], steps)
+			}
 		}
 	}
 	bw := probe.rate()
@@ -150,6 +172,11 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 		b.ReportMetric(float64(weightBytes(m.Weights))/1e6, name+"-MB")
 		b.ReportMetric(tps, name+"-tok/s")
 		b.ReportMetric(tps/(bw/float64(weightBytes(m.Weights))), name+"-of-limit")
+		if rank > 0 {
+			ltps := float64(b.N*steps) / lsecs[i]
+			b.ReportMetric(ltps, name+"-lora-tok/s")
+			b.ReportMetric(ltps/tps, name+"-lora/base")
+		}
 	}
 }
 
