@@ -440,9 +440,10 @@ func streamNT(m, n, k int, a []float32, lda int, w *wrows, beta float32, c []flo
 // shortRowsMaxK is the longest weight rows shortRowsNT takes.
 const shortRowsMaxK = 64
 
-// shortRowsNT is streamNT (AVX2 without AVX-512) for weight rows of few
-// values (k ≤ shortRowsMaxK, a multiple of 8, back to back) and beta 0 or
-// 1: a LoRA B factor, rows of rank r values, in decode. The four-row
+// shortRowsNT is streamNT, where the AVX-512 kernels do not take the rows
+// (AVX2 machines; rows of 8 values on AVX-512 ones), for float32 weight
+// rows of few values (k ≤ shortRowsMaxK, a multiple of 8, back to back)
+// and beta 0 or 1: a LoRA B factor, rows of rank r values, in decode. The four-row
 // kernels pay a call, a setup and four horizontal sums for every four
 // such rows (6 GB/s from L3 at r = 16); shortDots8 takes eight rows a
 // step and sums them in one tree. Each output on its own, so a row's
