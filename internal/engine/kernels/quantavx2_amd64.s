@@ -576,9 +576,10 @@ done: \
 // func qdotQ80Y(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
 // The Q8_0 row kernel (xs unused): YRRUN's loop, four blocks a step
 // (Q80BLK), their sums in four accumulators (Y7..Y10) added at the row's
-// end, so that four chains of dependent adds overlap while the row's
-// blocks arrive. In L1 it runs as fast as one block a step into one
-// accumulator (the instructions bound both), but from L2 and from memory
+// end: four short chains of dependent adds instead of one long one. In L1
+// it runs as fast as one block a step into one accumulator (the
+// instructions bound both; why the chains matter once the blocks come
+// from farther away was not pinned down), but from L2 and from memory
 // — where decode reads it: the token embeddings of SmolLM2's GGUF files,
 // a third of a token's bytes, are Q8_0 — 1.05–1.5× (two threads, 128 MiB
 // of copies of a 768×576 matrix, AMD EPYC Zen 3, alternated in one
@@ -872,40 +873,53 @@ DATA y16d<>+16(SB)/8, $0x0000001000000010
 DATA y16d<>+24(SB)/8, $0x0000001000000010
 GLOBL y16d<>(SB), RODATA|NOPTR, $32
 
-// The fifth bits of the mask dword at off(R8) or-ed into v's bytes as 16.
-#define Y5XHIGH(off, v) \
+// The fifth bits of the mask dword at off(R8) or-ed into v's bytes as 16
+// (sp, bi, b10: y5Spread, y5Bits and the bytes 0x10, as memory operands
+// or registers).
+#define Y5XHIGHM(off, v, sp, bi, b10) \
 	VPBROADCASTD off(R8), Y12 \
-	VPSHUFB      y5Spread<>(SB), Y12, Y12 \
-	VPAND        y5Bits<>(SB), Y12, Y12 \
-	VPCMPEQB     y5Bits<>(SB), Y12, Y12 \
-	VPAND        y10<>(SB), Y12, Y12 \
+	VPSHUFB      sp, Y12, Y12 \
+	VPAND        bi, Y12, Y12 \
+	VPCMPEQB     bi, Y12, Y12 \
+	VPAND        b10, Y12, Y12 \
 	VPOR         Y12, v, v
+
+// The nibbles of the bytes in Y8, Y9 as bytes: Y8, Y9 the low ones, Y10,
+// Y11 the high ones (m: the nibble mask, a memory operand or Y15 as
+// YVARGS sets it).
+#define YNIBSPLIT(m) \
+	VPSRLW   $4, Y8, Y10 \
+	VPSRLW   $4, Y9, Y11 \
+	VPAND    m, Y8, Y8 \
+	VPAND    m, Y9, Y9 \
+	VPAND    m, Y10, Y10 \
+	VPAND    m, Y11, Y11
 
 // The nibbles of the 64 bytes at off(R8) as bytes: Y8 (low nibbles of
 // bytes 0..31), Y9 (32..63), Y10, Y11 (the high ones); Y5XVALS: with the
 // fifth bits of the masks after them (the Q5 layouts, Q5_Kx4's
-// sub-blocks).
-#define YXNIBS(off) \
+// sub-blocks). The constants as memory operands (YXNIBS, Y5XVALS) or in
+// registers (YXNIBSR, Y5XVALSR; Y5RCONST: Y6 y5Spread, Y7 y5Bits, Y14 the
+// bytes 0x10, and Y15 the nibble mask as YVARGS sets it): the VPMADDUBSW
+// decode kernels of the Q5 layouts, which read twenty constants a block
+// from memory otherwise.
+#define YXNIBSM(off, m) \
 	VMOVDQU  off(R8), Y8 \
 	VMOVDQU  off+32(R8), Y9 \
-	VPSRLD   $4, Y8, Y10 \
-	VPSRLD   $4, Y9, Y11 \
-	VPAND    y0F<>(SB), Y8, Y8 \
-	VPAND    y0F<>(SB), Y9, Y9 \
-	VPAND    y0F<>(SB), Y10, Y10 \
-	VPAND    y0F<>(SB), Y11, Y11
+	YNIBSPLIT(m)
 
-#define Y5XVALS(off) \
-	YXNIBS(off) \
-	Y5XHIGH(off+64, Y8) \
-	Y5XHIGH(off+68, Y9) \
-	Y5XHIGH(off+72, Y10) \
-	Y5XHIGH(off+76, Y11)
+#define Y5XVALSM(off, m, sp, bi, b10) \
+	YXNIBSM(off, m) \
+	Y5XHIGHM(off+64, Y8, sp, bi, b10) \
+	Y5XHIGHM(off+68, Y9, sp, bi, b10) \
+	Y5XHIGHM(off+72, Y10, sp, bi, b10) \
+	Y5XHIGHM(off+76, Y11, sp, bi, b10)
 
-// Y5XVALS with its constants in registers (Y5RCONST: Y6 y5Spread, Y7
-// y5Bits, Y14 the bytes 0x10; Y15 the nibble mask, as YVARGS sets it):
-// the VPMADDUBSW kernels of the Q5 layouts, which read twenty constants
-// a block from memory otherwise.
+#define YXNIBS(off) YXNIBSM(off, y0F<>(SB))
+#define YXNIBSR(off) YXNIBSM(off, Y15)
+#define Y5XVALS(off) Y5XVALSM(off, y0F<>(SB), y5Spread<>(SB), y5Bits<>(SB), y10<>(SB))
+#define Y5XVALSR(off) Y5XVALSM(off, Y15, Y6, Y7, Y14)
+
 #define Y5RCONST \
 	Y5RCONST67 \
 	VMOVDQU y10<>(SB), Y14
@@ -915,37 +929,6 @@ GLOBL y16d<>(SB), RODATA|NOPTR, $32
 #define Y5RCONST67 \
 	VMOVDQU y5Spread<>(SB), Y6 \
 	VMOVDQU y5Bits<>(SB), Y7
-
-#define Y5XHIGHR(off, v) \
-	VPBROADCASTD off(R8), Y12 \
-	VPSHUFB      Y6, Y12, Y12 \
-	VPAND        Y7, Y12, Y12 \
-	VPCMPEQB     Y7, Y12, Y12 \
-	VPAND        Y14, Y12, Y12 \
-	VPOR         Y12, v, v
-
-// The nibbles of the bytes in Y8, Y9 as bytes: Y8, Y9 the low ones, Y10,
-// Y11 the high ones (Y15: the nibble mask, as YVARGS sets it).
-#define YNIBSPLIT \
-	VPSRLW   $4, Y8, Y10 \
-	VPSRLW   $4, Y9, Y11 \
-	VPAND    Y15, Y8, Y8 \
-	VPAND    Y15, Y9, Y9 \
-	VPAND    Y15, Y10, Y10 \
-	VPAND    Y15, Y11, Y11
-
-// YXNIBS with the nibble mask in Y15.
-#define YXNIBSR(off) \
-	VMOVDQU  off(R8), Y8 \
-	VMOVDQU  off+32(R8), Y9 \
-	YNIBSPLIT
-
-#define Y5XVALSR(off) \
-	YXNIBSR(off) \
-	Y5XHIGHR(off+64, Y8) \
-	Y5XHIGHR(off+68, Y9) \
-	Y5XHIGHR(off+72, Y10) \
-	Y5XHIGHR(off+76, Y11)
 
 // Dequantisation of the Q5 four-row layouts: row j's 32 values (VAL: the float32 of the int32 in Y12, the row's d in Y4 and m
 // in Y5) to BX.
@@ -1114,7 +1097,7 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	VMOVDQU    32(R8), Y9 \
 	VPSHUFB    Y14, Y8, Y8 \
 	VPSHUFB    Y14, Y9, Y9 \
-	YNIBSPLIT
+	YNIBSPLIT(Y15)
 
 // Σ l·v of the block's values in Y8..Y11 against the limbs at SI, per
 // (lane, dword j = row j), as float32 into Y2: four-bit values (YV4SUMS,
@@ -1338,7 +1321,9 @@ GLOBL yK3<>(SB), RODATA|NOPTR, $32
 	Y5XVALSR(off)
 
 // A super-block of eight sub-blocks of SZ bytes, their scales at SC:
-// Q4_Kx4 (64, 512; values YXNIBS) and Q5_Kx4 (80, 640; Y5KVALS).
+// Q4_Kx4 (64, 512; values YXNIBS or YXNIBSR) and Q5_Kx4 (80, 640;
+// Y5KVALS or Y5KVALSR); AFTER follows the scales (KYNONE, or Y5RCONST67
+// where YKXSCALES took Y5XVALSR's registers).
 #define YKSB(SC, SZ, VALS, SUMS, AFTER) \
 	PREFETCHT0 SC(R8)(R10*1) \
 	YKXSCALES(SC) \
