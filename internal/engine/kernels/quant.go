@@ -144,20 +144,20 @@ func (t QuantType) RepackedType() QuantType {
 
 // RepackPays reports whether batch-1 decode streams t's matrices faster
 // in its four-row layout than as plain rows on this machine: Q4_1 and
-// Q4_0 always (their float kernels too gain from it); Q8_0 and the
-// K-quants where their integer kernels run (AVX-512 VNNI; Q4_K and Q5_K
-// on AVX2 too), the layout having no float kernel (their plain rows have
-// one); Q5_0 and Q5_1
-// where AVX2 or AVX-512 runs (their AVX2 kernels, also used where AVX-512
-// runs without VNNI, stream the layout faster than the plain rows).
+// Q4_0 always (their float kernels too gain from it); Q8_0 where its
+// integer kernel runs (AVX-512 VNNI), the layout having no float kernel
+// (its plain rows have one); the K-quants where theirs run (AVX-512
+// VNNI, and AVX2's); Q5_0 and Q5_1 where AVX2 or AVX-512 runs (their
+// AVX2 kernels, also used where AVX-512 runs without VNNI, stream the
+// layout faster than the plain rows).
 func (t QuantType) RepackPays() bool {
 	switch t {
 	case Q4_1, Q4_0:
 		return true
-	case Q8_0, Q6_K:
+	case Q8_0:
 		return vnniRepacks()
-	case Q4_K, Q5_K:
-		return k45Repacks()
+	case Q4_K, Q5_K, Q6_K:
+		return kRepacks()
 	case Q5_0, Q5_1:
 		return q5Repacks()
 	}

@@ -19,7 +19,7 @@ import (
 var haveVNNI = cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && os.Getenv("FLYWHEEL_VNNI") != "0"
 
 // haveIntY reports whether AVX2 machines decode the four-row layouts of
-// Q4_1, Q4_0, Q5_0 and Q5_1 with their integer kernels (quantavx2_amd64.s,
+// Q4_1, Q4_0, Q5_0, Q5_1 and the K-quants with their integer kernels (quantavx2_amd64.s,
 // qdot*YV: VPMADDUBSW, which every AVX2 CPU has); tests clear it to run
 // the fallback, which dequantises four rows at a time.
 var haveIntY = true
@@ -206,6 +206,12 @@ func qdotQ4KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *
 
 //go:noescape
 func qdotQ5KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
+
+//go:noescape
+func qdotQ6KYV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+
+//go:noescape
+func dequantQ6KYX(nb int, dst *float32, ldd int, src *byte, tab *float32)
 
 //go:noescape
 func qdotQ6KY(nb int, x *float32, xs *float32, w *byte, ldw int, rows int, out *float32, tab *float32, pf int)
@@ -417,6 +423,17 @@ func vnniPrepY(dst, x []float32) {
 // (at sc + 8b + 1 and + 2), Q6_K's scale groups.
 func q6vPrep(dst, x []float32) {
 	vnniPrep(dst, x)
+	q6HalfSums(dst, x)
+}
+
+// q6vPrepY is q6vPrep on AVX2 machines (vnniPrepY's limbs).
+func q6vPrepY(dst, x []float32) {
+	vnniPrepY(dst, x)
+	q6HalfSums(dst, x)
+}
+
+// q6HalfSums writes the half sums of q6vPrep into the prep dst of x.
+func q6HalfSums(dst, x []float32) {
 	nb := len(x) / 32
 	_, scp := limbSplit(dst, nb, limbFloats)
 	sc := unsafe.Slice(scp, 8*nb+1)
@@ -484,12 +501,10 @@ func vnniKDots(f func(nb int, limbs *byte, sc *float32, w *byte, groups int, out
 // kernels (qdotQ80V, qdotQ?KV) run.
 func vnniRepacks() bool { return haveAVX512 && haveF16C && haveVNNI }
 
-// k45Repacks reports whether Q4_K and Q5_K matrices are held in their
+// kRepacks reports whether the K-quants' matrices are held in their
 // four-row layouts (QuantType.RepackPays): where their integer kernels
-// run, AVX-512 VNNI's (qdotQ4KV, qdotQ5KV) or AVX2's (qdotQ?KY?; Q6_K
-// has none there: its values, up to 63, would overflow VPMADDUBSW's
-// words four at a time).
-func k45Repacks() bool { return vnniRepacks() || (haveF16C && !haveAVX512 && haveIntY) }
+// run, AVX-512 VNNI's (qdotQ?KV) or AVX2's (qdotQ?KY?).
+func kRepacks() bool { return vnniRepacks() || (haveF16C && !haveAVX512 && haveIntY) }
 
 // q5Repacks reports whether Q5_0 and Q5_1 matrices are held in their
 // four-row layouts (QuantType.RepackPays): where their decode kernels and
@@ -536,6 +551,7 @@ var (
 	q5KyvKernel = limbKKernel(vnniPrepY, qdotQ5KYV, 176, 2)
 	q4KynKernel = limbKKernel(vnniPrepY, qdotQ4KYN, 144, 4)
 	q5KynKernel = limbKKernel(vnniPrepY, qdotQ5KYN, 176, 2)
+	q6KyvKernel = limbKKernel(q6vPrepY, qdotQ6KYV, 210, 3)
 	q80yKernel  = &quantDots{dots: asmDots(qdotQ80Y, 32, 0), rowDots: asmDots(qdotQ80Y, 32, 0), maxM: 1}
 	q50yKernel  = &quantDots{prepLen: 1, prep: q50Sums, dots: asmDots(qdotQ50Y, 32, 1), rowDots: asmDots(qdotQ50Y, 32, 1), maxM: 1}
 	q51yKernel  = &quantDots{prepLen: 1, prep: subSums, dots: asmDots(qdotQ51Y, 32, 1), rowDots: asmDots(qdotQ51Y, 32, 1), maxM: 1}
@@ -546,11 +562,11 @@ var (
 
 // quantKernelY is t's AVX2 decode kernel (machines without AVX-512, and
 // Q5's four-row layouts where AVX-512 runs without VNNI), nil when there
-// is none: the four-row layouts of Q4_1, Q4_0, Q5_0, Q5_1, Q4_K and Q5_K
-// (integer kernels: AVX-VNNI's VPDPBUSD where the CPU has it, else
-// VPMADDUBSW), the rows of Q8_0, Q5_0, Q5_1 and the K-quants (float
-// kernels; Q6_K is held so there, Q4_K and Q5_K where tests turn the
-// integer kernels off). Where
+// is none: the four-row layouts of Q4_1, Q4_0, Q5_0, Q5_1 and the
+// K-quants (integer kernels: AVX-VNNI's VPDPBUSD where the CPU has it,
+// else VPMADDUBSW; Q6_Kx4 VPMADDUBSW's on both), the rows of Q8_0, Q5_0,
+// Q5_1 and the K-quants (float kernels; the K-quants' where tests turn
+// the integer kernels off). Where
 // AVX-512 runs without VNNI, Q4's layouts keep their AVX-512 float
 // kernels (EPYC, VNNI off: 53–61 GB/s from L2 against these 43), Q5's
 // take these (29 against the AVX2 float kernels' 20, since removed).
@@ -574,6 +590,8 @@ func quantKernelY(t QuantType) *quantDots {
 		return intKernelY(q4KynKernel, q4KyvKernel)
 	case Q5_Kx4:
 		return intKernelY(q5KynKernel, q5KyvKernel)
+	case Q6_Kx4:
+		return intKernelY(q6KyvKernel, q6KyvKernel) // VPMADDUBSW's with AVX-VNNI too
 	case Q4_K:
 		return q4KyKernel
 	case Q5_K:
@@ -676,8 +694,8 @@ var f16Table = sync.OnceValue(func() []float32 {
 })
 
 // dequantGroupAsm dequantises a repacked group of four rows with the
-// AVX-512 kernels, or on AVX2 machines (Q4_1x4, Q4_0x4, Q5_0x4, Q5_1x4)
-// the AVX2 ones, and reports whether it did.
+// AVX-512 kernels, or on AVX2 machines (Q4_1x4, Q4_0x4, Q5_0x4, Q5_1x4
+// and the K-quants') the AVX2 ones, and reports whether it did.
 func dequantGroupAsm(t QuantType, dst []float32, cols int, src []byte) bool {
 	if !haveF16C || int(t) >= len(groupDequantZ) {
 		return false
@@ -697,6 +715,8 @@ func dequantGroupAsm(t QuantType, dst []float32, cols int, src []byte) bool {
 			f = dequantQ4KYX
 		case Q5_Kx4:
 			f = dequantQ5KYX
+		case Q6_Kx4:
+			f = dequantQ6KYX
 		}
 	}
 	if f == nil {

@@ -19,5 +19,6 @@ func vnniRepacks() bool { return false }
 // build.
 func q5Repacks() bool { return false }
 
-// k45Repacks is false: no kernel streams Q4_Kx4 or Q5_Kx4 on this build.
-func k45Repacks() bool { return false }
+// kRepacks is false: no kernel streams the K-quants' four-row layouts on
+// this build.
+func kRepacks() bool { return false }

@@ -930,21 +930,25 @@ GLOBL y16d<>(SB), RODATA|NOPTR, $32
 	VMOVDQU y5Spread<>(SB), Y6 \
 	VMOVDQU y5Bits<>(SB), Y7
 
-// Dequantisation of the Q5 four-row layouts: row j's 32 values (VAL: the float32 of the int32 in Y12, the row's d in Y4 and m
-// in Y5) to BX.
-#define Y5XDQROW(j, VAL) \
+// Dequantisation of the four-row layouts whose values YXNIBS, Y5XVALS
+// or Y6XVALS leave in Y8..Y11: row j's 32 values to BX (VLO, VHI: the
+// float32 of the int32 in Y12, values 0..15 and 16..31; Y5XDQROW: the
+// same for both, the row's d in Y4 and m in Y5).
+#define YXDQROW(j, VLO, VHI) \
 	VPSHUFB y5Row<>+32*j(SB), Y8, Y12 \
-	VAL \
+	VLO \
 	VMOVUPS Y12, (BX) \
 	VPSHUFB y5Row<>+32*j(SB), Y9, Y12 \
-	VAL \
+	VLO \
 	VMOVUPS Y12, 32(BX) \
 	VPSHUFB y5Row<>+32*j(SB), Y10, Y12 \
-	VAL \
+	VHI \
 	VMOVUPS Y12, 64(BX) \
 	VPSHUFB y5Row<>+32*j(SB), Y11, Y12 \
-	VAL \
+	VHI \
 	VMOVUPS Y12, 96(BX)
+
+#define Y5XDQROW(j, VAL) YXDQROW(j, VAL, VAL)
 
 // Q5_0: float32(l − 16)·d.
 #define Y50XVAL \
@@ -1119,11 +1123,17 @@ TEXT ·dequantQ51YX(SB), NOSPLIT, $0-40
 	YV4SUM(0, Y2, Y5) \
 	YV4SUM(128, Y3, Y5) \
 	YV4SUM(256, Y4, Y5) \
-	VPSLLD      $8, Y3, Y3 \
-	VPADDD      Y4, Y3, Y3 \
-	VCVTDQ2PS   Y2, Y2 \
-	VCVTDQ2PS   Y3, Y3 \
-	VFMADD132PS y65536<>(SB), Y3, Y2
+	YVJOIN(Y2, Y3, Y4)
+
+// The limbs' sums a = Σ l·A, b = Σ l·B, c = Σ l·C (dwords) joined in
+// float32 as a·2^16 + (b·2^8 + c), into a: exact as long as |a| and
+// |b·2^8 + c| stay below 2^24, rounded once by the FMA.
+#define YVJOIN(a, b, c) \
+	VPSLLD      $8, b, b \
+	VPADDD      c, b, b \
+	VCVTDQ2PS   a, a \
+	VCVTDQ2PS   b, b \
+	VFMADD132PS y65536<>(SB), b, a
 
 #define YN5SUMS \
 	YVLIMBS(YN5LO, Y2, 2, Y3, 3, Y4, 4) \
@@ -1373,13 +1383,16 @@ TEXT ·qdotQ5KYN(SB), NOSPLIT, $256-56
 	LEAQ         dst, BX \
 	Y5XDQROW(j, YKXVAL)
 
-#define YKXDQSUB(off, k, VALS) \
+// A sub-block's values (VALS) to the four rows (ROW(k, j, dst): row j's).
+#define YXDQSUB(off, k, VALS, ROW) \
 	VALS(off) \
-	YKXDQROW(k, 0, (DI)) \
-	YKXDQROW(k, 1, (DI)(R12*1)) \
-	YKXDQROW(k, 2, (DI)(R12*2)) \
-	YKXDQROW(k, 3, (DI)(R13*1)) \
+	ROW(k, 0, (DI)) \
+	ROW(k, 1, (DI)(R12*1)) \
+	ROW(k, 2, (DI)(R12*2)) \
+	ROW(k, 3, (DI)(R13*1)) \
 	ADDQ $128, DI
+
+#define YKXDQSUB(off, k, VALS) YXDQSUB(off, k, VALS, YKXDQROW)
 
 #define YK4DQ \
 	YKXSCALES(512) \
@@ -1414,6 +1427,147 @@ TEXT ·dequantQ5KYX(SB), NOSPLIT, $256-40
 	YGARGS
 	YDWORD($0x0f0f0f0f, X15, Y15)
 	DQKRUN(lp, done, YK5DQ, $704)
+
+// Q6_Kx4 (repack.go, q6kx4), as qdotQ6KV does: per super-block the four
+// rows' d·scale of its sixteen 16-value groups (Y6KYSCALES, into the
+// frame: group g, row j at 16g + 4j, each as DequantRow rounds it); per
+// sub-block its six-bit values q (0..63, the value plus 32) as bytes in
+// Y8..Y11 (Y6XVALS: the nibbles and, from the 32 bytes after them, the
+// high two bits, each by one word shift and the mask 0x30), values 0..15
+// (Y8, Y9) one group, 16..31 (Y10, Y11) the other; each group's sums its
+// own (a group's scale is its own), two VPMADDUBSW a limb: a word is at
+// most 2·2·63·128 = 32256, a dword after VPMADDWD 8 products of row j,
+// and the limbs joined in float32 by YVJOIN (|Σ q·A| ≤ 8·63·128 and
+// |(Σ q·B)·2^8 + Σ q·C| ≤ 8·63·128·257 < 2^24: exact before the FMA's
+// one rounding). Y0 += d·scale·s·Σ q·v, X1 += d·scale·Σx of the group
+// (the prep's half sums, q6vPrepY); the end subtracts 32·X1. Where a
+// plain Q6_K row took ~120 instructions per 32 values of four rows
+// (qdotQ6KY, widening every value to float32), this takes ~70.
+
+// The Q6_Kx4 sub-block at off(R8)'s values as bytes 0..63 in Y8..Y11 (Y15:
+// 0x0f bytes, Y14: 0x30 bytes; Y2, Y12 scratch).
+#define Y6XVALS(off) \
+	YXNIBSM(off, Y15) \
+	VMOVDQU  off+64(R8), Y12 \
+	VPSLLW   $4, Y12, Y2 \
+	VPAND    Y14, Y2, Y2 \
+	VPOR     Y2, Y8, Y8 \
+	VPSLLW   $2, Y12, Y2 \
+	VPAND    Y14, Y2, Y2 \
+	VPOR     Y2, Y9, Y9 \
+	VPAND    Y14, Y12, Y2 \
+	VPOR     Y2, Y10, Y10 \
+	VPSRLW   $2, Y12, Y2 \
+	VPAND    Y14, Y2, Y2 \
+	VPOR     Y2, Y11, Y11
+
+// One group's Σ q·v (its values v0, v1; limbs at off(SI), A, B and C 128
+// apart) as float32 into a (b, c, t scratch).
+#define Y6GROUP(off, v0, v1, a, b, c, t) \
+	YVPAIR(off, v0, v1, a, t) \
+	VPMADDWD    Y13, a, a \
+	YVPAIR(off+128, v0, v1, b, t) \
+	VPMADDWD    Y13, b, b \
+	YVPAIR(off+256, v0, v1, c, t) \
+	VPMADDWD    Y13, c, c \
+	YVJOIN(a, b, c)
+
+// The super-block's d·scale of its groups into the frame (Y6, Y7
+// scratch).
+#define Y6KYSC(i) \
+	VPMOVSXBD 768+8*i(R8), Y6 \
+	VCVTDQ2PS Y6, Y6 \
+	VMULPS    Y7, Y6, Y6 \
+	VMOVUPS   Y6, 32*i(SP)
+
+#define Y6KYSCALES \
+	VCVTPH2PS   832(R8), X7 \
+	VINSERTF128 $1, X7, Y7, Y7 \
+	Y6KYSC(0) \
+	Y6KYSC(1) \
+	Y6KYSC(2) \
+	Y6KYSC(3) \
+	Y6KYSC(4) \
+	Y6KYSC(5) \
+	Y6KYSC(6) \
+	Y6KYSC(7)
+
+// Sub-block k at off(R8), against the limbs (SI) and scales (DI) of the
+// next 32-value block of x.
+#define Y6KYSUB(off, k) \
+	PREFETCHT0     off(R8)(R10*1) \
+	PREFETCHT0     off+64(R8)(R10*1) \
+	Y6XVALS(off) \
+	Y6GROUP(0, Y8, Y9, Y2, Y3, Y4, Y5) \
+	Y6GROUP(64, Y10, Y11, Y3, Y4, Y5, Y6) \
+	VBROADCASTF128 32*k(SP), Y4 \
+	VMULPS         Y4, Y2, Y2 \
+	VBROADCASTF128 32*k+16(SP), Y5 \
+	VFMADD231PS    Y5, Y3, Y2 \
+	VBROADCASTSS   (DI), Y6 \
+	VFMADD231PS    Y6, Y2, Y0 \
+	VBROADCASTSS   4(DI), X6 \
+	VFMADD231PS    32*k(SP), X6, X1 \
+	VBROADCASTSS   8(DI), X6 \
+	VFMADD231PS    32*k+16(SP), X6, X1 \
+	ADDQ           $384, SI \
+	ADDQ           $32, DI
+
+#define Y6KYSB \
+	PREFETCHT0 768(R8)(R10*1) \
+	Y6KYSCALES \
+	Y6KYSUB(0, 0) \
+	Y6KYSUB(96, 1) \
+	Y6KYSUB(192, 2) \
+	Y6KYSUB(288, 3) \
+	Y6KYSUB(384, 4) \
+	Y6KYSUB(480, 5) \
+	Y6KYSUB(576, 6) \
+	Y6KYSUB(672, 7)
+
+// func qdotQ6KYV(nb int, limbs *byte, sc *float32, w *byte, groups int, out *float32, pf int)
+// nb: 32-value blocks (eight a super-block); sc as q6vPrepY writes it.
+TEXT ·qdotQ6KYV(SB), NOSPLIT, $256-56
+	YVARGS
+	YDWORD($0x30303030, X14, Y14)
+	KLIMBRUN(grp, lp, done, Y6KYSB, $840, YVDEND($0xc2000000))
+
+// Its group dequantiser: each value as DequantRow computes it,
+// float32(d·scale)·float32(q − 32) (Y13: 32 per dword).
+#define Y6XVAL(s) \
+	VPSUBD    Y13, Y12, Y12 \
+	VCVTDQ2PS Y12, Y12 \
+	VMULPS    s, Y12, Y12
+
+#define Y6XVALLO Y6XVAL(Y4)
+#define Y6XVALHI Y6XVAL(Y5)
+
+#define Y6KDQROW(k, j, dst) \
+	VBROADCASTSS 32*k+4*j(SP), Y4 \
+	VBROADCASTSS 32*k+16+4*j(SP), Y5 \
+	LEAQ         dst, BX \
+	YXDQROW(j, Y6XVALLO, Y6XVALHI)
+
+#define Y6KDQSUB(off, k) YXDQSUB(off, k, Y6XVALS, Y6KDQROW)
+
+#define Y6KDQ \
+	Y6KYSCALES \
+	Y6KDQSUB(0, 0) \
+	Y6KDQSUB(96, 1) \
+	Y6KDQSUB(192, 2) \
+	Y6KDQSUB(288, 3) \
+	Y6KDQSUB(384, 4) \
+	Y6KDQSUB(480, 5) \
+	Y6KDQSUB(576, 6) \
+	Y6KDQSUB(672, 7)
+
+// func dequantQ6KYX(nb int, dst *float32, ldd int, src *byte, tab *float32)
+TEXT ·dequantQ6KYX(SB), NOSPLIT, $256-40
+	YGARGS
+	YDWORD($0x0f0f0f0f, X15, Y15)
+	YDWORD($0x30303030, X14, Y14)
+	YDWORD($32, X13, Y13)
+	DQKRUN(lp, done, Y6KDQ, $840)
 
 // VPERMD indices replicating limbsPrepY's packed dwords: the packs leave
 // the eight 4-value groups g0..g7 of a block in the order g0 g2 g4 g6 g1

@@ -45,20 +45,23 @@ func BenchmarkQuantGemv(b *testing.B) {
 	})
 }
 
-// BenchmarkQuantDot4L1: the bare decode kernels (both access orders) on
-// weights that stay in L1 (4 rows of 4096 values: Q8_0's 17 KiB and x's
-// 16 KiB), in CPU ns per 32-value block of one row: the compute cost
-// without memory.
+// BenchmarkQuantDot4L1: the bare decode kernels (both access orders) of
+// the plain rows and the four-row layouts on weights that stay in L1 (4
+// rows of 4096 values: Q8_0's 17 KiB and x's 16 KiB), in CPU ns per
+// 32-value block of one row: the compute cost without memory.
 func BenchmarkQuantDot4L1(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
 	const rows, k = 4, 4096
 	x := randSlice(r, k)
-	for _, qt := range allQuant {
+	for _, qt := range append(allQuant, allRepacked...) {
 		kern := quantKernel(qt)
 		if kern == nil {
-			b.Skip("no kernel")
+			continue // no decode kernel of qt here (its rows are dequantised, or it is held in another layout)
 		}
-		w, _ := randQuant(r, qt, rows, k)
+		w, _ := randQuant(r, qt.plain(), rows, k)
+		if qt != qt.plain() {
+			Repack4(qt.plain(), w, w, rows, k)
+		}
 		prep := make([]float32, kern.prepSize(k/qt.BlockElems()))
 		if kern.prep != nil {
 			kern.prep(prep, x)
