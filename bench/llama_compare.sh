@@ -94,8 +94,10 @@ for r in $(seq "$ROUNDS"); do
 	echo "== round $r: flywheel ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$LOG"
 	GOMAXPROCS=$THREADS "$OUT/engine.test" -test.run '^$' -test.bench 'Inference135M$|QuantDecode135M$' \
 		-test.benchtime "$BENCHTIME" -test.v 2>&1 | grep -E '^Benchmark|kernels:' | tee -a "$LOG"
+	# stderr apart: a log line (the kernels' calibration) written while the benchmark runs would
+	# otherwise split its result line.
 	FLYWHEEL_BENCH_MODELS="$OUT/smollm2-135m-q4_k_m.gguf,$OUT/smollm2-135m-q5_k_m.gguf" GOMAXPROCS=$THREADS \
-		"$OUT/engine.test" -test.run '^$' -test.bench 'DecodeModelFiles$' -test.benchtime 8x 2>&1 | grep -E '^Benchmark' |
+		"$OUT/engine.test" -test.run '^$' -test.bench 'DecodeModelFiles$' -test.benchtime 8x 2>>"$OUT/files.err" | grep -E '^Benchmark' |
 		sed 's/ m0-/ q4_k_m-/g; s/ m1-/ q5_k_m-/g' | tee -a "$LOG"
 	probe | tee -a "$LOG"
 	echo "== round $r: llama.cpp ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$LOG"
@@ -166,6 +168,7 @@ END {
 }
 function row(f, l, name,    k, sf, sl, nr, w, lf, rr, rlo, rhi, llo, lhi) {
 	if (mean("llama-" l) <= 0) return
+	if (mean(f "-tok/s") <= 0) { printf "%-22s %10s %10.1f   (no flywheel figure in any round: see %s)\n", name, "missing", mean("llama-" l), "rounds.txt, files.err"; return }
 	rlo = llo = 1e9; rhi = lhi = 0
 	for (k = 1; k <= rounds; k++) {
 		if (!((k, f) in ffrac) || !((k, l) in ltok) || ftok[k, f] <= 0 || probe[k, 0] + probe[k, 1] <= 0) continue
