@@ -538,19 +538,25 @@ var (
 	// 168 µs against 53 / 80 / 118; Q5_Kx4 [576, 1536] 43 / 85 / 171
 	// against 47 / 67 / 103), Q4_Kx4's from about 8 (26 / 52 / 102
 	// against 43 / 60 / 97); the Q4 integer ones never (28 / 54 / 105
-	// against 59 / 82 / 124).
+	// against 59 / 82 / 124). Since the five-bit kernels sum as four-bit
+	// ones (YV5SUMS), Q5_0x4 and Q5_1x4 win up to 6 rows on a Zen 3 (CPU
+	// µs at 3 / 4 / 6 / 8 rows 203 / 264–294 / 376–405 / 540–572 against
+	// 271–283 / 321–435 / 404–462 / 537–543), Q5_Kx4 up to 3 (262–280
+	// against 312–317; 4: 335–338 against 342–369), Q6_Kx4 up to 3
+	// (250–256 against 273–282; 4: 327–331 against 319–349): 4, 3 and 3,
+	// short of the Zen 3's crossing where the other machine's was lower.
 	q41yvKernel = limbKernel(vnniPrepY, qdotQ41YV, 20, limbFloats, 0)
 	q40yvKernel = limbKernel(vnniPrepY, qdotQ40YV, 18, limbFloats, 0)
-	q50yvKernel = limbKernel(vnniPrepY, qdotQ50YV, 22, limbFloats, 2)
-	q51yvKernel = limbKernel(vnniPrepY, qdotQ51YV, 24, limbFloats, 2)
+	q50yvKernel = limbKernel(vnniPrepY, qdotQ50YV, 22, limbFloats, 4)
+	q51yvKernel = limbKernel(vnniPrepY, qdotQ51YV, 24, limbFloats, 4)
 	q41ynKernel = limbKernel(vnniPrepY, qdotQ41YN, 20, limbFloats, 0)
 	q40ynKernel = limbKernel(vnniPrepY, qdotQ40YN, 18, limbFloats, 0)
-	q50ynKernel = limbKernel(vnniPrepY, qdotQ50YN, 22, limbFloats, 2)
-	q51ynKernel = limbKernel(vnniPrepY, qdotQ51YN, 24, limbFloats, 2)
+	q50ynKernel = limbKernel(vnniPrepY, qdotQ50YN, 22, limbFloats, 4)
+	q51ynKernel = limbKernel(vnniPrepY, qdotQ51YN, 24, limbFloats, 4)
 	q4KyvKernel = limbKKernel(vnniPrepY, qdotQ4KYV, 144, 4)
-	q5KyvKernel = limbKKernel(vnniPrepY, qdotQ5KYV, 176, 2)
+	q5KyvKernel = limbKKernel(vnniPrepY, qdotQ5KYV, 176, 3)
 	q4KynKernel = limbKKernel(vnniPrepY, qdotQ4KYN, 144, 4)
-	q5KynKernel = limbKKernel(vnniPrepY, qdotQ5KYN, 176, 2)
+	q5KynKernel = limbKKernel(vnniPrepY, qdotQ5KYN, 176, 3)
 	q6KyvKernel = limbKKernel(q6vPrepY, qdotQ6KYV, 210, 3)
 	q80yKernel  = &quantDots{dots: asmDots(qdotQ80Y, 32, 0), rowDots: asmDots(qdotQ80Y, 32, 0), maxM: 1}
 	q50yKernel  = &quantDots{prepLen: 1, prep: q50Sums, dots: asmDots(qdotQ50Y, 32, 1), rowDots: asmDots(qdotQ50Y, 32, 1), maxM: 1}
@@ -648,7 +654,7 @@ func quantKernel(t QuantType) *quantDots {
 		if haveVNNI {
 			return q50vKernel
 		}
-		return quantKernelY(t) // the AVX2 one (up to 2 rows; more dequantise four rows at a time)
+		return quantKernelY(t) // the AVX2 one (up to its maxM rows of A; more dequantise four rows at a time)
 	case Q5_1x4:
 		if haveVNNI {
 			return q51vKernel
