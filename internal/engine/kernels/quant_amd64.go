@@ -19,9 +19,10 @@ import (
 var haveVNNI = cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && os.Getenv("FLYWHEEL_VNNI") != "0"
 
 // haveIntY reports whether AVX2 machines decode the four-row layouts of
-// Q4_1, Q4_0, Q5_0, Q5_1 and the K-quants with their integer kernels (quantavx2_amd64.s,
-// qdot*YV: VPMADDUBSW, which every AVX2 CPU has); tests clear it to run
-// the fallback, which dequantises four rows at a time.
+// Q4_1, Q4_0, Q5_0, Q5_1 and the K-quants with their integer kernels
+// (quantavx2_amd64.s, qdot*YV: VPMADDUBSW, which every AVX2 CPU has);
+// tests clear it to run the fallback, which dequantises four rows at a
+// time.
 var haveIntY = true
 
 // haveVNNIY reports whether those integer kernels use AVX-VNNI's
@@ -543,8 +544,9 @@ var (
 	// µs at 3 / 4 / 6 / 8 rows 203 / 264–294 / 376–405 / 540–572 against
 	// 271–283 / 321–435 / 404–462 / 537–543), Q5_Kx4 up to 3 (262–280
 	// against 312–317; 4: 335–338 against 342–369), Q6_Kx4 up to 3
-	// (250–256 against 273–282; 4: 327–331 against 319–349): 4, 3 and 3,
-	// short of the Zen 3's crossing where the other machine's was lower.
+	// (250–256 against 273–282; 4: 327–331 against 319–349). They are set
+	// at 4, 3 and 3, below the Zen 3's crossings, since the other EPYC's
+	// (measured before that change) came earlier.
 	q41yvKernel = limbKernel(vnniPrepY, qdotQ41YV, 20, limbFloats, 0)
 	q40yvKernel = limbKernel(vnniPrepY, qdotQ40YV, 18, limbFloats, 0)
 	q50yvKernel = limbKernel(vnniPrepY, qdotQ50YV, 22, limbFloats, 4)
