@@ -120,7 +120,9 @@ func (p *bwProbe) rate() float64 { return p.bytes / p.secs }
 // bandwidth). Skipped when the variable is unset. With
 // FLYWHEEL_BENCH_LORA=r it also decodes each from a checkpoint (a rank-r
 // adapter on every module, float32 factors, as RL samples from) and
-// reports its tok/s and its speed over the base's.
+// reports its tok/s and its speed over the base's. With
+// FLYWHEEL_BENCH_BATCH=n it also decodes n sequences at once (each from
+// its own 128-token context) and reports their tokens per second.
 func BenchmarkDecodeModelFiles(b *testing.B) {
 	env := os.Getenv("FLYWHEEL_BENCH_MODELS")
 	if env == "" {
@@ -133,8 +135,15 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 			b.Fatalf("FLYWHEEL_BENCH_LORA=%q: want a rank", v)
 		}
 	}
+	batch := 0
+	if v := os.Getenv("FLYWHEEL_BENCH_BATCH"); v != "" {
+		var err error
+		if batch, err = strconv.Atoi(v); err != nil || batch <= 0 {
+			b.Fatalf("FLYWHEEL_BENCH_BATCH=%q: want a number of sequences", v)
+		}
+	}
 	var ms []*Model
-	var seqs, lseqs [][]*Seq
+	var seqs, lseqs, bseqs [][]*Seq
 	for _, p := range strings.Split(env, ",") {
 		m, err := Load(p)
 		if err != nil {
@@ -150,10 +159,13 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 			randomizeB(ad, 2)
 			lseqs = append(lseqs, prefilledWith(b, m, 1, ad))
 		}
+		if batch > 0 {
+			bseqs = append(bseqs, prefilled(b, m, batch))
+		}
 	}
 	probe := newBWProbe()
 	const steps = 32
-	secs, lsecs := make([]float64, len(ms)), make([]float64, len(ms))
+	secs, lsecs, bsecs := make([]float64, len(ms)), make([]float64, len(ms)), make([]float64, len(ms))
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
 		probe.measure()
@@ -161,6 +173,9 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 			secs[i] += decodeSteps(b, m, seqs[i], steps)
 			if rank > 0 {
 				lsecs[i] += decodeSteps(b, m, lseqs[i], steps)
+			}
+			if batch > 0 {
+				bsecs[i] += decodeSteps(b, m, bseqs[i], steps)
 			}
 		}
 	}
@@ -176,6 +191,9 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 			ltps := float64(b.N*steps) / lsecs[i]
 			b.ReportMetric(ltps, name+"-lora-tok/s")
 			b.ReportMetric(ltps/tps, name+"-lora/base")
+		}
+		if batch > 0 {
+			b.ReportMetric(float64(batch*b.N*steps)/bsecs[i], fmt.Sprintf("%s-b%d-tok/s", name, batch))
 		}
 	}
 }

@@ -546,7 +546,12 @@ var (
 	// against 312–317; 4: 335–338 against 342–369), Q6_Kx4 up to 3
 	// (250–256 against 273–282; 4: 327–331 against 319–349). They are set
 	// at 4, 3 and 3, below the Zen 3's crossings, since the other EPYC's
-	// (measured before that change) came earlier.
+	// (measured before that change) came earlier; the dequantising path
+	// has since become faster (one dot4Rows call for all rows of A), which
+	// moves the crossings down, not up. Constants, not a start-up
+	// measurement as the access order is: the kernels and the dequantising
+	// path differ in their last bits (summation order), so a measured
+	// switch would make results depend on the timing of the process.
 	q41yvKernel = limbKernel(vnniPrepY, qdotQ41YV, 20, limbFloats, 0)
 	q40yvKernel = limbKernel(vnniPrepY, qdotQ40YV, 18, limbFloats, 0)
 	q50yvKernel = limbKernel(vnniPrepY, qdotQ50YV, 22, limbFloats, 4)
