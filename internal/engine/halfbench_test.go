@@ -105,14 +105,6 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 	const T = 512
 	ptoks := randTokens(T, f32.Config.VocabSize, 7)
 	pf, ph := f32.NewSeq(nil), bf.NewSeq(nil)
-	prefill := func(m *Model, s *Seq) float64 {
-		s.Reset()
-		start := time.Now()
-		if _, err := m.Forward([]*Seq{s}, [][]int{ptoks}); err != nil {
-			b.Fatal(err)
-		}
-		return time.Since(start).Seconds()
-	}
 	var bwBytes, bwTime, d1f, d1h, d1l, d8f, d8h, pff, pfh float64
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
@@ -124,8 +116,8 @@ func benchInference(b *testing.B, f32, bf *Model, steps int) {
 		d1l += decodeSteps(b, bf, s1l, steps)
 		d8f += decodeSteps(b, f32, s8f, steps)
 		d8h += decodeSteps(b, bf, s8h, steps)
-		pff += prefill(f32, pf)
-		pfh += prefill(bf, ph)
+		pff += prefillSecs(b, f32, pf, ptoks)
+		pfh += prefillSecs(b, bf, ph, ptoks)
 	}
 	bw := bwBytes / bwTime
 	tf, th := float64(b.N*steps)/d1f, float64(b.N*steps)/d1h

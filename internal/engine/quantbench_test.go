@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"flywheel/internal/engine/kernels"
 	"flywheel/internal/hugemem"
@@ -122,28 +123,19 @@ func (p *bwProbe) rate() float64 { return p.bytes / p.secs }
 // adapter on every module, float32 factors, as RL samples from) and
 // reports its tok/s and its speed over the base's. With
 // FLYWHEEL_BENCH_BATCH=n it also decodes n sequences at once (each from
-// its own 128-token context) and reports their tokens per second.
+// its own 128-token context) and reports their tokens per second, and
+// with FLYWHEEL_BENCH_PREFILL=t it runs a t-token prompt through a fresh
+// sequence and reports the prompt's tokens per second.
 func BenchmarkDecodeModelFiles(b *testing.B) {
 	env := os.Getenv("FLYWHEEL_BENCH_MODELS")
 	if env == "" {
 		b.Skip("FLYWHEEL_BENCH_MODELS not set")
 	}
-	rank := 0
-	if v := os.Getenv("FLYWHEEL_BENCH_LORA"); v != "" {
-		var err error
-		if rank, err = strconv.Atoi(v); err != nil || rank <= 0 {
-			b.Fatalf("FLYWHEEL_BENCH_LORA=%q: want a rank", v)
-		}
-	}
-	batch := 0
-	if v := os.Getenv("FLYWHEEL_BENCH_BATCH"); v != "" {
-		var err error
-		if batch, err = strconv.Atoi(v); err != nil || batch <= 0 {
-			b.Fatalf("FLYWHEEL_BENCH_BATCH=%q: want a number of sequences", v)
-		}
-	}
+	rank := envCount(b, "FLYWHEEL_BENCH_LORA")
+	batch, prompt := envCount(b, "FLYWHEEL_BENCH_BATCH"), envCount(b, "FLYWHEEL_BENCH_PREFILL")
 	var ms []*Model
 	var seqs, lseqs, bseqs [][]*Seq
+	var pseqs []*Seq
 	for _, p := range strings.Split(env, ",") {
 		m, err := Load(p)
 		if err != nil {
@@ -162,10 +154,11 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 		if batch > 0 {
 			bseqs = append(bseqs, prefilled(b, m, batch))
 		}
+		pseqs = append(pseqs, m.NewSeq(nil))
 	}
 	probe := newBWProbe()
 	const steps = 32
-	secs, lsecs, bsecs := make([]float64, len(ms)), make([]float64, len(ms)), make([]float64, len(ms))
+	secs, lsecs, bsecs, psecs := make([]float64, len(ms)), make([]float64, len(ms)), make([]float64, len(ms)), make([]float64, len(ms))
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
 		probe.measure()
@@ -176,6 +169,9 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 			}
 			if batch > 0 {
 				bsecs[i] += decodeSteps(b, m, bseqs[i], steps)
+			}
+			if prompt > 0 {
+				psecs[i] += prefillSecs(b, m, pseqs[i], randTokens(prompt, m.Config.VocabSize, 7))
 			}
 		}
 	}
@@ -195,7 +191,35 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 		if batch > 0 {
 			b.ReportMetric(float64(batch*b.N*steps)/bsecs[i], fmt.Sprintf("%s-b%d-tok/s", name, batch))
 		}
+		if prompt > 0 {
+			b.ReportMetric(float64(prompt*b.N)/psecs[i], name+"-prefill-tok/s")
+		}
 	}
+}
+
+// envCount is the positive count in the environment variable key, 0 when
+// it is unset; anything else fails the benchmark.
+func envCount(b *testing.B, key string) int {
+	v := os.Getenv(key)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive count", key, v)
+	}
+	return n
+}
+
+// prefillSecs runs the prompt toks through s (of m) from its start and
+// returns the seconds it took.
+func prefillSecs(b *testing.B, m *Model, s *Seq, toks []int) float64 {
+	s.Reset()
+	start := time.Now()
+	if _, err := m.Forward([]*Seq{s}, [][]int{toks}); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start).Seconds()
 }
 
 // kvBytesPerToken is the float32 KV cache a decode step of a sequence
