@@ -186,11 +186,12 @@ END {
 	split("f32 bf16 q4_1file q8_0file q4_k_m q5_k_m", ff, " ")
 	split("f32 f16 q4_1 q8_0 q4_k_m q5_k_m", lk, " ")
 	split("fp32 / F32,BF16 / F16,Q4_1,Q8_0,Q4_K_M (real file),Q5_K_M (real file)", nm, ",")
+	split("fp32 / F32,BF16 / F16,Q4_1 (real file),Q8_0,Q4_K_M (real file),Q5_K_M (real file)", nm2, ",")
 	for (i = 1; i <= nf; i++) row(fk[i], lk[i], nm[i])
 	if (n["llama-b8-f32"] + n["llama-prefill-f32"] > 0) {
 		printf "\n8 sequences (32 steps after 128-token prompts) and prefill of 512 tokens, tok/s means of the rounds\n"
 		printf "%-22s %10s %10s %7s   %10s %10s %7s\n", "format", "flywheel", "llama.cpp", "ratio", "flywheel", "llama.cpp", "ratio"
-		for (i = 1; i <= nf; i++) row2(ff[i], lk[i], nm[i] (ff[i] == "q4_1file" ? " (real file)" : ""))
+		for (i = 1; i <= nf; i++) row2(ff[i], lk[i], nm2[i])
 	}
 }
 function ratio(a, b) { return b > 0 ? sprintf("%6.2fx", a / b) : "      -" }

@@ -124,7 +124,7 @@ func (p *bwProbe) rate() float64 { return p.bytes / p.secs }
 // reports its tok/s and its speed over the base's. With
 // FLYWHEEL_BENCH_BATCH=n it also decodes n sequences at once (each from
 // its own 128-token context) and reports their tokens per second, and
-// with FLYWHEEL_BENCH_PREFILL=t it runs a t-token prompt through a fresh
+// with FLYWHEEL_BENCH_PREFILL=t it runs a t-token prompt through an empty
 // sequence and reports the prompt's tokens per second.
 func BenchmarkDecodeModelFiles(b *testing.B) {
 	env := os.Getenv("FLYWHEEL_BENCH_MODELS")
@@ -135,7 +135,8 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 	batch, prompt := envCount(b, "FLYWHEEL_BENCH_BATCH"), envCount(b, "FLYWHEEL_BENCH_PREFILL")
 	var ms []*Model
 	var seqs, lseqs, bseqs [][]*Seq
-	var pseqs []*Seq
+	var pseqs []*Seq  // FLYWHEEL_BENCH_PREFILL: a sequence for the prompt,
+	var ptoks [][]int // and the prompt
 	for _, p := range strings.Split(env, ",") {
 		m, err := Load(p)
 		if err != nil {
@@ -154,7 +155,10 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 		if batch > 0 {
 			bseqs = append(bseqs, prefilled(b, m, batch))
 		}
-		pseqs = append(pseqs, m.NewSeq(nil))
+		if prompt > 0 {
+			pseqs = append(pseqs, m.NewSeq(nil))
+			ptoks = append(ptoks, randTokens(prompt, m.Config.VocabSize, 7))
+		}
 	}
 	probe := newBWProbe()
 	const steps = 32
@@ -171,7 +175,7 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 				bsecs[i] += decodeSteps(b, m, bseqs[i], steps)
 			}
 			if prompt > 0 {
-				psecs[i] += prefillSecs(b, m, pseqs[i], randTokens(prompt, m.Config.VocabSize, 7))
+				psecs[i] += prefillSecs(b, m, pseqs[i], ptoks[i])
 			}
 		}
 	}

@@ -271,7 +271,7 @@ func (qc *quantCall) task(_, ti int) {
 		}
 		j += g
 	}
-	var outs [4 * StreamRows]float32
+	var outs [4 * StreamRows]float32 // the group's dots, row by row of A (m <= StreamRows here)
 	for ; kern == nil && j+4 <= j1; j += 4 {
 		if t.Repacked() {
 			dequantGroup(t, f.s, k, w[j*rb:(j+4)*rb])
