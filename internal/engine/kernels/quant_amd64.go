@@ -533,25 +533,18 @@ var (
 	// AVX2 (quantavx2_amd64.s): one access order each. The integer
 	// kernels' prep is x's limbs (limbsPrepY), the float ones' Σx per
 	// 32-value block where the format has a min or an offset. Beyond maxM
-	// rows of A, dequantising four rows once for all of them is faster:
-	// the float kernels from 2 rows, the Q5 integer ones from 3 or 4
-	// (EPYC, a [1536, 576] product: Q5_0x4 at 2 / 4 / 8 rows 44 / 85 /
-	// 168 µs against 53 / 80 / 118; Q5_Kx4 [576, 1536] 43 / 85 / 171
-	// against 47 / 67 / 103), Q4_Kx4's from about 8 (26 / 52 / 102
-	// against 43 / 60 / 97); the Q4 integer ones never (28 / 54 / 105
-	// against 59 / 82 / 124). Since the five-bit kernels sum as four-bit
-	// ones (YV5SUMS), Q5_0x4 and Q5_1x4 win up to 6 rows on a Zen 3 (CPU
-	// µs at 3 / 4 / 6 / 8 rows 203 / 264–294 / 376–405 / 540–572 against
-	// 271–283 / 321–435 / 404–462 / 537–543), Q5_Kx4 up to 3 (262–280
-	// against 312–317; 4: 335–338 against 342–369), Q6_Kx4 up to 3
-	// (250–256 against 273–282; 4: 327–331 against 319–349). They are set
-	// at 4, 3 and 3, below the Zen 3's crossings, since the other EPYC's
-	// (measured before that change) came earlier; the dequantising path
-	// has since become faster (one dot4Rows call for all rows of A), which
-	// moves the crossings down, not up. Constants, not a start-up
-	// measurement as the access order is: the kernels and the dequantising
-	// path differ in their last bits (summation order), so a measured
-	// switch would make results depend on the timing of the process.
+	// rows of A, dequantising four rows once for all of them (one
+	// dot4Rows call) is faster: the float kernels from 2 rows; on a Zen 3
+	// the integer kernels' CPU speed over that path at their maxM, from L2
+	// / memory, Q4_Kx4 (4) 1.18 / 1.05, Q5_0x4 (4) 1.12 / 1.03, Q5_Kx4 (3)
+	// 1.08 / 1.10, Q6_Kx4 (3) 1.02 / 1.19, and the Q4 layouts' ahead up
+	// to 16 rows (1.05–1.09 there); the Q5 layouts crossed earlier on an
+	// older EPYC, so the values sit at or below these crossings
+	// (docs/benchmarks/zen3-avx2-2026-11-28.md). Constants, not a
+	// start-up measurement as the access order is: the kernels and the
+	// dequantising path differ in their last bits (summation order), so a
+	// measured switch would make results depend on the timing of the
+	// process.
 	q41yvKernel = limbKernel(vnniPrepY, qdotQ41YV, 20, limbFloats, 0)
 	q40yvKernel = limbKernel(vnniPrepY, qdotQ40YV, 18, limbFloats, 0)
 	q50yvKernel = limbKernel(vnniPrepY, qdotQ50YV, 22, limbFloats, 4)

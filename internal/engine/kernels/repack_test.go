@@ -232,10 +232,10 @@ func TestQ5x4Extremes(t *testing.T) {
 
 // TestKx4Extremes: the integer kernels of Q4_Kx4, Q5_Kx4 and Q6_Kx4
 // (where they run: AVX-512 VNNI, and AVX2's, which sum 16 values a
-// dword for Q4_Kx4 and Q5_Kx4 and 8 for Q6_Kx4) with every value, scale and min at its
-// largest (Q6_K: q = 63, the bound its int32 sums are exact to; scales
-// 127 or −128) or random, against x at its blocks' largest values:
-// within float32 noise of the exact product.
+// dword for Q4_Kx4 and Q5_Kx4 and 8 for Q6_Kx4) with every value,
+// scale and min at its largest (Q6_K: q = 63, the bound its int32 sums
+// are exact to; scales 127 or −128) or random, against x at its blocks'
+// largest values: within float32 noise of the exact product.
 func TestKx4Extremes(t *testing.T) {
 	const rows, k = 8, 512
 	r := rand.New(rand.NewPCG(35, 36))
