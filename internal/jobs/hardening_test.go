@@ -39,13 +39,15 @@ func TestFailedJobLeavesNothingAndNoPaths(t *testing.T) {
 		f := newFixture(t)
 		m := f.model(t, "m")
 		q := f.queue(leakyTrainer{modelsDir: f.dataDir, panics: panics}, 1)
-		if err := q.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		// Submitted before the queue starts: a started queue may claim,
+		// fail and clean up the job before its request body is looked at.
 		id := submit(t, q, m)
 		req := f.layout.RequestPath(id)
 		if st, err := os.Stat(req); err != nil || st.Mode().Perm() != store.FileMode {
 			t.Errorf("request body: %v %v", st, err)
+		}
+		if err := q.Start(context.Background()); err != nil {
+			t.Fatal(err)
 		}
 		waitAll(t, f.st, []string{id}, store.StatusFailed)
 		q.Shutdown(context.Background())
