@@ -47,8 +47,8 @@ type Options struct {
 	// MaxSeqLen caps sequence length below the model's context (0: the
 	// model's max_position_embeddings).
 	MaxSeqLen int
-	// ActivationBudget bounds saved activations per step in bytes (default
-	// 2 GiB); above it layers are recomputed in the backward.
+	// ActivationBudget bounds saved activations per step in bytes (0:
+	// engine.DefaultBudgets'); above it layers are recomputed in the backward.
 	ActivationBudget int64
 	// Logger receives one line per gradient step (nil: slog.Default()).
 	Logger *slog.Logger
@@ -57,9 +57,6 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.TokensPerStep <= 0 {
 		o.TokensPerStep = DefaultTokensPerStep
-	}
-	if o.ActivationBudget <= 0 {
-		o.ActivationBudget = 2 << 30
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
