@@ -71,7 +71,7 @@ func benchTrainStep(b *testing.B, cfg *engine.Config, nseq, seqLen int, recomput
 	if err != nil {
 		b.Fatal(err)
 	}
-	budget := Options{}.withDefaults().ActivationBudget
+	budget := engine.DefaultBudgets.Activations
 	if recompute {
 		budget = 1 // nothing fits: every layer is recomputed
 	}
@@ -137,7 +137,7 @@ func benchRLStep(b *testing.B, shared bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := newModel(engine.NewModel("bench", cfg, w, nil, nil), ad, Options{}.withDefaults().ActivationBudget)
+	m, err := newModel(engine.NewModel("bench", cfg, w, nil, nil), ad, engine.DefaultBudgets.Activations)
 	if err != nil {
 		b.Fatal(err)
 	}
