@@ -23,12 +23,14 @@ func model135MBF16(b *testing.B) *Model {
 	return benchHalfModel
 }
 
-// decodeSteps decodes steps tokens on batch sequences (prefilled to
-// benchContext tokens, truncated back afterwards) and returns the seconds.
+// decodeSteps decodes steps tokens on batch sequences (prefilled, and
+// truncated back to their prompts afterwards) and returns the seconds.
 func decodeSteps(b *testing.B, m *Model, seqs []*Seq, steps int) float64 {
 	toks := make([][]int, len(seqs))
-	for i := range toks {
+	lens := make([]int, len(seqs))
+	for i, s := range seqs {
 		toks[i] = []int{i + 1}
+		lens[i] = s.Len()
 	}
 	start := time.Now()
 	for range steps {
@@ -37,8 +39,8 @@ func decodeSteps(b *testing.B, m *Model, seqs []*Seq, steps int) float64 {
 		}
 	}
 	el := time.Since(start).Seconds()
-	for _, s := range seqs {
-		s.Truncate(benchContext)
+	for i, s := range seqs {
+		s.Truncate(lens[i])
 	}
 	return el
 }
@@ -49,10 +51,15 @@ func prefilled(b *testing.B, m *Model, batch int) []*Seq {
 
 // prefilledWith is prefilled with sequences that use adapter ad.
 func prefilledWith(b *testing.B, m *Model, batch int, ad *Adapter) []*Seq {
+	return prefilledAt(b, m, batch, ad, benchContext)
+}
+
+// prefilledAt is prefilledWith with prompts of ctx tokens.
+func prefilledAt(b *testing.B, m *Model, batch int, ad *Adapter, ctx int) []*Seq {
 	seqs := make([]*Seq, batch)
 	for i := range seqs {
 		seqs[i] = m.NewSeq(ad)
-		if _, err := m.Forward([]*Seq{seqs[i]}, [][]int{randTokens(benchContext, m.Config.VocabSize, uint64(i))}); err != nil {
+		if _, err := m.Forward([]*Seq{seqs[i]}, [][]int{randTokens(ctx, m.Config.VocabSize, uint64(i))}); err != nil {
 			b.Fatal(err)
 		}
 	}

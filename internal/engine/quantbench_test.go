@@ -119,6 +119,10 @@ func (p *bwProbe) rate() float64 { return p.bytes / p.secs }
 // interleaved with the read-bandwidth probe, and reports each one's tok/s
 // and fraction of the bandwidth limit (weight bytes per token / read
 // bandwidth). Skipped when the variable is unset. With
+// FLYWHEEL_BENCH_CONTEXT=n the decoding sequences start from n-token
+// contexts instead (as llama-bench's -d n), and each model's fraction of
+// the limit counting the KV cache a step reads too (of-limit-kv) is
+// reported beside the weights-only one. With
 // FLYWHEEL_BENCH_LORA=r it also decodes each from a checkpoint (a rank-r
 // adapter on every module, float32 factors, as RL samples from) and
 // reports its tok/s and its speed over the base's. With
@@ -132,6 +136,10 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 		b.Skip("FLYWHEEL_BENCH_MODELS not set")
 	}
 	rank := envCount(b, "FLYWHEEL_BENCH_LORA")
+	ctx := envCount(b, "FLYWHEEL_BENCH_CONTEXT")
+	if ctx == 0 {
+		ctx = benchContext
+	}
 	batch, prompt := envCount(b, "FLYWHEEL_BENCH_BATCH"), envCount(b, "FLYWHEEL_BENCH_PREFILL")
 	var ms []*Model
 	var seqs, lseqs, bseqs [][]*Seq
@@ -143,17 +151,17 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 			b.Fatal(err)
 		}
 		ms = append(ms, m)
-		seqs = append(seqs, prefilled(b, m, 1))
+		seqs = append(seqs, prefilledAt(b, m, 1, nil, ctx))
 		if rank > 0 {
 			ad, err := NewAdapter(m.Config, LoRAConfig{Rank: rank, Alpha: 2 * float64(rank), TargetModules: AllModules}, 1)
 			if err != nil {
 				b.Fatal(err)
 			}
 			randomizeB(ad, 2)
-			lseqs = append(lseqs, prefilledWith(b, m, 1, ad))
+			lseqs = append(lseqs, prefilledAt(b, m, 1, ad, ctx))
 		}
 		if batch > 0 {
-			bseqs = append(bseqs, prefilled(b, m, batch))
+			bseqs = append(bseqs, prefilledAt(b, m, batch, nil, ctx))
 		}
 		if prompt > 0 {
 			pseqs = append(pseqs, m.NewSeq(nil))
@@ -187,6 +195,10 @@ func BenchmarkDecodeModelFiles(b *testing.B) {
 		b.ReportMetric(float64(weightBytes(m.Weights))/1e6, name+"-MB")
 		b.ReportMetric(tps, name+"-tok/s")
 		b.ReportMetric(tps/(bw/float64(weightBytes(m.Weights))), name+"-of-limit")
+		if ctx != benchContext {
+			kv := kvBytesAt(*m.Config, ctx, steps)
+			b.ReportMetric(tps/(bw/(float64(weightBytes(m.Weights))+kv)), name+"-of-limit-kv")
+		}
 		if rank > 0 {
 			ltps := float64(b.N*steps) / lsecs[i]
 			b.ReportMetric(ltps, name+"-lora-tok/s")
@@ -230,7 +242,9 @@ func prefillSecs(b *testing.B, m *Model, s *Seq, toks []int) float64 {
 // reads, averaged over the steps of decodeSteps from benchContext: every
 // layer's keys and values of the positions attended (the context plus the
 // new token).
-func kvBytesPerToken(c Config, steps int) float64 {
-	ctx := float64(benchContext) + float64(steps+1)/2
-	return float64(c.NumLayers*2*c.NumKVHeads*c.HeadDim*4) * ctx
+func kvBytesPerToken(c Config, steps int) float64 { return kvBytesAt(c, benchContext, steps) }
+
+// kvBytesAt is kvBytesPerToken from a ctx-token context.
+func kvBytesAt(c Config, ctx, steps int) float64 {
+	return float64(c.NumLayers*2*c.NumKVHeads*c.HeadDim*4) * (float64(ctx) + float64(steps+1)/2)
 }
