@@ -263,7 +263,7 @@ func TestCheckpointsPaging(t *testing.T) {
 		t.Errorf("after delete: %v", s)
 	}
 	r = e.do("DELETE", base, e.alice, map[string]any{"steps": []any{"1"}})
-	if r.status != 400 || r.errParam() != "steps" {
+	if r.status != 400 || r.errParam() != "steps[0]" {
 		t.Errorf("bad steps: %d %s", r.status, r.raw)
 	}
 	r = e.do("DELETE", base, e.alice, map[string]any{})

@@ -32,7 +32,7 @@ func UnmarshalJSON(data []byte, v any) error {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return DecodeMismatch("", te)
+		return DecodeMismatch("", data, te)
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {

@@ -94,7 +94,11 @@ func TestUnmarshalJSONErrors(t *testing.T) {
 	type inner struct {
 		Reward float64 `json:"reward"`
 	}
+	type shared struct {
+		Seed *int64 `json:"seed"`
+	}
 	type body struct {
+		shared
 		Model string  `json:"model"`
 		Items []inner `json:"items"`
 	}
@@ -104,7 +108,13 @@ func TestUnmarshalJSONErrors(t *testing.T) {
 		{``, "", "invalid_json", "empty"},
 		{`{"model": `, "", "invalid_json", "unexpected end"},
 		{`{"model": 1}`, "model", "invalid_type", "model: expected a string, got a number"},
-		{`{"items": [{"reward": "high"}]}`, "items.reward", "invalid_type", "items.reward: expected a number, got a string"},
+		// The JSON path, with the element's index (encoding/json's Field
+		// says "items.reward").
+		{`{"items": [{"reward": 1}, {"reward": "high"}]}`, "items[1].reward", "invalid_type", "items[1].reward: expected a number, got a string"},
+		{`{"items": {"reward": 1}}`, "items", "invalid_type", "items: expected an array, got an object"},
+		// A field of an embedded struct by its JSON name (encoding/json's
+		// Field says "shared.seed").
+		{`{"model": "m", "seed": "7"}`, "seed", "invalid_type", "seed: expected an integer, got a string"},
 		{`[1]`, "", "invalid_type", "must be an object, got an array"},
 	}
 	for _, c := range cases {

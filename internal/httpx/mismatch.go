@@ -16,11 +16,25 @@ func TypeMismatch(path, want string, got jsonlex.Kind) *Error {
 }
 
 // DecodeMismatch is TypeMismatch for the type error encoding/json reports
-// when it decodes into a Go value: the field (te.Field, under prefix), the
-// JSON type the Go field takes (jsonKind) and the type the body held.
-func DecodeMismatch(prefix string, te *json.UnmarshalTypeError) *Error {
+// when it decodes the document data into a Go value: the field (under
+// prefix), the JSON type the Go field takes (jsonKind) and the type the
+// body held. The field is the JSON path of the value at the error's offset
+// (jsonlex.PathAt: "messages[1].content", "temperature"), not te.Field's Go
+// path, which names embedded structs ("SamplingRequest.temperature") and no
+// indices; te.Field only where data does not lex that far.
+func DecodeMismatch(prefix string, data []byte, te *json.UnmarshalTypeError) *Error {
 	path := jsonlex.Path(prefix)
-	if te.Field != "" {
+	if at, ok := jsonlex.PathAt(data, int(te.Offset)-1); ok {
+		switch {
+		case path == "":
+			path = at
+		case at == "":
+		case at[0] == '[':
+			path += at
+		default:
+			path += "." + at
+		}
+	} else if te.Field != "" {
 		path = path.Key(te.Field)
 	}
 	want := jsonKind(te.Type.Kind().String())

@@ -233,7 +233,7 @@ func decodeAt(data []byte, v any, prefix string) error {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return httpx.DecodeMismatch(prefix, te)
+		return httpx.DecodeMismatch(prefix, data, te)
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
