@@ -137,11 +137,13 @@ func WriteOpenAIError(w http.ResponseWriter, err error) {
 	}})
 }
 
-// WriteReason writes err as {"reason": "..."} used by the call-store routes.
+// WriteReason writes err as {"reason": "..."} used by the call-store routes:
+// the message, after the field it names unless it starts with it already
+// (TypeMismatch's "limit: expected an integer, got a number").
 func WriteReason(w http.ResponseWriter, err error) {
 	e := AsError(err)
 	msg := e.Message
-	if e.Param != "" {
+	if e.Param != "" && !strings.HasPrefix(msg, e.Param+": ") {
 		msg = fmt.Sprintf("%s: %s", e.Param, e.Message)
 	}
 	WriteJSON(w, e.Status, map[string]any{"reason": msg})

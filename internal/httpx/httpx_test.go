@@ -66,6 +66,15 @@ func TestWriteReasonNamesParam(t *testing.T) {
 	if rec.Code != 400 || decodeBody(t, rec)["reason"] != "start.op_name: is required" {
 		t.Fatalf("status %d body %s", rec.Code, rec.Body.String())
 	}
+	// A message that starts with its field already (a type mismatch) is not
+	// prefixed twice.
+	rec = httptest.NewRecorder()
+	WriteReason(rec, UnmarshalJSON([]byte(`{"limit": 1e12}`), &struct {
+		Limit int `json:"limit"`
+	}{}))
+	if rec.Code != 400 || decodeBody(t, rec)["reason"] != "limit: expected an integer, got a number" {
+		t.Fatalf("status %d body %s", rec.Code, rec.Body.String())
+	}
 }
 
 func TestStatusTypes(t *testing.T) {
