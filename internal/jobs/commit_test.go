@@ -394,3 +394,85 @@ func testEventAppendRetried(t *testing.T, f *fixture, committed bool) {
 		t.Errorf("no retry in the log:\n%s", log.String())
 	}
 }
+
+// downStore is a commitStore whose database goes down for a while once
+// down is called: job reads and lease locks fail as on a closed
+// connection until then.
+type downStore struct {
+	*commitStore
+	mu    sync.Mutex
+	until time.Time
+}
+
+func (s *downStore) down(d time.Duration) {
+	s.mu.Lock()
+	s.until = time.Now().Add(d)
+	s.mu.Unlock()
+}
+
+func (s *downStore) isDown() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Now().Before(s.until)
+}
+
+func (s *downStore) JobByID(ctx context.Context, id string) (store.Job, error) {
+	if s.isDown() {
+		return store.Job{}, errConnLost
+	}
+	return s.commitStore.JobByID(ctx, id)
+}
+
+func (s *downStore) LockLease(ctx context.Context, l store.Lease) (store.LeaseTx, error) {
+	if s.isDown() {
+		return nil, errConnLost
+	}
+	return s.commitStore.LockLease(ctx, l)
+}
+
+// A commit that goes through with its answer lost, the database then
+// staying down longer than the lease (a PostgreSQL restart outlasting the
+// chaos soak's 3 s lease; the soak found a job COMPLETED with its request
+// body left so): the run cannot learn that its job ended, and the node
+// removes the body once the database answers again — while it keeps
+// running, not only at its next start.
+func TestLostAnswerWithTheDatabaseDownPastTheLease(t *testing.T) {
+	each(t, testLostAnswerWithTheDatabaseDownPastTheLease)
+}
+
+func testLostAnswerWithTheDatabaseDownPastTheLease(t *testing.T, f *fixture) {
+	ctx := context.Background()
+	m := f.model(t, "m")
+	st := &downStore{}
+	st.commitStore = &commitStore{Database: f.st, complete: func(ctx context.Context, c completion, ck store.Checkpoint, m map[string]any) (store.Checkpoint, error) {
+		if _, err := c.tx.Complete(ctx, ck, m); err != nil {
+			return ck, err
+		}
+		st.down(1500 * time.Millisecond) // past two lease timeouts of asking
+		return ck, errConnLost
+	}}
+	var log syncBuffer
+	q := f.node(st, writer("trained"), "node-a", &log, 300*time.Millisecond)
+	if err := q.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer q.Shutdown(ctx)
+	id := submit(t, q, m)
+	f.waitEnded(t, id)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(f.layout.RequestPath(id)); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the request body of the COMPLETED job stays on the running node; its log:\n%s", log.String())
+		}
+	}
+	if st.isDown() {
+		t.Error("the body went while the database was down")
+	}
+	j, err := f.st.JobByID(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.completedOnce(t, st.commitStore, m, j, 1, "trained")
+}

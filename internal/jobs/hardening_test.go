@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"flywheel/internal/jobs"
+	"flywheel/internal/pgtest"
 	"flywheel/internal/store"
 )
 
@@ -83,13 +84,7 @@ func TestFailedJobLeavesNothingAndNoPaths(t *testing.T) {
 // queued job is kept.
 func TestStartSweepsLeftovers(t *testing.T) {
 	f := newFixture(t)
-	m := f.model(t, "m")
-	q := f.queue(nil, 1)
-	ended := submit(t, q, m) // no trainer and not started: stays queued
-	if err := f.st.FinishJob(context.Background(), ended, store.StatusFailed, "x"); err != nil {
-		t.Fatal(err)
-	}
-	queued := submit(t, q, m)
+	m, ended, queued := f.endedAndQueued(t)
 	work := f.layout.WorkDir(m, ended)
 	os.MkdirAll(work, 0o700)
 	os.WriteFile(filepath.Join(work, "adapter_model.safetensors"), []byte("half"), 0o600)
@@ -109,6 +104,47 @@ func TestStartSweepsLeftovers(t *testing.T) {
 	if _, err := os.Stat(f.layout.RequestPath(queued)); err != nil {
 		t.Errorf("queued job's request: %v", err)
 	}
+}
+
+// On a data dir shared by several nodes (PostgreSQL) the start-up sweep
+// removes the request body of an ended job however recent it is (a node
+// killed between recording the end and removing the body, as the chaos
+// soak's kill -9 can); a recent body without a job — another node's
+// submission whose row is not written yet — stays, as does a queued job's.
+func TestStartSweepsEndedJobsRequestsOnASharedDataDir(t *testing.T) {
+	f := openFixture(t, pgtest.DSN(t))
+	_, ended, queued := f.endedAndQueued(t)
+	pending := f.layout.RequestPath(store.NewID())
+	if err := os.WriteFile(pending, []byte(`{"model_id": "m"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	q2 := f.queue(blockTrainer{}, 1)
+	if err := q2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer q2.Shutdown(context.Background())
+	if _, err := os.Stat(f.layout.RequestPath(ended)); !os.IsNotExist(err) {
+		t.Errorf("the ended job's request survived the start: %v", err)
+	}
+	for _, p := range []string{f.layout.RequestPath(queued), pending} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}
+
+// endedAndQueued submits two jobs of a new model m through a queue that is
+// not started (they stay queued) and ends the first (FAILED).
+func (f *fixture) endedAndQueued(t *testing.T) (m, ended, queued string) {
+	t.Helper()
+	m = f.model(t, "m")
+	q := f.queue(nil, 1)
+	ended = submit(t, q, m)
+	if err := f.st.FinishJob(context.Background(), ended, store.StatusFailed, "x"); err != nil {
+		t.Fatal(err)
+	}
+	return m, ended, submit(t, q, m)
 }
 
 // blockTrainer runs until cancelled.

@@ -244,19 +244,26 @@ func (q *Queue) Start(ctx context.Context) error {
 }
 
 // sweepRequests removes stored request bodies that no queued job needs:
-// partial writes cut short by a crash, and bodies of jobs that ended or
-// were deleted with their model. It runs before the HTTP server starts.
+// bodies of jobs that ended, however recent (a node killed between
+// recording a job's end and removing its body, or one that could not
+// learn the end: see dropRequestOnceEnded), and, on a data dir of one
+// node or once older than store.SharedSweepAge, partial writes cut short
+// by a crash and bodies of jobs deleted with their model (on a shared
+// data dir a recent body without a job may be another node's submission
+// in progress). It runs before the HTTP server starts.
 func (q *Queue) sweepRequests(ctx context.Context) {
-	_, err := store.Sweep(q.layout.RequestsDir(), q.cfg.Shared, func(name string) bool {
-		id, ok := strings.CutSuffix(name, ".json")
-		if !ok {
-			return true
+	dir := q.layout.RequestsDir()
+	_, err := store.Sweep(dir, false, func(name string) bool {
+		if id, ok := strings.CutSuffix(name, ".json"); ok {
+			j, err := q.st.JobByID(ctx, id)
+			if err == nil {
+				return j.Status.Ended()
+			}
+			if !errors.Is(err, store.ErrNotFound) {
+				return false
+			}
 		}
-		j, err := q.st.JobByID(ctx, id)
-		if err != nil {
-			return errors.Is(err, store.ErrNotFound)
-		}
-		return j.Status.Ended()
+		return !q.cfg.Shared || store.OldFile(filepath.Join(dir, name))
 	})
 	if err != nil {
 		q.log.Warn("jobs: sweeping request bodies", "err", err)
@@ -504,8 +511,11 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 	keepRequest := errors.Is(cause, errShutdown) || errors.Is(cause, store.ErrLeaseLost)
 	defer func() {
 		if keepRequest && !errors.Is(cause, errShutdown) {
-			if _, ended := q.ended(j.ID); ended {
+			switch _, ended, answered := q.ended(j.ID); {
+			case ended:
 				keepRequest = false // recorded after all: the commit went through, its answer was lost
+			case !answered:
+				q.dropRequestOnceEnded(j.ID, j.RequestPath)
 			}
 		}
 		if !keepRequest {
@@ -555,25 +565,57 @@ func (q *Queue) execute(ctx context.Context, j store.Job, r *run) {
 // commit can go through while its answer is lost (the database restarting
 // as it answers; the chaos soak found a job FAILED with its request body
 // left so). It retries for up to a lease timeout; a store that stays
-// unreachable answers false, and the body stays for the node that reclaims
-// the job (or for the start-up sweep, once the job ended).
-func (q *Queue) ended(id string) (store.Job, bool) {
+// unreachable that long answers neither ended nor answered.
+func (q *Queue) ended(id string) (j store.Job, ended, answered bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.cfg.LeaseTimeout)
 	defer cancel()
 	for {
 		j, err := q.st.JobByID(ctx, id)
 		switch {
 		case err == nil:
-			return j, j.Status.Ended()
+			return j, j.Status.Ended(), true
 		case errors.Is(err, store.ErrNotFound):
-			return store.Job{}, true
+			return store.Job{}, true, true
 		}
 		select {
 		case <-ctx.Done():
-			return store.Job{}, false
+			return store.Job{}, false, false
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// dropRequestOnceEnded keeps asking, in the background, whether job id has
+// ended after its run could not tell (ended: the store stayed unreachable
+// for a lease timeout), and removes its request body at path once the
+// store answers that it has. The run's end may have been recorded with its
+// answer lost (the chaos soak found a job COMPLETED with its body left so,
+// a PostgreSQL restart outlasting the 3 s lease); a job that has not ended
+// keeps its body for the run that ends it. It stops at Shutdown, leaving
+// the body to the start-up sweep, which removes an ended job's body
+// whatever its age.
+func (q *Queue) dropRequestOnceEnded(id, path string) {
+	q.wg.Add(1)
+	go func() {
+		defer q.wg.Done()
+		for wait := 100 * time.Millisecond; ; wait = min(2*wait, q.cfg.LeaseTimeout) {
+			select {
+			case <-q.stop:
+				return
+			case <-time.After(wait):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), q.cfg.LeaseTimeout)
+			j, err := q.st.JobByID(ctx, id)
+			cancel()
+			switch {
+			case errors.Is(err, store.ErrNotFound) || err == nil && j.Status.Ended():
+				os.Remove(path)
+				return
+			case err == nil:
+				return
+			}
+		}
+	}()
 }
 
 // workName names a run's work folder: one per claim, so a run that lost
@@ -878,7 +920,7 @@ func (q *Queue) lostAfterPublish(j store.Job, ck store.Checkpoint, err error) er
 	if ck.Dir == "" {
 		return err
 	}
-	if e, ended := q.ended(j.ID); ended && e.Status == store.StatusCompleted && e.Attempt == j.Attempt {
+	if e, ended, _ := q.ended(j.ID); ended && e.Status == store.StatusCompleted && e.Attempt == j.Attempt {
 		q.log.Warn("recording the new checkpoint answered an error, but the job is COMPLETED: published", "job_id", j.ID, "step", ck.Step)
 		return nil
 	}

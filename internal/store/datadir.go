@@ -63,6 +63,12 @@ func Old(e fs.DirEntry) bool {
 	return err == nil && time.Since(info.ModTime()) > SharedSweepAge
 }
 
+// OldFile is Old for the file at path.
+func OldFile(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && time.Since(info.ModTime()) > SharedSweepAge
+}
+
 // Sweep removes, at start-up, the entries of folder dir that drop selects
 // (by name): crash leftovers. On a data dir shared with other nodes
 // (shared) only entries older than SharedSweepAge are considered, as a
