@@ -8,7 +8,8 @@ package jsonlex
 // field of an embedded struct, "messages.content" without the element's
 // index); PathAt gives the JSON path ("messages[1].content"). d is scanned
 // once, up to the value that holds off; ok is false when d is not valid
-// JSON up to there or off is outside its first value.
+// JSON up to there, nests deeper than encoding/json's 10,000 levels on the
+// way, or off is outside its first value.
 func PathAt(d []byte, off int) (p Path, ok bool) {
 	i := SkipSpace(d, 0)
 	if off < i {
@@ -22,12 +23,19 @@ func PathAt(d []byte, off int) (p Path, ok bool) {
 	return st.Path(), true
 }
 
+// pathAtMaxDepth is how deep PathAt follows a document: encoding/json's
+// limit, so any document it decoded up to a type error is followed.
+const pathAtMaxDepth = 10000
+
 // pathAt scans the value at d[i] (off >= i): when it holds off it returns
 // found with st at the innermost value that does, else the offset just
 // past it (st as it was).
 func pathAt(d []byte, i, off int, st *PathStack) (end int, found bool, err error) {
 	if i >= len(d) {
 		return i, false, errAt(i, "unexpected end of input")
+	}
+	if st.Len() > pathAtMaxDepth {
+		return i, false, errAt(i, "nesting too deep")
 	}
 	switch d[i] {
 	case '{', '[':

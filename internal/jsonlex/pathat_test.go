@@ -10,8 +10,8 @@ import (
 
 // PathAt names the innermost value holding a byte: scalars, containers by
 // their brackets and the space between members, escaped keys unquoted,
-// indices counted; offsets past the document or in invalid JSON are not
-// found.
+// indices counted; offsets past the document, in invalid JSON or below
+// encoding/json's nesting limit are not found.
 func TestPathAt(t *testing.T) {
 	doc := ` {"a": 1, "b\u0021": [true, {"c": "x,y"}, [ ]], "d": null} `
 	cases := []struct {
@@ -41,7 +41,9 @@ func TestPathAt(t *testing.T) {
 	for _, c := range []struct {
 		doc string
 		off int
-	}{{doc, len(doc) - 1}, {doc, len(doc) + 5}, {` [1, 2`, 6}, {`{"a" 1}`, 5}, {`{"a": 1}`, -1}, {``, 0}} {
+		// deeper than encoding/json's limit on the way
+	}{{doc, len(doc) - 1}, {doc, len(doc) + 5}, {` [1, 2`, 6}, {`{"a" 1}`, 5}, {`{"a": 1}`, -1}, {``, 0},
+		{strings.Repeat("[", 10002) + "1" + strings.Repeat("]", 10002), 10002}} {
 		if got, ok := PathAt([]byte(c.doc), c.off); ok {
 			t.Errorf("PathAt(%q, %d) = %q, true; want not found", c.doc, c.off, got)
 		}
