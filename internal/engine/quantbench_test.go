@@ -244,7 +244,16 @@ func prefillSecs(b *testing.B, m *Model, s *Seq, toks []int) float64 {
 // new token).
 func kvBytesPerToken(c Config, steps int) float64 { return kvBytesAt(c, benchContext, steps) }
 
-// kvBytesAt is kvBytesPerToken from a ctx-token context.
+// kvBytesAt is kvBytesPerToken from a ctx-token context: step s attends
+// ctx+s+1 positions, at most the model's sliding window.
 func kvBytesAt(c Config, ctx, steps int) float64 {
-	return float64(c.NumLayers*2*c.NumKVHeads*c.HeadDim*4) * (float64(ctx) + float64(steps+1)/2)
+	var pos int
+	for s := range steps {
+		n := ctx + s + 1
+		if c.SlidingWindow > 0 {
+			n = min(n, c.SlidingWindow)
+		}
+		pos += n
+	}
+	return float64(c.NumLayers*2*c.NumKVHeads*c.HeadDim*4) * float64(pos) / float64(steps)
 }
